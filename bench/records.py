@@ -1,0 +1,108 @@
+"""RequestRecord: the one per-request fact that everything downstream reads.
+
+All times are integer nanoseconds since the run's start instant (time.perf_counter_ns at t0),
+so they are durations, never wall-clock readings: records from different processes or
+machines can be merged without clock skew corrupting TTFT. Metrics, storage, exports and the
+dashboard derive everything from these fields and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Final states of a request. sent = completed + failed + cancelled.
+OK = "ok"
+FAILED = "failed"
+CANCELLED = "cancelled"
+
+# How output/prompt token counts were obtained.
+COUNT_USAGE = "usage"  # the server's usage field
+COUNT_CHUNKS = "chunks"  # one token per content chunk (no usage reported)
+COUNT_TOKENIZER = "tokenizer"  # counted client-side with a tokenizer (imports, simulator)
+
+# Error kinds: one name per way a request can fail, so error counts are comparable.
+ERR_HTTP_429 = "http_429"
+ERR_HTTP_4XX = "http_4xx"
+ERR_HTTP_5XX = "http_5xx"
+ERR_CONNECT = "connect_error"  # refused, unreachable, DNS
+ERR_RESET = "connection_reset"  # closed or reset before any response byte
+ERR_RESET_MID_STREAM = "reset_mid_stream"  # closed or reset after the stream began
+ERR_MALFORMED = "malformed_sse"  # an event that is not valid JSON / not an SSE event
+ERR_STREAM_ERROR = "stream_error"  # the server sent an error object inside the stream
+ERR_TIMEOUT = "timeout"  # past --request-timeout
+ERR_NO_DONE = "no_done"  # the stream closed cleanly but without data: [DONE]
+ERR_CANCELLED = "cancelled"  # stopped by the user (Ctrl-C) or the run's end
+
+EMPTY_TIMES = np.zeros(0, dtype=np.int64)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request, as measured.
+
+    `chunk_times_ns` holds the arrival time of every SSE event that carried output content,
+    in order; ITL is the gaps between them. `chunk_tokens` is empty when every chunk carries
+    one token (the common case) and otherwise holds each chunk's token count when known.
+    """
+
+    index: int
+    load_point: int = 0
+    turn: int = 0
+    intended_ns: int = 0
+    sent_ns: int = 0
+    first_byte_ns: int | None = None
+    first_token_ns: int | None = None
+    end_ns: int | None = None
+    chunk_times_ns: np.ndarray = field(default_factory=lambda: EMPTY_TIMES)
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    token_count_source: str = COUNT_CHUNKS
+    http_status: int | None = None
+    state: str = OK
+    error_kind: str | None = None
+    error_message: str | None = None
+    expected_input_len: int | None = None
+    expected_output_len: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.state == OK
+
+    @property
+    def ttft_ns(self) -> int | None:
+        if self.first_token_ns is None:
+            return None
+        return self.first_token_ns - self.sent_ns
+
+    @property
+    def ttft_from_intended_ns(self) -> int | None:
+        """TTFT against the schedule: includes time the request waited inside the client."""
+        if self.first_token_ns is None:
+            return None
+        return self.first_token_ns - self.intended_ns
+
+    @property
+    def e2el_ns(self) -> int | None:
+        if self.end_ns is None:
+            return None
+        return self.end_ns - self.sent_ns
+
+    @property
+    def send_lag_ns(self) -> int:
+        return self.sent_ns - self.intended_ns
+
+    @property
+    def tpot_ns(self) -> float | None:
+        """(E2E - TTFT) / (output_tokens - 1), as vLLM defines it; None for one-token outputs."""
+        ttft, e2e, n = self.ttft_ns, self.e2el_ns, self.output_tokens
+        if ttft is None or e2e is None or n is None or n < 2:
+            return None
+        return (e2e - ttft) / (n - 1)
+
+    def itl_ns(self) -> np.ndarray:
+        """Gaps between successive content chunks (one gap per chunk after the first)."""
+        if len(self.chunk_times_ns) < 2:
+            return EMPTY_TIMES
+        return np.diff(self.chunk_times_ns)

@@ -1,0 +1,344 @@
+"""Records -> Summary: percentiles, throughput, goodput, send lag, per-second time series.
+
+Definitions follow `vllm bench serve` (see DESIGN.md): TTFT and E2EL from the actual send
+time, TPOT = (E2EL - TTFT) / (output_tokens - 1), ITL = gaps between content chunks. TTFT is
+also computed against the intended send time, so queueing inside the client stays visible.
+This module is the only place these definitions are computed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bench.records import CANCELLED, FAILED, OK, RequestRecord
+
+DEFAULT_PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
+LATENCY_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
+# A load generator whose send lag p99 exceeds this has limited the result (issue 2).
+CLIENT_LIMIT_SEND_LAG_MS = 5.0
+CLIENT_LIMIT_LOOP_LAG_MS = 5.0
+
+
+def percentile_key(p: float) -> str:
+    """'p99', 'p99.9': the names used in the summary JSON and the --fail-on grammar."""
+    return f"p{p:g}"
+
+
+@dataclass
+class Stats:
+    """Mean, std and percentiles of one metric in milliseconds (None when no samples)."""
+
+    count: int
+    mean: float | None
+    std: float | None
+    percentiles: dict[str, float | None]
+
+    def as_dict(self) -> dict[str, float | None]:
+        return {"mean": self.mean, "std": self.std, **self.percentiles}
+
+
+@dataclass
+class Summary:
+    """Everything a user reads about one load point (or one run)."""
+
+    completed: int
+    failed: int
+    cancelled: int
+    errors: dict[str, int]
+    duration_s: float
+    requests_per_s: float
+    output_tokens_per_s: float
+    total_tokens_per_s: float
+    total_input_tokens: int
+    total_output_tokens: int
+    metrics: dict[str, Stats]
+    ttft_from_intended: Stats
+    goodput_requests_per_s: float | None
+    send_lag_ms: dict[str, float | None]
+    client_limited: bool
+    client_limited_reasons: list[str] = field(default_factory=list)
+    interrupted: bool = False
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+
+    @property
+    def sent(self) -> int:
+        return self.completed + self.failed + self.cancelled
+
+    @property
+    def error_rate(self) -> float:
+        done = self.completed + self.failed
+        return self.failed / done if done else 0.0
+
+    def value(self, name: str) -> float | None:
+        """Look a figure up by its flat name: 'p99_ttft_ms', 'mean_tpot_ms', 'error_rate', ...
+
+        One grammar shared by --fail-on, SLO checks and sweeps.
+        """
+        flat = {
+            "error_rate": self.error_rate,
+            "requests_per_s": self.requests_per_s,
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "total_tokens_per_s": self.total_tokens_per_s,
+            "goodput_requests_per_s": self.goodput_requests_per_s,
+            "completed": float(self.completed),
+            "failed": float(self.failed),
+        }
+        if name in flat:
+            return flat[name]
+        stat, _, rest = name.partition("_")
+        metric = rest.removesuffix("_ms")
+        stats = self.metrics.get(metric)
+        if stats is None or not rest.endswith("_ms"):
+            raise KeyError(name)
+        table = stats.as_dict()
+        if stat not in table:
+            raise KeyError(name)
+        return table[stat]
+
+    def to_json(self) -> dict:
+        """The --summary-json contract (issue 2): keys and nesting must not change."""
+        return {
+            "interrupted": self.interrupted,
+            "completed": self.completed,
+            "failed": self.failed,
+            "errors": dict(self.errors),
+            "duration_s": self.duration_s,
+            "throughput": {
+                "requests_per_s": self.requests_per_s,
+                "output_tokens_per_s": self.output_tokens_per_s,
+                "total_tokens_per_s": self.total_tokens_per_s,
+            },
+            "metrics": {f"{m}_ms": self.metrics[m].as_dict() for m in LATENCY_METRICS},
+            "goodput_requests_per_s": self.goodput_requests_per_s,
+            "send_lag_ms": dict(self.send_lag_ms),
+            "client_limited": self.client_limited,
+        }
+
+
+def stats_ms(values_ns: np.ndarray, percentiles: Sequence[float]) -> Stats:
+    """Mean/std/percentiles of nanosecond samples, reported in milliseconds."""
+    values = np.asarray(values_ns, dtype=np.float64)
+    values = values[~np.isnan(values)]
+    if values.size == 0:
+        return Stats(0, None, None, {percentile_key(p): None for p in percentiles})
+    ms = values / 1e6
+    qs = np.percentile(ms, list(percentiles))
+    return Stats(
+        count=int(ms.size),
+        mean=float(ms.mean()),
+        std=float(ms.std()),
+        percentiles={percentile_key(p): float(q) for p, q in zip(percentiles, qs, strict=True)},
+    )
+
+
+def parse_goodput(spec: Iterable[str] | str | None) -> dict[str, float]:
+    """'ttft:500 tpot:50' (vLLM's --goodput) -> {'ttft': 500.0, 'tpot': 50.0} in ms."""
+    if spec is None:
+        return {}
+    items = spec.replace(",", " ").split() if isinstance(spec, str) else list(spec)
+    slos: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition(":")
+        name = name.strip().lower().removesuffix("_ms")
+        if not sep or name not in ("ttft", "tpot", "e2el", "itl"):
+            raise ValueError(
+                f"--goodput item {item!r}: expected METRIC:MS with METRIC one of ttft, tpot, e2el"
+            )
+        try:
+            slos[name] = float(value)
+        except ValueError:
+            raise ValueError(f"--goodput item {item!r}: {value!r} is not a number of ms") from None
+    return slos
+
+
+@dataclass
+class Columns:
+    """Per-request arrays (ns, float64 with NaN for missing) that every statistic reads.
+
+    Built from in-memory records or straight from the database, so both paths compute the
+    same numbers with the same code.
+    """
+
+    state: np.ndarray  # object array of 'ok' / 'failed' / 'cancelled'
+    error_kind: np.ndarray  # object array (None for ok)
+    intended_ns: np.ndarray
+    sent_ns: np.ndarray
+    first_token_ns: np.ndarray
+    end_ns: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    itl_ns: np.ndarray  # all ITL gaps of completed requests, concatenated
+    itl_mean_ns: np.ndarray | None = None  # per-request mean ITL (NaN when < 2 chunks)
+
+    @classmethod
+    def from_records(cls, records: Sequence[RequestRecord]) -> Columns:
+        def col(getter) -> np.ndarray:
+            return np.array(
+                [np.nan if (v := getter(r)) is None else v for r in records], dtype=np.float64
+            )
+
+        gaps = [r.itl_ns() for r in records if r.state == OK]
+        itl = np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)
+        return cls(
+            state=np.array([r.state for r in records], dtype=object),
+            error_kind=np.array([r.error_kind for r in records], dtype=object),
+            intended_ns=col(lambda r: r.intended_ns),
+            sent_ns=col(lambda r: r.sent_ns),
+            first_token_ns=col(lambda r: r.first_token_ns),
+            end_ns=col(lambda r: r.end_ns),
+            prompt_tokens=col(lambda r: r.prompt_tokens),
+            output_tokens=col(lambda r: r.output_tokens),
+            itl_ns=itl.astype(np.float64),
+        )
+
+
+def summarize(
+    records: Sequence[RequestRecord] | Columns,
+    *,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    goodput: dict[str, float] | None = None,
+    duration_s: float | None = None,
+    loop_lag_p99_ms: float | None = None,
+    interrupted: bool = False,
+) -> Summary:
+    """Compute the Summary of a set of requests.
+
+    duration_s defaults to first send -> last end of the requests, as vLLM measures a run;
+    pass the measured wall duration when the caller knows it.
+    """
+    cols = records if isinstance(records, Columns) else Columns.from_records(records)
+    percentiles = tuple(percentiles)
+    ok = cols.state == OK
+    completed = int(ok.sum())
+    failed = int((cols.state == FAILED).sum())
+    cancelled = int((cols.state == CANCELLED).sum())
+    errors = dict(Counter(k for k, s in zip(cols.error_kind, cols.state, strict=True) if s != OK))
+
+    ttft = (cols.first_token_ns - cols.sent_ns)[ok]
+    e2el = (cols.end_ns - cols.sent_ns)[ok]
+    out_tokens = cols.output_tokens[ok]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(out_tokens >= 2, (e2el - ttft) / (out_tokens - 1), np.nan)
+    ttft_intended = (cols.first_token_ns - cols.intended_ns)[ok]
+
+    if duration_s is None:
+        if cols.sent_ns.size and np.isfinite(cols.end_ns).any():
+            duration_s = float((np.nanmax(cols.end_ns) - np.nanmin(cols.sent_ns)) / 1e9)
+        else:
+            duration_s = 0.0
+    total_out = int(np.nansum(out_tokens))
+    total_in = int(np.nansum(cols.prompt_tokens[ok]))
+    per_s = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: 0.0)
+
+    metrics = {
+        "ttft": stats_ms(ttft, percentiles),
+        "tpot": stats_ms(tpot, percentiles),
+        "itl": stats_ms(cols.itl_ns, percentiles),
+        "e2el": stats_ms(e2el, percentiles),
+    }
+    goodput_rps = None
+    if goodput:
+        good = np.ones(completed, dtype=bool)
+        per_metric = {"ttft": ttft, "tpot": tpot, "e2el": e2el}
+        for name, limit_ms in goodput.items():
+            if name == "itl":
+                values = _per_request_mean_itl(cols)[ok]
+            else:
+                values = per_metric[name]
+            # A request with no value for a metric (e.g. TPOT of a 1-token output) is not
+            # held to that SLO, as vLLM does.
+            good &= np.isnan(values) | (values <= limit_ms * 1e6)
+        goodput_rps = per_s(float(good.sum()))
+
+    lag = cols.sent_ns - cols.intended_ns
+    lag = lag[np.isfinite(lag)]
+    if lag.size:
+        send_lag = {
+            "p50": float(np.percentile(lag, 50) / 1e6),
+            "p99": float(np.percentile(lag, 99) / 1e6),
+            "max": float(lag.max() / 1e6),
+        }
+    else:
+        send_lag = {"p50": None, "p99": None, "max": None}
+
+    reasons = []
+    if send_lag["p99"] is not None and send_lag["p99"] > CLIENT_LIMIT_SEND_LAG_MS:
+        reasons.append(
+            f"send lag p99 {send_lag['p99']:.1f} ms > {CLIENT_LIMIT_SEND_LAG_MS:g} ms: "
+            "requests left the client later than scheduled"
+        )
+    if loop_lag_p99_ms is not None and loop_lag_p99_ms > CLIENT_LIMIT_LOOP_LAG_MS:
+        reasons.append(
+            f"event-loop lag p99 {loop_lag_p99_ms:.1f} ms > {CLIENT_LIMIT_LOOP_LAG_MS:g} ms: "
+            "token timestamps may be late"
+        )
+
+    return Summary(
+        completed=completed,
+        failed=failed,
+        cancelled=cancelled,
+        errors=errors,
+        duration_s=duration_s,
+        requests_per_s=per_s(completed),
+        output_tokens_per_s=per_s(total_out),
+        total_tokens_per_s=per_s(total_out + total_in),
+        total_input_tokens=total_in,
+        total_output_tokens=total_out,
+        metrics=metrics,
+        ttft_from_intended=stats_ms(ttft_intended, percentiles),
+        goodput_requests_per_s=goodput_rps,
+        send_lag_ms=send_lag,
+        client_limited=bool(reasons),
+        client_limited_reasons=reasons,
+        interrupted=interrupted,
+        percentiles=percentiles,
+    )
+
+
+def _per_request_mean_itl(cols: Columns) -> np.ndarray:
+    if cols.itl_mean_ns is not None:
+        return cols.itl_mean_ns
+    # Without per-request gaps, the mean ITL of a request equals its TPOT when every chunk
+    # carries one token; use TPOT as the per-request ITL for the SLO check.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (cols.end_ns - cols.first_token_ns) / (cols.output_tokens - 1)
+
+
+def time_series(records: Sequence[RequestRecord], bucket_s: float = 1.0) -> dict[str, list]:
+    """Per-second offered and achieved load and P99 TTFT, so a burst's effect can be seen.
+
+    Offered = requests scheduled in the bucket (intended time); achieved = requests that
+    completed in it; TTFT p99 of requests whose first token arrived in it.
+    """
+    if not records:
+        return {"t_s": [], "offered_rps": [], "achieved_rps": [], "p99_ttft_ms": [], "output_tps": []}
+    cols = Columns.from_records(records)
+    bucket_ns = bucket_s * 1e9
+    end = np.nanmax(np.concatenate([cols.intended_ns, cols.end_ns]))
+    n = int(end // bucket_ns) + 1
+    offered = np.bincount((cols.intended_ns // bucket_ns).astype(int), minlength=n)[:n]
+    ok = (cols.state == OK) & np.isfinite(cols.end_ns)
+    achieved = np.bincount((cols.end_ns[ok] // bucket_ns).astype(int), minlength=n)[:n]
+    tokens = np.bincount(
+        (cols.end_ns[ok] // bucket_ns).astype(int),
+        weights=np.nan_to_num(cols.output_tokens[ok]),
+        minlength=n,
+    )[:n]
+    p99 = [None] * n
+    ft = ok & np.isfinite(cols.first_token_ns)
+    ft_bucket = (cols.first_token_ns[ft] // bucket_ns).astype(int)
+    ttft = (cols.first_token_ns[ft] - cols.sent_ns[ft]) / 1e6
+    for b in np.unique(ft_bucket):
+        p99[int(b)] = float(np.percentile(ttft[ft_bucket == b], 99))
+    return {
+        "t_s": [i * bucket_s for i in range(n)],
+        "offered_rps": (offered / bucket_s).tolist(),
+        "achieved_rps": (achieved / bucket_s).tolist(),
+        "p99_ttft_ms": p99,
+        "output_tps": (tokens / bucket_s).tolist(),
+    }
+

@@ -1,0 +1,1 @@
+"""Shipped data files (the GPU pricing catalogue, prices.yaml)."""

@@ -1,0 +1,339 @@
+"""A continuous-batching serving engine modelled on vLLM's scheduler, as a pure step function.
+
+Each call to `Engine.step()` is one engine iteration: it schedules work (running decodes first,
+then running prefill chunks, then admissions from the FCFS waiting queue, within max_num_seqs
+and max_num_batched_tokens), allocates KV blocks of `block_size` tokens, preempts the newest
+running sequence by recompute when the cache is full, and returns what the iteration did and
+how long it takes by the roofline (bench.sim.roofline). The engine holds no clock: a driver
+adds requests and advances time by each step's duration, either in virtual time
+(bench.sim.virtual) or on the wall clock (bench.sim.server). Same inputs, same outputs.
+
+Decoding sequences are accounted for lazily: a sequence that decodes from step s0 emits one
+token at the end of every step until it finishes or is preempted, so the engine only touches it
+when it needs a new KV block (every block_size steps) or finishes. That keeps a step's cost
+proportional to what changed, not to the batch size, which is what makes an hour of heavy
+traffic simulate in seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from dataclasses import dataclass, field
+
+from bench.sim.profiles import serving_defaults
+from bench.sim.roofline import Deployment
+
+WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """vLLM's knobs that shape scheduling; defaults come from the profile files."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size: int
+    gpu_memory_utilization: float
+    watermark: float
+
+    @classmethod
+    def default(cls, **overrides: float | int | None) -> EngineConfig:
+        d = serving_defaults()
+        base = {
+            "max_num_seqs": d.max_num_seqs,
+            "max_num_batched_tokens": d.max_num_batched_tokens,
+            "block_size": d.kv_block_size,
+            "gpu_memory_utilization": d.gpu_memory_utilization,
+            "watermark": d.kv_watermark,
+        }
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**base)
+
+
+class Seq:
+    """One request inside the engine."""
+
+    __slots__ = (
+        "id",
+        "prompt_len",
+        "max_tokens",
+        "order",
+        "status",
+        "target",
+        "computed",
+        "blocks",
+        "out",
+        "dec_step",
+        "dec_computed",
+        "dec_out",
+        "preemptions",
+        "tag",
+    )
+
+    def __init__(self, rid: int, prompt_len: int, max_tokens: int, order: int, tag: object) -> None:
+        self.id = rid
+        self.prompt_len = prompt_len
+        self.max_tokens = max_tokens
+        self.order = order
+        self.status = WAITING
+        self.target = prompt_len  # tokens to prefill (prompt, plus outputs after a preemption)
+        self.computed = 0  # tokens whose KV is computed (valid while prefilling)
+        self.blocks = 0
+        self.out = 0  # output tokens emitted (valid while not decoding)
+        self.dec_step = -1  # step index at which decoding began; -1 when not decoding
+        self.dec_computed = 0
+        self.dec_out = 0
+        self.preemptions = 0
+        self.tag = tag  # the driver's own handle (a stream, a record builder)
+
+    def out_at(self, step: int) -> int:
+        """Output tokens emitted by the end of step-1 (i.e. before step `step` runs)."""
+        if self.dec_step < 0:
+            return self.out
+        return self.dec_out + (step - self.dec_step)
+
+    def computed_at(self, step: int) -> int:
+        if self.dec_step < 0:
+            return self.computed
+        return self.dec_computed + (step - self.dec_step)
+
+
+@dataclass
+class StepResult:
+    """What one iteration did. Tokens are emitted at the end of the step (now + duration_s).
+
+    first_tokens: sequences whose prefill completed this step and so emitted a token (their
+    first, or the next one after a recompute); every other running decoding sequence in
+    `decoding` emitted one token too. finished: done after this step (they emitted their last
+    token in this step). preempted: evicted before this step ran (they emit nothing now).
+    """
+
+    index: int
+    duration_s: float
+    n_decode: int
+    n_prefill: int
+    first_tokens: list[Seq] = field(default_factory=list)
+    finished: list[Seq] = field(default_factory=list)
+    preempted: list[Seq] = field(default_factory=list)
+    decoding: list[Seq] | None = None  # filled only when the engine was asked to list them
+
+
+class Engine:
+    """vLLM-style continuous batching over a simulated deployment."""
+
+    def __init__(self, dep: Deployment, config: EngineConfig | None = None) -> None:
+        self.dep = dep
+        self.cfg = config or EngineConfig.default()
+        bs = self.cfg.block_size
+        self.capacity_tokens = dep.kv_capacity_tokens(self.cfg.gpu_memory_utilization)
+        self.total_blocks = self.capacity_tokens // bs
+        self.free_blocks = self.total_blocks
+        self.watermark_blocks = int(self.cfg.watermark * self.total_blocks)
+        self.waiting: deque[Seq] = deque()
+        self.running: dict[int, Seq] = {}  # admission order; the last is the newest
+        self.prefilling: dict[int, Seq] = {}
+        self.n_decode = 0
+        self.decode_ctx = 0  # sum of computed tokens over decoding sequences, at step start
+        self.step_index = 0
+        self._block_due: dict[int, list[Seq]] = {}
+        self._finish_due: dict[int, list[Seq]] = {}
+        self._order = 0
+        self.num_preemptions = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.max_model_len = dep.model.context
+
+    # -- driver API -------------------------------------------------------------------------
+
+    def add_request(self, rid: int, prompt_len: int, max_tokens: int, tag: object = None) -> Seq:
+        """Queue a request. prompt_len >= 1 and max_tokens >= 1 tokens."""
+        if prompt_len < 1 or max_tokens < 1:
+            raise ValueError("prompt_len and max_tokens must be at least 1")
+        if prompt_len + max_tokens > self.max_model_len:
+            raise ValueError(
+                f"prompt ({prompt_len}) + max_tokens ({max_tokens}) exceeds the model's "
+                f"context of {self.max_model_len} tokens"
+            )
+        if self._blocks_for(prompt_len + max_tokens) > self.total_blocks:
+            raise ValueError(
+                f"a request of {prompt_len + max_tokens} tokens cannot fit in the KV cache "
+                f"({self.capacity_tokens} tokens)"
+            )
+        seq = Seq(rid, prompt_len, max_tokens, self._order, tag)
+        self._order += 1
+        self.waiting.append(seq)
+        return seq
+
+    def abort(self, seq: Seq) -> None:
+        """Drop a request (client went away); frees its blocks."""
+        if seq.status == WAITING:
+            with contextlib.suppress(ValueError):
+                self.waiting.remove(seq)
+        elif seq.status == RUNNING:
+            self._evict(seq, self.step_index)
+        seq.status = FINISHED
+
+    def has_work(self) -> bool:
+        return bool(self.running) or bool(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def kv_usage(self) -> float:
+        return 1.0 - self.free_blocks / self.total_blocks if self.total_blocks else 0.0
+
+    def decoding(self) -> list[Seq]:
+        """Running sequences past their prefill (each emits one token per step)."""
+        return [s for s in self.running.values() if s.dec_step >= 0]
+
+    def step(self, list_decoding: bool = False) -> StepResult | None:
+        """Run one iteration; None when there is nothing to do."""
+        if not self.has_work():
+            return None
+        s = self.step_index
+        res = StepResult(index=s, duration_s=0.0, n_decode=0, n_prefill=0)
+        self._allocate_decode_blocks(s, res)
+        budget = self.cfg.max_num_batched_tokens - self.n_decode
+        n_pf, pf_ctx, chunks = 0, 0.0, []
+        for seq in list(self.prefilling.values()):
+            if budget <= 0:
+                break
+            if seq.status != RUNNING:
+                continue
+            n = self._schedule_chunk(seq, budget, s, res, allow_preempt=True)
+            if n:
+                chunks.append((seq, n))
+                n_pf += n
+                pf_ctx += n * (seq.computed + n / 2)
+                budget -= n
+        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+            seq = self.waiting[0]
+            n = min(seq.target, budget)
+            need = self._blocks_for(n)
+            if self.free_blocks - need < self.watermark_blocks:
+                break
+            self.waiting.popleft()
+            seq.status = RUNNING
+            seq.computed = 0
+            seq.blocks = need
+            self.free_blocks -= need
+            self.running[seq.id] = seq
+            self.prefilling[seq.id] = seq
+            chunks.append((seq, n))
+            n_pf += n
+            pf_ctx += n * n / 2
+            budget -= n
+        if list_decoding:
+            res.decoding = self.decoding()
+        res.n_decode, res.n_prefill = self.n_decode, n_pf
+        res.duration_s = self.dep.step_time(self.n_decode, self.decode_ctx, n_pf, pf_ctx)
+        self._finish_step(s, chunks, res)
+        self.step_index = s + 1
+        return res
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.cfg.block_size)
+
+    def _preempt_newest(self, step: int, res: StepResult) -> Seq:
+        victim = next(reversed(self.running.values()))
+        self._evict(victim, step)
+        victim.status = WAITING
+        victim.preemptions += 1
+        victim.target = victim.prompt_len + victim.out  # recompute prompt + generated so far
+        victim.computed = 0
+        self.waiting.appendleft(victim)
+        self.num_preemptions += 1
+        res.preempted.append(victim)
+        return victim
+
+    def _evict(self, seq: Seq, step: int) -> None:
+        """Remove a running sequence from every structure and free its blocks."""
+        if seq.dec_step >= 0:
+            seq.out = seq.out_at(step)
+            seq.computed = seq.computed_at(step)
+            self.n_decode -= 1
+            self.decode_ctx -= seq.computed
+            seq.dec_step = -1
+        self.running.pop(seq.id, None)
+        self.prefilling.pop(seq.id, None)
+        self.free_blocks += seq.blocks
+        seq.blocks = 0
+
+    def _allocate_decode_blocks(self, s: int, res: StepResult) -> None:
+        """Decoding sequences whose next token starts a new block get one, preempting if full."""
+        due = self._block_due.pop(s, None)
+        if not due:
+            return
+        for seq in due:
+            if seq.status != RUNNING or seq.dec_step < 0:
+                continue  # preempted since this was scheduled
+            if seq.blocks * self.cfg.block_size > seq.computed_at(s):
+                continue  # stale entry: the slot this step writes is already allocated
+            while self.free_blocks < 1:
+                if self._preempt_newest(s, res) is seq:
+                    break
+            if seq.status != RUNNING:
+                continue
+            self.free_blocks -= 1
+            seq.blocks += 1
+            self._block_due.setdefault(s + self.cfg.block_size, []).append(seq)
+
+    def _schedule_chunk(
+        self, seq: Seq, budget: int, s: int, res: StepResult, allow_preempt: bool
+    ) -> int:
+        """Next prefill chunk of a running sequence, allocating its blocks (may preempt)."""
+        n = min(seq.target - seq.computed, budget)
+        need = self._blocks_for(seq.computed + n) - seq.blocks
+        while need > self.free_blocks and allow_preempt:
+            if self._preempt_newest(s, res) is seq:
+                return 0
+        if need > self.free_blocks:
+            return 0
+        self.free_blocks -= need
+        seq.blocks += need
+        return n
+
+    def _finish_step(self, s: int, chunks: list[tuple[Seq, int]], res: StepResult) -> None:
+        """Account for the step's tokens: prefill completions start decoding; finishes leave."""
+        ran_decoding = self.n_decode  # each of these wrote one more KV slot and emitted a token
+        self.generation_tokens_total += ran_decoding
+        self.decode_ctx += ran_decoding
+        for seq, n in chunks:
+            seq.computed += n
+            if seq.computed < seq.target:
+                continue
+            # prefill done: the step samples a token
+            del self.prefilling[seq.id]
+            if seq.target == seq.prompt_len:  # first time (not a recompute)
+                self.prompt_tokens_total += seq.prompt_len
+            seq.out += 1
+            self.generation_tokens_total += 1
+            res.first_tokens.append(seq)
+            if seq.out >= seq.max_tokens:
+                self._retire(seq, s, res)
+                continue
+            seq.dec_step = s + 1
+            seq.dec_computed = seq.computed
+            seq.dec_out = seq.out
+            self.n_decode += 1
+            self.decode_ctx += seq.computed
+            self._finish_due.setdefault(s + seq.max_tokens - seq.out, []).append(seq)
+            first_block = (-seq.computed) % self.cfg.block_size
+            self._block_due.setdefault(s + 1 + first_block, []).append(seq)
+        for seq in self._finish_due.pop(s, ()):
+            if seq.status == RUNNING and seq.dec_step >= 0 and seq.out_at(s + 1) >= seq.max_tokens:
+                self._retire(seq, s + 1, res)
+
+    def _retire(self, seq: Seq, step: int, res: StepResult) -> None:
+        self._evict(seq, step)
+        seq.status = FINISHED
+        res.finished.append(seq)

@@ -245,10 +245,7 @@ def summarize(
         good = np.ones(completed, dtype=bool)
         per_metric = {"ttft": ttft, "tpot": tpot, "e2el": e2el}
         for name, limit_ms in goodput.items():
-            if name == "itl":
-                values = _per_request_mean_itl(cols)[ok]
-            else:
-                values = per_metric[name]
+            values = _per_request_mean_itl(cols)[ok] if name == "itl" else per_metric[name]
             # A request with no value for a metric (e.g. TPOT of a 1-token output) is not
             # held to that SLO, as vLLM does.
             good &= np.isnan(values) | (values <= limit_ms * 1e6)
@@ -315,7 +312,13 @@ def time_series(records: Sequence[RequestRecord], bucket_s: float = 1.0) -> dict
     completed in it; TTFT p99 of requests whose first token arrived in it.
     """
     if not records:
-        return {"t_s": [], "offered_rps": [], "achieved_rps": [], "p99_ttft_ms": [], "output_tps": []}
+        return {
+            "t_s": [],
+            "offered_rps": [],
+            "achieved_rps": [],
+            "p99_ttft_ms": [],
+            "output_tps": [],
+        }
     cols = Columns.from_records(records)
     bucket_ns = bucket_s * 1e9
     end = np.nanmax(np.concatenate([cols.intended_ns, cols.end_ns]))
@@ -342,3 +345,90 @@ def time_series(records: Sequence[RequestRecord], bucket_s: float = 1.0) -> dict
         "output_tps": (tokens / bucket_s).tolist(),
     }
 
+
+# ---------------------------------------------------------------- thresholds (--fail-on, --slo)
+
+_OPS = {
+    "<=": lambda a, b: a <= b,
+    ">=": lambda a, b: a >= b,
+    "<": lambda a, b: a < b,
+    ">": lambda a, b: a > b,
+}
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One condition such as p99_ttft_ms<800; `metric` uses Summary.value's names."""
+
+    metric: str
+    op: str
+    limit: float
+
+    def __str__(self) -> str:
+        return f"{self.metric}{self.op}{self.limit:g}"
+
+    def holds(self, summary: Summary) -> bool:
+        value = summary.value(self.metric)
+        return value is not None and _OPS[self.op](value, self.limit)
+
+
+def parse_thresholds(spec: str | None, *, flag: str = "--fail-on") -> list[Threshold]:
+    """'p99_ttft_ms<800,p99_tpot_ms<60,error_rate<0.01' -> thresholds, checked by name."""
+    if not spec:
+        return []
+    out = []
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            continue
+        op = next((o for o in ("<=", ">=", "<", ">") if o in item), None)
+        if op is None:
+            raise ValueError(f"{flag} item {item!r}: expected NAME<VALUE (or <=, >, >=)")
+        name, _, value = (p.strip() for p in item.partition(op))
+        try:
+            limit = float(value)
+        except ValueError:
+            raise ValueError(f"{flag} item {item!r}: {value!r} is not a number") from None
+        _check_metric_name(name, flag, item)
+        out.append(Threshold(name, op, limit))
+    return out
+
+
+def _check_metric_name(name: str, flag: str, item: str) -> None:
+    flat = (
+        "error_rate",
+        "requests_per_s",
+        "output_tokens_per_s",
+        "total_tokens_per_s",
+        "goodput_requests_per_s",
+        "completed",
+        "failed",
+    )
+    if name in flat:
+        return
+    stat, _, rest = name.partition("_")
+    stats = {"mean", "std"} | {percentile_key(p) for p in (50, 90, 95, 99, 99.9)}
+    if (
+        rest.endswith("_ms")
+        and rest.removesuffix("_ms") in LATENCY_METRICS
+        and (stat in stats or stat.startswith("p"))
+    ):
+        return
+    raise ValueError(
+        f"{flag} item {item!r}: unknown metric {name!r}; use e.g. p99_ttft_ms, mean_tpot_ms, "
+        f"p50_itl_ms, p99_e2el_ms, or one of {', '.join(flat)}"
+    )
+
+
+def broken_thresholds(summary: Summary, thresholds: Sequence[Threshold]) -> list[str]:
+    """Human-readable lines for every threshold the summary breaks."""
+    broken = []
+    for t in thresholds:
+        try:
+            value = summary.value(t.metric)
+        except KeyError:
+            broken.append(f"{t}: percentile not computed (add it to --metric-percentiles)")
+            continue
+        if value is None or not _OPS[t.op](value, t.limit):
+            shown = "no data" if value is None else f"{value:.4g}"
+            broken.append(f"{t} broken: measured {shown}")
+    return broken

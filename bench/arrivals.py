@@ -1,0 +1,271 @@
+"""Load shapes -> a numpy array of intended send offsets in seconds from the run start.
+
+Every open-loop shape is one of two mechanisms:
+- renewal processes at a fixed rate (constant, Poisson, gamma with vLLM's burstiness);
+- piecewise-linear rate functions (on/off bursts, ramps, steps), sampled as an
+  inhomogeneous Poisson process by inverting the cumulative intensity (or evenly spaced,
+  with process='constant'), so a burst of 40 req/s really is Poisson at 40 req/s.
+Trace replay reads timestamps from a file. All randomness comes from one seeded Generator.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+
+def renewal(
+    rate: float, n: int, rng: np.random.Generator, *, burstiness: float = 1.0
+) -> np.ndarray:
+    """n offsets at `rate` req/s with gamma inter-arrivals of shape `burstiness`.
+
+    As in vLLM: burstiness 1 is Poisson, < 1 burstier, > 1 more even; the mean inter-arrival
+    stays 1/rate (scale = 1 / (rate * burstiness)). The first request goes at t=0.
+    rate=inf sends everything at once; burstiness=inf gives a constant rate.
+    """
+    if n <= 0:
+        return np.zeros(0)
+    if math.isinf(rate):
+        return np.zeros(n)
+    if rate <= 0:
+        raise ValueError(f"request rate must be > 0, got {rate}")
+    if burstiness <= 0:
+        raise ValueError(f"burstiness must be > 0, got {burstiness}")
+    if math.isinf(burstiness):
+        gaps = np.full(n - 1, 1.0 / rate)
+    else:
+        gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n - 1)
+    return np.concatenate([[0.0], np.cumsum(gaps)])
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of `duration_s` seconds whose rate goes linearly from start to end."""
+
+    duration_s: float
+    start_rate: float
+    end_rate: float
+
+
+def piecewise(
+    segments: Sequence[Segment],
+    rng: np.random.Generator,
+    *,
+    process: str = "poisson",
+    max_requests: int | None = None,
+    repeat: bool = False,
+) -> np.ndarray:
+    """Arrivals of a piecewise-linear rate function.
+
+    Unit-rate arrival "clock" values are mapped through the inverse of the cumulative
+    intensity Λ(t); Poisson uses exponential clock gaps, 'constant' uses gaps of exactly 1.
+    With repeat=True the segments cycle until max_requests arrivals exist.
+    """
+    if process not in ("poisson", "constant"):
+        raise ValueError(f"process must be 'poisson' or 'constant', got {process!r}")
+    if not segments:
+        return np.zeros(0)
+    for s in segments:
+        if s.duration_s <= 0 or s.start_rate < 0 or s.end_rate < 0:
+            raise ValueError(f"bad segment {s}: duration must be > 0 and rates >= 0")
+    if repeat and not max_requests:
+        raise ValueError("a repeating load shape needs a number of requests")
+    # Cumulative intensity at each segment boundary (one cycle).
+    mass = np.array([(s.start_rate + s.end_rate) / 2 * s.duration_s for s in segments])
+    if mass.sum() <= 0:
+        return np.zeros(0)
+    cycle_mass = float(mass.sum())
+    cycle_len = sum(s.duration_s for s in segments)
+    total_mass = cycle_mass
+    if repeat:  # enough whole cycles that max_requests arrivals exist with near certainty
+        needed = max_requests + 10 * math.sqrt(max_requests) + 10
+        total_mass = cycle_mass * math.ceil(needed / cycle_mass)
+
+    # Generate clock values (unit-rate process) up to total_mass.
+    expected = int(total_mass + 10 * math.sqrt(total_mass) + 10)
+    if process == "poisson":
+        clock = np.cumsum(rng.exponential(1.0, size=expected))
+    else:
+        clock = np.arange(expected, dtype=np.float64) + 0.5
+    clock = clock[clock < total_mass]
+    if max_requests is not None:
+        clock = clock[:max_requests]
+
+    cycles, within = np.divmod(clock, cycle_mass)
+    bounds = np.concatenate([[0.0], np.cumsum(mass)])
+    starts = np.concatenate([[0.0], np.cumsum([s.duration_s for s in segments])])
+    idx = np.clip(np.searchsorted(bounds, within, side="right") - 1, 0, len(segments) - 1)
+    out = np.empty_like(within)
+    for i, s in enumerate(segments):
+        sel = idx == i
+        if not sel.any():
+            continue
+        m = within[sel] - bounds[i]  # intensity mass into this segment
+        slope = (s.end_rate - s.start_rate) / s.duration_s
+        if abs(slope) < 1e-12:
+            dt = m / s.start_rate
+        else:
+            # Solve r0*t + slope*t^2/2 = m for t >= 0.
+            dt = (-s.start_rate + np.sqrt(s.start_rate**2 + 2 * slope * m)) / slope
+        out[sel] = starts[i] + dt
+    return cycles * cycle_len + out
+
+
+def on_off(
+    burst_rate: float,
+    burst_s: float,
+    quiet_rate: float,
+    quiet_s: float,
+    rng: np.random.Generator,
+    *,
+    num_requests: int | None = None,
+    duration_s: float | None = None,
+    process: str = "poisson",
+) -> np.ndarray:
+    """Bursts of `burst_rate` for `burst_s` seconds, then `quiet_rate` for `quiet_s`, cycling."""
+    segments = [Segment(burst_s, burst_rate, burst_rate), Segment(quiet_s, quiet_rate, quiet_rate)]
+    return _cycled(segments, rng, num_requests, duration_s, process)
+
+
+def ramp(
+    start_rate: float,
+    end_rate: float,
+    duration_s: float,
+    rng: np.random.Generator,
+    *,
+    num_requests: int | None = None,
+    process: str = "poisson",
+) -> np.ndarray:
+    """Rate rising (or falling) linearly from start_rate to end_rate over duration_s."""
+    return piecewise(
+        [Segment(duration_s, start_rate, end_rate)],
+        rng,
+        process=process,
+        max_requests=num_requests,
+    )
+
+
+def steps(
+    levels: Sequence[tuple[float, float]],
+    rng: np.random.Generator,
+    *,
+    num_requests: int | None = None,
+    process: str = "poisson",
+) -> np.ndarray:
+    """A staircase: each (rate, duration_s) in turn."""
+    return piecewise(
+        [Segment(d, r, r) for r, d in levels], rng, process=process, max_requests=num_requests
+    )
+
+
+def _cycled(segments, rng, num_requests, duration_s, process) -> np.ndarray:
+    if duration_s is not None:
+        cycle = sum(s.duration_s for s in segments)
+        n_cycles = math.ceil(duration_s / cycle)
+        offsets = piecewise(segments * n_cycles, rng, process=process, max_requests=num_requests)
+        return offsets[offsets < duration_s]
+    if not num_requests:
+        raise ValueError("give a number of requests or a duration")
+    return piecewise(segments, rng, process=process, max_requests=num_requests, repeat=True)
+
+
+# ---------------------------------------------------------------- trace replay
+
+# Column names of the public traces users replay, lower-cased.
+_TIME_COLUMNS = ("timestamp", "time", "arrival_time", "t", "ts")
+_INPUT_COLUMNS = ("input_len", "input_tokens", "contexttokens", "request tokens", "prompt_tokens")
+_OUTPUT_COLUMNS = (
+    "output_len",
+    "output_tokens",
+    "generatedtokens",
+    "response tokens",
+    "completion_tokens",
+)
+
+
+@dataclass
+class Trace:
+    offsets_s: np.ndarray
+    input_lens: np.ndarray | None
+    output_lens: np.ndarray | None
+
+
+def load_trace(
+    path: str | Path, *, time_scale: float = 1.0, max_requests: int | None = None
+) -> Trace:
+    """Read a trace of arrival timestamps (CSV or JSONL), relative to its first row.
+
+    Timestamps may be seconds (float) or ISO datetimes (the Azure LLM inference trace);
+    input/output lengths are read when present (Azure: ContextTokens/GeneratedTokens;
+    BurstGPT: Request tokens/Response tokens). time_scale > 1 replays faster.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"trace file {path} does not exist")
+    rows = _read_rows(path)
+    if not rows:
+        raise ValueError(f"trace file {path} has no rows")
+    columns = {k.strip().lower(): k for k in rows[0]}
+    tcol = _pick(columns, _TIME_COLUMNS)
+    if tcol is None:
+        raise ValueError(
+            f"trace file {path}: no timestamp column; expected one of {', '.join(_TIME_COLUMNS)}"
+            f" (found {', '.join(rows[0])})"
+        )
+    icol, ocol = _pick(columns, _INPUT_COLUMNS), _pick(columns, _OUTPUT_COLUMNS)
+    if max_requests is not None:
+        rows = rows[:max_requests]
+    times = np.array([_parse_time(r[tcol], path, i + 2) for i, r in enumerate(rows)])
+    order = np.argsort(times, kind="stable")
+    times = (times[order] - times[order][0]) / time_scale
+
+    def lens(col):
+        if col is None:
+            return None
+        return np.array([int(float(rows[i][col])) for i in order], dtype=np.int64)
+
+    return Trace(times, lens(icol), lens(ocol))
+
+
+def _pick(columns: dict[str, str], names: Sequence[str]) -> str | None:
+    for name in names:
+        if name in columns:
+            return columns[name]
+    return None
+
+
+def _read_rows(path: Path) -> list[dict]:
+    text = path.read_text()
+    if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
+        rows = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except ValueError as exc:
+                    raise ValueError(f"trace file {path} line {lineno}: not JSON ({exc})") from None
+        return rows
+    return list(csv.DictReader(text.splitlines()))
+
+
+def _parse_time(value, path: Path, line: int) -> float:
+    if isinstance(value, int | float):
+        return float(value)
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise ValueError(
+            f"trace file {path} line {line}: timestamp {text!r} is neither seconds nor ISO time"
+        ) from None

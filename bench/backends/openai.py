@@ -1,0 +1,173 @@
+"""The OpenAI streaming dialect: request bodies and the meaning of each event.
+
+vLLM, SGLang, TensorRT-LLM's trtllm-serve and OpenAI itself all stream
+`data: {json}\\n\\n` events ending with `data: [DONE]`; they differ in which extra request
+fields force the output length. The presets below say which fields each server honours.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from bench.backends.sse import SSEEvent
+from bench.records import ERR_MALFORMED, ERR_NO_DONE, ERR_STREAM_ERROR
+
+COMPLETIONS = "/v1/completions"
+CHAT = "/v1/chat/completions"
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What one server family accepts to force an exact output length."""
+
+    name: str
+    ignore_eos: bool  # accepts "ignore_eos": true
+    min_tokens: bool  # accepts "min_tokens": N
+    include_usage: bool  # honours stream_options.include_usage
+    chat_max_field: str = "max_tokens"  # chat's name for the output cap
+
+
+DIALECTS: dict[str, Dialect] = {
+    # vLLM: SamplingParams extras ignore_eos and min_tokens on both APIs.
+    "vllm": Dialect("vllm", ignore_eos=True, min_tokens=True, include_usage=True),
+    # SGLang's OpenAI server accepts ignore_eos and min_tokens as sampling extras.
+    "sglang": Dialect("sglang", ignore_eos=True, min_tokens=True, include_usage=True),
+    # trtllm-serve: ignore_eos and min_tokens on its OpenAI protocol models.
+    "trtllm": Dialect("trtllm", ignore_eos=True, min_tokens=True, include_usage=True),
+    # OpenAI proper: no way to force length; max_completion_tokens on chat.
+    "openai": Dialect(
+        "openai",
+        ignore_eos=False,
+        min_tokens=False,
+        include_usage=True,
+        chat_max_field="max_completion_tokens",
+    ),
+}
+
+
+def get_dialect(name: str) -> Dialect:
+    try:
+        return DIALECTS[name.lower()]
+    except KeyError:
+        known = ", ".join(DIALECTS)
+        raise ValueError(f"unknown --backend {name!r}: choose one of {known}") from None
+
+
+def build_body(
+    *,
+    dialect: Dialect,
+    endpoint: str,
+    model: str,
+    prompt: str | list[int] | None = None,
+    messages: list[dict] | None = None,
+    max_tokens: int,
+    ignore_eos: bool,
+    extra: dict | None = None,
+) -> bytes:
+    """Encode one request body; done before the run so the hot path only writes bytes."""
+    body: dict = {"model": model, "stream": True, "temperature": 0.0}
+    if endpoint == CHAT:
+        body["messages"] = (
+            messages
+            if messages is not None
+            else [{"role": "user", "content": prompt if isinstance(prompt, str) else ""}]
+        )
+        body[dialect.chat_max_field] = max_tokens
+    else:
+        body["prompt"] = prompt if prompt is not None else ""
+        body["max_tokens"] = max_tokens
+    if dialect.include_usage:
+        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": False}
+    if ignore_eos:
+        if dialect.ignore_eos:
+            body["ignore_eos"] = True
+        if dialect.min_tokens:
+            body["min_tokens"] = max_tokens
+    if extra:
+        body.update(extra)
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+@dataclass
+class StreamResult:
+    """What a finished stream said: which events carried content, usage, and any error."""
+
+    content_reads: list[int] = field(default_factory=list)  # read index of each content event
+    content_chars: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    done: bool = False
+    error_kind: str | None = None
+    error_message: str | None = None
+
+
+def interpret(events: list[SSEEvent]) -> StreamResult:
+    """Read the events of one stream.
+
+    All JSON events are decoded with one json.loads over an array (C speed, one call per
+    stream); only if that fails are they decoded one by one to name the bad event.
+    """
+    result = StreamResult()
+    payloads: list[bytes] = []
+    reads: list[int] = []
+    for ev in events:
+        data = ev.data.strip()
+        if data == b"[DONE]":
+            result.done = True
+            break
+        if not data:
+            continue
+        payloads.append(data)
+        reads.append(ev.read_index)
+    try:
+        objects = json.loads(b"[" + b",".join(payloads) + b"]") if payloads else []
+    except ValueError:
+        objects = _decode_each(payloads, result)
+        if objects is None:
+            return result
+    for obj, read_index in zip(objects, reads, strict=True):
+        if not isinstance(obj, dict):
+            result.error_kind = ERR_MALFORMED
+            result.error_message = f"event is not a JSON object: {str(obj)[:120]}"
+            return result
+        if "error" in obj or obj.get("object") == "error":
+            err = obj.get("error", obj)
+            message = err.get("message", err) if isinstance(err, dict) else err
+            result.error_kind = ERR_STREAM_ERROR
+            result.error_message = f"server error in stream: {str(message)[:300]}"
+            return result
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            result.prompt_tokens = usage.get("prompt_tokens", result.prompt_tokens)
+            result.completion_tokens = usage.get("completion_tokens", result.completion_tokens)
+        for choice in obj.get("choices") or ():
+            text = _choice_text(choice)
+            if text:
+                result.content_reads.append(read_index)
+                result.content_chars += len(text)
+                break
+    if not result.done and result.error_kind is None:
+        result.error_kind = ERR_NO_DONE
+        result.error_message = "stream closed without data: [DONE]"
+    return result
+
+
+def _choice_text(choice: dict) -> str:
+    """Content of one choice: completions' text, or chat's content / reasoning content."""
+    if "text" in choice:
+        return choice.get("text") or ""
+    delta = choice.get("delta") or {}
+    return delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
+
+
+def _decode_each(payloads: list[bytes], result: StreamResult) -> list | None:
+    objects = []
+    for i, data in enumerate(payloads):
+        try:
+            objects.append(json.loads(data))
+        except ValueError:
+            result.error_kind = ERR_MALFORMED
+            result.error_message = f"event {i} is not valid JSON: {data[:120]!r}"
+            return None
+    return objects

@@ -1,0 +1,373 @@
+"""The async engine: schedules, sends, times, records; open and closed loop.
+
+One event loop per process (uvloop when installed), one transport with keep-alive
+connections. The scheduler sleeps until each request's intended time and starts it; the
+request's task waits for a --max-concurrency slot if there is one, stamps the actual send
+time, writes the prepared bytes and awaits the end of the stream. Decoding the stream into a
+RequestRecord happens after the stream ends. A loop-lag probe and the send lag of every
+request tell whether the client itself limited the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import math
+import signal
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from bench.backends.capture import Capture, to_record
+from bench.backends.openai import CHAT, Dialect, build_body
+from bench.backends.transport import Transport, make_transport
+from bench.records import RequestRecord
+from bench.workload import RequestSpec, Workload
+
+LOOP_PROBE_INTERVAL_S = 0.005
+
+
+@dataclass
+class RunPlan:
+    """Everything one load point needs, resolved from the scenario and flags."""
+
+    base_url: str
+    endpoint: str
+    dialect: Dialect
+    model: str
+    workload: Workload
+    specs: list[RequestSpec]
+    offsets_s: np.ndarray | None = None  # open loop: one offset per session; None = closed
+    concurrency: int | None = None  # closed loop users
+    max_concurrency: int | None = None  # open loop cap on in-flight requests
+    think_time_s: float = 0.0
+    duration_s: float | None = None  # closed loop: stop starting requests after this
+    request_timeout_s: float = 600.0
+    ignore_eos: bool = True
+    api_key: str | None = None
+    transport: str = "raw"
+    load_point: int = 0
+
+
+@dataclass
+class Progress:
+    """Live counters the CLI and sweeps display; updated on the loop, read from anywhere."""
+
+    total: int = 0
+    sent: int = 0
+    completed: int = 0
+    failed: int = 0
+    in_flight: int = 0
+    recent_ttft_ms: list[float] = field(default_factory=list)
+
+
+@dataclass
+class RunResult:
+    records: list[RequestRecord]
+    duration_s: float
+    loop_lag_p99_ms: float
+    loop_lag_max_ms: float
+    interrupted: bool
+    t0_ns: int
+
+
+class UnreachableError(RuntimeError):
+    """The endpoint cannot be reached: said in one line before any load is sent."""
+
+
+def check_reachable(base_url: str, timeout_s: float = 3.0) -> None:
+    """Open (and close) one TCP connection to the endpoint, or raise UnreachableError."""
+    parts = urlsplit(base_url)
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise UnreachableError(
+            f"cannot reach {parts.scheme}://{host}:{port} ({reason}): is the server running and "
+            "is --base-url right?"
+        ) from None
+
+
+def sessions_of(specs: list[RequestSpec]) -> list[list[RequestSpec]]:
+    """Group consecutive specs by session; single-turn workloads give one spec per session."""
+    out: list[list[RequestSpec]] = []
+    for spec in specs:
+        if out and out[-1][0].session == spec.session:
+            out[-1].append(spec)
+        else:
+            out.append([spec])
+    return out
+
+
+class _Engine:
+    def __init__(
+        self,
+        plan: RunPlan,
+        sink: Callable[[RequestRecord], None] | None,
+        progress: Progress,
+    ) -> None:
+        self.plan = plan
+        self.sink = sink
+        self.progress = progress
+        self.records: list[RequestRecord] = []
+        self.transport: Transport = make_transport(
+            plan.transport,
+            plan.base_url,
+            api_key=plan.api_key,
+            max_connections=plan.max_concurrency or plan.concurrency or 0,
+        )
+        self.sem = asyncio.Semaphore(plan.max_concurrency) if plan.max_concurrency else None
+        self.tasks: set[asyncio.Task] = set()
+        self.t0_ns = 0
+        self.stop = asyncio.Event()
+
+    def prepare(self, spec: RequestSpec) -> object:
+        plan = self.plan
+        prompt, messages = plan.workload.render(spec)
+        body = build_body(
+            dialect=plan.dialect,
+            endpoint=plan.endpoint,
+            model=plan.model,
+            prompt=prompt,
+            messages=messages if plan.endpoint == CHAT else None,
+            max_tokens=spec.output_len,
+            ignore_eos=plan.ignore_eos,
+        )
+        return self.transport.prepare(plan.endpoint, body)
+
+    async def one(self, spec: RequestSpec, prepared: object, intended_ns: int) -> None:
+        """Send one request and record it. Cancellation still yields a (cancelled) record."""
+        cap = Capture()
+        progress = self.progress
+        try:
+            if self.sem is not None:
+                async with self.sem:
+                    await self._send(prepared, cap)
+            else:
+                await self._send(prepared, cap)
+        except asyncio.CancelledError:
+            cap.cancelled = True
+            if cap.sent_ns == 0:
+                return  # never left the client: not sent, not counted
+            raise
+        finally:
+            if cap.sent_ns:
+                self._record(spec, cap, intended_ns)
+        if cap.error_kind is None and cap.status == 200:
+            progress.completed += 1
+        else:
+            progress.failed += 1
+
+    async def _send(self, prepared: object, cap: Capture) -> None:
+        self.progress.sent += 1
+        self.progress.in_flight += 1
+        try:
+            await self.transport.send(prepared, cap, self.plan.request_timeout_s)
+        finally:
+            self.progress.in_flight -= 1
+
+    def _record(self, spec: RequestSpec, cap: Capture, intended_ns: int) -> None:
+        rec = to_record(
+            cap,
+            index=spec.index,
+            intended_ns=intended_ns,
+            t0_ns=self.t0_ns,
+            load_point=self.plan.load_point,
+            turn=spec.turn,
+            expected_input_len=spec.input_len,
+            expected_output_len=spec.output_len,
+        )
+        if rec.ok and rec.ttft_ns is not None:
+            recent = self.progress.recent_ttft_ms
+            recent.append(rec.ttft_ns / 1e6)
+            if len(recent) > 2048:
+                del recent[:1024]
+        self.records.append(rec)
+        if self.sink is not None:
+            self.sink(rec)
+
+    async def session(
+        self, turns: list[RequestSpec], first_intended_ns: int, first_prepared
+    ) -> None:
+        intended, prepared = first_intended_ns, first_prepared
+        for i, spec in enumerate(turns):
+            if i:
+                if self.stop.is_set():
+                    return
+                if self.plan.think_time_s:
+                    await asyncio.sleep(self.plan.think_time_s)
+                prepared = self.prepare(spec)
+                intended = perf_counter_ns()
+            await self.one(spec, prepared, intended)
+
+    def spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def open_loop(self, sessions: list[list[RequestSpec]], offsets: np.ndarray) -> None:
+        t0 = self.t0_ns
+        for turns, offset in zip(sessions, offsets, strict=False):
+            if self.stop.is_set():
+                return
+            target = t0 + int(offset * 1e9)
+            prepared = self.prepare(turns[0])
+            delay = (target - perf_counter_ns()) / 1e9
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop.wait(), delay)
+                if self.stop.is_set():
+                    return
+            self.spawn(self.session(turns, target, prepared))
+
+    async def closed_loop(self, sessions: list[list[RequestSpec]], users: int) -> None:
+        queue = iter(sessions)
+        deadline = None
+        if self.plan.duration_s:
+            deadline = self.t0_ns + int(self.plan.duration_s * 1e9)
+
+        async def user() -> None:
+            for turns in queue:
+                if self.stop.is_set() or (deadline and perf_counter_ns() >= deadline):
+                    return
+                prepared = self.prepare(turns[0])
+                await self.session(turns, perf_counter_ns(), prepared)
+                if self.plan.think_time_s:
+                    await asyncio.sleep(self.plan.think_time_s)
+
+        for _ in range(users):
+            self.spawn(user())
+
+
+async def _probe_loop(stop: asyncio.Event, lags: list[int]) -> None:
+    """Measure how late the loop wakes a sleeper: a busy loop delays every timestamp too."""
+    interval_ns = int(LOOP_PROBE_INTERVAL_S * 1e9)
+    while not stop.is_set():
+        expected = perf_counter_ns() + interval_ns
+        await asyncio.sleep(LOOP_PROBE_INTERVAL_S)
+        lags.append(max(0, perf_counter_ns() - expected))
+
+
+async def execute(
+    plan: RunPlan,
+    *,
+    sink: Callable[[RequestRecord], None] | None = None,
+    progress: Progress | None = None,
+    stop: asyncio.Event | None = None,
+    t0_ns: int | None = None,
+) -> RunResult:
+    """Run one load point to the end (or until `stop` is set) and return its records."""
+    progress = progress or Progress()
+    progress.total = len(plan.specs)
+    engine = _Engine(plan, sink, progress)
+    if stop is not None:
+        engine.stop = stop
+    sessions = sessions_of(plan.specs)
+    lags: list[int] = []
+    probe_stop = asyncio.Event()
+    probe = asyncio.ensure_future(_probe_loop(probe_stop, lags))
+    gc.collect()
+    gc.freeze()  # the setup's objects never need scanning again: fewer, shorter GC pauses
+    engine.t0_ns = t0_ns if t0_ns is not None else perf_counter_ns()
+    interrupted = False
+    try:
+        if plan.offsets_s is not None:
+            if len(plan.offsets_s) < len(sessions):
+                sessions = sessions[: len(plan.offsets_s)]
+            scheduler = engine.open_loop(sessions, plan.offsets_s)
+        else:
+            scheduler = engine.closed_loop(sessions, plan.concurrency or 1)
+        sched_task = asyncio.ensure_future(scheduler)
+        stop_wait = asyncio.ensure_future(engine.stop.wait())
+        await asyncio.wait([sched_task, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+        while engine.tasks and not engine.stop.is_set():
+            await asyncio.wait(
+                [*list(engine.tasks), stop_wait], return_when=asyncio.FIRST_COMPLETED
+            )
+        if engine.stop.is_set():
+            interrupted = True
+            sched_task.cancel()
+            for task in list(engine.tasks):
+                task.cancel()
+            await asyncio.gather(sched_task, *engine.tasks, return_exceptions=True)
+        stop_wait.cancel()
+    finally:
+        end_ns = perf_counter_ns()
+        probe_stop.set()
+        probe.cancel()
+        await asyncio.gather(probe, return_exceptions=True)
+        await engine.transport.aclose()
+        gc.unfreeze()
+    lag = np.array(lags, dtype=np.float64) / 1e6 if lags else np.zeros(1)
+    engine.records.sort(key=lambda r: (r.sent_ns, r.index))
+    return RunResult(
+        records=engine.records,
+        duration_s=(end_ns - engine.t0_ns) / 1e9,
+        loop_lag_p99_ms=float(np.percentile(lag, 99)),
+        loop_lag_max_ms=float(lag.max()),
+        interrupted=interrupted,
+        t0_ns=engine.t0_ns,
+    )
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when installed (measured faster per token, see README), else asyncio's own."""
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:
+        return asyncio.new_event_loop()
+
+
+def run_blocking(
+    plan: RunPlan,
+    *,
+    sink: Callable[[RequestRecord], None] | None = None,
+    progress: Progress | None = None,
+    on_tick: Callable[[Progress], None] | None = None,
+    tick_s: float = 0.25,
+    handle_sigint: bool = True,
+) -> RunResult:
+    """Run a plan on a fresh event loop; Ctrl-C stops gently and keeps what was measured."""
+    progress = progress or Progress()
+
+    async def main() -> RunResult:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        if handle_sigint:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signal.SIGINT, stop.set)
+        ticker = None
+        if on_tick is not None:
+
+            async def tick() -> None:
+                while True:
+                    on_tick(progress)
+                    await asyncio.sleep(tick_s)
+
+            ticker = asyncio.ensure_future(tick())
+        try:
+            return await execute(plan, sink=sink, progress=progress, stop=stop)
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+                on_tick(progress)
+            if handle_sigint:
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.remove_signal_handler(signal.SIGINT)
+
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(main())
+
+
+def finite_rate(rate: float | None) -> bool:
+    return rate is not None and not math.isinf(rate)

@@ -1,0 +1,317 @@
+"""Scenario files: one YAML document describing a run's traffic, validated with pydantic.
+
+A scenario holds the load shape, the request mix and the measurement settings. CLI flags
+override its values. An invalid file gets an error naming the file, the line, the field and
+the value, e.g. `chat.yaml line 7: load.request_rate: Input should be greater than 0 (got -2)`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from bench import arrivals
+from bench.metrics import DEFAULT_PERCENTILES, parse_goodput
+from bench.workload import LengthDist, Workload, load_jsonl_prompts, load_sharegpt
+
+
+class ScenarioError(ValueError):
+    """A scenario file or flag value the user must fix; the message says where and how."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Target(_Strict):
+    base_url: str | None = None
+    endpoint: str = "/v1/completions"
+    backend: str = "vllm"
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, v: str) -> str:
+        if v not in ("/v1/completions", "/v1/chat/completions"):
+            raise ValueError("must be /v1/completions or /v1/chat/completions")
+        return v
+
+
+class Rate(_Strict):
+    rate: float = Field(ge=0)
+    duration_s: float = Field(gt=0)
+
+
+class RampSpec(_Strict):
+    start_rate: float = Field(ge=0)
+    end_rate: float = Field(ge=0)
+    duration_s: float = Field(gt=0)
+
+
+class TraceSpec(_Strict):
+    path: str
+    time_scale: float = Field(default=1.0, gt=0)
+    use_lengths: bool = True
+
+
+SHAPES = ("poisson", "constant", "gamma", "on_off", "ramp", "steps", "trace", "closed")
+
+
+class Load(_Strict):
+    shape: Literal["poisson", "constant", "gamma", "on_off", "ramp", "steps", "trace", "closed"] = (
+        "poisson"
+    )
+    request_rate: float = Field(default=math.inf, gt=0)
+    burstiness: float = Field(default=1.0, gt=0)
+    num_prompts: int | None = Field(default=None, gt=0)
+    duration_s: float | None = Field(default=None, gt=0)
+    max_concurrency: int | None = Field(default=None, gt=0)
+    burst: Rate | None = None
+    quiet: Rate | None = None
+    ramp: RampSpec | None = None
+    steps: list[Rate] | None = None
+    trace: TraceSpec | None = None
+    concurrency: int | None = Field(default=None, gt=0)
+    think_time_s: float = Field(default=0.0, ge=0)
+    process: Literal["poisson", "constant"] = "poisson"
+
+    @model_validator(mode="after")
+    def _shape_fields(self) -> Load:
+        needs = {
+            "on_off": ("burst", "quiet"),
+            "ramp": ("ramp",),
+            "steps": ("steps",),
+            "trace": ("trace",),
+            "closed": ("concurrency",),
+        }.get(self.shape, ())
+        missing = [n for n in needs if getattr(self, n) is None]
+        if missing:
+            raise ValueError(f"shape {self.shape!r} needs {', '.join(missing)}")
+        return self
+
+
+class Lengths(_Strict):
+    dist: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
+    mean: int = Field(default=256, gt=0)
+    range_ratio: float = Field(default=0.0, ge=0, lt=1)
+    std: float = Field(default=0.0, ge=0)
+    sigma: float = Field(default=0.5, gt=0)
+    min: int = Field(default=1, ge=1)
+    max: int = Field(default=1_000_000, ge=1)
+
+    def to_dist(self) -> LengthDist:
+        return LengthDist(
+            self.dist, self.mean, self.range_ratio, self.std, self.sigma, self.min, self.max
+        )
+
+
+class WorkloadSpec(_Strict):
+    dataset: Literal["random", "sharegpt", "jsonl", "trace"] = "random"
+    dataset_path: str | None = None
+    input: Lengths = Field(default_factory=lambda: Lengths(mean=1024))
+    output: Lengths = Field(default_factory=lambda: Lengths(mean=128))
+    prefix_ratio: float = Field(default=0.0, ge=0, le=1)
+    num_prefixes: int = Field(default=1, ge=1)
+    turns: int = Field(default=1, ge=1)
+    prompt_format: Literal["text", "token_ids"] = "text"
+    ignore_eos: bool = True
+
+
+class GPUInfo(_Strict):
+    type: str | None = None
+    count: int = Field(default=1, ge=1)
+
+
+class Scenario(_Strict):
+    name: str = "adhoc"
+    description: str = ""
+    target: Target = Field(default_factory=Target)
+    load: Load = Field(default_factory=Load)
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    seed: int = 0
+    goodput: str | None = None
+    percentiles: list[float] = Field(default_factory=lambda: list(DEFAULT_PERCENTILES))
+    percentile_metrics: list[str] = Field(default_factory=lambda: ["ttft", "tpot", "itl", "e2el"])
+    request_timeout_s: float = Field(default=600.0, gt=0)
+    gpu: GPUInfo = Field(default_factory=GPUInfo)
+    label: str | None = None
+
+    @field_validator("goodput")
+    @classmethod
+    def _goodput(cls, v: str | None) -> str | None:
+        parse_goodput(v)
+        return v
+
+    @field_validator("percentiles")
+    @classmethod
+    def _percentiles(cls, v: list[float]) -> list[float]:
+        if not v or any(not 0 < p < 100 for p in v):
+            raise ValueError("percentiles must be between 0 and 100 (exclusive)")
+        return v
+
+    # ------------------------------------------------------------ derived plans
+
+    def num_requests(self) -> int | None:
+        return self.load.num_prompts
+
+    def offsets(self, base_dir: Path | None = None) -> np.ndarray | None:
+        """Intended send offsets (s) for open-loop shapes; None for a closed loop."""
+        load = self.load
+        rng = np.random.default_rng([self.seed, 0])
+        n = load.num_prompts
+        if load.shape == "closed":
+            return None
+        if load.shape in ("poisson", "constant", "gamma"):
+            burstiness = {"poisson": 1.0, "constant": math.inf}.get(load.shape, load.burstiness)
+            if n is None:
+                if load.duration_s is None or math.isinf(load.request_rate):
+                    raise ScenarioError("give load.num_prompts (or a duration and a finite rate)")
+                n = int(math.ceil(load.request_rate * load.duration_s)) + 1
+                out = arrivals.renewal(load.request_rate, n * 2, rng, burstiness=burstiness)
+                return out[out < load.duration_s]
+            return arrivals.renewal(load.request_rate, n, rng, burstiness=burstiness)
+        if load.shape == "on_off":
+            return arrivals.on_off(
+                load.burst.rate,
+                load.burst.duration_s,
+                load.quiet.rate,
+                load.quiet.duration_s,
+                rng,
+                num_requests=n,
+                duration_s=load.duration_s,
+                process=load.process,
+            )
+        if load.shape == "ramp":
+            r = load.ramp
+            return arrivals.ramp(
+                r.start_rate, r.end_rate, r.duration_s, rng, num_requests=n, process=load.process
+            )
+        if load.shape == "steps":
+            levels = [(s.rate, s.duration_s) for s in load.steps]
+            return arrivals.steps(levels, rng, num_requests=n, process=load.process)
+        trace = self.trace(base_dir)
+        return trace.offsets_s
+
+    def trace(self, base_dir: Path | None = None) -> arrivals.Trace:
+        spec = self.load.trace
+        path = _resolve(spec.path, base_dir)
+        return arrivals.load_trace(
+            path, time_scale=spec.time_scale, max_requests=self.load.num_prompts
+        )
+
+    def workload_plan(self, base_dir: Path | None = None) -> Workload:
+        w = self.workload
+        dataset = None
+        if w.dataset in ("sharegpt", "jsonl"):
+            if not w.dataset_path:
+                raise ScenarioError(f"workload.dataset {w.dataset!r} needs workload.dataset_path")
+            path = _resolve(w.dataset_path, base_dir)
+            dataset = load_sharegpt(path) if w.dataset == "sharegpt" else load_jsonl_prompts(path)
+        return Workload(
+            seed=self.seed,
+            input=w.input.to_dist(),
+            output=w.output.to_dist(),
+            prefix_ratio=w.prefix_ratio,
+            num_prefixes=w.num_prefixes,
+            turns=w.turns,
+            prompt_format=w.prompt_format,
+            dataset=dataset,
+        )
+
+
+def _resolve(path: str, base_dir: Path | None) -> Path:
+    p = Path(path)
+    if not p.is_absolute() and base_dir is not None and not p.exists():
+        candidate = base_dir / p
+        if candidate.exists():
+            return candidate
+    return p
+
+
+# ---------------------------------------------------------------- loading with line numbers
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; errors name the file, line, field and value."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ScenarioError(f"scenario file {path} not found") from None
+    return parse_scenario(text, source=str(path))
+
+
+def parse_scenario(
+    text: str, *, source: str = "<scenario>", overrides: dict | None = None
+) -> Scenario:
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ScenarioError(
+            f"{source}{where}: not valid YAML ({getattr(exc, 'problem', exc)})"
+        ) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ScenarioError(
+            f"{source}: a scenario must be a mapping of fields, got {type(data).__name__}"
+        )
+    if overrides:
+        data = deep_merge(data, overrides)
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_format_errors(exc, node, source)) from None
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _format_errors(exc: ValidationError, node: Any, source: str) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+        field = ".".join(str(p) for p in loc) or "(top level)"
+        line = _line_of(node, loc)
+        where = f" line {line}" if line else ""
+        value = err.get("input")
+        shown = "" if isinstance(value, dict) or value is None else f" (got {value!r})"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field; check the spelling against scenarios/README or docs"
+        lines.append(f"{source}{where}: {field}: {msg}{shown}")
+    return "\n".join(lines)
+
+
+def _line_of(node: Any, loc: list) -> int | None:
+    """Line (1-based) of the YAML node at a pydantic error location, as deep as it exists."""
+    best = node.start_mark.line + 1 if node is not None else None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next((v for k, v in node.value if k.value == str(key)), None)
+            if match is None:
+                key_node = next((k for k, _ in node.value if k.value == str(key)), None)
+                return key_node.start_mark.line + 1 if key_node is not None else best
+            node = match
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+        else:
+            break
+        best = node.start_mark.line + 1
+    return best

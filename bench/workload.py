@@ -1,0 +1,216 @@
+"""Request mixes: what each request asks for (prompt, output length, conversation turn).
+
+Lengths are drawn up front (cheap numpy arrays); prompt text is rendered lazily, one request
+at a time, from a generator seeded by (seed, request index), so the same seed always gives
+the same prompts whatever the order requests are rendered in, and a million-request run does
+not hold a million prompts in memory.
+
+Without a tokenizer, synthetic prompts are made of common English words that are one token
+each in Llama/Qwen/GPT tokenizers, so `input_len` words ≈ `input_len` tokens; the server's
+usage field reports the true count, and `prompt_format: token_ids` sends exact token ids to
+servers that accept them on /v1/completions (vLLM, SGLang).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+_WORDS = ["the", "of", "and", "to", "in", "is", "it", "you", "that", "he", "was", "for", "on", "are", "with", "as", "his", "they", "be", "at", "one", "have", "this", "from", "or", "had", "by", "hot", "but", "some", "what", "there", "we", "can", "out", "other", "were", "all", "your", "when", "up", "use", "word", "how", "said", "an", "each", "she", "which", "do", "their", "time", "if", "will", "way", "about", "many", "then", "them", "would", "write", "like", "so", "these", "her", "long", "make", "thing", "see", "him", "two", "has", "look", "more", "day", "could", "go", "come", "did", "my", "sound", "no", "most", "number", "who", "over", "know", "water", "than", "call", "first", "people", "may", "down", "side", "been", "now", "find", "any", "new", "work", "part", "take", "get", "place", "made", "live", "where", "after", "back", "little", "only", "round", "man", "year", "came", "show", "every", "good", "me", "give", "our", "under", "name", "very", "through", "just", "form", "much", "great", "think", "say", "help", "low", "line", "before", "turn", "cause", "same", "mean", "differ", "move", "right", "boy", "old", "too", "does", "tell", "sentence", "set", "three", "want", "air", "well", "also", "play", "small", "end", "put", "home", "read", "hand", "port", "large", "spell", "add", "even", "land", "here", "must", "big", "high", "such", "follow", "act", "why", "ask", "men", "change", "went", "light", "kind", "off", "need", "house", "picture", "try", "us", "again", "animal", "point", "mother", "world", "near", "build", "self", "earth", "father"]
+_WORD_ARRAY = np.array(_WORDS)
+_TOKEN_ID_RANGE = (1000, 30000)  # ordinary word-piece ids in every modern vocabulary
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """A token-length distribution: fixed, uniform (vLLM's range ratio), normal, lognormal."""
+
+    kind: str = "fixed"
+    mean: int = 256
+    range_ratio: float = 0.0
+    std: float = 0.0
+    sigma: float = 0.5
+    min: int = 1
+    max: int = 1_000_000
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        if self.kind == "fixed":
+            out = np.full(n, self.mean, dtype=np.float64)
+        elif self.kind == "uniform":
+            lo = math.floor(self.mean * (1 - self.range_ratio))
+            hi = math.ceil(self.mean * (1 + self.range_ratio))
+            out = rng.integers(lo, hi + 1, size=n).astype(np.float64)
+        elif self.kind == "normal":
+            out = rng.normal(self.mean, self.std, size=n)
+        elif self.kind == "lognormal":
+            # Parameterised by the mean, so `mean` means the same thing for every kind.
+            mu = math.log(self.mean) - self.sigma**2 / 2
+            out = rng.lognormal(mu, self.sigma, size=n)
+        else:
+            raise ValueError(
+                f"unknown length distribution {self.kind!r}: fixed, uniform, normal, lognormal"
+            )
+        return np.clip(np.rint(out), max(1, self.min), self.max).astype(np.int64)
+
+
+@dataclass(slots=True)
+class RequestSpec:
+    """One request to send: lengths, and where its text comes from."""
+
+    index: int
+    input_len: int
+    output_len: int
+    session: int = 0
+    turn: int = 0
+    text: str | None = None  # a dataset prompt; None means synthetic
+    messages: list[dict] | None = None
+
+
+@dataclass
+class Workload:
+    """The request mix of a run: lengths per request plus how to render prompts."""
+
+    seed: int = 0
+    input: LengthDist = field(default_factory=LengthDist)
+    output: LengthDist = field(default_factory=lambda: LengthDist(mean=128))
+    prefix_ratio: float = 0.0  # fraction of each prompt shared across requests (prefix cache)
+    num_prefixes: int = 1  # distinct shared prefixes (requests are spread over them)
+    turns: int = 1  # multi-turn conversations: requests per session
+    prompt_format: str = "text"  # or "token_ids" (completions only)
+    dataset: list[tuple[str | list[dict], int | None]] | None = None  # (prompt, output_len)
+
+    def specs(self, n: int) -> list[RequestSpec]:
+        """The first n requests, in send order (sessions' turns are consecutive)."""
+        rng = np.random.default_rng([self.seed, 1])
+        if self.dataset is not None:
+            return self._dataset_specs(n, rng)
+        ins = self.input.sample(n, rng)
+        outs = self.output.sample(n, rng)
+        turns = max(1, self.turns)
+        return [
+            RequestSpec(i, int(ins[i]), int(outs[i]), session=i // turns, turn=i % turns)
+            for i in range(n)
+        ]
+
+    def _dataset_specs(self, n: int, rng: np.random.Generator) -> list[RequestSpec]:
+        if not self.dataset:
+            raise ValueError("the dataset has no usable prompts")
+        order = rng.permutation(len(self.dataset))
+        outs = self.output.sample(n, rng)
+        specs = []
+        for i in range(n):
+            prompt, out_len = self.dataset[order[i % len(order)]]
+            if isinstance(prompt, list):
+                text = " ".join(str(m.get("content", "")) for m in prompt)
+                messages = prompt
+            else:
+                text, messages = prompt, None
+            specs.append(
+                RequestSpec(
+                    i,
+                    input_len=estimate_tokens(text),
+                    output_len=int(out_len) if out_len else int(outs[i]),
+                    text=text,
+                    messages=messages,
+                )
+            )
+        return specs
+
+    def render(self, spec: RequestSpec) -> tuple[str | list[int], list[dict]]:
+        """(completions prompt, chat messages) for one request."""
+        if spec.text is not None:
+            messages = spec.messages or [{"role": "user", "content": spec.text}]
+            return spec.text, messages
+        rng = np.random.default_rng([self.seed, 2, spec.index])
+        history: list[dict] = []
+        for turn in range(spec.turn):
+            # Earlier turns of this session, re-rendered identically from their own seeds.
+            earlier = spec.index - spec.turn + turn
+            history.append({"role": "user", "content": self._user_text(earlier, spec.input_len)})
+            history.append({"role": "assistant", "content": _words(rng, spec.output_len)})
+        user = self._user_text(spec.index, spec.input_len, rng)
+        messages = [*history, {"role": "user", "content": user}]
+        if self.prompt_format == "token_ids":
+            ids_rng = np.random.default_rng([self.seed, 3, spec.index])
+            ids = ids_rng.integers(*_TOKEN_ID_RANGE, size=spec.input_len).tolist()
+            return ids, messages
+        prompt = "\n".join(m["content"] for m in messages)
+        return prompt, messages
+
+    def _user_text(self, index: int, length: int, rng: np.random.Generator | None = None) -> str:
+        rng = rng or np.random.default_rng([self.seed, 2, index])
+        shared = int(length * self.prefix_ratio)
+        parts = []
+        if shared:
+            group = index % max(1, self.num_prefixes)
+            parts.append(_words(np.random.default_rng([self.seed, 4, group]), shared))
+        parts.append(_words(rng, length - shared))
+        return " ".join(p for p in parts if p)
+
+
+def _words(rng: np.random.Generator, n: int) -> str:
+    if n <= 0:
+        return ""
+    return " ".join(_WORD_ARRAY[rng.integers(0, len(_WORD_ARRAY), size=n)])
+
+
+def estimate_tokens(text: str) -> int:
+    """Rough token count without a tokenizer: ~4 characters per token for English."""
+    return max(1, math.ceil(len(text) / 4))
+
+
+# ---------------------------------------------------------------- datasets
+
+
+def load_sharegpt(path: str | Path) -> list[tuple[str, int | None]]:
+    """ShareGPT JSON: [{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", ...}]}].
+
+    Like vLLM: the first human turn is the prompt and the reply's length is the output length.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"--dataset-path {path}: file not found") from None
+    except ValueError as exc:
+        raise ValueError(f"--dataset-path {path}: not valid JSON ({exc})") from None
+    if not isinstance(data, list):
+        raise ValueError(f"--dataset-path {path}: expected a JSON list of conversations")
+    out = []
+    for item in data:
+        conv = item.get("conversations") or item.get("conversation") or []
+        if len(conv) < 2:
+            continue
+        prompt, reply = conv[0].get("value", ""), conv[1].get("value", "")
+        if prompt and reply:
+            out.append((prompt, estimate_tokens(reply)))
+    if not out:
+        raise ValueError(f"--dataset-path {path}: no conversation with a prompt and a reply")
+    return out
+
+
+def load_jsonl_prompts(path: str | Path) -> list[tuple[str | list[dict], int | None]]:
+    """JSONL of prompts: {"prompt": "..."} or {"messages": [...]}, optional "output_len"."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"--dataset-path {path}: file not found")
+    out = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"{path} line {lineno}: not JSON ({exc})") from None
+        prompt = row.get("messages") or row.get("prompt") or row.get("text")
+        if not prompt:
+            raise ValueError(f"{path} line {lineno}: needs a 'prompt', 'text' or 'messages' field")
+        out_len = row.get("output_len") or row.get("max_tokens")
+        out.append((prompt, int(out_len) if out_len else None))
+    if not out:
+        raise ValueError(f"--dataset-path {path}: no prompts")
+    return out

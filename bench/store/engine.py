@@ -1,0 +1,128 @@
+"""Engine factory: SQLite file by default, any SQLAlchemy URL (PostgreSQL via psycopg 3).
+
+Resolution order: an explicit URL or path, then $TOKENBENCH_DB, then results/tokenbench.db
+relative to the current directory. A plain path means a SQLite file. SQLite runs in WAL mode
+so the dashboard can read while a run writes, with synchronous=NORMAL (a commit survives a
+killed process; only an OS crash can lose the last commits) and a bounded busy timeout so a
+locked database becomes an error instead of a hang. URLs shown to users hide the password.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from pathlib import Path
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.exc import ArgumentError
+
+from bench.store.errors import StoreError
+
+ENV_VAR = "TOKENBENCH_DB"
+DEFAULT_PATH = Path("results") / "tokenbench.db"
+DEFAULT_BUSY_TIMEOUT_S = 10.0
+
+_cache: dict[str, Engine] = {}
+_cache_lock = threading.Lock()
+
+
+def resolve_url(db: str | None = None) -> URL:
+    """The URL a command will use: explicit, else $TOKENBENCH_DB, else the default file."""
+    raw = db or os.environ.get(ENV_VAR) or str(DEFAULT_PATH)
+    if "://" not in raw:
+        return URL.create("sqlite", database=str(Path(raw).expanduser().resolve()))
+    try:
+        url = make_url(raw)
+    except ArgumentError:
+        raise StoreError(f"--db {safe_url_text(raw)!r} is not a database URL or path") from None
+    if url.drivername in ("postgresql", "postgres"):
+        url = url.set(drivername="postgresql+psycopg")  # psycopg 3, not psycopg2
+    database = url.database or ""
+    is_file = database not in ("", ":memory:") and not database.startswith("file:")
+    if url.drivername.startswith("sqlite") and is_file:
+        url = url.set(database=str(Path(database).expanduser().resolve()))
+    return url
+
+
+def safe_url_text(url: str | URL) -> str:
+    """A URL fit for messages and logs: the password replaced by ***."""
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+    except ArgumentError:
+        return "<unparseable database URL>"
+    return parsed.render_as_string(hide_password=True)
+
+
+def describe(engine: Engine) -> str:
+    """How error messages name a database: the SQLite file path or the redacted URL."""
+    url = engine.url
+    if url.get_backend_name() == "sqlite":
+        return f"SQLite database {url.database}"
+    return f"database {safe_url_text(url)}"
+
+
+def make_engine(
+    db: str | URL | None = None, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S
+) -> Engine:
+    """A new Engine for the URL/path (creating the SQLite file's folder); no schema check."""
+    url = db if isinstance(db, URL) else resolve_url(db)
+    if url.get_backend_name() == "sqlite":
+        database = url.database or ""
+        if database and database != ":memory:" and not database.startswith("file:"):
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            url, connect_args={"timeout": busy_timeout_s, "check_same_thread": False}
+        )
+        _install_sqlite_pragmas(engine, busy_timeout_s)
+        return engine
+    if url.get_backend_name() == "postgresql":
+        connect_args = {"connect_timeout": 10, "application_name": "tokenbench"}
+        return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+    return create_engine(url)
+
+
+def _install_sqlite_pragmas(engine: Engine, busy_timeout_s: float) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record) -> None:  # noqa: ANN001 - DBAPI objects
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        # A read-only file cannot switch journal mode; it keeps the one it has.
+        with contextlib.suppress(Exception):
+            cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.execute("PRAGMA temp_store = MEMORY")
+        cur.execute("PRAGMA cache_size = -65536")  # 64 MiB page cache
+        cur.close()
+
+
+def get_engine(db: str | Engine | None = None) -> Engine:
+    """The shared, schema-checked Engine for db (an Engine passes through after a check).
+
+    Creates the schema in an empty database; raises SchemaTooNewError / SchemaOutdatedError
+    when the database's revision is not this code's.
+    """
+    from bench.store.migrations import ensure_schema
+
+    if isinstance(db, Engine):
+        ensure_schema(db)
+        return db
+    url = resolve_url(db)
+    key = url.render_as_string(hide_password=False)
+    with _cache_lock:
+        engine = _cache.get(key)
+        if engine is None:
+            engine = make_engine(url)
+            ensure_schema(engine)
+            _cache[key] = engine
+    return engine
+
+
+def dispose_all() -> None:
+    """Close every cached engine (tests, and before deleting a database file)."""
+    with _cache_lock:
+        for engine in _cache.values():
+            engine.dispose()
+        _cache.clear()

@@ -1,0 +1,19 @@
+"""Store errors: one exception family, each message naming the database (never its password)."""
+
+from __future__ import annotations
+
+
+class StoreError(RuntimeError):
+    """A database problem the user can act on: locked, read-only, full, unreachable, too new."""
+
+
+class SchemaTooNewError(StoreError):
+    """The database was migrated by a newer tokenbench than this one."""
+
+
+class SchemaOutdatedError(StoreError):
+    """The database predates this tokenbench's schema; `tokenbench db upgrade` fixes it."""
+
+
+class RunNotFoundError(StoreError, LookupError):
+    """No run matches the id, id prefix or name given (or more than one does)."""

@@ -1,0 +1,112 @@
+"""Alembic migrations shipped inside the package, driven from Python (no alembic.ini).
+
+`upgrade(db)` brings a database to this code's head revision (`tokenbench db upgrade`).
+`ensure_schema(engine)` runs whenever a store opens a database: it creates the schema in an
+empty database, and refuses, with a message saying what to do, a database stamped with a
+revision this code does not know (made by a newer tokenbench) or an older one.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import inspect
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from bench.store.errors import SchemaOutdatedError, SchemaTooNewError, StoreError
+
+HERE = Path(__file__).resolve().parent
+_checked: set[int] = set()
+_lock = threading.Lock()
+
+
+def alembic_config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(HERE))
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def known_revisions() -> set[str]:
+    return {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The database's stamped revision (None for a database tokenbench never touched)."""
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(db: str | Engine | None = None) -> str:
+    """Migrate db to the head revision and return it; refuses a newer database."""
+    from alembic import command
+
+    from bench.store.engine import describe, make_engine
+
+    engine = db if isinstance(db, Engine) else make_engine(db)
+    _refuse_newer(engine)
+    config = alembic_config()
+    try:
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+    except SQLAlchemyError as exc:
+        raise StoreError(f"{describe(engine)}: upgrade failed: {exc.orig or exc}") from exc
+    with _lock:
+        _checked.add(id(engine))
+    return head_revision()
+
+
+def _refuse_newer(engine: Engine) -> str | None:
+    from bench.store.engine import describe
+
+    try:
+        rev = current_revision(engine)
+    except SQLAlchemyError as exc:
+        raise StoreError(f"cannot open {describe(engine)}: {exc.orig or exc}") from exc
+    if rev is not None and rev not in known_revisions():
+        raise SchemaTooNewError(
+            f"{describe(engine)} has schema revision {rev}, made by a newer tokenbench than "
+            f"this one (which knows up to {head_revision()}); upgrade tokenbench "
+            "(pip install -U tokenbench) to read it"
+        )
+    return rev
+
+
+def ensure_schema(engine: Engine) -> None:
+    """Create the schema in an empty database; check the revision of an existing one."""
+    from bench.store.engine import describe
+
+    with _lock:
+        if id(engine) in _checked:
+            return
+    rev = _refuse_newer(engine)
+    if rev is None:
+        try:
+            existing = set(inspect(engine).get_table_names())
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot open {describe(engine)}: {exc.orig or exc}") from exc
+        if "runs" in existing:
+            raise SchemaOutdatedError(
+                f"{describe(engine)} has tokenbench tables but no schema revision; "
+                "run `tokenbench db upgrade` after backing it up"
+            )
+        upgrade(engine)
+        return
+    if rev != head_revision():
+        raise SchemaOutdatedError(
+            f"{describe(engine)} has schema revision {rev}, older than this tokenbench's "
+            f"{head_revision()}; run `tokenbench db upgrade --db ...` (back it up first)"
+        )
+    with _lock:
+        _checked.add(id(engine))

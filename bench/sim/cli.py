@@ -1,0 +1,125 @@
+"""`tokenbench sim ...`: serve a simulated endpoint, list the GPU and model profiles.
+
+The lead engineer mounts `sim_app` on the main CLI; each command is a thin shell over the
+library (bench.sim.server, bench.sim.profiles).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from bench.sim.profiles import ProfileError, efficiency_sources, load_gpus, load_models
+from bench.sim.roofline import Deployment
+
+sim_app = typer.Typer(
+    help="The simulated GPU endpoint (results are simulated).", no_args_is_help=True
+)
+console = Console()
+
+
+@sim_app.command()
+def serve(
+    gpu: str = typer.Option("B200", help="GPU profile or alias (see `sim gpus`)"),
+    model: str = typer.Option("llama-3.3-70b", help="model profile (see `sim models`)"),
+    precision: str = typer.Option("fp8", help="bf16, fp8, fp4 (nvfp4), mxfp4"),
+    tp: int = typer.Option(1, help="tensor-parallel degree"),
+    host: str = typer.Option("127.0.0.1", help="address to bind"),
+    port: int = typer.Option(8100, help="port to bind"),
+    max_num_seqs: int | None = typer.Option(None, help="vLLM --max-num-seqs (default 256)"),
+    max_num_batched_tokens: int | None = typer.Option(
+        None, help="vLLM --max-num-batched-tokens (default 8192)"
+    ),
+    default_max_tokens: int = typer.Option(
+        256, help="output length of chat requests without max_tokens"
+    ),
+) -> None:
+    """Run an OpenAI-compatible server that emits tokens at their simulated times."""
+    from bench.sim.server import run_server
+    from bench.sim.virtual import build_engine
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        engine = build_engine(gpu, model, precision, tp, max_num_seqs, max_num_batched_tokens)
+    except (ProfileError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    dep = engine.dep
+    console.print(
+        f"[bold]SIMULATED[/bold] {dep.label}: KV cache {engine.capacity_tokens:,} tokens, "
+        f"batch-1 decode step {dep.step_time(1, 1, 0, 0) * 1e3:.1f} ms; "
+        f"http://{host}:{port}/v1  (Ctrl-C to stop)"
+    )
+    run_server(engine, dep.model.name, host, port, default_max_tokens)
+
+
+@sim_app.command()
+def gpus() -> None:
+    """List the GPU profiles (gpus.yaml) and the efficiency parameters with their sources."""
+    table = Table(title="GPU profiles (bench/sim/profiles/gpus.yaml)")
+    for col in [
+        "name",
+        "aliases",
+        "HBM GB",
+        "TB/s",
+        "BF16",
+        "FP8",
+        "FP4",
+        "TDP W",
+        "scale-up GB/s",
+    ]:
+        table.add_column(col)
+    for g in load_gpus().values():
+        tf = [f"{g.tflops.get(p):,.0f}" if g.tflops.get(p) else "-" for p in ("bf16", "fp8", "fp4")]
+        table.add_row(
+            g.name,
+            ", ".join(g.aliases),
+            f"{g.hbm_gb:g}",
+            f"{g.hbm_bw_tbs:g}",
+            *tf,
+            f"{g.tdp_w:,.0f}",
+            f"{g.scale_up_gbps:g}",
+        )
+    console.print(table)
+    eff = Table(title="Roofline efficiency parameters")
+    eff.add_column("parameter")
+    eff.add_column("source")
+    for k, v in efficiency_sources().items():
+        eff.add_row(k, v)
+    console.print(eff)
+
+
+@sim_app.command()
+def models() -> None:
+    """List the model profiles (models.yaml) with derived weight and KV sizes."""
+    table = Table(title="Model profiles (bench/sim/profiles/models.yaml)")
+    for col in [
+        "name",
+        "arch",
+        "params B",
+        "active B",
+        "layers",
+        "KV/token FP8",
+        "FP8 weights GB",
+        "1xB200 FP8 KV tokens",
+    ]:
+        table.add_column(col)
+    for m in load_models().values():
+        try:
+            kv = f"{Deployment.build('B200', m, 'fp8').kv_capacity_tokens():,}"
+        except ValueError:
+            kv = "does not fit"
+        table.add_row(
+            m.name,
+            m.arch,
+            f"{m.params_b:g}",
+            f"{m.active_params_b:g}",
+            str(m.layers),
+            f"{m.kv_bytes_per_token('fp8') / 1024:.1f} KiB",
+            f"{m.weight_bytes('fp8') / 1e9:.1f}",
+            kv,
+        )
+    console.print(table)

@@ -229,7 +229,15 @@ def load_trace(
     def lens(col):
         if col is None:
             return None
-        return np.array([int(float(rows[i][col])) for i in order], dtype=np.int64)
+        out = np.empty(len(order), dtype=np.int64)
+        for j, i in enumerate(order):
+            try:
+                out[j] = int(float(rows[i][col]))
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(
+                    f"trace file {path} row {i + 1}: {col!r} missing or not a number"
+                ) from None
+        return out
 
     return Trace(times, lens(icol), lens(ocol))
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import math
 import signal
 import socket
 from collections.abc import Callable
@@ -369,5 +368,67 @@ def run_blocking(
         return runner.run(main())
 
 
-def finite_rate(rate: float | None) -> bool:
-    return rate is not None and not math.isinf(rate)
+def plan_from_scenario(
+    scenario,
+    *,
+    base_dir=None,
+    api_key: str | None = None,
+    transport: str = "raw",
+    load_point: int = 0,
+) -> RunPlan:
+    """Resolve a Scenario (bench.scenario) into the plan of one load point."""
+    from bench.backends.openai import get_dialect
+
+    target, load = scenario.target, scenario.load
+    if not target.base_url:
+        raise ValueError("no endpoint: give --base-url (or target.base_url in the scenario)")
+    workload = scenario.workload_plan(base_dir)
+    offsets = scenario.offsets(base_dir)
+    if offsets is not None:
+        n_sessions = len(offsets)
+        specs = workload.specs(n_sessions * max(1, workload.turns))
+        if load.shape == "trace" and load.trace.use_lengths and workload.dataset is None:
+            trace = scenario.trace(base_dir)
+            for spec in specs:
+                if trace.input_lens is not None:
+                    spec.input_len = int(trace.input_lens[spec.session])
+                if trace.output_lens is not None:
+                    spec.output_len = max(1, int(trace.output_lens[spec.session]))
+    else:
+        n = load.num_prompts
+        if n is None:
+            if load.duration_s is None:
+                raise ValueError("a closed loop needs load.num_prompts or load.duration_s")
+            n = 1_000_000  # bounded by the duration instead
+        specs = workload.specs(n)
+    return RunPlan(
+        base_url=target.base_url.rstrip("/"),
+        endpoint=target.endpoint,
+        dialect=get_dialect(target.backend),
+        model=target.model or "",
+        workload=workload,
+        specs=specs,
+        offsets_s=offsets,
+        concurrency=load.concurrency if offsets is None else None,
+        max_concurrency=load.max_concurrency,
+        think_time_s=load.think_time_s,
+        duration_s=load.duration_s if offsets is None else None,
+        request_timeout_s=scenario.request_timeout_s,
+        ignore_eos=scenario.workload.ignore_eos,
+        api_key=api_key,
+        transport=transport,
+        load_point=load_point,
+    )
+
+
+def discover_model(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> str | None:
+    """The first model the server lists at /v1/models, as vLLM's client does when none is given."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        r = httpx.get(f"{base_url.rstrip('/')}/v1/models", headers=headers, timeout=timeout_s)
+        data = r.json().get("data") or []
+        return data[0]["id"] if data else None
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, AttributeError):
+        return None

@@ -1,0 +1,5 @@
+"""`python -m bench` is the same as the `tokenbench` command."""
+
+from bench.cli import app
+
+app()

@@ -1,0 +1,272 @@
+"""The `tokenbench` command: each sub-command is a thin shell over a library call.
+
+Flag names follow `vllm bench serve` where one exists, so users can carry their commands over.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bench.console import console, err_console, print_summary
+from bench.metrics import (
+    broken_thresholds,
+    parse_goodput,
+    parse_thresholds,
+    summarize,
+)
+from bench.scenario import ScenarioError, deep_merge, parse_scenario
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Benchmark LLM inference endpoints: TTFT, TPOT, ITL, P99 under bursty load, $/Mtok.",
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """tokenbench: measure what an LLM deployment costs and how it feels to its users."""
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print one clear line (no traceback) and return the Exit to raise."""
+    err_console.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+def _rate(value: str | None) -> float | None:
+    if value is None:
+        return None
+    if value.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    try:
+        rate = float(value)
+    except ValueError:
+        raise fail(f"--request-rate {value!r}: expected a number of requests/s or 'inf'") from None
+    if rate <= 0:
+        raise fail(f"--request-rate {value!r}: must be > 0 (or 'inf')")
+    return rate
+
+
+def _csv_floats(value: str | None, flag: str) -> list[float] | None:
+    if value is None:
+        return None
+    try:
+        return [float(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise fail(f"{flag} {value!r}: expected comma-separated numbers, e.g. 50,90,99") from None
+
+
+def flag_overrides(
+    *,
+    base_url=None,
+    endpoint=None,
+    backend=None,
+    model=None,
+    num_prompts=None,
+    request_rate=None,
+    burstiness=None,
+    max_concurrency=None,
+    concurrency=None,
+    think_time=None,
+    duration=None,
+    random_input_len=None,
+    random_output_len=None,
+    random_range_ratio=None,
+    dataset_name=None,
+    dataset_path=None,
+    percentile_metrics=None,
+    metric_percentiles=None,
+    goodput=None,
+    seed=None,
+    ignore_eos=None,
+    request_timeout=None,
+    gpu=None,
+    num_gpus=None,
+    label=None,
+) -> dict:
+    """Flags -> a partial scenario dict; only flags the user gave are present."""
+    o: dict = {}
+
+    def put(path: str, value) -> None:
+        if value is None:
+            return
+        node = o
+        *parents, leaf = path.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+
+    put("target.base_url", base_url)
+    put("target.endpoint", endpoint)
+    put("target.backend", backend)
+    put("target.model", model)
+    put("load.num_prompts", num_prompts)
+    rate = _rate(request_rate)
+    if rate is not None:
+        put("load.request_rate", rate)
+        put("load.shape", "gamma" if burstiness not in (None, 1.0) else "poisson")
+    put("load.burstiness", burstiness)
+    if burstiness is not None and rate is None:
+        put("load.shape", "gamma")
+    put("load.max_concurrency", max_concurrency)
+    if concurrency is not None:
+        put("load.shape", "closed")
+        put("load.concurrency", concurrency)
+    put("load.think_time_s", think_time)
+    put("load.duration_s", duration)
+    if random_input_len is not None or random_range_ratio is not None:
+        put("workload.input.mean", random_input_len)
+    if random_output_len is not None:
+        put("workload.output.mean", random_output_len)
+    if random_range_ratio is not None:
+        dist = "uniform" if random_range_ratio > 0 else "fixed"
+        for side in ("input", "output"):
+            put(f"workload.{side}.dist", dist)
+            put(f"workload.{side}.range_ratio", random_range_ratio)
+    put("workload.dataset", dataset_name)
+    put("workload.dataset_path", dataset_path)
+    if percentile_metrics is not None:
+        put("percentile_metrics", [m.strip() for m in percentile_metrics.split(",") if m.strip()])
+    put("percentiles", _csv_floats(metric_percentiles, "--metric-percentiles"))
+    if goodput:
+        put("goodput", " ".join(goodput))
+    put("seed", seed)
+    put("workload.ignore_eos", ignore_eos)
+    put("request_timeout_s", request_timeout)
+    put("gpu.type", gpu)
+    put("gpu.count", num_gpus)
+    put("label", label)
+    return o
+
+
+def resolve_scenario(scenario_file: Path | None, overrides: dict, defaults: dict | None = None):
+    """Scenario file (if any) < flags. Errors name the file line or the flag."""
+    text, source = "", "<flags>"
+    if scenario_file is not None:
+        try:
+            text = scenario_file.read_text()
+        except OSError as exc:
+            raise fail(f"--scenario {scenario_file}: {exc.strerror or exc}") from None
+        source = str(scenario_file)
+    merged = deep_merge(defaults or {}, overrides)
+    try:
+        return parse_scenario(text, source=source, overrides=merged)
+    except ScenarioError as exc:
+        raise fail(str(exc)) from None
+
+
+RUN_DEFAULTS = {"load": {"num_prompts": 1000}}
+
+
+@app.command("run")
+def run_command(
+    base_url: Annotated[str | None, typer.Option("--base-url", help="Server URL, e.g. http://127.0.0.1:8000")] = None,
+    endpoint: Annotated[str | None, typer.Option(help="/v1/completions or /v1/chat/completions")] = None,
+    backend: Annotated[str | None, typer.Option(help="vllm, sglang, trtllm or openai: which extra fields force the output length")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name; default: the first one /v1/models lists")] = None,
+    scenario: Annotated[Path | None, typer.Option("--scenario", help="Scenario YAML; flags override its values")] = None,
+    num_prompts: Annotated[int | None, typer.Option("--num-prompts", min=1)] = None,
+    request_rate: Annotated[str | None, typer.Option("--request-rate", help="Requests/s, or inf to send all at once")] = None,
+    burstiness: Annotated[float | None, typer.Option(help="Gamma shape: 1 = Poisson, <1 burstier, >1 steadier")] = None,
+    max_concurrency: Annotated[int | None, typer.Option("--max-concurrency", min=1)] = None,
+    concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="Closed loop: this many users, each sending as soon as its last reply ends")] = None,
+    think_time: Annotated[float | None, typer.Option("--think-time", min=0, help="Closed loop: seconds a user waits between requests")] = None,
+    duration: Annotated[float | None, typer.Option("--duration", help="Stop starting requests after this many seconds")] = None,
+    random_input_len: Annotated[int | None, typer.Option("--random-input-len", min=1)] = None,
+    random_output_len: Annotated[int | None, typer.Option("--random-output-len", min=1)] = None,
+    random_range_ratio: Annotated[float | None, typer.Option("--random-range-ratio", min=0, max=0.999)] = None,
+    dataset_name: Annotated[str | None, typer.Option("--dataset-name", help="random, sharegpt or jsonl")] = None,
+    dataset_path: Annotated[str | None, typer.Option("--dataset-path")] = None,
+    percentile_metrics: Annotated[str | None, typer.Option("--percentile-metrics", help="e.g. ttft,tpot,itl,e2el")] = None,
+    metric_percentiles: Annotated[str | None, typer.Option("--metric-percentiles", help="e.g. 50,90,99,99.9")] = None,
+    goodput: Annotated[list[str] | None, typer.Option("--goodput", help="SLO per metric in ms, e.g. ttft:500 tpot:50")] = None,
+    seed: Annotated[int | None, typer.Option()] = None,
+    ignore_eos: Annotated[bool | None, typer.Option("--ignore-eos/--no-ignore-eos", help="Force exactly the requested output length")] = None,
+    request_timeout: Annotated[float | None, typer.Option("--request-timeout", help="Seconds one request may take")] = None,
+    api_key: Annotated[str | None, typer.Option("--api-key", help="Bearer token; default from $OPENAI_API_KEY. Never stored.")] = None,
+    transport: Annotated[str, typer.Option(help="raw (default, leanest) or httpx")] = "raw",
+    summary_json: Annotated[Path | None, typer.Option("--summary-json", help="Write the summary JSON contract here")] = None,
+    fail_on: Annotated[str | None, typer.Option("--fail-on", help="e.g. 'p99_ttft_ms<800,error_rate<0.01': exit 1 if broken")] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU type served (recorded with the run), e.g. H100-SXM")] = None,
+    num_gpus: Annotated[int | None, typer.Option("--num-gpus", min=1)] = None,
+    label: Annotated[str | None, typer.Option(help="A name for this run")] = None,
+    db: Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL; default $TOKENBENCH_DB or results/tokenbench.db")] = None,
+    no_store: Annotated[bool, typer.Option("--no-store", help="Do not write the run to the database")] = False,
+) -> None:
+    """Benchmark one endpoint at one load point (like `vllm bench serve`)."""
+    from bench.runner import UnreachableError, check_reachable, discover_model, plan_from_scenario
+
+    try:
+        thresholds = parse_thresholds(fail_on)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    overrides = flag_overrides(
+        base_url=base_url, endpoint=endpoint, backend=backend, model=model,
+        num_prompts=num_prompts, request_rate=request_rate, burstiness=burstiness,
+        max_concurrency=max_concurrency, concurrency=concurrency, think_time=think_time,
+        duration=duration, random_input_len=random_input_len,
+        random_output_len=random_output_len, random_range_ratio=random_range_ratio,
+        dataset_name=dataset_name, dataset_path=dataset_path,
+        percentile_metrics=percentile_metrics, metric_percentiles=metric_percentiles,
+        goodput=goodput, seed=seed, ignore_eos=ignore_eos, request_timeout=request_timeout,
+        gpu=gpu, num_gpus=num_gpus, label=label,
+    )  # fmt: skip
+    sc = resolve_scenario(scenario, overrides, RUN_DEFAULTS)
+    key = api_key or os.environ.get(sc.target.api_key_env)
+    if not sc.target.base_url:
+        raise fail("no endpoint: give --base-url (or target.base_url in the scenario)")
+    try:
+        check_reachable(sc.target.base_url)
+    except UnreachableError as exc:
+        raise fail(str(exc)) from None
+    if not sc.target.model:
+        sc.target.model = discover_model(sc.target.base_url, key) or "default"
+    base_dir = scenario.parent if scenario else None
+    try:
+        plan = plan_from_scenario(sc, base_dir=base_dir, api_key=key, transport=transport)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+
+    from bench.session import run_and_store
+    from bench.store.errors import StoreError
+
+    try:
+        result, summary, run_id = run_and_store(sc, plan, db_url=db, store=not no_store)
+    except StoreError as exc:
+        raise fail(str(exc)) from None
+    print_summary(summary, title=f"Results: {sc.name} → {sc.target.base_url}")
+    if run_id:
+        console.print(f"Stored as run [bold]{run_id}[/]  (tokenbench show {run_id})")
+    if summary_json is not None:
+        summary_json.parent.mkdir(parents=True, exist_ok=True)
+        summary_json.write_text(json.dumps(summary.to_json(), indent=2))
+    broken = broken_thresholds(summary, thresholds)
+    for line in broken:
+        err_console.print(f"[bold red]FAIL[/] {line}")
+    if broken:
+        raise typer.Exit(1)
+    if summary.interrupted:
+        raise typer.Exit(130)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+__all__ = ["app", "fail", "flag_overrides", "parse_goodput", "resolve_scenario", "summarize"]
+
+
+# ---------------------------------------------------------------- other rooms' commands
+from bench.cost_cli import prices_command  # noqa: E402
+
+app.command("prices", help="List the GPU pricing catalogue ($/GPU-hour per tier, with sources).")(
+    prices_command
+)

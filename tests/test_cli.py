@@ -1,0 +1,127 @@
+"""`tokenbench run` as a user runs it: flags, summary JSON contract, --fail-on, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+SUMMARY_KEYS = {
+    "interrupted",
+    "completed",
+    "failed",
+    "errors",
+    "duration_s",
+    "throughput",
+    "metrics",
+    "goodput_requests_per_s",
+    "send_lag_ms",
+    "client_limited",
+}
+STAT_KEYS = {"mean", "std", "p50", "p90", "p95", "p99", "p99.9"}
+
+
+def tokenbench(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )
+
+
+@pytest.fixture
+def db(tmp_path):
+    return f"sqlite:///{tmp_path / 'tb.db'}"
+
+
+def test_summary_json_contract_and_goodput(fake_server, tmp_path, db):
+    out = tmp_path / "summary.json"
+    proc = tokenbench(
+        "run", "--base-url", fake_server.url, "--num-prompts", "30", "--request-rate", "60",
+        "--random-input-len", "20", "--random-output-len", "11", "--goodput", "ttft:500",
+        "--goodput", "tpot:5", "--summary-json", str(out), "--db", db,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(out.read_text())
+    assert set(s) == SUMMARY_KEYS
+    assert set(s["throughput"]) == {"requests_per_s", "output_tokens_per_s", "total_tokens_per_s"}
+    assert set(s["metrics"]) == {"ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"}
+    assert all(set(v) == STAT_KEYS for v in s["metrics"].values())
+    assert set(s["send_lag_ms"]) == {"p50", "p99", "max"}
+    assert s["completed"] == 30 and s["failed"] == 0 and s["errors"] == {}
+    assert s["interrupted"] is False and s["client_limited"] is False
+    assert s["metrics"]["tpot_ms"]["p50"] == pytest.approx(10, abs=0.5)
+    # TPOT 10 ms breaks the 5 ms goodput SLO for every request.
+    assert s["goodput_requests_per_s"] == 0.0
+    assert "Output token throughput" in proc.stdout and "TTFT" in proc.stdout
+
+
+def test_fail_on_exit_code(fake_server, db):
+    args = ["run", "--base-url", fake_server.url, "--num-prompts", "8", "--request-rate", "inf",
+            "--random-output-len", "4", "--db", db]  # fmt: skip
+    ok = tokenbench(*args, "--fail-on", "p99_ttft_ms<2000,error_rate<0.01")
+    assert ok.returncode == 0, ok.stderr
+    broken = tokenbench(*args, "--fail-on", "p99_ttft_ms<1,error_rate<0.01")
+    assert broken.returncode == 1
+    assert "p99_ttft_ms<1 broken" in broken.stderr
+    bad = tokenbench(*args, "--fail-on", "p99_ttft<5")
+    assert bad.returncode == 2 and "unknown metric 'p99_ttft'" in bad.stderr
+
+
+def test_unreachable_base_url_fails_fast_in_one_line(db):
+    t = time.monotonic()
+    proc = tokenbench("run", "--base-url", "http://127.0.0.1:9", "--db", db)
+    assert proc.returncode == 2
+    assert time.monotonic() - t < 20
+    assert "cannot reach http://127.0.0.1:9" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_flag_values_are_one_line_errors(fake_server, tmp_path, db):
+    proc = tokenbench("run", "--base-url", fake_server.url, "--request-rate", "fast", "--db", db)
+    assert proc.returncode == 2 and "--request-rate 'fast'" in proc.stderr
+    bad = tmp_path / "s.yaml"
+    bad.write_text("load:\n  shape: ramp\n")
+    proc = tokenbench("run", "--base-url", fake_server.url, "--scenario", str(bad), "--db", db)
+    assert proc.returncode == 2 and "needs ramp" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_ctrl_c_keeps_a_partial_summary_marked_interrupted(server_factory, tmp_path, db):
+    server = server_factory("--ttft-ms", "20", "--itl-ms", "20")
+    out = tmp_path / "s.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "run", "--base-url", server.url, "--num-prompts", "400",
+         "--request-rate", "20", "--random-output-len", "10", "--summary-json", str(out),
+         "--db", db],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    s = json.loads(out.read_text())
+    assert s["interrupted"] is True
+    assert 10 < s["completed"] < 400
+    assert "Interrupted" in stdout
+    # Requests in flight at Ctrl-C are counted as cancelled, not lost and not failed.
+    assert s["errors"].get("cancelled", 0) >= 1
+    assert s["failed"] == 0
+
+
+def test_closed_loop_flags_and_chat_endpoint(fake_server, tmp_path, db):
+    out = tmp_path / "s.json"
+    proc = tokenbench(
+        "run", "--base-url", fake_server.url, "--endpoint", "/v1/chat/completions",
+        "--concurrency", "4", "--num-prompts", "12", "--random-output-len", "6",
+        "--backend", "sglang", "--summary-json", str(out), "--db", db,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(out.read_text())
+    assert s["completed"] == 12

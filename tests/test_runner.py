@@ -1,0 +1,175 @@
+"""End-to-end: the runner against the deterministic fake server, checked against its truth."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.backends.openai import get_dialect
+from bench.metrics import summarize
+from bench.records import (
+    ERR_CONNECT,
+    ERR_HTTP_4XX,
+    ERR_HTTP_5XX,
+    ERR_HTTP_429,
+    ERR_MALFORMED,
+    ERR_NO_DONE,
+    ERR_RESET,
+    ERR_RESET_MID_STREAM,
+    ERR_STREAM_ERROR,
+    ERR_TIMEOUT,
+)
+from bench.runner import RunPlan, run_blocking
+from bench.workload import LengthDist, Workload
+
+TTFT_MS, ITL_MS = 50.0, 10.0
+
+
+def plan(url: str, n: int, *, out_len: int = 16, rate: float | None = 50.0, **kw) -> RunPlan:
+    workload = Workload(seed=3, input=LengthDist(mean=32), output=LengthDist(mean=out_len))
+    offsets = None if rate is None else np.arange(n) / rate
+    defaults = dict(
+        base_url=url,
+        endpoint="/v1/completions",
+        dialect=get_dialect("vllm"),
+        model="fake-model",
+        workload=workload,
+        specs=workload.specs(n),
+        offsets_s=offsets,
+    )
+    defaults.update(kw)
+    return RunPlan(**defaults)
+
+
+@pytest.mark.parametrize("transport", ["raw", "httpx"])
+@pytest.mark.parametrize("endpoint", ["/v1/completions", "/v1/chat/completions"])
+def test_timings_match_server_truth(fake_server, transport, endpoint):
+    result = run_blocking(
+        plan(fake_server.url, 40, out_len=20, endpoint=endpoint, transport=transport),
+        handle_sigint=False,
+    )
+    s = summarize(result.records)
+    assert s.completed == 40 and s.failed == 0
+    assert s.total_output_tokens == 40 * 20
+    # Server truth: TTFT 50 ms, ITL 10 ms, so TPOT 10 ms and E2EL 50 + 19 * 10 = 240 ms.
+    assert s.metrics["ttft"].percentiles["p50"] == pytest.approx(TTFT_MS, abs=3)
+    assert s.metrics["tpot"].percentiles["p50"] == pytest.approx(ITL_MS, abs=0.5)
+    assert s.metrics["itl"].percentiles["p50"] == pytest.approx(ITL_MS, abs=1.5)
+    assert s.metrics["e2el"].percentiles["p50"] == pytest.approx(240, abs=5)
+    assert all(r.token_count_source == "usage" for r in result.records)
+    assert all(len(r.chunk_times_ns) == 20 for r in result.records)
+    assert all(r.prompt_tokens == 32 for r in result.records)
+
+
+def test_every_fault_counted_under_its_kind(server_factory):
+    faults = {
+        2: "http_500",
+        3: "http_429",
+        5: "http_400",
+        7: "reset_before",
+        11: "reset_mid",
+        13: "malformed",
+        17: "stream_error",
+        19: "stall",
+        23: "no_done",
+    }
+    args = [a for every, kind in faults.items() for a in ("--fault", f"{every}:{kind}")]
+    server = server_factory("--ttft-ms", "5", "--itl-ms", "2", *args)
+    n = 60
+    # Sequential requests (closed loop, one user) so request k is the server's k-th.
+    result = run_blocking(
+        plan(server.url, n, out_len=8, rate=None, concurrency=1, request_timeout_s=0.5),
+        handle_sigint=False,
+    )
+    expected: dict[str, int] = {}
+    ok = 0
+    for k in range(1, n + 1):
+        kind = next((kind for every, kind in faults.items() if k % every == 0), None)
+        name = {
+            "http_500": ERR_HTTP_5XX,
+            "http_429": ERR_HTTP_429,
+            "http_400": ERR_HTTP_4XX,
+            "reset_before": ERR_RESET,
+            "reset_mid": ERR_RESET_MID_STREAM,
+            "malformed": ERR_MALFORMED,
+            "stream_error": ERR_STREAM_ERROR,
+            "stall": ERR_TIMEOUT,
+            "no_done": ERR_NO_DONE,
+            None: None,
+        }[kind]
+        if name is None:
+            ok += 1
+        else:
+            expected[name] = expected.get(name, 0) + 1
+    s = summarize(result.records)
+    assert s.errors == expected
+    assert s.completed == ok
+    assert s.sent == n
+    messages = {r.error_kind: r.error_message for r in result.records if not r.ok}
+    assert "HTTP 500" in messages[ERR_HTTP_5XX]
+    assert "stream" in messages[ERR_STREAM_ERROR]
+    assert "--request-timeout" in messages[ERR_TIMEOUT]
+
+
+def test_noisy_stream_and_close_delimited_body(server_factory):
+    server = server_factory("--ttft-ms", "5", "--itl-ms", "2", "--fault", "1:noisy", "--no-chunked")
+    for endpoint in ("/v1/completions", "/v1/chat/completions"):
+        result = run_blocking(
+            plan(server.url, 10, out_len=12, endpoint=endpoint), handle_sigint=False
+        )
+        s = summarize(result.records)
+        assert s.completed == 10, s.errors
+        assert all(len(r.chunk_times_ns) == 12 and r.output_tokens == 12 for r in result.records)
+
+
+def test_tokens_counted_from_chunks_without_usage(server_factory):
+    server = server_factory("--ttft-ms", "5", "--itl-ms", "2", "--no-usage")
+    result = run_blocking(plan(server.url, 5, out_len=9), handle_sigint=False)
+    assert all(r.token_count_source == "chunks" and r.output_tokens == 9 for r in result.records)
+
+
+def test_closed_loop_keeps_concurrency(fake_server):
+    result = run_blocking(
+        plan(fake_server.url, 24, out_len=10, rate=None, concurrency=8), handle_sigint=False
+    )
+    s = summarize(result.records)
+    assert s.completed == 24
+    # 8 users, 3 rounds of 50 + 9 * 10 = 140 ms each: about 0.42 s in all.
+    assert 0.38 < result.duration_s < 0.8
+    starts = np.sort([r.sent_ns for r in result.records])
+    assert (np.diff(starts[:8]) < 20e6).all()  # the first 8 start together
+
+
+def test_max_concurrency_queues_and_shows_in_ttft_from_schedule(fake_server):
+    # All 12 at t=0 with only 3 in flight: later requests wait inside the client.
+    result = run_blocking(
+        plan(fake_server.url, 12, out_len=5, rate=float("inf"), max_concurrency=3),
+        handle_sigint=False,
+    )
+    s = summarize(result.records)
+    assert s.completed == 12
+    assert s.metrics["ttft"].percentiles["p50"] == pytest.approx(TTFT_MS, abs=5)
+    # 4 waves of 50 + 4 * 10 = 90 ms: the last wave waited ~270 ms before it was sent.
+    assert s.ttft_from_intended.percentiles["p99"] > 250
+    assert s.send_lag_ms["max"] > 250
+    assert s.client_limited  # send lag far above 5 ms is reported, never hidden
+
+
+def test_poisson_schedule_is_followed(fake_server):
+    rng_plan = plan(fake_server.url, 60, out_len=4, rate=None)
+    rng_plan.offsets_s = np.cumsum(np.random.default_rng(0).exponential(1 / 40, 60))
+    result = run_blocking(rng_plan, handle_sigint=False)
+    s = summarize(result.records)
+    assert s.completed == 60
+    assert s.send_lag_ms["p99"] < 5
+    assert not s.client_limited
+    sent = np.array(sorted(r.sent_ns for r in result.records)) / 1e9
+    assert np.abs(sent - np.sort(rng_plan.offsets_s)).max() < 0.01
+
+
+def test_unreachable_port_is_a_connect_error():
+    # Nothing listens on port 9 (discard) on loopback in the test environment.
+    result = run_blocking(plan("http://127.0.0.1:9", 3, rate=100.0), handle_sigint=False)
+    s = summarize(result.records)
+    assert s.errors == {ERR_CONNECT: 3}
+    assert "cannot connect" in result.records[0].error_message

@@ -181,10 +181,14 @@ class RunWriter:
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot start a run in {_friendly(self.engine, exc)}") from exc
 
-        dialect = self.engine.dialect
         names = ("run_id", "load_point", *codec.SQL_COLUMNS)
-        marks = ", ".join("?" if dialect.paramstyle == "qmark" else "%s" for _ in names)
-        self._insert_sql = f"INSERT INTO requests ({', '.join(names)}) VALUES ({marks})"
+        self._copy = self.engine.dialect.name == "postgresql"
+        if self._copy:
+            self._insert_sql = f"COPY requests ({', '.join(names)}) FROM STDIN"
+        else:
+            mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+            marks = ", ".join(mark for _ in names)
+            self._insert_sql = f"INSERT INTO requests ({', '.join(names)}) VALUES ({marks})"
         self._thread = threading.Thread(
             target=self._run, name=f"tokenbench-writer-{self.run_id[:8]}", daemon=True
         )
@@ -368,6 +372,28 @@ class RunWriter:
             if stop is not None:
                 return
 
+    def _insert_rows(self, conn: Any, rows: list[tuple]) -> None:
+        """executemany of plain tuples (3x faster than ORM dicts); COPY on PostgreSQL."""
+        if not self._copy:
+            conn.exec_driver_sql(self._insert_sql, rows)
+            return
+        with conn.connection.driver_connection.cursor() as cur, cur.copy(self._insert_sql) as copy:
+            for row in rows:
+                copy.write_row(row)
+
+    def _insert_batches(self, conn: Any, batches: list[dict[str, Any]]) -> None:
+        if not batches:
+            return
+        if not self._copy:
+            conn.execute(insert(RequestBatch), batches)
+            return
+        # %b sends the blob in binary; psycopg's default text escaping doubles its size.
+        sql = "INSERT INTO request_batches (run_id, load_point, n_requests, data) VALUES (%s, %s, %s, %b)"
+        with conn.connection.driver_connection.cursor() as cur:
+            cur.executemany(
+                sql, [(b["run_id"], b["load_point"], b["n_requests"], b["data"]) for b in batches]
+            )
+
     def _commit(self, records: list[RequestRecord], ops: list[Any], stop: _Stop | None) -> None:
         by_point: dict[int, list[RequestRecord]] = {}
         for r in records:
@@ -394,9 +420,7 @@ class RunWriter:
             batches = []
             for load_point, group in by_point.items():
                 blob, rows = codec.encode_batch(group, self.redact)
-                conn.exec_driver_sql(
-                    self._insert_sql, [(self.run_id, load_point, *row) for row in rows]
-                )
+                self._insert_rows(conn, [(self.run_id, load_point, *row) for row in rows])
                 batches.append(
                     {
                         "run_id": self.run_id,
@@ -405,8 +429,7 @@ class RunWriter:
                         "data": blob,
                     }
                 )
-            if batches:
-                conn.execute(insert(RequestBatch), batches)
+            self._insert_batches(conn, batches)
             conn.execute(update(Run).where(Run.id == self.run_id).values(**run_values))
 
 

@@ -168,38 +168,105 @@ RUN_DEFAULTS = {"load": {"num_prompts": 1000}}
 
 @app.command("run")
 def run_command(
-    base_url: Annotated[str | None, typer.Option("--base-url", help="Server URL, e.g. http://127.0.0.1:8000")] = None,
-    endpoint: Annotated[str | None, typer.Option(help="/v1/completions or /v1/chat/completions")] = None,
-    backend: Annotated[str | None, typer.Option(help="vllm, sglang, trtllm or openai: which extra fields force the output length")] = None,
-    model: Annotated[str | None, typer.Option(help="Model name; default: the first one /v1/models lists")] = None,
-    scenario: Annotated[Path | None, typer.Option("--scenario", help="Scenario YAML; flags override its values")] = None,
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="Server URL, e.g. http://127.0.0.1:8000")
+    ] = None,
+    endpoint: Annotated[
+        str | None, typer.Option(help="/v1/completions or /v1/chat/completions")
+    ] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            help="vllm, sglang, trtllm or openai: which extra fields force the output length"
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model name; default: the first one /v1/models lists")
+    ] = None,
+    scenario: Annotated[
+        Path | None, typer.Option("--scenario", help="Scenario YAML; flags override its values")
+    ] = None,
     num_prompts: Annotated[int | None, typer.Option("--num-prompts", min=1)] = None,
-    request_rate: Annotated[str | None, typer.Option("--request-rate", help="Requests/s, or inf to send all at once")] = None,
-    burstiness: Annotated[float | None, typer.Option(help="Gamma shape: 1 = Poisson, <1 burstier, >1 steadier")] = None,
+    request_rate: Annotated[
+        str | None, typer.Option("--request-rate", help="Requests/s, or inf to send all at once")
+    ] = None,
+    burstiness: Annotated[
+        float | None, typer.Option(help="Gamma shape: 1 = Poisson, <1 burstier, >1 steadier")
+    ] = None,
     max_concurrency: Annotated[int | None, typer.Option("--max-concurrency", min=1)] = None,
-    concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="Closed loop: this many users, each sending as soon as its last reply ends")] = None,
-    think_time: Annotated[float | None, typer.Option("--think-time", min=0, help="Closed loop: seconds a user waits between requests")] = None,
-    duration: Annotated[float | None, typer.Option("--duration", help="Stop starting requests after this many seconds")] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "--concurrency",
+            min=1,
+            help="Closed loop: this many users, each sending as soon as its last reply ends",
+        ),
+    ] = None,
+    think_time: Annotated[
+        float | None,
+        typer.Option(
+            "--think-time", min=0, help="Closed loop: seconds a user waits between requests"
+        ),
+    ] = None,
+    duration: Annotated[
+        float | None,
+        typer.Option("--duration", help="Stop starting requests after this many seconds"),
+    ] = None,
     random_input_len: Annotated[int | None, typer.Option("--random-input-len", min=1)] = None,
     random_output_len: Annotated[int | None, typer.Option("--random-output-len", min=1)] = None,
-    random_range_ratio: Annotated[float | None, typer.Option("--random-range-ratio", min=0, max=0.999)] = None,
-    dataset_name: Annotated[str | None, typer.Option("--dataset-name", help="random, sharegpt or jsonl")] = None,
+    random_range_ratio: Annotated[
+        float | None, typer.Option("--random-range-ratio", min=0, max=0.999)
+    ] = None,
+    dataset_name: Annotated[
+        str | None, typer.Option("--dataset-name", help="random, sharegpt or jsonl")
+    ] = None,
     dataset_path: Annotated[str | None, typer.Option("--dataset-path")] = None,
-    percentile_metrics: Annotated[str | None, typer.Option("--percentile-metrics", help="e.g. ttft,tpot,itl,e2el")] = None,
-    metric_percentiles: Annotated[str | None, typer.Option("--metric-percentiles", help="e.g. 50,90,99,99.9")] = None,
-    goodput: Annotated[list[str] | None, typer.Option("--goodput", help="SLO per metric in ms, e.g. ttft:500 tpot:50")] = None,
+    percentile_metrics: Annotated[
+        str | None, typer.Option("--percentile-metrics", help="e.g. ttft,tpot,itl,e2el")
+    ] = None,
+    metric_percentiles: Annotated[
+        str | None, typer.Option("--metric-percentiles", help="e.g. 50,90,99,99.9")
+    ] = None,
+    goodput: Annotated[
+        list[str] | None,
+        typer.Option("--goodput", help="SLO per metric in ms, e.g. ttft:500 tpot:50"),
+    ] = None,
     seed: Annotated[int | None, typer.Option()] = None,
-    ignore_eos: Annotated[bool | None, typer.Option("--ignore-eos/--no-ignore-eos", help="Force exactly the requested output length")] = None,
-    request_timeout: Annotated[float | None, typer.Option("--request-timeout", help="Seconds one request may take")] = None,
-    api_key: Annotated[str | None, typer.Option("--api-key", help="Bearer token; default from $OPENAI_API_KEY. Never stored.")] = None,
+    ignore_eos: Annotated[
+        bool | None,
+        typer.Option(
+            "--ignore-eos/--no-ignore-eos", help="Force exactly the requested output length"
+        ),
+    ] = None,
+    request_timeout: Annotated[
+        float | None, typer.Option("--request-timeout", help="Seconds one request may take")
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option("--api-key", help="Bearer token; default from $OPENAI_API_KEY. Never stored."),
+    ] = None,
     transport: Annotated[str, typer.Option(help="raw (default, leanest) or httpx")] = "raw",
-    summary_json: Annotated[Path | None, typer.Option("--summary-json", help="Write the summary JSON contract here")] = None,
-    fail_on: Annotated[str | None, typer.Option("--fail-on", help="e.g. 'p99_ttft_ms<800,error_rate<0.01': exit 1 if broken")] = None,
-    gpu: Annotated[str | None, typer.Option(help="GPU type served (recorded with the run), e.g. H100-SXM")] = None,
+    summary_json: Annotated[
+        Path | None, typer.Option("--summary-json", help="Write the summary JSON contract here")
+    ] = None,
+    fail_on: Annotated[
+        str | None,
+        typer.Option("--fail-on", help="e.g. 'p99_ttft_ms<800,error_rate<0.01': exit 1 if broken"),
+    ] = None,
+    gpu: Annotated[
+        str | None, typer.Option(help="GPU type served (recorded with the run), e.g. H100-SXM")
+    ] = None,
     num_gpus: Annotated[int | None, typer.Option("--num-gpus", min=1)] = None,
     label: Annotated[str | None, typer.Option(help="A name for this run")] = None,
-    db: Annotated[str | None, typer.Option("--db", help="SQLAlchemy URL; default $TOKENBENCH_DB or results/tokenbench.db")] = None,
-    no_store: Annotated[bool, typer.Option("--no-store", help="Do not write the run to the database")] = False,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db", help="SQLAlchemy URL; default $TOKENBENCH_DB or results/tokenbench.db"
+        ),
+    ] = None,
+    no_store: Annotated[
+        bool, typer.Option("--no-store", help="Do not write the run to the database")
+    ] = False,
 ) -> None:
     """Benchmark one endpoint at one load point (like `vllm bench serve`)."""
     from bench.runner import UnreachableError, check_reachable, discover_model, plan_from_scenario
@@ -255,6 +322,255 @@ def run_command(
         raise typer.Exit(1)
     if summary.interrupted:
         raise typer.Exit(130)
+
+
+@app.command("sweep")
+def sweep_command(
+    base_url: Annotated[str | None, typer.Option("--base-url")] = None,
+    endpoint: Annotated[str | None, typer.Option()] = None,
+    backend: Annotated[str | None, typer.Option()] = None,
+    model: Annotated[str | None, typer.Option()] = None,
+    scenario: Annotated[
+        Path | None,
+        typer.Option("--scenario", help="Scenario YAML: the traffic shape every point keeps"),
+    ] = None,
+    request_rates: Annotated[
+        str | None, typer.Option("--request-rates", help="Open-loop points, e.g. 1,2,4,8,inf")
+    ] = None,
+    concurrency: Annotated[
+        str | None, typer.Option("--concurrency", help="Closed-loop points, e.g. 1,4,16,64,256")
+    ] = None,
+    auto: Annotated[
+        int | None,
+        typer.Option(
+            "--auto", min=1, help="Synchronous + saturated baseline, then N rates between"
+        ),
+    ] = None,
+    slo: Annotated[
+        str | None,
+        typer.Option(
+            "--slo",
+            help="e.g. 'p99_ttft_ms<=500,p99_tpot_ms<=50': search the highest load meeting it",
+        ),
+    ] = None,
+    slo_iterations: Annotated[
+        int, typer.Option("--slo-iterations", min=0, help="Bisection steps for the SLO capacity")
+    ] = 4,
+    num_prompts: Annotated[
+        int | None, typer.Option("--num-prompts", min=1, help="Requests per point")
+    ] = None,
+    point_duration: Annotated[
+        float | None,
+        typer.Option(
+            "--point-duration", help="Seconds of load per point (sets requests per point)"
+        ),
+    ] = None,
+    warmup: Annotated[
+        float,
+        typer.Option(
+            "--warmup", min=0, help="Seconds at the start of each point left out of its statistics"
+        ),
+    ] = 0.0,
+    cooldown: Annotated[
+        float,
+        typer.Option(
+            "--cooldown", min=0, help="Seconds at the end of each point left out of its statistics"
+        ),
+    ] = 0.0,
+    max_error_rate: Annotated[
+        float,
+        typer.Option("--max-error-rate", help="Stop the sweep when a point fails more than this"),
+    ] = 0.5,
+    random_input_len: Annotated[int | None, typer.Option("--random-input-len", min=1)] = None,
+    random_output_len: Annotated[int | None, typer.Option("--random-output-len", min=1)] = None,
+    random_range_ratio: Annotated[
+        float | None, typer.Option("--random-range-ratio", min=0, max=0.999)
+    ] = None,
+    dataset_name: Annotated[str | None, typer.Option("--dataset-name")] = None,
+    dataset_path: Annotated[str | None, typer.Option("--dataset-path")] = None,
+    metric_percentiles: Annotated[str | None, typer.Option("--metric-percentiles")] = None,
+    goodput: Annotated[list[str] | None, typer.Option("--goodput")] = None,
+    seed: Annotated[int | None, typer.Option()] = None,
+    ignore_eos: Annotated[bool | None, typer.Option("--ignore-eos/--no-ignore-eos")] = None,
+    request_timeout: Annotated[float | None, typer.Option("--request-timeout")] = None,
+    api_key: Annotated[str | None, typer.Option("--api-key")] = None,
+    transport: Annotated[str, typer.Option()] = "raw",
+    gpu: Annotated[
+        str | None, typer.Option(help="GPU type served, e.g. H100-SXM (for $/Mtok)")
+    ] = None,
+    num_gpus: Annotated[int | None, typer.Option("--num-gpus", min=1)] = None,
+    label: Annotated[str | None, typer.Option()] = None,
+    prices_file: Annotated[Path | None, typer.Option("--prices-file")] = None,
+    price: Annotated[
+        list[str] | None, typer.Option("--price", help="GPU:tier=USD_per_GPU_hour")
+    ] = None,
+    utilisation: Annotated[
+        float, typer.Option("--utilisation", min=0.01, max=1.0, help="Fleet utilisation for $/Mtok")
+    ] = 1.0,
+    db: Annotated[str | None, typer.Option("--db")] = None,
+    no_store: Annotated[bool, typer.Option("--no-store")] = False,
+) -> None:
+    """Measure the throughput-versus-latency curve: many load points in one stored run."""
+    from bench.runner import UnreachableError, check_reachable, discover_model
+    from bench.sweep import PointSpec, parse_values
+
+    modes = [m for m in (request_rates, concurrency, auto) if m is not None]
+    if len(modes) != 1:
+        raise fail("give exactly one of --request-rates, --concurrency or --auto N")
+    try:
+        thresholds = parse_thresholds(slo, flag="--slo")
+        if request_rates is not None:
+            specs = [PointSpec("rate", v) for v in parse_values(request_rates, "--request-rates")]
+        elif concurrency is not None:
+            specs = [
+                PointSpec("concurrency", int(v)) for v in parse_values(concurrency, "--concurrency")
+            ]
+        else:
+            specs = []
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    overrides = flag_overrides(
+        base_url=base_url, endpoint=endpoint, backend=backend, model=model,
+        num_prompts=num_prompts, random_input_len=random_input_len,
+        random_output_len=random_output_len, random_range_ratio=random_range_ratio,
+        dataset_name=dataset_name, dataset_path=dataset_path,
+        metric_percentiles=metric_percentiles, goodput=goodput, seed=seed,
+        ignore_eos=ignore_eos, request_timeout=request_timeout, gpu=gpu, num_gpus=num_gpus,
+        label=label,
+    )  # fmt: skip
+    sc = resolve_scenario(scenario, overrides, {"load": {"num_prompts": 200}})
+    key = api_key or os.environ.get(sc.target.api_key_env)
+    if not sc.target.base_url:
+        raise fail("no endpoint: give --base-url (or target.base_url in the scenario)")
+    try:
+        check_reachable(sc.target.base_url)
+    except UnreachableError as exc:
+        raise fail(str(exc)) from None
+    if not sc.target.model:
+        sc.target.model = discover_model(sc.target.base_url, key) or "default"
+    catalogue = _catalogue(prices_file, price)
+    result = run_sweep(
+        sc, specs, auto=auto, thresholds=thresholds, slo_iterations=slo_iterations,
+        point_duration=point_duration, warmup=warmup, cooldown=cooldown,
+        max_error_rate=max_error_rate, api_key=key, transport=transport,
+        base_dir=scenario.parent if scenario else None, db=db, store=not no_store,
+    )  # fmt: skip
+    print_sweep_result(result, sc, catalogue, utilisation)
+    if result.interrupted:
+        raise typer.Exit(130)
+
+
+def run_sweep(sc, specs, *, auto, thresholds, slo_iterations, point_duration, warmup, cooldown,
+              max_error_rate, api_key, transport, base_dir, db, store, simulated=False,
+              show_progress=True):  # fmt: skip
+    """A whole sweep in one stored run (used by `sweep` and `demo`)."""
+    from bench.runner import plan_from_scenario
+    from bench.session import RunSession
+    from bench.store.errors import StoreError
+    from bench.sweep import Sweep, scenario_at
+
+    first = scenario_at(sc, specs[0], point_duration_s=point_duration) if specs else sc
+    try:
+        plan0 = plan_from_scenario(first, base_dir=base_dir, api_key=api_key, transport=transport)
+        session = RunSession(
+            sc, plan0, db_url=db, store=store, simulated=simulated, show_progress=show_progress,
+            extra={"sweep": {"slo": [str(t) for t in thresholds], "warmup_s": warmup,
+                             "cooldown_s": cooldown}},
+        )  # fmt: skip
+    except (ValueError, StoreError) as exc:
+        raise fail(str(exc)) from None
+
+    def on_point(point, remaining) -> None:
+        s = point.summary
+        left = "" if remaining is None else f"  ({remaining} planned points left)"
+        console.print(
+            f"[bold]point {point.index + 1}[/] {point.spec.title}: {s.requests_per_s:.2f} req/s, "
+            f"{s.output_tokens_per_s:,.0f} out tok/s, p99 TTFT {s.value('p99_ttft_ms') or 0:,.0f} ms, "
+            f"p99 TPOT {s.value('p99_tpot_ms') or 0:,.1f} ms, failed {s.failed}{left}"
+        )
+
+    sweep = Sweep(
+        sc, session, base_dir=base_dir, api_key=api_key, transport=transport,
+        point_duration_s=point_duration, warmup_s=warmup, cooldown_s=cooldown,
+        slo=thresholds, max_error_rate=max_error_rate, on_point=on_point,
+    )  # fmt: skip
+    status = "failed"
+    try:
+        if auto is not None:
+            sweep.auto(auto)
+        else:
+            sweep.grid(specs)
+        sweep.slo_search(slo_iterations)
+        result = sweep.conclude()
+        status = "interrupted" if result.interrupted else "completed"
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    finally:
+        best = sweep.result.capacity or (sweep.result.points[-1] if sweep.result.points else None)
+        try:
+            session.finish(status, best.summary if best else None, extra=sweep_extra(sweep.result))
+        except StoreError as exc:
+            raise fail(str(exc)) from None
+    return result
+
+
+def sweep_extra(result) -> dict:
+    """What the stored run keeps about the sweep's conclusions (capacity, knee)."""
+    return {
+        "sweep": {
+            "capacity_load_point": result.capacity.index if result.capacity else None,
+            "capacity_note": result.capacity_note,
+            "knee_load_point": result.knee.index if result.knee else None,
+            "stopped_early": result.stopped_early,
+        }
+    }
+
+
+def _catalogue(prices_file, price):
+    from bench.cost import PriceCatalogueError, load_catalogue
+
+    try:
+        return load_catalogue(prices_file, price or ())
+    except PriceCatalogueError as exc:
+        raise fail(str(exc)) from None
+
+
+def print_sweep_result(result, sc, catalogue, utilisation: float) -> None:
+    from bench.console import cost_rows_table, sweep_table
+    from bench.cost import PriceCatalogueError, cost_table
+
+    gpus = sc.gpu.count
+    console.print(
+        sweep_table(result.points, gpus=gpus, title=f"Sweep: {sc.name} (run {result.run_id})")
+    )
+    if result.stopped_early:
+        console.print(f"[yellow]{result.stopped_early}[/]")
+    if result.knee is not None:
+        console.print(
+            f"Knee of the curve: point {result.knee.index + 1} ({result.knee.spec.title})"
+        )
+    if result.capacity is not None:
+        s = result.capacity.summary
+        console.print(
+            f"[bold green]SLO capacity[/]: point {result.capacity.index + 1} "
+            f"({result.capacity.spec.title}): {s.requests_per_s / gpus:.2f} req/s per GPU, "
+            f"{s.output_tokens_per_s / gpus:,.0f} output tok/s per GPU. {result.capacity_note}"
+        )
+    elif result.capacity_note:
+        console.print(f"[bold red]SLO capacity[/]: {result.capacity_note}")
+    at = result.capacity or result.knee
+    if at is None or not sc.gpu.type:
+        if not sc.gpu.type:
+            console.print("Give --gpu (and --num-gpus) to see $/Mtok per pricing tier.")
+        return
+    try:
+        rows = cost_table(sc.gpu.type, gpus, at.summary.output_tokens_per_s,
+                          at.summary.total_tokens_per_s, catalogue, utilisation)  # fmt: skip
+    except PriceCatalogueError as exc:
+        console.print(f"[yellow]no cost: {exc}[/]")
+        return
+    where = "SLO capacity" if result.capacity else "the knee"
+    console.print(cost_rows_table(rows, title=f"$/Mtok on {sc.gpu.type} x{gpus} at {where}"))
 
 
 def main() -> None:  # pragma: no cover - console entry point

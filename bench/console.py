@@ -78,3 +78,45 @@ def print_summary(summary: Summary, *, title: str = "Results", metrics=LATENCY_M
             + "; ".join(summary.client_limited_reasons)
             + ". Lower the load, use --workers, or move the client to a bigger machine."
         )
+
+
+def sweep_table(points, *, gpus: int = 1, title: str = "Sweep") -> Table:
+    """One row per load point: offered load, achieved throughput per GPU and the P99s."""
+    t = Table(title=title, title_justify="left")
+    for col in ("#", "load", "role", "req/s", "out tok/s/GPU", "p99 TTFT ms", "p99 TPOT ms",
+                "p99 E2E ms", "tok/s/user", "errors", "SLO"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("load", "role") else "right")
+    for p in points:
+        s = p.summary
+        tpot50 = s.metrics["tpot"].percentiles.get("p50")
+        t.add_row(
+            str(p.index + 1),
+            p.spec.title,
+            p.role,
+            _fmt(s.requests_per_s),
+            _fmt(s.output_tokens_per_s / max(1, gpus), 0),
+            _fmt(s.value("p99_ttft_ms"), 0),
+            _fmt(s.value("p99_tpot_ms"), 1),
+            _fmt(s.value("p99_e2el_ms"), 0),
+            _fmt(1000 / tpot50 if tpot50 else None, 1),
+            f"{s.failed:,}" if s.failed else "0",
+            {True: "[green]meets[/]", False: "[red]breaks[/]", None: ""}[p.meets_slo],
+        )
+    return t
+
+
+def cost_rows_table(rows, *, title: str) -> Table:
+    """$/Mtok per pricing tier (output and total tokens) at one throughput."""
+    t = Table(title=title, title_justify="left")
+    for col in ("tier", "kind", "$/GPU-h", "$/Mtok output", "$/Mtok total"):
+        t.add_column(col, justify="left" if col in ("tier", "kind") else "right")
+    utilised = any(r.utilisation < 1 for r in rows)
+    if utilised:
+        t.add_column(f"$/Mtok output at {rows[0].utilisation:.0%} use", justify="right")
+    for r in rows:
+        cells = [r.tier, r.kind, _fmt(r.price_usd_per_gpu_hr), _fmt(r.output_usd_per_mtok, 3),
+                 _fmt(r.total_usd_per_mtok, 3)]  # fmt: skip
+        if utilised:
+            cells.append(_fmt(r.output_usd_per_mtok_at_utilisation, 3))
+        t.add_row(*cells)
+    return t

@@ -21,6 +21,7 @@ LATENCY_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
 # A load generator whose send lag p99 exceeds this has limited the result (issue 2).
 CLIENT_LIMIT_SEND_LAG_MS = 5.0
 CLIENT_LIMIT_LOOP_LAG_MS = 5.0
+_NO_GAPS = np.zeros(0, dtype=np.int64)
 
 
 def percentile_key(p: float) -> str:
@@ -173,6 +174,35 @@ class Columns:
     output_tokens: np.ndarray
     itl_ns: np.ndarray  # all ITL gaps of completed requests, concatenated
     itl_mean_ns: np.ndarray | None = None  # per-request mean ITL (NaN when < 2 chunks)
+    gap_counts: np.ndarray | None = None  # ITL gaps each row owns in itl_ns (0 unless ok)
+
+    def select(self, mask: np.ndarray) -> Columns:
+        """The rows where mask is True (and their ITL gaps), e.g. a load point's window."""
+        if self.gap_counts is None:
+            raise ValueError("these Columns carry no gap_counts, so rows cannot be selected")
+        gap_mask = np.repeat(mask, self.gap_counts)
+        return Columns(
+            state=self.state[mask],
+            error_kind=self.error_kind[mask],
+            intended_ns=self.intended_ns[mask],
+            sent_ns=self.sent_ns[mask],
+            first_token_ns=self.first_token_ns[mask],
+            end_ns=self.end_ns[mask],
+            prompt_tokens=self.prompt_tokens[mask],
+            output_tokens=self.output_tokens[mask],
+            itl_ns=self.itl_ns[gap_mask],
+            itl_mean_ns=None if self.itl_mean_ns is None else self.itl_mean_ns[mask],
+            gap_counts=self.gap_counts[mask],
+        )
+
+    def window(self, start_ns: float | None = None, end_ns: float | None = None) -> Columns:
+        """Requests scheduled inside [start_ns, end_ns): warm-up and cool-down excluded."""
+        mask = np.ones(self.state.shape, dtype=bool)
+        if start_ns is not None:
+            mask &= self.intended_ns >= start_ns
+        if end_ns is not None:
+            mask &= self.intended_ns < end_ns
+        return self.select(mask)
 
     @classmethod
     def from_records(cls, records: Sequence[RequestRecord]) -> Columns:
@@ -181,8 +211,8 @@ class Columns:
                 [np.nan if (v := getter(r)) is None else v for r in records], dtype=np.float64
             )
 
-        gaps = [r.itl_ns() for r in records if r.state == OK]
-        itl = np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)
+        gaps = [r.itl_ns() if r.state == OK else _NO_GAPS for r in records]
+        itl = np.concatenate(gaps) if gaps else _NO_GAPS
         return cls(
             state=np.array([r.state for r in records], dtype=object),
             error_kind=np.array([r.error_kind for r in records], dtype=object),
@@ -193,6 +223,7 @@ class Columns:
             prompt_tokens=col(lambda r: r.prompt_tokens),
             output_tokens=col(lambda r: r.output_tokens),
             itl_ns=itl.astype(np.float64),
+            gap_counts=np.array([len(g) for g in gaps], dtype=np.int64),
         )
 
 

@@ -1,46 +1,46 @@
-"""One benchmark run as a user starts it: progress display, storage, summary.
+"""One stored benchmark run as a user starts it: progress display, storage, summaries.
 
-The CLI, sweeps and the service all start runs through here, so a run is stored and
-summarised the same way whoever started it.
+`tokenbench run` is a session of one load point, a sweep is a session of many; the service
+starts runs through here too, so a run is stored and summarised the same way whoever
+started it. If the database fails mid-run the measuring goes on (records are also kept in
+memory) and at the end every record is written to a JSON-lines file whose name the error
+gives: nothing measured is lost.
 """
 
 from __future__ import annotations
 
+import json
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench.metrics import Summary, parse_goodput, summarize
+from bench.metrics import Columns, Summary, parse_goodput, summarize
 from bench.records import RequestRecord
 from bench.runner import Progress as RunProgress
 from bench.runner import RunPlan, RunResult, run_blocking
-
-
-def summarize_result(result: RunResult, scenario) -> Summary:
-    return summarize(
-        result.records,
-        percentiles=scenario.percentiles,
-        goodput=parse_goodput(scenario.goodput),
-        loop_lag_p99_ms=result.loop_lag_p99_ms,
-        interrupted=result.interrupted,
-    )
+from bench.store.errors import StoreError
 
 
 def live_p99(values: list[float]) -> float | None:
     return float(np.percentile(values, 99)) if values else None
 
 
-def progress_bar(total: int, description: str) -> tuple[Progress, Callable[[RunProgress], None]]:
+def progress_bar(
+    total: int, description: str, console: Console | None = None
+) -> tuple[Progress, Callable[[RunProgress], None]]:
     """A rich progress bar and the tick callback that feeds it from the runner's counters."""
     bar = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("failed {task.fields[failed]}  in flight {task.fields[in_flight]}"),
-        TextColumn("p99 TTFT {task.fields[p99]}"),
+        TextColumn("live p99 TTFT {task.fields[p99]}"),
         TimeElapsedColumn(),
-        transient=False,
+        console=console,
     )
     task = bar.add_task(description, total=total, failed=0, in_flight=0, p99="—")
 
@@ -57,31 +57,129 @@ def progress_bar(total: int, description: str) -> tuple[Progress, Callable[[RunP
     return bar, tick
 
 
-def open_writer(scenario, plan: RunPlan, db_url: str | None, *, simulated: bool = False):
-    """A RunWriter for this run: metadata from the scenario and plan, the API key scrubbed."""
-    from bench.store.writer import RunWriter
+def window_summary(
+    result: RunResult, scenario, *, warmup_s: float = 0.0, cooldown_s: float = 0.0
+) -> Summary:
+    """Summary of one load point with warm-up and cool-down (by intended send time) left out."""
+    cols = Columns.from_records(result.records)
+    if (warmup_s or cooldown_s) and len(result.records):
+        last = float(np.nanmax(cols.intended_ns))
+        cols = cols.window(warmup_s * 1e9, last - cooldown_s * 1e9 + 1)
+    return summarize(
+        cols,
+        percentiles=scenario.percentiles,
+        goodput=parse_goodput(scenario.goodput),
+        loop_lag_p99_ms=result.loop_lag_p99_ms,
+        interrupted=result.interrupted,
+        duration_s=None if (warmup_s or cooldown_s) else result.duration_s,
+    )
 
-    load = scenario.load
-    writer = RunWriter(
-        db_url or None,
-        name=scenario.name,
-        label=scenario.label,
-        scenario=scenario.model_dump(mode="json"),
-        endpoint=plan.base_url,
-        backend=plan.dialect.name,
-        model=plan.model,
-        gpu_type=scenario.gpu.type,
-        gpu_count=scenario.gpu.count,
-        simulated=simulated,
-        secrets=[plan.api_key],
-    )
-    writer.start_load_point(
-        plan.load_point,
-        mode="closed" if plan.offsets_s is None else load.shape,
-        target_rate=None if plan.offsets_s is None else load.request_rate,
-        concurrency=plan.concurrency or plan.max_concurrency,
-    )
-    return writer
+
+class RunSession:
+    """A run in the database (or not, with store=False) that load points are added to."""
+
+    def __init__(
+        self,
+        scenario,
+        plan: RunPlan,
+        *,
+        db_url: str | None = None,
+        store: bool = True,
+        simulated: bool = False,
+        show_progress: bool = True,
+        extra: dict | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.show_progress = show_progress
+        self.errors: list[StoreError] = []
+        self.kept: list[RequestRecord] = []
+        self.writer = None
+        if store:
+            from bench.store.writer import RunWriter
+
+            self.writer = RunWriter(
+                db_url or None,
+                name=scenario.name,
+                label=scenario.label,
+                scenario=scenario.model_dump(mode="json"),
+                endpoint=plan.base_url,
+                backend=plan.dialect.name,
+                model=plan.model,
+                gpu_type=scenario.gpu.type,
+                gpu_count=scenario.gpu.count,
+                simulated=simulated,
+                secrets=[plan.api_key],
+                extra=extra,
+            )
+
+    @property
+    def run_id(self) -> str | None:
+        return self.writer.run_id if self.writer else None
+
+    def _sink(self, rec: RequestRecord) -> None:
+        self.kept.append(rec)
+        if self.errors or self.writer is None:
+            return
+        try:
+            self.writer.submit(rec)
+        except StoreError as exc:
+            self.errors.append(exc)
+
+    def point(
+        self,
+        plan: RunPlan,
+        *,
+        title: str | None = None,
+        mode: str | None = None,
+        target_rate: float | None = None,
+        concurrency: int | None = None,
+        warmup_s: float = 0.0,
+        cooldown_s: float = 0.0,
+        params: dict | None = None,
+    ) -> tuple[RunResult, Summary]:
+        """Run one load point to its end, store it, and summarise its measured window."""
+        if self.writer is not None:
+            self.writer.start_load_point(
+                plan.load_point,
+                label=title,
+                mode=mode,
+                target_rate=target_rate,
+                concurrency=concurrency,
+                warmup_s=warmup_s,
+                cooldown_s=cooldown_s,
+                params=params,
+            )
+        if self.show_progress:
+            bar, tick = progress_bar(len(plan.specs), title or self.scenario.name)
+            with bar:
+                result = run_blocking(plan, sink=self._sink, on_tick=tick)
+        else:
+            result = run_blocking(plan, sink=self._sink)
+        summary = window_summary(result, self.scenario, warmup_s=warmup_s, cooldown_s=cooldown_s)
+        if self.writer is not None:
+            self.writer.end_load_point(
+                plan.load_point,
+                ended_ns=int(result.duration_s * 1e9),
+                summary_json=summary.to_json(),
+            )
+        return result, summary
+
+    def finish(
+        self, status: str, summary: Summary | None = None, extra: dict | None = None
+    ) -> None:
+        """Flush and close the run; raise StoreError naming the fallback file if data could
+        not be written to the database."""
+        if self.writer is not None:
+            payload = summary.to_json() if summary is not None else None
+            if payload is not None and extra:
+                payload = {**payload, **extra}
+            try:
+                self.writer.finish(status, payload)
+            except StoreError as exc:
+                self.errors.append(exc)
+        if self.errors:
+            path = save_fallback(self.kept, self.run_id or "unstored")
+            raise StoreError(f"{self.errors[0]}; every record of this run was saved to {path}")
 
 
 def run_and_store(
@@ -93,54 +191,28 @@ def run_and_store(
     show_progress: bool = True,
     simulated: bool = False,
 ) -> tuple[RunResult, Summary, str | None]:
-    """Run one plan with a progress bar; store it unless store=False. Returns the run id.
-
-    If the database fails mid-run the run goes on (the records are in memory), and at the
-    end the unsaved records are written to a JSON file beside it and the error is raised
-    with that file's name: nothing measured is lost.
-    """
-    from bench.store.errors import StoreError
-
-    writer = open_writer(scenario, plan, db_url, simulated=simulated) if store else None
-    store_error: list[StoreError] = []
-
-    def sink(rec: RequestRecord) -> None:
-        if store_error:
-            return
-        try:
-            writer.submit(rec)
-        except StoreError as exc:
-            store_error.append(exc)
-
-    bar, tick = progress_bar(len(plan.specs), scenario.name)
+    """`tokenbench run`: one load point, stored unless store=False. Returns the run id."""
+    session = RunSession(
+        scenario, plan, db_url=db_url, store=store, simulated=simulated, show_progress=show_progress
+    )
+    load = scenario.load
     status, summary = "failed", None
     try:
-        run_sink = sink if writer is not None else None
-        if show_progress:
-            with bar:
-                result = run_blocking(plan, sink=run_sink, on_tick=tick)
-        else:
-            result = run_blocking(plan, sink=run_sink)
-        summary = summarize_result(result, scenario)
+        result, summary = session.point(
+            plan,
+            title=scenario.name,
+            mode="closed" if plan.offsets_s is None else load.shape,
+            target_rate=None if plan.offsets_s is None else load.request_rate,
+            concurrency=plan.concurrency or plan.max_concurrency,
+        )
         status = "interrupted" if result.interrupted else "completed"
     finally:
-        if writer is not None:
-            try:
-                writer.finish(status, summary.to_json() if summary else None)
-            except StoreError as exc:
-                store_error.append(exc)
-    if store_error:
-        path = save_fallback(result.records, writer.run_id)
-        raise StoreError(f"{store_error[0]}; every record of this run was saved to {path}")
-    return result, summary, writer.run_id if writer else None
+        session.finish(status, summary)
+    return result, summary, session.run_id
 
 
 def save_fallback(records: list[RequestRecord], run_id: str) -> str:
     """Write records as JSON lines when the database cannot take them."""
-    import json
-    import tempfile
-    from pathlib import Path
-
     out = Path(tempfile.gettempdir()) / f"tokenbench-unsaved-{run_id}.jsonl"
     with out.open("w") as f:
         for r in records:

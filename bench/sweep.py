@@ -1,0 +1,307 @@
+"""Many load points over a grid of loads; automatic sweeps; SLO-constrained capacity; knee.
+
+Each point is a load point of one stored run: the scenario with its load changed (rate or
+concurrency), warm-up and cool-down excluded from the point's statistics. A stop rule ends
+the sweep early when the server is failing or far beyond the SLO, so a sweep never hammers
+a dead server for an hour.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from bench.metrics import Summary, Threshold
+from bench.runner import RunPlan, plan_from_scenario
+
+RATE_SHAPES = ("poisson", "constant", "gamma")
+# Stop rule defaults: half the requests failing, or a latency SLO broken tenfold.
+STOP_ERROR_RATE = 0.5
+STOP_SLO_FACTOR = 10.0
+
+
+@dataclass(frozen=True)
+class PointSpec:
+    kind: str  # "rate" (open loop, req/s; inf allowed) or "concurrency" (closed loop users)
+    value: float
+
+    @property
+    def title(self) -> str:
+        if self.kind == "rate":
+            return "rate inf" if math.isinf(self.value) else f"rate {self.value:g} req/s"
+        return f"concurrency {int(self.value)}"
+
+
+@dataclass
+class PointResult:
+    index: int
+    spec: PointSpec
+    summary: Summary
+    role: str = "grid"  # grid, synchronous, throughput, auto, slo-search
+    meets_slo: bool | None = None
+
+
+@dataclass
+class SweepResult:
+    run_id: str | None
+    points: list[PointResult] = field(default_factory=list)
+    stopped_early: str | None = None
+    capacity: PointResult | None = None  # highest load meeting the SLO
+    capacity_note: str = ""
+    knee: PointResult | None = None
+    interrupted: bool = False
+
+
+def parse_values(text: str, flag: str) -> list[float]:
+    """'1,2,4,inf' -> [1.0, 2.0, 4.0, inf]; a clear error names the flag."""
+    out = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        if item.lower() in ("inf", "infinity"):
+            out.append(math.inf)
+            continue
+        try:
+            value = float(item)
+        except ValueError:
+            raise ValueError(f"{flag} {text!r}: {item!r} is not a number (or inf)") from None
+        if value <= 0:
+            raise ValueError(f"{flag} {text!r}: values must be > 0")
+        out.append(value)
+    if not out:
+        raise ValueError(f"{flag} is empty")
+    return out
+
+
+def mean_rate(scenario) -> float | None:
+    """The mean offered rate of the scenario's own load shape (None for a closed loop)."""
+    load = scenario.load
+    if load.shape in RATE_SHAPES:
+        return load.request_rate
+    if load.shape == "on_off":
+        b, q = load.burst, load.quiet
+        return (b.rate * b.duration_s + q.rate * q.duration_s) / (b.duration_s + q.duration_s)
+    if load.shape == "ramp":
+        return (load.ramp.start_rate + load.ramp.end_rate) / 2
+    if load.shape == "steps":
+        total = sum(s.duration_s for s in load.steps)
+        return sum(s.rate * s.duration_s for s in load.steps) / total
+    return None
+
+
+def scenario_at(scenario, spec: PointSpec, *, point_duration_s: float | None = None):
+    """A copy of the scenario with its load set to one sweep point.
+
+    Rates keep the scenario's shape: a bursty on/off scenario swept at 8 req/s stays bursty,
+    with every rate scaled so its mean is 8 req/s.
+    """
+    sc = scenario.model_copy(deep=True)
+    load = sc.load
+    if spec.kind == "concurrency":
+        load.shape, load.concurrency = "closed", int(spec.value)
+        if point_duration_s:
+            load.duration_s = point_duration_s
+        return sc
+    rate = spec.value
+    base = mean_rate(sc)
+    if load.shape in RATE_SHAPES or base is None or math.isinf(rate) or load.shape == "trace":
+        if load.shape not in RATE_SHAPES:
+            load.shape = "poisson"
+        load.request_rate = rate
+    else:
+        scale = rate / base
+        if load.shape == "on_off":
+            load.burst.rate *= scale
+            load.quiet.rate *= scale
+        elif load.shape == "ramp":
+            load.ramp.start_rate *= scale
+            load.ramp.end_rate *= scale
+        elif load.shape == "steps":
+            for s in load.steps:
+                s.rate *= scale
+    if point_duration_s and not math.isinf(rate):
+        load.num_prompts = max(1, math.ceil(rate * point_duration_s))
+        load.duration_s = None
+    return sc
+
+
+def knee(points: Sequence[PointResult], metric: str = "p99_e2el_ms") -> PointResult | None:
+    """The point after which more offered load adds little throughput but much latency.
+
+    Walking the points in order of throughput: the knee is the last point before one whose
+    output throughput grows by less than 10% while `metric` grows by more than 50%.
+    """
+    pts = sorted(
+        (p for p in points if p.summary.completed),
+        key=lambda p: (p.spec.value, p.summary.output_tokens_per_s),
+    )
+    pts = [p for p in pts if p.spec.kind == (pts[0].spec.kind if pts else "rate")]
+    for a, b in zip(pts, pts[1:], strict=False):
+        ta, tb = a.summary.output_tokens_per_s, b.summary.output_tokens_per_s
+        la, lb = a.summary.value(metric), b.summary.value(metric)
+        if ta <= 0 or not la or lb is None:
+            continue
+        if tb < ta * 1.10 and lb > la * 1.5:
+            return a
+    return pts[-1] if pts else None
+
+
+def meets(summary: Summary, slo: Sequence[Threshold]) -> bool:
+    return summary.completed > 0 and all(t.holds(summary) for t in slo)
+
+
+def stop_reason(summary: Summary, slo: Sequence[Threshold], max_error_rate: float) -> str | None:
+    """Why the sweep should not go to higher loads, or None."""
+    if summary.completed + summary.failed == 0:
+        return "no request finished"
+    if summary.error_rate > max_error_rate:
+        return f"error rate {summary.error_rate:.0%} > {max_error_rate:.0%}"
+    for t in slo:
+        value = summary.value(t.metric)
+        if t.op in ("<", "<=") and value is not None and value > t.limit * STOP_SLO_FACTOR:
+            return f"{t.metric} {value:,.0f} is over {STOP_SLO_FACTOR:g}x the SLO {t}"
+    return None
+
+
+class Sweep:
+    """Runs points through a RunSession (bench.session) and keeps their results."""
+
+    def __init__(
+        self,
+        scenario,
+        session,
+        *,
+        base_dir=None,
+        api_key: str | None = None,
+        transport: str = "raw",
+        point_duration_s: float | None = None,
+        warmup_s: float = 0.0,
+        cooldown_s: float = 0.0,
+        slo: Sequence[Threshold] = (),
+        max_error_rate: float = STOP_ERROR_RATE,
+        on_point: Callable[[PointResult, int | None], None] | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.session = session
+        self.base_dir = base_dir
+        self.api_key = api_key
+        self.transport = transport
+        self.point_duration_s = point_duration_s
+        self.warmup_s = warmup_s
+        self.cooldown_s = cooldown_s
+        self.slo = list(slo)
+        self.max_error_rate = max_error_rate
+        self.on_point = on_point
+        self.result = SweepResult(run_id=session.run_id)
+
+    def plan(self, spec: PointSpec) -> tuple[object, RunPlan]:
+        sc = scenario_at(self.scenario, spec, point_duration_s=self.point_duration_s)
+        plan = plan_from_scenario(
+            sc,
+            base_dir=self.base_dir,
+            api_key=self.api_key,
+            transport=self.transport,
+            load_point=len(self.result.points),
+        )
+        return sc, plan
+
+    def measure(
+        self, spec: PointSpec, role: str = "grid", remaining: int | None = None
+    ) -> PointResult:
+        sc, plan = self.plan(spec)
+        index = plan.load_point
+        run, summary = self.session.point(
+            plan,
+            title=f"point {index + 1}: {spec.title}",
+            mode="closed" if spec.kind == "concurrency" else sc.load.shape,
+            target_rate=spec.value if spec.kind == "rate" else None,
+            concurrency=int(spec.value) if spec.kind == "concurrency" else sc.load.max_concurrency,
+            warmup_s=self.warmup_s,
+            cooldown_s=self.cooldown_s,
+            params={"role": role, "kind": spec.kind, "value": spec.value},
+        )
+        point = PointResult(
+            index, spec, summary, role, meets(summary, self.slo) if self.slo else None
+        )
+        self.result.points.append(point)
+        if run.interrupted:
+            self.result.interrupted = True
+        if self.on_point is not None:
+            self.on_point(point, remaining)
+        return point
+
+    def grid(self, specs: Sequence[PointSpec]) -> None:
+        for i, spec in enumerate(specs):
+            point = self.measure(spec, remaining=len(specs) - i - 1)
+            if self.result.interrupted:
+                return
+            reason = stop_reason(point.summary, self.slo, self.max_error_rate)
+            if reason and i < len(specs) - 1:
+                self.result.stopped_early = f"stopped after {spec.title}: {reason}"
+                return
+
+    def auto(self, n_points: int) -> None:
+        """guidellm-style: synchronous baseline, saturated throughput, then N rates between."""
+        sync = self.measure(PointSpec("concurrency", 1), role="synchronous", remaining=n_points + 1)
+        if self.result.interrupted:
+            return
+        top = self.measure(PointSpec("rate", math.inf), role="throughput", remaining=n_points)
+        if self.result.interrupted:
+            return
+        lo, hi = sync.summary.requests_per_s, top.summary.requests_per_s
+        if lo <= 0 or hi <= lo:
+            self.result.stopped_early = (
+                f"auto sweep: saturated throughput {hi:.3g} req/s is not above the synchronous "
+                f"{lo:.3g} req/s, so there is no range to sweep"
+            )
+            return
+        rates = [lo + (hi - lo) * (i + 1) / (n_points + 1) for i in range(n_points)]
+        self.grid([PointSpec("rate", round(r, 4)) for r in rates])
+
+    def slo_search(self, iterations: int) -> None:
+        """Bisect between the highest passing and the lowest failing load for the SLO."""
+        if not self.slo:
+            return
+        kind = self.result.points[0].spec.kind if self.result.points else "rate"
+        for _ in range(iterations):
+            if self.result.interrupted:
+                return
+            passing = [p for p in self.result.points if p.meets_slo and p.spec.kind == kind]
+            failing = [
+                p for p in self.result.points if p.meets_slo is False and p.spec.kind == kind
+            ]
+            if not failing:
+                break
+            lowest_fail = min(failing, key=lambda p: p.spec.value)
+            below = [p for p in passing if p.spec.value < lowest_fail.spec.value]
+            best = max(below, key=lambda p: p.spec.value) if below else None
+            hi = lowest_fail.spec.value
+            if math.isinf(hi):
+                hi = max(p.summary.requests_per_s for p in self.result.points) * 1.2
+            lo = best.spec.value if best else 0.0
+            mid = (lo + hi) / 2
+            if kind == "concurrency":
+                mid = math.floor(mid)
+                if mid <= lo or mid >= hi:
+                    break
+            elif hi - lo < max(0.02 * hi, 1e-3):
+                break
+            self.measure(PointSpec(kind, mid), role="slo-search")
+
+    def conclude(self) -> SweepResult:
+        res = self.result
+        if self.slo:
+            passing = [p for p in res.points if p.meets_slo]
+            if passing:
+                res.capacity = max(passing, key=lambda p: p.summary.output_tokens_per_s)
+                if all(p.meets_slo for p in res.points):
+                    res.capacity_note = "every load tested met the SLO: capacity is at least this"
+            else:
+                res.capacity_note = "no load tested met the SLO: capacity is below the lowest load"
+        res.knee = knee(res.points)
+        return res
+
+
+def per_gpu(value: float, gpus: int) -> float:
+    return value / max(1, gpus)

@@ -1,0 +1,238 @@
+"""Store sub-commands as plain typer-annotated functions; bench/cli.py mounts them.
+
+    app.command("runs")(runs_command)      app.command("show")(show_command)
+    app.command("rm")(rm_command)          app.command("export-raw")(export_raw_command)
+    app.command("import")(import_command)  db_app.command("upgrade")(db_upgrade_command)
+
+Every failure the user can fix is one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from bench.metrics import LATENCY_METRICS, summarize
+from bench.store.errors import StoreError
+from bench.store.importers import ImportFormatError
+
+F = TypeVar("F", bound=Callable[..., Any])
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="Database URL or SQLite path (default $TOKENBENCH_DB or results/tokenbench.db).",
+    ),
+]
+out = Console()
+err = Console(stderr=True)
+
+
+def _clean_errors(func: F) -> F:
+    """Turn the errors a user can act on into one line and exit status 2."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (StoreError, ImportFormatError, FileNotFoundError, ValueError, OSError) as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False, markup=True, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+@_clean_errors
+def runs_command(
+    db: DbOption = None,
+    gpu: Annotated[str | None, typer.Option(help="Only runs whose GPU type contains this.")] = None,
+    model: Annotated[str | None, typer.Option(help="Only runs whose model contains this.")] = None,
+    label: Annotated[str | None, typer.Option(help="Only runs whose label contains this.")] = None,
+    limit: Annotated[int, typer.Option(help="Show at most this many runs.")] = 50,
+) -> None:
+    """List stored runs, newest first."""
+    from bench.store.read import list_runs
+
+    runs = list_runs(db, gpu=gpu, model=model, label=label, limit=limit)
+    table = Table(
+        "id", "name", "label", "created (UTC)", "status", "model", "gpu", "requests", "source"
+    )
+    for r in runs:
+        gpu_text = f"{r.gpu_count or 1}x {r.gpu_type}" if r.gpu_type else "-"
+        source = (
+            "simulated"
+            if r.simulated
+            else (f"imported:{r.imported_from}" if r.imported_from else "measured")
+        )
+        table.add_row(
+            r.short_id,
+            r.name or "-",
+            r.label or "-",
+            r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            r.status,
+            r.model or "-",
+            gpu_text,
+            str(r.request_count),
+            source,
+        )
+    if not runs:
+        out.print("no runs stored yet")
+        return
+    out.print(table)
+
+
+@_clean_errors
+def show_command(
+    run: Annotated[str, typer.Argument(help="Run id, unique id prefix or run name.")],
+    db: DbOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Print a run's summary, recomputed from its stored requests."""
+    from bench.store.read import get_run, load_columns
+
+    info = get_run(run, db)
+    points = info.load_points or []
+    sections: list[tuple[str, dict | None]] = []
+    if info.request_count:
+        targets = [(None, None)] if len(points) <= 1 else [(lp.load_point, lp) for lp in points]
+        for index, lp in targets:
+            lp = lp or (points[0] if points else None)
+            summary = summarize(
+                load_columns(info.id, index, db),
+                duration_s=lp.duration_s if lp else None,
+                interrupted=info.status == "interrupted",
+            )
+            title = (
+                "run"
+                if index is None
+                else f"load point {index}" + (f" ({lp.label})" if lp and lp.label else "")
+            )
+            sections.append((title, summary.to_json()))
+    else:
+        sections.append(
+            (
+                "summary as imported",
+                (info.extra_json or {}).get("source_summary") or info.summary_json,
+            )
+        )
+    if as_json:
+        out.print_json(
+            json.dumps(
+                {"run": info.id, "status": info.status, "summaries": dict(sections)}, default=str
+            )
+        )
+        return
+    kind = "SIMULATED " if info.simulated else ("IMPORTED " if info.imported_from else "")
+    out.print(
+        f"[bold]{kind}run {info.id}[/bold] {info.name or ''}  status={info.status}  "
+        f"model={info.model or '-'}  gpu={info.gpu_type or '-'}x{info.gpu_count or '-'}  "
+        f"endpoint={info.endpoint or '-'}",
+        highlight=False,
+    )
+    for title, summary in sections:
+        if summary is None:
+            out.print(f"{title}: nothing stored")
+        elif "metrics" in summary and isinstance(summary.get("throughput"), dict):
+            out.print(_summary_table(title, summary))
+        else:
+            out.print(title)
+            out.print_json(json.dumps(summary, default=str))
+
+
+def _summary_table(title: str, summary: dict) -> Table:
+    tp = summary["throughput"]
+    caption = (
+        f"completed {summary['completed']}  failed {summary['failed']}  "
+        f"duration {summary['duration_s']:.2f} s  {tp['requests_per_s']:.2f} req/s  "
+        f"{tp['output_tokens_per_s']:.1f} out tok/s"
+        + ("  INTERRUPTED" if summary.get("interrupted") else "")
+    )
+    first = summary["metrics"][f"{LATENCY_METRICS[0]}_ms"]
+    keys = list(first)
+    table = Table("metric (ms)", *keys, title=title, caption=caption)
+    for name in LATENCY_METRICS:
+        stats = summary["metrics"][f"{name}_ms"]
+        table.add_row(name.upper(), *(_fmt(stats.get(k)) for k in keys))
+    return table
+
+
+@_clean_errors
+def rm_command(
+    run: Annotated[str, typer.Argument(help="Run id, unique id prefix or run name.")],
+    db: DbOption = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a run and all its requests."""
+    from bench.store.read import delete_run, get_run
+
+    info = get_run(run, db)
+    if not yes and not typer.confirm(
+        f"delete run {info.id} ({info.name or '-'}, {info.request_count} requests)?"
+    ):
+        err.print("not deleted")
+        raise typer.Exit(1)
+    n = delete_run(info.id, db)
+    out.print(f"deleted run {info.id} and its {n} requests")
+
+
+@_clean_errors
+def db_upgrade_command(db: DbOption = None) -> None:
+    """Migrate the database to this tokenbench's schema (back it up first)."""
+    from bench.store.engine import resolve_url, safe_url_text
+    from bench.store.migrations import upgrade
+
+    rev = upgrade(db)
+    out.print(f"{safe_url_text(resolve_url(db))}: schema at revision {rev}", highlight=False)
+
+
+@_clean_errors
+def export_raw_command(
+    run: Annotated[str, typer.Argument(help="Run id, unique id prefix or run name.")],
+    out_path: Annotated[Path, typer.Option("--out", "-o", help="File to write.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="json, csv or parquet.")] = "json",
+    load_point: Annotated[int | None, typer.Option(help="Only this load point.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Write every request of a run to a JSON, CSV or Parquet file."""
+    from bench.store.raw_export import export_raw
+
+    path = export_raw(run, fmt, out_path, load_point=load_point, db=db)
+    out.print(f"wrote {path}", highlight=False)
+
+
+@_clean_errors
+def import_command(
+    file: Annotated[Path, typer.Argument(help="A result file of vLLM, guidellm or aiperf.")],
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="vllm, guidellm, aiperf or auto.")
+    ] = "auto",
+    name: Annotated[
+        str | None, typer.Option(help="Name of the new run (default: file name).")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Import another tool's results as a run marked imported."""
+    from bench.store.importers import import_file
+    from bench.store.read import get_run
+
+    run_id = import_file(file, fmt, db=db, name=name)
+    info = get_run(run_id, db)
+    out.print(
+        f"imported {file} as run {info.id} ({info.imported_from}, {info.request_count} requests)",
+        highlight=False,
+    )

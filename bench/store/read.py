@@ -217,6 +217,7 @@ def columns_from_decoded(d: codec.Decoded) -> Columns:
         prompt_tokens=d.as_float("prompt_tokens"),
         output_tokens=d.as_float("output_tokens"),
         itl_ns=d.gaps[_gap_mask(d, ok)].astype(np.float64),
+        gap_counts=np.where(ok, np.maximum(d.ints["n_chunks"] - 1, 0), 0),
     )
 
 

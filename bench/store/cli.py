@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from bench.metrics import LATENCY_METRICS, summarize
 from bench.store.errors import StoreError
@@ -70,7 +70,8 @@ def runs_command(
 
     runs = list_runs(db, gpu=gpu, model=model, label=label, limit=limit)
     table = Table(
-        "id", "name", "label", "created (UTC)", "status", "model", "gpu", "requests", "source"
+        Column("id", no_wrap=True, min_width=8),
+        *("name", "label", "created (UTC)", "status", "model", "gpu", "requests", "source"),
     )
     for r in runs:
         gpu_text = f"{r.gpu_count or 1}x {r.gpu_type}" if r.gpu_type else "-"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Engine, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from bench.store.errors import StoreError
 
@@ -68,6 +68,13 @@ def make_engine(
 ) -> Engine:
     """A new Engine for the URL/path (creating the SQLite file's folder); no schema check."""
     url = db if isinstance(db, URL) else resolve_url(db)
+    try:
+        return _make_engine(url, busy_timeout_s)
+    except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+        raise StoreError(f"--db {safe_url_text(url)}: cannot use this database ({exc})") from None
+
+
+def _make_engine(url: URL, busy_timeout_s: float) -> Engine:
     if url.get_backend_name() == "sqlite":
         database = url.database or ""
         if database and database != ":memory:" and not database.startswith("file:"):

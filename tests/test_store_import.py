@@ -1,0 +1,85 @@
+"""Importers: vLLM, guidellm and aiperf sample files (tests/data/README.md) become runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.store import get_run, load_records
+from bench.store.engine import dispose_all
+from bench.store.importers import ImportFormatError, detect_format, import_file
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture
+def db(tmp_path):
+    yield str(tmp_path / "imp.db")
+    dispose_all()
+
+
+def test_vllm(db):
+    run = get_run(import_file(DATA / "vllm_bench_serve.json", db=db), db)
+    assert (run.imported_from, run.model, run.request_count) == (
+        "vllm",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        4,
+    )
+    assert run.load_points[0].target_rate == 2.0 and run.load_points[0].duration_s == 2.5
+    s = run.summary_json
+    assert (s["completed"], s["failed"]) == (3, 1)
+    src = run.extra_json["source_summary"]
+    assert s["metrics"]["ttft_ms"]["mean"] == pytest.approx(src["mean_ttft_ms"])
+    assert s["metrics"]["itl_ms"]["mean"] == pytest.approx(src["mean_itl_ms"])
+    assert s["throughput"]["requests_per_s"] == pytest.approx(src["request_throughput"])
+    records = load_records(run.id, db=db)
+    assert records[0].chunk_times_ns.tolist() == [50_000_000, 70_000_000, 90_000_000, 110_000_000]
+    assert records[3].state == "failed" and "context length" in records[3].error_message
+
+
+def test_guidellm(db):
+    run = get_run(import_file(DATA / "guidellm_benchmarks.json", db=db), db)
+    assert run.imported_from == "guidellm" and run.endpoint == "http://localhost:8000"
+    assert [(lp.mode, lp.target_rate) for lp in run.load_points] == [
+        ("synchronous", None),
+        ("constant", 2.0),
+    ]
+    records = load_records(run.id, db=db)
+    assert [r.state for r in records] == ["ok", "ok", "ok", "failed", "cancelled"]
+    assert [r.load_point for r in records] == [0, 0, 1, 1, 1]
+    assert records[0].ttft_ns == pytest.approx(50_000_000, abs=1000)
+    assert "503" in records[3].error_message
+
+
+@pytest.mark.parametrize("name", ["profile_export_aiperf.json", "profile_export.jsonl"])
+def test_aiperf(db, name):
+    run = get_run(import_file(DATA / "aiperf" / name, db=db), db)
+    assert (run.imported_from, run.model, run.request_count) == (
+        "aiperf",
+        "Qwen/Qwen3-0.6B",
+        3,
+    )  # warm-up skipped
+    assert run.load_points[0].concurrency == 2
+    records = load_records(run.id, db=db)
+    assert records[0].ttft_ns == 40_000_000 and len(records[0].chunk_times_ns) == 5
+    assert records[2].state == "failed" and records[2].http_status == 500
+    assert run.extra_json["source_summary"]["records"]["time_to_first_token"]["avg"] == 45.0
+
+
+def test_unknown_format_is_a_clear_error(tmp_path, db):
+    path = tmp_path / "x.json"
+    path.write_text('{"hello": 1}')
+    with pytest.raises(ImportFormatError, match="--format"):
+        import_file(path, db=db)
+    path.write_text("not json at all {")
+    with pytest.raises(ImportFormatError, match="not JSON"):
+        import_file(path, db=db)
+    with pytest.raises(ImportFormatError, match="not a vllm result"):
+        path.write_text('{"ttfts": 5}')
+        import_file(path, "vllm", db=db)
+
+
+def test_detect_format():
+    assert detect_format({"benchmarks": []}) == "guidellm"
+    assert detect_format({"ttfts": [], "itls": []}) == "vllm"

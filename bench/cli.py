@@ -158,9 +158,24 @@ def resolve_scenario(scenario_file: Path | None, overrides: dict, defaults: dict
         source = str(scenario_file)
     merged = deep_merge(defaults or {}, overrides)
     try:
-        return parse_scenario(text, source=source, overrides=merged)
+        sc = parse_scenario(text, source=source, overrides=merged)
     except ScenarioError as exc:
         raise fail(str(exc)) from None
+    if sc.gpu.type:
+        sc.gpu.type = canonical_gpu(sc.gpu.type)
+    return sc
+
+
+def canonical_gpu(name: str) -> str:
+    """The profile name for a GPU alias ("b200" -> "B200-SXM"); unknown names pass through,
+    so a GPU without a profile can still be benchmarked (it just has no prices)."""
+    from bench.sim.profiles import ProfileError, get_gpu
+
+    try:
+        return get_gpu(name).name
+    except ProfileError:
+        err_console.print(f"[yellow]note:[/] GPU {name!r} has no profile; no prices for it")
+        return name
 
 
 RUN_DEFAULTS = {"load": {"num_prompts": 1000}}
@@ -586,3 +601,70 @@ from bench.cost_cli import prices_command  # noqa: E402
 app.command("prices", help="List the GPU pricing catalogue ($/GPU-hour per tier, with sources).")(
     prices_command
 )
+
+
+@app.command("compare")
+def compare_command(
+    runs: Annotated[list[str], typer.Argument(help="Run ids (or unique prefixes or names)")],
+    slo: Annotated[
+        str | None, typer.Option("--slo", help="e.g. 'p99_ttft_ms<=500,p99_tpot_ms<=50'")
+    ] = None,
+    utilisation: Annotated[float, typer.Option("--utilisation", min=0.01, max=1.0)] = 1.0,
+    prices_file: Annotated[Path | None, typer.Option("--prices-file")] = None,
+    price: Annotated[list[str] | None, typer.Option("--price")] = None,
+    db: Annotated[str | None, typer.Option("--db")] = None,
+) -> None:
+    """Side by side: capacity at SLO, P99s at matched load, $/Mtok per tier, the ratio."""
+    from bench.console import comparison_tables
+    from bench.curves import compare_runs, ratio_sentence, run_curves
+    from bench.store.errors import StoreError
+
+    try:
+        thresholds = parse_thresholds(slo, flag="--slo")
+        curves = run_curves(runs, db)
+    except (ValueError, StoreError, KeyError) as exc:
+        raise fail(str(exc)) from None
+    catalogue = _catalogue(prices_file, price)
+    comparisons = compare_runs(curves, thresholds, catalogue, utilisation)
+    for table in comparison_tables(comparisons, utilisation):
+        console.print(table)
+    sentence = ratio_sentence(comparisons)
+    if sentence:
+        console.print(f"[bold]{sentence}[/]")
+
+
+from bench.sim.cli import sim_app  # noqa: E402
+from bench.store.cli import (  # noqa: E402
+    db_upgrade_command,
+    export_raw_command,
+    import_command,
+    rm_command,
+    runs_command,
+    show_command,
+)
+
+app.command("runs", help="List stored runs.")(runs_command)
+app.command("show", help="Print a stored run's summary.")(show_command)
+app.command("rm", help="Delete a stored run.")(rm_command)
+app.command("export-raw", help="Write a run's requests as json, csv or parquet.")(
+    export_raw_command
+)
+app.command("import", help="Import vLLM, guidellm or aiperf result files as runs.")(import_command)
+db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
+db_app.command("upgrade", help="Apply schema migrations.")(db_upgrade_command)
+app.add_typer(db_app, name="db")
+app.add_typer(sim_app, name="sim", help="The simulated GPU endpoint (no GPU needed).")
+
+
+@app.command("demo")
+def demo_command(
+    db: Annotated[str | None, typer.Option("--db", help="Where to store the two runs")] = None,
+) -> None:
+    """B200 beside H100 on simulated endpoints: a short bursty-chat sweep of each (~2 min)."""
+    from bench.sim.demo import run_demo
+    from bench.store.errors import StoreError
+
+    try:
+        run_demo(db)
+    except StoreError as exc:
+        raise fail(str(exc)) from None

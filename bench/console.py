@@ -120,3 +120,73 @@ def cost_rows_table(rows, *, title: str) -> Table:
             cells.append(_fmt(r.output_usd_per_mtok_at_utilisation, 3))
         t.add_row(*cells)
     return t
+
+
+def comparison_tables(comparisons, utilisation: float = 1.0) -> list[Table]:
+    """`tokenbench compare`: capacity, P99s at matched load, and $/Mtok per tier."""
+    head = Table(title="Comparison", title_justify="left")
+    head.add_column("")
+    for c in comparisons:
+        head.add_column(c.curve.legend, justify="right")
+
+    def row(name, fn):
+        head.add_row(name, *(fn(c) for c in comparisons))
+
+    row("run", lambda c: c.curve.run_id[:8])
+    row("GPU", lambda c: f"{c.curve.gpu_type or '?'} x{c.curve.gpu_count}")
+    row("model", lambda c: c.curve.model or "?")
+    row(
+        "measured or simulated",
+        lambda c: (
+            "simulated"
+            if c.curve.simulated
+            else (f"imported ({c.curve.imported_from})" if c.curve.imported_from else "measured")
+        ),
+    )
+    row("load points", lambda c: str(len(c.curve.points)))
+    row("basis", lambda c: c.basis + ("" if c.capacity else ": none met"))
+    row(
+        "capacity req/s per GPU",
+        lambda c: _fmt(c.capacity.requests_per_s / c.curve.gpu_count if c.capacity else None),
+    )
+    row(
+        "capacity out tok/s per GPU",
+        lambda c: _fmt(c.capacity.output_tps_per_gpu if c.capacity else None, 0),
+    )
+    for metric in ("ttft", "tpot", "e2el"):
+        row(
+            f"p99 {metric.upper()} ms at capacity",
+            lambda c, m=metric: _fmt(c.capacity.latency(m) if c.capacity else None, 1),
+        )
+    row(
+        "matched load (out tok/s per GPU)",
+        lambda c: _fmt(c.at_matched_load.output_tps_per_gpu if c.at_matched_load else None, 0),
+    )
+    for metric in ("ttft", "tpot"):
+        row(
+            f"p99 {metric.upper()} ms at matched load",
+            lambda c, m=metric: _fmt(
+                c.at_matched_load.latency(m) if c.at_matched_load else None, 1
+            ),
+        )
+    tables = [head]
+
+    cost = Table(
+        title=f"$/Mtok output tokens at the basis point ({utilisation:.0%} utilisation)",
+        title_justify="left",
+    )
+    cost.add_column("tier")
+    for c in comparisons:
+        cost.add_column(c.curve.legend, justify="right")
+    tiers: list[str] = []
+    for c in comparisons:
+        tiers += [r.tier for r in c.cost_rows if r.tier not in tiers]
+    for tier in tiers:
+        cells = []
+        for c in comparisons:
+            match = next((r for r in c.cost_rows if r.tier == tier), None)
+            cells.append(_fmt(match.output_usd_per_mtok_at_utilisation if match else None, 3))
+        cost.add_row(tier, *cells)
+    if tiers:
+        tables.append(cost)
+    return tables

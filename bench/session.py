@@ -71,7 +71,6 @@ def window_summary(
         goodput=parse_goodput(scenario.goodput),
         loop_lag_p99_ms=result.loop_lag_p99_ms,
         interrupted=result.interrupted,
-        duration_s=None if (warmup_s or cooldown_s) else result.duration_s,
     )
 
 

@@ -1,0 +1,765 @@
+"""Load generation across processes (`--workers N`) and machines (`--ray auto|ADDRESS`).
+
+One Python process saturates its core long before a large deployment does, so a run's
+schedule is split across workers, each with its own event loop and connection pool, and
+their records are merged into one run.
+
+How the pieces fit:
+
+- Splitting (`split_plan`): open loop, sessions are dealt round-robin, so every worker's
+  share is an even thinning of the same schedule (worker k of N gets sessions k, k+N, ...,
+  at their original offsets); a --max-concurrency cap is divided between the workers.
+  Closed loop, the users are divided and each user's sessions go with it. Request indices
+  stay global, so merged records are exactly those of a single-process run. Each worker
+  gets its RunPlan share and renders its own prompts locally (Workload.render is
+  deterministic by seed and index): the plan travels, not the prompts.
+- Shared start: every worker prepares (imports, plan, event-loop thread) and reports ready;
+  only then does the driver broadcast a start *delay*. Each worker sets its own
+  t0 = its clock at receipt + delay. No clock reading ever crosses a process or machine,
+  so clock skew between hosts cannot corrupt any timing; the workers' start instants agree
+  to within the broadcast's delivery time (well under a millisecond on one host).
+- Records: all times in a RequestRecord are durations since the worker's own t0, so records
+  merge as they are. Each worker buffers them and the driver pulls them in batches every
+  BATCH_S and feeds them to the sink (the store's RunWriter) as they arrive.
+- Accountability: per-worker counters, send-lag p99 and loop-lag p99 are kept and checked
+  one by one, so one slow machine cannot hide inside the merged percentiles. A worker that
+  dies mid-run is reported with its error; what it had already streamed back is kept and
+  the run is marked partial, never silently short.
+
+Two transports for the same worker code (`_WorkerCore`):
+- processes: multiprocessing with the spawn start method, one duplex pipe per worker (a
+  killed worker can only break its own pipe, which the driver sees as end-of-file).
+- Ray: one actor per worker (1 CPU each, spread over the nodes); the driver keeps one
+  `poll` call outstanding per actor, and each call returns a batch of records. Ray is an
+  optional extra: `pip install 'tokenbench[ray]'`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from multiprocessing import connection as mp_connection
+from time import perf_counter_ns
+from typing import Any
+
+import numpy as np
+
+from bench.metrics import CLIENT_LIMIT_LOOP_LAG_MS, CLIENT_LIMIT_SEND_LAG_MS
+from bench.records import RequestRecord
+from bench.runner import Progress, RunPlan, RunResult, execute, new_event_loop, sessions_of
+
+BATCH_S = 0.25  # how often a worker's records are shipped to the driver
+TICK_S = 0.25  # how often on_tick is called
+READY_TIMEOUT_S = 120.0  # a worker must be placed and ready within this
+HEARTBEAT_TIMEOUT_S = 30.0  # a worker silent this long is declared dead
+STOP_GRACE_S = 15.0  # after a stop, how long workers get to cancel and send their last records
+LOCAL_START_DELAY_S = 0.5  # start delay broadcast to processes on this host
+RAY_START_DELAY_S = 2.0  # start delay broadcast to Ray actors (RPC fan-out across machines)
+RAY_INSTALL_HINT = "pip install 'tokenbench[ray]'"
+
+
+class DistributedError(RuntimeError):
+    """A distributed run could not start (no Ray, workers not placed, bad arguments)."""
+
+
+# ---------------------------------------------------------------------------- results
+
+
+@dataclass
+class WorkerStats:
+    """One worker as the driver saw it: where it ran, what it did, whether it survived."""
+
+    worker: int
+    host: str = ""
+    pid: int = 0
+    planned_sessions: int = 0
+    users: int | None = None  # closed loop only
+    sent: int = 0
+    completed: int = 0
+    failed: int = 0
+    in_flight: int = 0
+    received: int = 0  # records that reached the driver
+    send_lag_p99_ms: float | None = None
+    loop_lag_p99_ms: float | None = None
+    loop_lag_max_ms: float | None = None
+    duration_s: float | None = None
+    alive: bool = True
+    finished: bool = False
+    error: str | None = None
+
+    @property
+    def client_limited(self) -> bool:
+        return (self.send_lag_p99_ms or 0.0) > CLIENT_LIMIT_SEND_LAG_MS or (
+            self.loop_lag_p99_ms or 0.0
+        ) > CLIENT_LIMIT_LOOP_LAG_MS
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "worker": self.worker,
+            "host": self.host,
+            "pid": self.pid,
+            "planned_sessions": self.planned_sessions,
+            "users": self.users,
+            "sent": self.sent,
+            "completed": self.completed,
+            "failed": self.failed,
+            "records_received": self.received,
+            "send_lag_p99_ms": self.send_lag_p99_ms,
+            "loop_lag_p99_ms": self.loop_lag_p99_ms,
+            "loop_lag_max_ms": self.loop_lag_max_ms,
+            "duration_s": self.duration_s,
+            "alive": self.alive,
+            "client_limited": self.client_limited,
+            "error": self.error,
+        }
+
+
+@dataclass
+class DistributedProgress(Progress):
+    """Progress summed over the workers, plus each worker's own counters (for on_tick)."""
+
+    workers: list[WorkerStats] = field(default_factory=list)
+
+
+@dataclass
+class DistributedResult(RunResult):
+    """A merged RunResult plus what each worker did.
+
+    `interrupted` is true when the run was stopped *or* is partial, so callers that only
+    know RunResult (summaries, exit codes) never present a short run as complete.
+    `loop_lag_p99_ms` is the worst worker's, since any one late loop delays its timestamps.
+    """
+
+    workers: list[WorkerStats] = field(default_factory=list)
+    backend: str = "processes"
+    partial: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    def detail_json(self) -> dict[str, Any]:
+        """What the summary JSON of a distributed run adds: `partial` and per-worker detail."""
+        return {
+            "partial": self.partial,
+            "distributed": {
+                "backend": self.backend,
+                "workers": [w.to_json() for w in self.workers],
+                "warnings": list(self.warnings),
+            },
+        }
+
+
+# ---------------------------------------------------------------------------- splitting
+
+
+def _share(total: int, n: int, k: int) -> int:
+    """Worker k's part of `total` items dealt round-robin to n workers."""
+    return total // n + (1 if k < total % n else 0)
+
+
+def split_plan(plan: RunPlan, workers: int) -> list[RunPlan]:
+    """Split one plan into at most `workers` plans whose union is the original schedule.
+
+    Fewer plans come back when there is less to share than workers (fewer sessions,
+    closed-loop users, or --max-concurrency slots than workers): no worker idles.
+    """
+    if workers < 1:
+        raise DistributedError(f"--workers must be at least 1, not {workers}")
+    sessions = sessions_of(plan.specs)
+    if plan.offsets_s is not None:
+        offsets = np.asarray(plan.offsets_s, dtype=np.float64)
+        sessions = sessions[: len(offsets)]
+        offsets = offsets[: len(sessions)]
+        n = min(workers, max(1, len(sessions)), plan.max_concurrency or workers)
+        return [
+            replace(
+                plan,
+                specs=[spec for turns in sessions[k::n] for spec in turns],
+                offsets_s=offsets[k::n],
+                max_concurrency=_share(plan.max_concurrency, n, k)
+                if plan.max_concurrency
+                else None,
+            )
+            for k in range(n)
+        ]
+    users = plan.concurrency or 1
+    n = min(workers, users)
+    buckets: list[list] = [[] for _ in range(n)]
+    for i, turns in enumerate(sessions):
+        # User j belongs to worker j % n; session i is the (i // users)-th of user i % users.
+        buckets[(i % users) % n].extend(turns)
+    return [replace(plan, specs=buckets[k], concurrency=_share(users, n, k)) for k in range(n)]
+
+
+# ---------------------------------------------------------------------------- worker side
+
+
+class _WorkerCore:
+    """One worker's run: its own event loop in its own thread, records queued for the driver.
+
+    The transport (a pipe or a Ray actor) only calls start/stop/poll from other threads, so
+    shipping records never runs on the event loop that timestamps them.
+    """
+
+    def __init__(self, plan: RunPlan) -> None:
+        self.plan = plan
+        self.records: deque[RequestRecord] = deque()
+        self.progress = Progress()
+        self.result: RunResult | None = None
+        self.error: str | None = None
+        self._t0_ns: int | None = None
+        self._go = threading.Event()
+        self._done = threading.Event()
+        self._stopping = False
+        self._stop_loop: Callable[[], None] | None = None
+        self._thread = threading.Thread(target=self._run, name="tokenbench-loop", daemon=True)
+        self._thread.start()
+
+    def start(self, delay_s: float) -> None:
+        """Start `delay_s` from now on this machine's clock (the broadcast start delay)."""
+        self._t0_ns = perf_counter_ns() + int(delay_s * 1e9)
+        self._go.set()
+
+    def stop(self) -> None:
+        """Stop gently: in-flight requests are cancelled and recorded, as Ctrl-C does."""
+        self._stopping = True
+        self._go.set()
+        stop_loop = self._stop_loop
+        if stop_loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                stop_loop()
+
+    def poll(self, wait_s: float, limit: int = 20_000) -> tuple[list[RequestRecord], dict]:
+        """Wait up to wait_s (less if the run ends), then hand over a batch of records."""
+        self._done.wait(wait_s)
+        batch = []
+        for _ in range(min(limit, len(self.records))):
+            batch.append(self.records.popleft())
+        return batch, self.status()
+
+    def status(self) -> dict[str, Any]:
+        p, r = self.progress, self.result
+        done = self._done.is_set()
+        return {
+            "sent": p.sent,
+            "completed": p.completed,
+            "failed": p.failed,
+            "in_flight": p.in_flight,
+            "finished": done and not self.records,
+            "error": self.error,
+            "interrupted": bool(r and r.interrupted),
+            "duration_s": r.duration_s if r else None,
+            "loop_lag_p99_ms": r.loop_lag_p99_ms if r else None,
+            "loop_lag_max_ms": r.loop_lag_max_ms if r else None,
+        }
+
+    def _run(self) -> None:
+        try:
+            if not self._go.wait(READY_TIMEOUT_S + HEARTBEAT_TIMEOUT_S):
+                self.error = "never told to start"
+                return
+            if self._stopping:
+                return
+            with asyncio.Runner(loop_factory=new_event_loop) as runner:
+                self.result = runner.run(self._main())
+        except BaseException as exc:  # noqa: BLE001 - reported to the driver, not swallowed
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self._done.set()
+
+    async def _main(self) -> RunResult:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        self._stop_loop = lambda: loop.call_soon_threadsafe(stop.set)
+        if self._stopping:
+            stop.set()
+        return await execute(
+            self.plan, sink=self.records.append, progress=self.progress, stop=stop,
+            t0_ns=self._t0_ns,
+        )  # fmt: skip
+
+
+def _host() -> str:
+    return socket.gethostname()
+
+
+def _process_main(plan: RunPlan, conn: mp_connection.Connection) -> None:
+    """Entry point of a `--workers` process: ready, wait for the start delay, stream, exit.
+
+    Every wait is bounded; if the driver goes away (its end of the pipe closes) the worker
+    stops its run and exits rather than lingering.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and tells us
+    core = _WorkerCore(plan)
+    try:
+        conn.send(("ready", _host(), os.getpid()))
+        if not conn.poll(READY_TIMEOUT_S):
+            core.stop()
+            return
+        msg = conn.recv()
+        if msg[0] == "start":
+            core.start(msg[1])
+        else:
+            core.stop()
+        deadline_after_stop: float | None = None
+        while True:
+            if conn.poll(0) and conn.recv()[0] == "stop":
+                core.stop()
+                deadline_after_stop = deadline_after_stop or time.monotonic() + STOP_GRACE_S
+            records, status = core.poll(BATCH_S)
+            conn.send(("batch", records, status))
+            if status["finished"]:
+                return
+            if deadline_after_stop is not None and time.monotonic() > deadline_after_stop:
+                return
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        core.stop()  # the driver is gone: nobody to report to
+    finally:
+        conn.close()
+
+
+# ---------------------------------------------------------------------------- driver side
+
+
+class _Driver:
+    """Bookkeeping shared by both transports: stats, merged records, ticks, warnings."""
+
+    def __init__(
+        self,
+        shares: list[RunPlan],
+        sink: Callable[[RequestRecord], None] | None,
+        on_tick: Callable[[DistributedProgress], None] | None,
+    ) -> None:
+        self.shares = shares
+        self.sink = sink
+        self.on_tick = on_tick
+        self.records: list[RequestRecord] = []
+        self.lags: list[list[np.ndarray]] = [[] for _ in shares]
+        self.stats = [
+            WorkerStats(
+                worker=k,
+                planned_sessions=len(sessions_of(p.specs))
+                if p.offsets_s is None
+                else len(p.offsets_s),
+                users=p.concurrency if p.offsets_s is None else None,
+            )
+            for k, p in enumerate(shares)
+        ]
+        self.progress = DistributedProgress(total=sum(len(p.specs) for p in shares))
+        self.progress.workers = self.stats
+        self.stop_requested = threading.Event()
+        self.t0_ns = 0
+        self._last_tick = 0.0
+        self.last_heard = [time.monotonic()] * len(shares)
+
+    def take(self, k: int, records: list[RequestRecord], status: dict) -> None:
+        """One batch from worker k: keep the records, feed the sink, update counters."""
+        self.last_heard[k] = time.monotonic()
+        st = self.stats[k]
+        if records:
+            self.records.extend(records)
+            st.received += len(records)
+            self.lags[k].append(np.array([r.sent_ns - r.intended_ns for r in records]))
+            recent = self.progress.recent_ttft_ms
+            recent.extend(r.ttft_ns / 1e6 for r in records if r.ok and r.ttft_ns is not None)
+            if len(recent) > 2048:
+                del recent[:-1024]
+            if self.sink is not None:
+                for rec in records:
+                    self.sink(rec)
+        for key in ("sent", "completed", "failed", "in_flight"):
+            setattr(st, key, status[key])
+        st.loop_lag_p99_ms = status["loop_lag_p99_ms"]
+        st.loop_lag_max_ms = status["loop_lag_max_ms"]
+        st.duration_s = status["duration_s"]
+        if status["error"]:
+            self.died(k, status["error"])
+        elif status["finished"]:
+            st.finished = True
+            st.in_flight = 0
+
+    def died(self, k: int, error: str) -> None:
+        st = self.stats[k]
+        if st.finished:
+            return
+        st.alive, st.finished, st.in_flight, st.error = False, True, 0, error
+
+    def active(self) -> list[int]:
+        return [k for k, st in enumerate(self.stats) if not st.finished]
+
+    def tick(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.on_tick is None or (not force and now - self._last_tick < TICK_S):
+            return
+        self._last_tick = now
+        p = self.progress
+        p.sent = sum(s.sent for s in self.stats)
+        p.completed = sum(s.completed for s in self.stats)
+        p.failed = sum(s.failed for s in self.stats)
+        p.in_flight = sum(s.in_flight for s in self.stats)
+        self.on_tick(p)
+
+    def silent(self) -> list[int]:
+        """Workers not heard from for HEARTBEAT_TIMEOUT_S: hung or cut off."""
+        now = time.monotonic()
+        return [k for k in self.active() if now - self.last_heard[k] > HEARTBEAT_TIMEOUT_S]
+
+    def result(self, backend: str) -> DistributedResult:
+        warnings = []
+        for k, st in enumerate(self.stats):
+            lag = np.concatenate(self.lags[k]) if self.lags[k] else None
+            if lag is not None and lag.size:
+                st.send_lag_p99_ms = float(np.percentile(lag, 99) / 1e6)
+            where = f"worker {k} ({st.host or '?'} pid {st.pid})"
+            if not st.alive:
+                warnings.append(
+                    f"{where} died after {st.received} records: {st.error}; "
+                    "its completed requests are kept and the run is partial"
+                )
+            if (st.send_lag_p99_ms or 0.0) > CLIENT_LIMIT_SEND_LAG_MS:
+                warnings.append(
+                    f"{where}: send lag p99 {st.send_lag_p99_ms:.1f} ms > "
+                    f"{CLIENT_LIMIT_SEND_LAG_MS:g} ms: it could not keep to its schedule"
+                )
+            if (st.loop_lag_p99_ms or 0.0) > CLIENT_LIMIT_LOOP_LAG_MS:
+                warnings.append(
+                    f"{where}: event-loop lag p99 {st.loop_lag_p99_ms:.1f} ms > "
+                    f"{CLIENT_LIMIT_LOOP_LAG_MS:g} ms: its token timestamps may be late"
+                )
+        partial = any(not st.alive for st in self.stats)
+        stopped = self.stop_requested.is_set()
+        self.records.sort(key=lambda r: (r.sent_ns, r.index))
+        loop_p99 = [s.loop_lag_p99_ms for s in self.stats if s.loop_lag_p99_ms is not None]
+        loop_max = [s.loop_lag_max_ms for s in self.stats if s.loop_lag_max_ms is not None]
+        durations = [s.duration_s for s in self.stats if s.duration_s is not None]
+        if not durations and self.records:  # every worker died: measure from the records
+            ends = [r.end_ns or r.sent_ns for r in self.records]
+            durations = [max(ends) / 1e9]
+        self.tick(force=True)
+        return DistributedResult(
+            records=self.records,
+            duration_s=max(durations, default=0.0),
+            loop_lag_p99_ms=max(loop_p99, default=0.0),
+            loop_lag_max_ms=max(loop_max, default=0.0),
+            interrupted=stopped or partial,
+            t0_ns=self.t0_ns,
+            workers=self.stats,
+            backend=backend,
+            partial=partial,
+            warnings=warnings,
+        )
+
+
+@contextlib.contextmanager
+def _sigint_sets(event: threading.Event, enabled: bool):
+    """Ctrl-C asks the workers to stop gently; a second Ctrl-C raises KeyboardInterrupt."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame) -> None:  # noqa: ANN001
+        if event.is_set():
+            raise KeyboardInterrupt
+        event.set()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _run_processes(
+    driver: _Driver, stop: threading.Event | None, start_delay_s: float
+) -> DistributedResult:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    conns: list[mp_connection.Connection] = []
+    procs = []
+    try:
+        for k, share in enumerate(driver.shares):
+            ours, theirs = ctx.Pipe(duplex=True)
+            proc = ctx.Process(
+                target=_process_main,
+                args=(share, theirs),
+                name=f"tokenbench-worker-{k}",
+                daemon=True,
+            )
+            proc.start()
+            theirs.close()  # only the child holds its end: its death is EOF to us
+            conns.append(ours)
+            procs.append(proc)
+        by_conn = {id(c): k for k, c in enumerate(conns)}
+
+        # Barrier: every worker ready (or dead) before anyone starts.
+        waiting = set(range(len(conns)))
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while waiting and time.monotonic() < deadline:
+            for c in mp_connection.wait([conns[k] for k in waiting], timeout=0.2):
+                k = by_conn[id(c)]
+                try:
+                    _, host, pid = c.recv()
+                    driver.stats[k].host, driver.stats[k].pid = host, pid
+                except (EOFError, OSError):
+                    procs[k].join(1.0)
+                    driver.died(k, f"exited before the start (exit code {procs[k].exitcode})")
+                waiting.discard(k)
+        if waiting:
+            raise DistributedError(
+                f"{len(waiting)} of {len(conns)} worker processes not ready after "
+                f"{READY_TIMEOUT_S:g} s"
+            )
+        driver.t0_ns = perf_counter_ns() + int(start_delay_s * 1e9)
+        for k in driver.active():
+            conns[k].send(("start", start_delay_s))
+
+        stop_sent_at: float | None = None
+        while driver.active():
+            wanted = (stop is not None and stop.is_set()) or driver.stop_requested.is_set()
+            if wanted and stop_sent_at is None:
+                driver.stop_requested.set()
+                stop_sent_at = time.monotonic()
+                for k in driver.active():
+                    with contextlib.suppress(OSError):
+                        conns[k].send(("stop",))
+            active = [conns[k] for k in driver.active()]
+            for c in mp_connection.wait(active, timeout=0.1):
+                k = by_conn[id(c)]
+                try:
+                    _, records, status = c.recv()
+                except (EOFError, OSError):
+                    procs[k].join(1.0)
+                    driver.died(k, f"worker process exited (exit code {procs[k].exitcode})")
+                    continue
+                driver.take(k, records, status)
+            for k in driver.silent():
+                procs[k].kill()
+                driver.died(k, f"no word for {HEARTBEAT_TIMEOUT_S:g} s; killed")
+            if stop_sent_at is not None and time.monotonic() - stop_sent_at > STOP_GRACE_S:
+                for k in driver.active():
+                    driver.died(k, f"did not stop within {STOP_GRACE_S:g} s of the stop")
+            driver.tick()
+        return driver.result("processes")
+    finally:
+        for c in conns:
+            c.close()
+        for proc in procs:
+            proc.join(2.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(2.0)
+
+
+def require_ray():
+    """Import Ray or raise DistributedError naming the pip command that installs it."""
+    try:
+        import ray
+    except ImportError:
+        raise DistributedError(
+            f"--ray needs Ray, an optional extra of tokenbench: {RAY_INSTALL_HINT}"
+        ) from None
+    return ray
+
+
+class _RayWorker:
+    """The Ray actor: a _WorkerCore behind remote methods (threaded, so stop never waits)."""
+
+    def __init__(self, plan: RunPlan) -> None:
+        self.core = _WorkerCore(plan)
+
+    def info(self) -> tuple[str, int]:
+        return _host(), os.getpid()
+
+    def start(self, delay_s: float) -> None:
+        self.core.start(delay_s)
+
+    def poll(self, wait_s: float) -> tuple[list[RequestRecord], dict]:
+        return self.core.poll(wait_s)
+
+    def stop(self) -> None:
+        self.core.stop()
+
+
+def _run_ray(
+    driver: _Driver, address: str, stop: threading.Event | None, start_delay_s: float
+) -> DistributedResult:
+    ray = require_ray()
+    from ray.exceptions import GetTimeoutError, RayError
+
+    started_here = False
+    if not ray.is_initialized():
+        try:
+            ray.init(
+                address=None if address == "local" else address,
+                include_dashboard=False if address == "local" else None,
+                log_to_driver=False,
+            )
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise DistributedError(
+                f"cannot connect to the Ray cluster at {address!r}: {exc} (is `ray start "
+                "--head` running there? `--ray local` starts a cluster on this machine)"
+            ) from None
+        started_here = True
+    actor_cls = ray.remote(num_cpus=1, max_concurrency=4, max_restarts=0)(_RayWorker)
+    actors: list = []
+    try:
+        actors = [
+            actor_cls.options(scheduling_strategy="SPREAD", name=None).remote(share)
+            for share in driver.shares
+        ]
+        try:
+            infos = ray.get([a.info.remote() for a in actors], timeout=READY_TIMEOUT_S)
+        except GetTimeoutError:
+            cpus = ray.cluster_resources().get("CPU", 0)
+            raise DistributedError(
+                f"could not place {len(actors)} Ray workers within {READY_TIMEOUT_S:g} s: "
+                f"each needs 1 CPU and the cluster has {cpus:g}"
+            ) from None
+        except RayError as exc:
+            raise DistributedError(f"a Ray worker failed to start: {_first_line(exc)}") from None
+        for st, (host, pid) in zip(driver.stats, infos, strict=True):
+            st.host, st.pid = host, pid
+        # Barrier passed (every actor answered); broadcast the start delay.
+        driver.t0_ns = perf_counter_ns() + int(start_delay_s * 1e9)
+        ray.get([a.start.remote(start_delay_s) for a in actors], timeout=READY_TIMEOUT_S)
+
+        pending = {actors[k].poll.remote(BATCH_S): k for k in driver.active()}
+        stop_sent_at: float | None = None
+        while pending:
+            wanted = (stop is not None and stop.is_set()) or driver.stop_requested.is_set()
+            if wanted and stop_sent_at is None:
+                driver.stop_requested.set()
+                stop_sent_at = time.monotonic()
+                for k in driver.active():
+                    actors[k].stop.remote()
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.1)
+            for ref in ready:
+                k = pending.pop(ref)
+                try:
+                    records, status = ray.get(ref)
+                except RayError as exc:
+                    driver.died(k, f"Ray actor lost: {type(exc).__name__}: {_first_line(exc)}")
+                    continue
+                driver.take(k, records, status)
+                if not driver.stats[k].finished:
+                    pending[actors[k].poll.remote(BATCH_S)] = k
+            for k in driver.silent():
+                ray.kill(actors[k])
+                driver.died(k, f"no word for {HEARTBEAT_TIMEOUT_S:g} s; killed")
+                pending = {r: j for r, j in pending.items() if j != k}
+            if stop_sent_at is not None and time.monotonic() - stop_sent_at > STOP_GRACE_S:
+                for k in driver.active():
+                    driver.died(k, f"did not stop within {STOP_GRACE_S:g} s of the stop")
+                pending.clear()
+            driver.tick()
+        return driver.result("ray")
+    finally:
+        for a in actors:
+            with contextlib.suppress(Exception):
+                ray.kill(a)
+        if started_here:
+            ray.shutdown()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def run_distributed(
+    plan: RunPlan,
+    *,
+    workers: int,
+    ray_address: str | None = None,
+    sink: Callable[[RequestRecord], None] | None = None,
+    on_tick: Callable[[DistributedProgress], None] | None = None,
+    stop: threading.Event | None = None,
+    handle_sigint: bool = True,
+    start_delay_s: float | None = None,
+) -> DistributedResult:
+    """Run one plan split across `workers` processes, or Ray actors when ray_address is set.
+
+    ray_address: None = processes on this host; "auto" = the Ray cluster this machine
+    belongs to (`ray start` or RAY_ADDRESS); "ray://host:10001" or "host:6379" = that
+    cluster; "local" = start a throw-away Ray on this machine. If Ray is already initialised
+    in this process, that connection is used and left open.
+
+    `sink` gets every record on the calling thread as batches arrive (feed a RunWriter);
+    `on_tick` gets summed progress plus per-worker stats every TICK_S; setting `stop` (or
+    Ctrl-C, when handle_sigint) stops every worker gently, as Ctrl-C does a local run.
+    """
+    shares = split_plan(plan, workers)
+    driver = _Driver(shares, sink, on_tick)
+    with _sigint_sets(driver.stop_requested, handle_sigint):
+        if ray_address is None:
+            return _run_processes(
+                driver, stop, LOCAL_START_DELAY_S if start_delay_s is None else start_delay_s
+            )
+        return _run_ray(
+            driver, ray_address, stop, RAY_START_DELAY_S if start_delay_s is None else start_delay_s
+        )
+
+
+def run_distributed_and_store(
+    scenario,
+    plan: RunPlan,
+    *,
+    workers: int,
+    ray_address: str | None = None,
+    db_url: str | None = None,
+    store: bool = True,
+    show_progress: bool = True,
+    simulated: bool = False,
+) -> tuple[DistributedResult, Any, str | None]:
+    """bench.session.run_and_store for a distributed run: same writer, bar and summary.
+
+    Returns (result, summary, run_id) like run_and_store. The store has no 'partial'
+    status, so a partial run (a worker died) is stored as 'interrupted'; its summary JSON
+    (run and load point) carries `partial: true` and per-worker detail under `distributed`.
+    """
+    from bench.session import RunSession, progress_bar, window_summary
+
+    backend = "processes" if ray_address is None else "ray"
+    session = RunSession(
+        scenario, plan, db_url=db_url, store=store, simulated=simulated,
+        show_progress=show_progress,
+        extra={"distributed": {"backend": backend, "workers": workers, "ray": ray_address}},
+    )  # fmt: skip
+    writer, load = session.writer, scenario.load
+    if writer is not None:
+        writer.start_load_point(
+            plan.load_point,
+            label=scenario.name,
+            mode="closed" if plan.offsets_s is None else load.shape,
+            target_rate=None if plan.offsets_s is None else load.request_rate,
+            concurrency=plan.concurrency or plan.max_concurrency,
+        )
+    status, summary, detail = "failed", None, None
+    try:
+        # RunSession's sink keeps every record and feeds the writer (fallback file on failure).
+        run = dict(workers=workers, ray_address=ray_address, sink=session._sink)
+        if show_progress:
+            bar, tick = progress_bar(len(plan.specs), scenario.name)
+            with bar:
+                result = run_distributed(plan, on_tick=tick, **run)
+        else:
+            result = run_distributed(plan, **run)
+        summary = window_summary(result, scenario)
+        detail = result.detail_json()
+        if writer is not None:
+            writer.end_load_point(
+                plan.load_point,
+                ended_ns=int(result.duration_s * 1e9),
+                summary_json={**summary.to_json(), **detail},
+            )
+        status = "interrupted" if result.interrupted else "completed"
+    finally:
+        session.finish(status, summary, detail)
+    return result, summary, session.run_id

@@ -1,0 +1,232 @@
+"""Scale-out: a run split across processes (--workers) and Ray actors (--ray) against the
+deterministic fake server. Merged runs must send exactly the schedule and match a
+single-process run; a worker killed mid-run must leave a partial run with its records kept.
+
+The Ray tests share one small local cluster (2 CPUs, no dashboard) per module; they are
+skipped, loudly, when Ray is not installed (`pip install 'tokenbench[ray]'`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from bench.distributed import (
+    DistributedError,
+    DistributedProgress,
+    require_ray,
+    run_distributed,
+    run_distributed_and_store,
+    split_plan,
+)
+from bench.metrics import summarize
+from bench.runner import plan_from_scenario, run_blocking, sessions_of
+from bench.scenario import Scenario
+from tests.test_runner import plan
+
+try:
+    import ray
+except ImportError:  # pragma: no cover - depends on the environment
+    ray = None
+
+RAY_MISSING = "Ray is not installed: Ray tests SKIPPED (pip install 'tokenbench[ray]')"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """One local Ray cluster for the module, shut down even when a test fails."""
+    if ray is None:
+        warnings.warn(RAY_MISSING, stacklevel=1)
+        print(f"\n*** {RAY_MISSING} ***", file=sys.stderr)
+        pytest.skip(RAY_MISSING)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield "auto"  # already initialised: run_distributed uses this connection
+    finally:
+        ray.shutdown()
+
+
+def killer(worker: int, after_completed: int):
+    """An on_tick that SIGKILLs one worker's process once it has completed some requests."""
+    killed: list[int] = []
+
+    def tick(p: DistributedProgress) -> None:
+        st = p.workers[worker]
+        if not killed and st.pid and st.completed >= after_completed:
+            os.kill(st.pid, signal.SIGKILL)
+            killed.append(st.pid)
+
+    return tick, killed
+
+
+def assert_matches_single(fake_server, ray_address: str | None) -> None:
+    """A 2-worker run sends exactly the schedule; its metrics match one process's."""
+    p = plan(fake_server.url, 80, out_len=12, rate=80.0)
+    single = run_blocking(p, handle_sigint=False)
+    sunk = []
+    merged = run_distributed(
+        p, workers=2, ray_address=ray_address, sink=sunk.append, handle_sigint=False
+    )
+    assert not merged.partial and not merged.interrupted, merged.warnings
+    assert len(merged.records) == len(sunk) == 80
+    assert sorted(r.index for r in merged.records) == list(range(80))
+    assert [w.sent for w in merged.workers] == [40, 40]
+    assert all(w.alive and w.send_lag_p99_ms is not None for w in merged.workers)
+    a = summarize(single.records, loop_lag_p99_ms=single.loop_lag_p99_ms)
+    b = summarize(merged.records, loop_lag_p99_ms=merged.loop_lag_p99_ms)
+    assert a.completed == b.completed == 80
+    assert a.total_output_tokens == b.total_output_tokens
+    # The server's TTFT is 50 ms and ITL 10 ms: the figures agree to within noise.
+    for metric, tol_ms in (("ttft", 5.0), ("tpot", 1.0), ("itl", 1.0), ("e2el", 6.0)):
+        assert (
+            abs(a.metrics[metric].percentiles["p50"] - b.metrics[metric].percentiles["p50"])
+            < tol_ms
+        ), metric
+    # Both follow the schedule: send times from each worker's own t0 land on its offsets.
+    assert b.send_lag_ms["p50"] < 5.0
+    assert abs(a.duration_s - b.duration_s) < 0.2
+
+
+def assert_partial_when_killed(fake_server, ray_address: str | None) -> None:
+    p = plan(fake_server.url, 160, out_len=8, rate=40.0)  # 4 s of schedule
+    tick, killed = killer(worker=1, after_completed=10)
+    sunk = []
+    result = run_distributed(
+        p,
+        workers=2,
+        ray_address=ray_address,
+        sink=sunk.append,
+        on_tick=tick,
+        handle_sigint=False,
+    )
+    assert killed, "the worker was never killed"
+    assert result.partial and result.interrupted
+    dead, alive = result.workers[1], result.workers[0]
+    assert not dead.alive and dead.error
+    assert alive.alive and alive.completed == 80  # the survivor finished its whole share
+    assert 10 <= dead.received < 80  # what the dead worker had streamed back is kept
+    assert len(result.records) == len(sunk) == 80 + dead.received
+    kept_from_dead = [r for r in result.records if r.index % 2 == 1]
+    assert len(kept_from_dead) == dead.received and all(r.ok for r in kept_from_dead)
+    assert any("died" in w for w in result.warnings)
+    detail = result.detail_json()
+    assert detail["partial"] is True
+    assert detail["distributed"]["workers"][1]["alive"] is False
+
+
+# ------------------------------------------------------------------ splitting (no processes)
+
+
+def test_open_loop_split_is_an_even_thinning_of_the_schedule(fake_server):
+    p = plan(fake_server.url, 11, rate=10.0, max_concurrency=5)
+    shares = split_plan(p, 3)
+    assert [len(s.specs) for s in shares] == [4, 4, 3]
+    assert [s.max_concurrency for s in shares] == [2, 2, 1]
+    for k, share in enumerate(shares):
+        assert [s.index for s in share.specs] == list(range(k, 11, 3))
+        np.testing.assert_array_equal(share.offsets_s, p.offsets_s[k::3])
+    assert len(split_plan(p, 50)) == 5  # never more workers than concurrency slots
+
+
+def test_multi_turn_sessions_stay_whole_on_one_worker(fake_server):
+    p = plan(fake_server.url, 12, rate=10.0)
+    p.workload.turns = 3
+    p.specs = p.workload.specs(12)
+    p.offsets_s = np.arange(4) / 10.0
+    shares = split_plan(p, 2)
+    assert [[s[0].session for s in sessions_of(x.specs)] for x in shares] == [[0, 2], [1, 3]]
+    assert all(len(t) == 3 for x in shares for t in sessions_of(x.specs))
+
+
+def test_closed_loop_split_divides_users_and_their_sessions(fake_server):
+    p = plan(fake_server.url, 30, rate=None, concurrency=3)
+    shares = split_plan(p, 2)
+    assert [s.concurrency for s in shares] == [2, 1]
+    assert [len(s.specs) for s in shares] == [20, 10]  # work in proportion to users
+    assert sorted(s.index for x in shares for s in x.specs) == list(range(30))
+    assert len(split_plan(p, 8)) == 3
+    with pytest.raises(DistributedError):
+        split_plan(p, 0)
+
+
+def test_without_ray_the_flag_names_the_pip_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # makes `import ray` fail
+    with pytest.raises(DistributedError, match=r"pip install 'tokenbench\[ray\]'"):
+        require_ray()
+
+
+# ------------------------------------------------------------------ --workers (processes)
+
+
+def test_processes_two_workers_match_one(fake_server):
+    assert_matches_single(fake_server, None)
+
+
+def test_processes_killed_worker_gives_partial_run_with_its_records(fake_server):
+    assert_partial_when_killed(fake_server, None)
+
+
+def test_processes_closed_loop_sends_exactly_num_prompts(fake_server):
+    p = plan(fake_server.url, 40, out_len=6, rate=None, concurrency=4)
+    result = run_distributed(p, workers=2, handle_sigint=False)
+    assert sorted(r.index for r in result.records) == list(range(40))
+    assert [w.users for w in result.workers] == [2, 2]
+    assert not result.partial
+
+
+def test_partial_run_is_stored_interrupted_with_worker_detail(fake_server, tmp_path, monkeypatch):
+    import bench.distributed as dist
+    from bench.store.read import get_run, load_records
+
+    sc = Scenario.model_validate(
+        {
+            "name": "scale-out",
+            "target": {"base_url": fake_server.url, "model": "fake-model"},
+            "load": {"shape": "constant", "request_rate": 40, "num_prompts": 120},
+            "workload": {"input": {"mean": 16}, "output": {"mean": 8}},
+        }
+    )
+    p = plan_from_scenario(sc)
+    tick, killed = killer(worker=0, after_completed=8)
+    real = dist.run_distributed
+    monkeypatch.setattr(
+        dist, "run_distributed", lambda plan, **kw: real(plan, **{**kw, "on_tick": tick})
+    )
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    result, summary, run_id = run_distributed_and_store(
+        sc, p, workers=2, db_url=db, show_progress=False
+    )
+    assert killed and result.partial and summary.interrupted
+    info = get_run(run_id, db)
+    assert info.status == "interrupted"
+    assert info.summary_json["partial"] is True
+    assert info.summary_json["distributed"]["workers"][0]["alive"] is False
+    assert len(load_records(run_id, db=db)) == len(result.records) == summary.sent
+
+
+# ------------------------------------------------------------------ --ray (local cluster)
+
+
+def test_ray_two_workers_match_one(fake_server, ray_cluster):
+    assert_matches_single(fake_server, ray_cluster)
+
+
+def test_ray_killed_worker_gives_partial_run_with_its_records(fake_server, ray_cluster):
+    assert_partial_when_killed(fake_server, ray_cluster)
+
+
+def test_ray_reports_every_worker_where_it_ran(fake_server, ray_cluster):
+    result = run_distributed(
+        plan(fake_server.url, 20, out_len=4, rate=50.0),
+        workers=2,
+        ray_address=ray_cluster,
+        handle_sigint=False,
+    )
+    assert result.backend == "ray"
+    assert {w.pid for w in result.workers} & {os.getpid()} == set()  # really other processes
+    assert all(w.host and w.loop_lag_p99_ms is not None for w in result.workers)

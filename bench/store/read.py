@@ -189,14 +189,33 @@ def get_run(ref: str, db: str | Engine | None = None) -> RunInfo:
     return _run_info(Run(**row._mapping), [LoadPoint(**lp._mapping) for lp in lps])
 
 
-def _decoded(run_id: str, load_point: int | None, db: str | Engine | None) -> codec.Decoded:
+# What metrics.Columns needs; the rest of a batch is not even copied.
+_COLUMNS_FIELDS = (
+    "intended_ns",
+    "sent_ns",
+    "first_token_ns",
+    "end_ns",
+    "prompt_tokens",
+    "output_tokens",
+    "state",
+    "error_kind",
+    "gaps",
+)
+
+
+def _decoded(
+    run_id: str,
+    load_point: int | None,
+    db: str | Engine | None,
+    only: tuple[str, ...] | None = None,
+) -> codec.Decoded:
     engine = get_engine(db)
     query = select(RequestBatch.load_point, RequestBatch.data).where(RequestBatch.run_id == run_id)
     if load_point is not None:
         query = query.where(RequestBatch.load_point == load_point)
     with engine.connect() as conn:
         batches = conn.execute(query.order_by(RequestBatch.id)).all()
-    return codec.decode_batches([(lp, data) for lp, data in batches])
+    return codec.decode_batches([(lp, data) for lp, data in batches], only)
 
 
 def _gap_mask(d: codec.Decoded, rows: np.ndarray) -> np.ndarray:
@@ -225,7 +244,7 @@ def load_columns(
     run_id: str, load_point: int | None = None, db: str | Engine | None = None
 ) -> Columns:
     """The run's (or one load point's) requests as metrics.Columns, straight from the blobs."""
-    return columns_from_decoded(_decoded(run_id, load_point, db))
+    return columns_from_decoded(_decoded(run_id, load_point, db, _COLUMNS_FIELDS))
 
 
 def load_records(

@@ -7,6 +7,8 @@ library (bench.sim.server, bench.sim.profiles).
 from __future__ import annotations
 
 import logging
+import time
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -54,6 +56,58 @@ def serve(
         f"http://{host}:{port}/v1  (Ctrl-C to stop)"
     )
     run_server(engine, dep.model.name, host, port, default_max_tokens)
+
+
+@sim_app.command("run")
+def run(
+    gpu: str = typer.Option("B200", help="GPU profile or alias (see `sim gpus`)"),
+    model: str = typer.Option("llama-3.3-70b", help="model profile (see `sim models`)"),
+    precision: str = typer.Option("fp8", help="bf16, fp8, fp4 (nvfp4), mxfp4"),
+    tp: int = typer.Option(1, help="tensor-parallel degree (= GPUs)"),
+    scenario: Path | None = typer.Option(None, "--scenario", help="scenario YAML (open loop)"),
+    request_rates: str | None = typer.Option(
+        None, "--request-rates", help="sweep: mean rates, e.g. 1,2,4,8 (default: the scenario's)"
+    ),
+    num_prompts: int | None = typer.Option(None, "--num-prompts", min=1),
+    point_duration: float | None = typer.Option(
+        None, "--point-duration", help="seconds of (virtual) traffic per point"
+    ),
+    random_input_len: int | None = typer.Option(None, "--random-input-len", min=1),
+    random_output_len: int | None = typer.Option(None, "--random-output-len", min=1),
+    seed: int | None = typer.Option(None),
+    db: str | None = typer.Option(None, "--db", help="SQLAlchemy URL of the results database"),
+) -> None:
+    """Run a scenario in virtual time (no HTTP, far faster than real time), stored as simulated."""
+    from bench.cli import fail, flag_overrides, resolve_scenario
+    from bench.console import sweep_table
+    from bench.sim.virtual import run_virtual_sweep
+    from bench.store.errors import StoreError
+    from bench.sweep import PointResult, PointSpec, mean_rate, parse_values
+
+    overrides = flag_overrides(
+        num_prompts=num_prompts,
+        random_input_len=random_input_len,
+        random_output_len=random_output_len,
+        seed=seed,
+    )
+    sc = resolve_scenario(scenario, overrides, {"load": {"num_prompts": 1000, "request_rate": 4}})
+    try:
+        if request_rates:
+            specs = [PointSpec("rate", v) for v in parse_values(request_rates, "--request-rates")]
+        else:
+            specs = [PointSpec("rate", mean_rate(sc) or sc.load.request_rate)]
+        started = time.monotonic()
+        run_id, results = run_virtual_sweep(
+            sc, specs, gpu=gpu, model=model, precision=precision, tp=tp,
+            point_duration_s=point_duration, db=db,
+            base_dir=scenario.parent if scenario else None,
+        )  # fmt: skip
+    except (ProfileError, ValueError, StoreError) as exc:
+        raise fail(str(exc)) from None
+    points = [PointResult(i, spec, summary, "virtual") for i, (spec, summary) in enumerate(results)]
+    console.print(sweep_table(points, gpus=tp, title=f"SIMULATED (virtual time): run {run_id}"))
+    console.print(f"{sum(s.completed + s.failed for _, s in results):,} requests simulated in "
+                  f"{time.monotonic() - started:.1f} s. `tokenbench show {run_id[:8]}`")  # fmt: skip
 
 
 @sim_app.command()

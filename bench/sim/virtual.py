@@ -161,3 +161,87 @@ def simulate(
         gpu, model, precision, tp, max_num_seqs, max_num_batched_tokens, kv_precision
     )
     return run_virtual(engine, requests, load_point=load_point)
+
+
+def virtual_requests(plan) -> list[tuple[float, int, int]]:
+    """(offset s, input tokens, output tokens) of an open-loop single-turn RunPlan."""
+    if plan.offsets_s is None:
+        raise ValueError(
+            "virtual time runs open-loop shapes only; for a closed loop use "
+            "`tokenbench sim serve` and `tokenbench run --concurrency N`"
+        )
+    if any(spec.turn for spec in plan.specs):
+        raise ValueError(
+            "virtual time runs single-turn workloads only; for multi-turn use "
+            "`tokenbench sim serve` and `tokenbench run`"
+        )
+    return [
+        (float(off), spec.input_len, spec.output_len)
+        for off, spec in zip(plan.offsets_s, plan.specs, strict=False)
+    ]
+
+
+def run_virtual_sweep(
+    scenario,
+    specs,
+    *,
+    gpu: str,
+    model: str,
+    precision: str = "fp8",
+    tp: int = 1,
+    point_duration_s: float | None = None,
+    db: str | None = None,
+    base_dir=None,
+):
+    """A run (one or many load points) in virtual time, stored like a measured run and
+    marked simulated. Returns (run id, [(PointSpec, Summary), ...])."""
+    from bench.metrics import parse_goodput, summarize
+    from bench.runner import plan_from_scenario
+    from bench.store.writer import RunWriter
+    from bench.sweep import scenario_at
+
+    engine_args = (gpu, model, precision, tp)
+    dep = build_engine(*engine_args).dep
+    scenario = scenario.model_copy(deep=True)
+    scenario.target.base_url = scenario.target.base_url or "http://sim.virtual"
+    scenario.target.model = scenario.target.model or dep.model.name
+    scenario.gpu.type, scenario.gpu.count = dep.gpu.name, tp
+    scenario.label = scenario.label or f"{dep.label} (virtual time)"
+    writer = RunWriter(
+        db,
+        name=scenario.name,
+        label=scenario.label,
+        scenario=scenario.model_dump(mode="json"),
+        endpoint="sim://virtual",
+        backend="sim",
+        model=dep.model.name,
+        gpu_type=dep.gpu.name,
+        gpu_count=tp,
+        simulated=True,
+        extra={"sim": {"precision": precision, "tp": tp, "clock": "virtual"}},
+    )
+    results = []
+    status = "failed"
+    try:
+        for i, spec in enumerate(specs):
+            sc = scenario_at(scenario, spec, point_duration_s=point_duration_s)
+            plan = plan_from_scenario(sc, base_dir=base_dir, load_point=i)
+            records = run_virtual(build_engine(*engine_args), virtual_requests(plan), load_point=i)
+            writer.start_load_point(
+                i,
+                label=f"point {i + 1}: {spec.title}",
+                mode=sc.load.shape,
+                target_rate=spec.value,
+            )
+            for rec in records:
+                writer.submit(rec)
+            summary = summarize(
+                records, percentiles=sc.percentiles, goodput=parse_goodput(sc.goodput)
+            )
+            end = max((r.end_ns or 0) for r in records) if records else 0
+            writer.end_load_point(i, ended_ns=end, summary_json=summary.to_json())
+            results.append((spec, summary))
+        status = "completed"
+    finally:
+        writer.finish(status, results[-1][1].to_json() if results else None)
+    return writer.run_id, results

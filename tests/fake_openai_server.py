@@ -153,7 +153,9 @@ class Handler(asyncio.Protocol):
         for i in range(min(cut, n_out)):
             at = t_arrive + cfg.ttft_s + i * cfg.itl_s
             last = i == n_out - 1
-            self.timers.append(loop.call_at(at, self.emit_token, i, last, chat, eol, sends, arrived))
+            self.timers.append(
+                loop.call_at(at, self.emit_token, i, last, chat, eol, sends, arrived)
+            )
         end_at = t_arrive + cfg.ttft_s + (min(cut, n_out) - 1) * cfg.itl_s
         self.timers.append(
             loop.call_at(end_at, self.finish, fault, include_usage, prompt_tokens, n_out, chat, eol)
@@ -166,7 +168,9 @@ class Handler(asyncio.Protocol):
         else:
             self.transport.write(data)
 
-    def emit_token(self, i: int, last: bool, chat: bool, eol: str, sends: list, arrived: int) -> None:
+    def emit_token(
+        self, i: int, last: bool, chat: bool, eol: str, sends: list, arrived: int
+    ) -> None:
         if self.transport is None or self.transport.is_closing():
             return
         finish = "length" if last else None
@@ -190,14 +194,23 @@ class Handler(asyncio.Protocol):
         if fault == "malformed":
             self.write_event("data: {not json\n\n")
         if fault == "stream_error":
-            self.write_event('data: {"error": {"message": "injected stream error", "code": 500}}\n\n')
+            self.write_event(
+                'data: {"error": {"message": "injected stream error", "code": 500}}\n\n'
+            )
         if fault == "noisy" and chat:
             self.write_event(_chat_chunk({}, None) + eol)  # an empty delta
         if include_usage:
-            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n_out,
-                     "total_tokens": prompt_tokens + n_out}
-            obj = {"id": "x", "object": "chat.completion.chunk" if chat else "text_completion",
-                   "choices": [], "usage": usage}
+            usage = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": n_out,
+                "total_tokens": prompt_tokens + n_out,
+            }
+            obj = {
+                "id": "x",
+                "object": "chat.completion.chunk" if chat else "text_completion",
+                "choices": [],
+                "usage": usage,
+            }
             event = f"data: {json.dumps(obj)}\n\n"
             if fault == "noisy":
                 event = event.replace("\n\n", "\r\n\r\n")
@@ -215,14 +228,22 @@ class Handler(asyncio.Protocol):
 
 
 def _text_chunk(text: str, finish: str | None) -> str:
-    obj = {"id": "cmpl-x", "object": "text_completion", "model": "fake-model",
-           "choices": [{"index": 0, "text": text, "finish_reason": finish}]}
+    obj = {
+        "id": "cmpl-x",
+        "object": "text_completion",
+        "model": "fake-model",
+        "choices": [{"index": 0, "text": text, "finish_reason": finish}],
+    }
     return f"data: {json.dumps(obj)}\n\n"
 
 
 def _chat_chunk(delta: dict, finish: str | None = None) -> str:
-    obj = {"id": "chatcmpl-x", "object": "chat.completion.chunk", "model": "fake-model",
-           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    obj = {
+        "id": "chatcmpl-x",
+        "object": "chat.completion.chunk",
+        "model": "fake-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     return f"data: {json.dumps(obj)}\n\n"
 
 

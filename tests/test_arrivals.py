@@ -77,7 +77,9 @@ def test_trace_replay_csv_and_jsonl(tmp_path):
     assert tr.offsets_s.tolist() == pytest.approx([0, 0.15970, 2.15729], abs=1e-4)
     assert tr.input_lens.tolist() == [374, 100, 396]
     jl = tmp_path / "burst.jsonl"
-    jl.write_text('{"Timestamp": 5, "Request tokens": 3, "Response tokens": 4}\n{"Timestamp": 7.5}\n')
+    jl.write_text(
+        '{"Timestamp": 5, "Request tokens": 3, "Response tokens": 4}\n{"Timestamp": 7.5}\n'
+    )
     with pytest.raises(ValueError, match="row 2: 'Request tokens' missing"):
         arrivals.load_trace(jl)  # second row lacks the lengths the first declared
     jl.write_text('{"Timestamp": 5}\n{"Timestamp": 7.5}\n')
@@ -89,8 +91,16 @@ def test_trace_replay_csv_and_jsonl(tmp_path):
 
 
 def test_same_seed_same_schedule_and_prompts():
-    w1 = Workload(seed=7, input=LengthDist("lognormal", 300, sigma=0.8), output=LengthDist("uniform", 100, range_ratio=0.5))
-    w2 = Workload(seed=7, input=LengthDist("lognormal", 300, sigma=0.8), output=LengthDist("uniform", 100, range_ratio=0.5))
+    w1 = Workload(
+        seed=7,
+        input=LengthDist("lognormal", 300, sigma=0.8),
+        output=LengthDist("uniform", 100, range_ratio=0.5),
+    )
+    w2 = Workload(
+        seed=7,
+        input=LengthDist("lognormal", 300, sigma=0.8),
+        output=LengthDist("uniform", 100, range_ratio=0.5),
+    )
     s1, s2 = w1.specs(200), w2.specs(200)
     assert [(a.input_len, a.output_len) for a in s1] == [(b.input_len, b.output_len) for b in s2]
     assert w1.render(s1[17]) == w2.render(s2[17])

@@ -26,7 +26,9 @@ SUMMARY_KEYS = {
 STAT_KEYS = {"mean", "std", "p50", "p90", "p95", "p99", "p99.9"}
 
 
-def tokenbench(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def tokenbench(
+    *args: str, env: dict | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "bench", *args],
         capture_output=True,

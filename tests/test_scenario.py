@@ -14,7 +14,16 @@ SCENARIOS = sorted((Path(__file__).parent.parent / "scenarios").glob("*.yaml"))
 
 def test_required_scenarios_are_shipped():
     names = {p.stem for p in SCENARIOS}
-    assert {"chat", "chat-bursty", "rag-8k", "reasoning", "1k-1k", "1k-8k", "8k-1k", "trace-replay"} <= names
+    assert {
+        "chat",
+        "chat-bursty",
+        "rag-8k",
+        "reasoning",
+        "1k-1k",
+        "1k-8k",
+        "8k-1k",
+        "trace-replay",
+    } <= names
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
@@ -57,5 +66,7 @@ def test_unknown_field_and_missing_shape_fields():
 
 
 def test_flags_override_file_values():
-    sc = parse_scenario("load:\n  request_rate: 3\n  num_prompts: 10\n", overrides={"load": {"num_prompts": 4}})
+    sc = parse_scenario(
+        "load:\n  request_rate: 3\n  num_prompts: 10\n", overrides={"load": {"num_prompts": 4}}
+    )
     assert sc.load.request_rate == 3 and sc.load.num_prompts == 4

@@ -125,8 +125,14 @@ def feed(raw: bytes, cuts: list[int]) -> Capture:
 )
 def test_arbitrary_splits_of_a_chunked_stream(n, crlf, data):
     text = chat_stream(n, crlf=crlf)
-    events = [e + ("\r\n\r\n" if crlf else "\n\n") for e in text.split("\r\n\r\n" if crlf else "\n\n") if e]
-    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    events = [
+        e + ("\r\n\r\n" if crlf else "\n\n")
+        for e in text.split("\r\n\r\n" if crlf else "\n\n")
+        if e
+    ]
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
     raw = head + chunked(events)
     cuts = data.draw(st.lists(st.integers(min_value=1, max_value=len(raw) - 1), max_size=40))
     cap = feed(raw, cuts)

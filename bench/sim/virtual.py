@@ -206,7 +206,9 @@ def run_virtual_sweep(
     scenario.target.base_url = scenario.target.base_url or "http://sim.virtual"
     scenario.target.model = scenario.target.model or dep.model.name
     scenario.gpu.type, scenario.gpu.count = dep.gpu.name, tp
-    scenario.label = scenario.label or f"{dep.label} (virtual time)"
+    scenario.label = scenario.label or (
+        f"{dep.gpu.name} x{tp} {dep.model.name} {precision} (virtual time)"
+    )
     writer = RunWriter(
         db,
         name=scenario.name,

@@ -1,0 +1,85 @@
+"""The embedded default: `tokenbench demo`, `sim run`, and real time agreeing with virtual time."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bench.backends.openai import get_dialect
+from bench.metrics import summarize
+from bench.runner import RunPlan, run_blocking
+from bench.sim.server import start_sim_server_in_thread
+from bench.sim.virtual import simulate
+from bench.workload import LengthDist, Workload
+
+
+def test_demo_stores_two_simulated_runs_and_compares_them(tmp_path, capsys):
+    from bench.sim.demo import run_demo
+    from bench.store.read import get_run
+
+    db = f"sqlite:///{tmp_path / 'demo.db'}"
+    b200, h100 = run_demo(db, rates=(1.0, 4.0), point_s=3.0)
+    out = capsys.readouterr().out
+    for ref, gpu, count in ((b200, "B200-SXM", 1), (h100, "H100-SXM", 2)):
+        run = get_run(ref, db)
+        assert run.simulated and run.gpu_type == gpu and run.gpu_count == count
+        assert run.status == "completed" and len(run.load_points) == 2
+        assert run.request_count > 10
+    assert "B200 beside H100 (simulated)" in out
+    assert "neocloud-on-demand" in out  # $/Mtok per tier
+    assert "tokenbench serve" in out
+
+
+def test_sim_run_cli_virtual_time(tmp_path):
+    db = f"sqlite:///{tmp_path / 'v.db'}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "sim", "run", "--gpu", "b200", "--scenario",
+         "scenarios/chat.yaml", "--request-rates", "2,8", "--point-duration", "60", "--db", db],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"},
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "SIMULATED (virtual time)" in proc.stdout
+    from bench.store.read import get_run, list_runs
+
+    (listed,) = list_runs(db)
+    run = get_run(listed.id, db)
+    assert run.simulated and run.gpu_type == "B200-SXM" and len(run.load_points) == 2
+    assert run.request_count == 120 + 480
+    bad = subprocess.run(
+        [sys.executable, "-m", "bench", "sim", "run", "--gpu", "h100", "--precision", "fp4",
+         "--db", db], capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert (
+        bad.returncode == 2 and "cannot serve fp4" in bad.stderr and "Traceback" not in bad.stderr
+    )
+
+
+def test_real_time_endpoint_matches_virtual_time():
+    """The same requests through HTTP and through the discrete-event driver agree."""
+    n, rate, in_len, out_len = 24, 4.0, 256, 48
+    workload = Workload(seed=5, input=LengthDist(mean=in_len), output=LengthDist(mean=out_len))
+    offsets = np.cumsum(np.random.default_rng(5).exponential(1 / rate, n)) - 0.1
+    offsets[0] = 0.0
+    url, stop = start_sim_server_in_thread("B200", "llama-3.3-70b", "fp8", 1)
+    try:
+        plan = RunPlan(
+            base_url=url, endpoint="/v1/completions", dialect=get_dialect("vllm"),
+            model="llama-3.3-70b", workload=workload, specs=workload.specs(n), offsets_s=offsets,
+        )  # fmt: skip
+        real = summarize(run_blocking(plan, handle_sigint=False).records)
+    finally:
+        stop()
+    virtual = summarize(simulate([(o, in_len, out_len) for o in offsets], "B200", "llama-3.3-70b"))
+    assert real.completed == virtual.completed == n
+    assert real.total_output_tokens == virtual.total_output_tokens == n * out_len
+    for metric in ("tpot", "e2el"):
+        assert real.metrics[metric].mean == pytest.approx(virtual.metrics[metric].mean, rel=0.15)
+    # TTFT is short (one prefill step): allow the HTTP and scheduling overhead in absolute ms.
+    assert real.metrics["ttft"].percentiles["p50"] == pytest.approx(
+        virtual.metrics["ttft"].percentiles["p50"], abs=15
+    )

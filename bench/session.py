@@ -9,8 +9,10 @@ gives: nothing measured is lost.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bench.metrics import Columns, Summary, parse_goodput, summarize
 from bench.records import RequestRecord
 from bench.runner import Progress as RunProgress
-from bench.runner import RunPlan, RunResult, run_blocking
+from bench.runner import RunPlan, RunResult, execute, new_event_loop, run_blocking
 from bench.store.errors import StoreError
 
 
@@ -74,8 +76,47 @@ def window_summary(
     )
 
 
+def run_stoppable(
+    plan: RunPlan,
+    *,
+    sink: Callable[[RequestRecord], None] | None = None,
+    on_tick: Callable[[RunProgress], None] | None = None,
+    stop_event: threading.Event | None = None,
+    tick_s: float = 0.25,
+) -> RunResult:
+    """run_blocking for a worker thread (the service's background runs): no signal handler;
+    setting `stop_event` from any thread stops the point gently, keeping what was measured."""
+    progress = RunProgress()
+
+    async def main() -> RunResult:
+        stop = asyncio.Event()
+
+        async def watch() -> None:
+            while True:
+                if on_tick is not None:
+                    on_tick(progress)
+                if stop_event is not None and stop_event.is_set():
+                    stop.set()
+                await asyncio.sleep(tick_s)
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            return await execute(plan, sink=sink, progress=progress, stop=stop)
+        finally:
+            watcher.cancel()
+            if on_tick is not None:
+                on_tick(progress)
+
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        return runner.run(main())
+
+
 class RunSession:
-    """A run in the database (or not, with store=False) that load points are added to."""
+    """A run in the database (or not, with store=False) that load points are added to.
+
+    `stop_event` and `on_tick` are for runs started off the main thread (server/jobs.py):
+    the event stops the current point like Ctrl-C does, `on_tick` sees live counters.
+    """
 
     def __init__(
         self,
@@ -87,9 +128,13 @@ class RunSession:
         simulated: bool = False,
         show_progress: bool = True,
         extra: dict | None = None,
+        stop_event: threading.Event | None = None,
+        on_tick: Callable[[RunProgress], None] | None = None,
     ) -> None:
         self.scenario = scenario
         self.show_progress = show_progress
+        self.stop_event = stop_event
+        self.on_tick = on_tick
         self.errors: list[StoreError] = []
         self.kept: list[RequestRecord] = []
         self.writer = None
@@ -148,7 +193,11 @@ class RunSession:
                 cooldown_s=cooldown_s,
                 params=params,
             )
-        if self.show_progress:
+        if self.stop_event is not None or self.on_tick is not None:
+            result = run_stoppable(
+                plan, sink=self._sink, on_tick=self.on_tick, stop_event=self.stop_event
+            )
+        elif self.show_progress:
             bar, tick = progress_bar(len(plan.specs), title or self.scenario.name)
             with bar:
                 result = run_blocking(plan, sink=self._sink, on_tick=tick)
@@ -189,10 +238,19 @@ def run_and_store(
     store: bool = True,
     show_progress: bool = True,
     simulated: bool = False,
+    stop_event: threading.Event | None = None,
+    on_tick: Callable[[RunProgress], None] | None = None,
 ) -> tuple[RunResult, Summary, str | None]:
     """`tokenbench run`: one load point, stored unless store=False. Returns the run id."""
     session = RunSession(
-        scenario, plan, db_url=db_url, store=store, simulated=simulated, show_progress=show_progress
+        scenario,
+        plan,
+        db_url=db_url,
+        store=store,
+        simulated=simulated,
+        show_progress=show_progress,
+        stop_event=stop_event,
+        on_tick=on_tick,
     )
     load = scenario.load
     status, summary = "failed", None

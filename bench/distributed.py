@@ -55,6 +55,7 @@ import numpy as np
 from bench.metrics import CLIENT_LIMIT_LOOP_LAG_MS, CLIENT_LIMIT_SEND_LAG_MS
 from bench.records import RequestRecord
 from bench.runner import Progress, RunPlan, RunResult, execute, new_event_loop, sessions_of
+from bench.workload import RequestSpec
 
 BATCH_S = 0.25  # how often a worker's records are shipped to the driver
 TICK_S = 0.25  # how often on_tick is called
@@ -163,38 +164,102 @@ def _share(total: int, n: int, k: int) -> int:
     return total // n + (1 if k < total % n else 0)
 
 
+def _assign(plan: RunPlan, workers: int) -> tuple[list[np.ndarray], list[dict[str, Any]]]:
+    """Which specs (positions in plan.specs) each worker gets, and its plan's overrides.
+
+    Vectorised over session ordinals, since duration-bound closed loops carry a million specs.
+    """
+    if workers < 1:
+        raise DistributedError(f"--workers must be at least 1, not {workers}")
+    specs = plan.specs
+    session = np.fromiter((s.session for s in specs), np.int64, len(specs))
+    starts = np.ones(len(specs), dtype=bool)
+    starts[1:] = session[1:] != session[:-1]
+    ordinal = np.cumsum(starts) - 1  # 0, 1, 2, ... : which session each spec belongs to
+    n_sessions = int(ordinal[-1]) + 1 if len(specs) else 0
+    if plan.offsets_s is not None:
+        offsets = np.asarray(plan.offsets_s, dtype=np.float64)
+        n_sessions = min(n_sessions, len(offsets))  # the runner drops sessions past the schedule
+        n = min(workers, max(1, n_sessions), plan.max_concurrency or workers)
+        owner = np.where(ordinal < n_sessions, ordinal % n, -1)
+        cap = plan.max_concurrency
+        overrides = [
+            {
+                "offsets_s": offsets[:n_sessions][k::n],
+                "max_concurrency": _share(cap, n, k) if cap else None,
+            }
+            for k in range(n)
+        ]
+    else:
+        users = plan.concurrency or 1
+        n = min(workers, users)
+        # User j belongs to worker j % n; session i is the (i // users)-th of user i % users.
+        owner = (ordinal % users) % n
+        overrides = [{"concurrency": _share(users, n, k)} for k in range(n)]
+    return [np.flatnonzero(owner == k) for k in range(n)], overrides
+
+
 def split_plan(plan: RunPlan, workers: int) -> list[RunPlan]:
     """Split one plan into at most `workers` plans whose union is the original schedule.
 
     Fewer plans come back when there is less to share than workers (fewer sessions,
     closed-loop users, or --max-concurrency slots than workers): no worker idles.
     """
-    if workers < 1:
-        raise DistributedError(f"--workers must be at least 1, not {workers}")
-    sessions = sessions_of(plan.specs)
-    if plan.offsets_s is not None:
-        offsets = np.asarray(plan.offsets_s, dtype=np.float64)
-        sessions = sessions[: len(offsets)]
-        offsets = offsets[: len(sessions)]
-        n = min(workers, max(1, len(sessions)), plan.max_concurrency or workers)
+    positions, overrides = _assign(plan, workers)
+    return [
+        replace(plan, specs=[plan.specs[i] for i in pos], **ov)
+        for pos, ov in zip(positions, overrides, strict=True)
+    ]
+
+
+_SPEC_COLUMNS = ("index", "input_len", "output_len", "session", "turn")
+
+
+@dataclass
+class _Share:
+    """What travels to one worker: its plan, with synthetic specs packed as int columns.
+
+    Pickling a list of half a million RequestSpecs takes seconds and tens of MB; five int64
+    arrays take milliseconds. Dataset specs (with prompt text) travel as they are.
+    """
+
+    plan: RunPlan
+    columns: dict[str, np.ndarray] | None = None
+
+    def unpack(self) -> RunPlan:
+        if self.columns is None:
+            return self.plan
+        cols = [self.columns[name].tolist() for name in _SPEC_COLUMNS]
+        return replace(self.plan, specs=[RequestSpec(*row) for row in zip(*cols, strict=True)])
+
+    @property
+    def n_specs(self) -> int:
+        return len(self.plan.specs) if self.columns is None else len(self.columns["index"])
+
+    @property
+    def n_sessions(self) -> int:
+        if self.columns is None:
+            return len(sessions_of(self.plan.specs))
+        session = self.columns["session"]
+        return int((session[1:] != session[:-1]).sum()) + 1 if len(session) else 0
+
+
+def _shares(plan: RunPlan, workers: int) -> list[_Share]:
+    positions, overrides = _assign(plan, workers)
+    specs = plan.specs
+    if any(s.text is not None or s.messages is not None for s in specs):
         return [
-            replace(
-                plan,
-                specs=[spec for turns in sessions[k::n] for spec in turns],
-                offsets_s=offsets[k::n],
-                max_concurrency=_share(plan.max_concurrency, n, k)
-                if plan.max_concurrency
-                else None,
-            )
-            for k in range(n)
+            _Share(replace(plan, specs=[specs[i] for i in pos], **ov))
+            for pos, ov in zip(positions, overrides, strict=True)
         ]
-    users = plan.concurrency or 1
-    n = min(workers, users)
-    buckets: list[list] = [[] for _ in range(n)]
-    for i, turns in enumerate(sessions):
-        # User j belongs to worker j % n; session i is the (i // users)-th of user i % users.
-        buckets[(i % users) % n].extend(turns)
-    return [replace(plan, specs=buckets[k], concurrency=_share(users, n, k)) for k in range(n)]
+    columns = {
+        name: np.fromiter((getattr(s, name) for s in specs), np.int64, len(specs))
+        for name in _SPEC_COLUMNS
+    }
+    return [
+        _Share(replace(plan, specs=[], **ov), {name: c[pos] for name, c in columns.items()})
+        for pos, ov in zip(positions, overrides, strict=True)
+    ]
 
 
 # ---------------------------------------------------------------------------- worker side
@@ -289,14 +354,14 @@ def _host() -> str:
     return socket.gethostname()
 
 
-def _process_main(plan: RunPlan, conn: mp_connection.Connection) -> None:
+def _process_main(share: _Share, conn: mp_connection.Connection) -> None:
     """Entry point of a `--workers` process: ready, wait for the start delay, stream, exit.
 
     Every wait is bounded; if the driver goes away (its end of the pipe closes) the worker
     stops its run and exits rather than lingering.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and tells us
-    core = _WorkerCore(plan)
+    core = _WorkerCore(share.unpack())
     try:
         conn.send(("ready", _host(), os.getpid()))
         if not conn.poll(READY_TIMEOUT_S):
@@ -332,7 +397,7 @@ class _Driver:
 
     def __init__(
         self,
-        shares: list[RunPlan],
+        shares: list[_Share],
         sink: Callable[[RequestRecord], None] | None,
         on_tick: Callable[[DistributedProgress], None] | None,
     ) -> None:
@@ -344,14 +409,12 @@ class _Driver:
         self.stats = [
             WorkerStats(
                 worker=k,
-                planned_sessions=len(sessions_of(p.specs))
-                if p.offsets_s is None
-                else len(p.offsets_s),
-                users=p.concurrency if p.offsets_s is None else None,
+                planned_sessions=sh.n_sessions,
+                users=sh.plan.concurrency if sh.plan.offsets_s is None else None,
             )
-            for k, p in enumerate(shares)
+            for k, sh in enumerate(shares)
         ]
-        self.progress = DistributedProgress(total=sum(len(p.specs) for p in shares))
+        self.progress = DistributedProgress(total=sum(sh.n_specs for sh in shares))
         self.progress.workers = self.stats
         self.stop_requested = threading.Event()
         self.t0_ns = 0
@@ -571,8 +634,8 @@ def require_ray():
 class _RayWorker:
     """The Ray actor: a _WorkerCore behind remote methods (threaded, so stop never waits)."""
 
-    def __init__(self, plan: RunPlan) -> None:
-        self.core = _WorkerCore(plan)
+    def __init__(self, share: _Share) -> None:
+        self.core = _WorkerCore(share.unpack())
 
     def info(self) -> tuple[str, int]:
         return _host(), os.getpid()
@@ -695,8 +758,7 @@ def run_distributed(
     `on_tick` gets summed progress plus per-worker stats every TICK_S; setting `stop` (or
     Ctrl-C, when handle_sigint) stops every worker gently, as Ctrl-C does a local run.
     """
-    shares = split_plan(plan, workers)
-    driver = _Driver(shares, sink, on_tick)
+    driver = _Driver(_shares(plan, workers), sink, on_tick)
     with _sigint_sets(driver.stop_requested, handle_sigint):
         if ray_address is None:
             return _run_processes(

@@ -213,8 +213,15 @@ def _decoded(
     query = select(RequestBatch.load_point, RequestBatch.data).where(RequestBatch.run_id == run_id)
     if load_point is not None:
         query = query.where(RequestBatch.load_point == load_point)
+    query = query.order_by(RequestBatch.id)
     with engine.connect() as conn:
-        batches = conn.execute(query.order_by(RequestBatch.id)).all()
+        if engine.dialect.name == "postgresql":
+            # Binary results: bytea in text format is hex, twice the bytes plus a parse.
+            compiled = query.compile(engine, compile_kwargs={"literal_binds": True})
+            with conn.connection.driver_connection.cursor(binary=True) as cur:
+                batches = cur.execute(str(compiled)).fetchall()
+        else:
+            batches = conn.execute(query).all()
     return codec.decode_batches([(lp, data) for lp, data in batches], only)
 
 

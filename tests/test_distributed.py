@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import warnings
 
 import numpy as np
@@ -230,3 +231,23 @@ def test_ray_reports_every_worker_where_it_ran(fake_server, ray_cluster):
     assert result.backend == "ray"
     assert {w.pid for w in result.workers} & {os.getpid()} == set()  # really other processes
     assert all(w.host and w.loop_lag_p99_ms is not None for w in result.workers)
+
+
+def test_processes_stop_keeps_what_was_measured_and_is_not_partial(fake_server):
+    stop = threading.Event()
+
+    def tick(p: DistributedProgress) -> None:
+        if p.completed >= 10:
+            stop.set()
+
+    result = run_distributed(
+        plan(fake_server.url, 400, out_len=8, rate=40.0),
+        workers=2,
+        on_tick=tick,
+        stop=stop,
+        handle_sigint=False,
+    )
+    assert result.interrupted and not result.partial
+    assert 10 <= len(result.records) < 400
+    assert all(w.alive for w in result.workers)
+    assert sum(w.sent for w in result.workers) == len(result.records)

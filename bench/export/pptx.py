@@ -1,0 +1,532 @@
+"""The procurement deck: a 16:9 PowerPoint with native, editable charts.
+
+Charts are real PowerPoint charts (XY scatter with lines, clustered bars) holding the
+numbers of the Report, so whoever edits the deck can restyle them or read the data behind
+them; nothing is a pasted picture. python-pptx cannot measure text, so text is fitted by an
+estimate (average glyph width of a sans font, conservatively high): a text box gets the
+largest size at which its words wrap inside it, and tables are paginated by their rows'
+estimated heights, repeating the header, so nothing runs off a slide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from pptx import Presentation
+from pptx.chart.data import CategoryChartData, XyChartData
+from pptx.dml.color import RGBColor
+from pptx.enum.chart import XL_CHART_TYPE, XL_LEGEND_POSITION, XL_MARKER_STYLE
+from pptx.enum.dml import MSO_LINE_DASH_STYLE
+from pptx.enum.shapes import MSO_SHAPE
+from pptx.enum.text import MSO_ANCHOR, MSO_AUTO_SIZE, PP_ALIGN
+from pptx.util import Emu, Inches, Pt
+
+from bench.export.report import Chart, Report, Table
+
+# ---------------------------------------------------------------- the theme
+
+SLIDE_W, SLIDE_H = 13.333, 7.5  # inches, 16:9
+MARGIN = 0.5
+CONTENT_W = SLIDE_W - 2 * MARGIN
+TITLE_TOP, TITLE_H = 0.3, 0.75
+BODY_TOP = 1.2
+BODY_BOTTOM = 6.85  # the footer sits below
+FONT = "Calibri"
+INK = RGBColor(0x22, 0x2B, 0x38)
+MUTED = RGBColor(0x5F, 0x6B, 0x7A)
+ACCENT = RGBColor(0x1F, 0x4E, 0x79)
+HEADER_FILL = RGBColor(0x1F, 0x4E, 0x79)
+ROW_FILL = (RGBColor(0xFF, 0xFF, 0xFF), RGBColor(0xEE, 0xF2, 0xF7))
+WARN = RGBColor(0xB0, 0x3A, 0x2E)
+
+# Text-fit estimate: glyph advances of Calibri (and Carlito, its metric-compatible twin that
+# LibreOffice renders it with) in em, rounded up. Without Carlito LibreOffice falls back to a
+# wider font and text wraps more, still inside its box.
+NARROW = set(" .,;:'!|()[]ijlrtf-/")
+WIDE = set("mwMW%@")
+LINE_EM = 1.22
+CELL_MARGIN_X, CELL_MARGIN_Y = 0.06, 0.04  # inches
+
+
+def _rgb(hex_colour: str) -> RGBColor:
+    return RGBColor.from_string(hex_colour.lstrip("#").upper())
+
+
+# ---------------------------------------------------------------- text fitting
+
+
+def text_em(text: str) -> float:
+    """Estimated width of `text` in em (a little wider than Calibri draws it)."""
+    width = 0.0
+    for ch in text:
+        if ch in NARROW:
+            width += 0.32
+        elif ch in WIDE:
+            width += 0.85
+        elif ch.isupper() or ch in "$#&":
+            width += 0.62
+        else:
+            width += 0.53
+    return width
+
+
+def wrapped_lines(text: str, width_in: float, pt: float) -> int:
+    """How many lines `text` takes at `pt` points in a box `width_in` inches wide."""
+    line_em = width_in * 72 / pt
+    space = text_em(" ")
+    lines = 0
+    for para in text.split("\n"):
+        count, used = 1, 0.0
+        for word in para.split():
+            w = text_em(word)
+            need = w if used == 0 else used + space + w
+            if need <= line_em:
+                used = need
+                continue
+            if used:
+                count += 1
+            while w > line_em:  # a word longer than a line breaks anywhere
+                count += 1
+                w -= line_em
+            used = w
+        lines += count
+    return lines
+
+
+def fit_pt(text: str, width_in: float, height_in: float, max_pt: float, min_pt: float) -> float:
+    """The largest size (half-point steps) at which `text` fits the box, else `min_pt`."""
+    pt = max_pt
+    while pt > min_pt:
+        if wrapped_lines(text, width_in, pt) * pt * LINE_EM / 72 <= height_in:
+            return pt
+        pt -= 0.5
+    return min_pt
+
+
+def _longest_word(text: str) -> float:
+    """Width in em of the widest word: a column narrower than that breaks words."""
+    return max((text_em(w) for w in text.split()), default=0.0)
+
+
+# ---------------------------------------------------------------- shapes
+
+
+def _text(
+    slide,
+    x: float,
+    y: float,
+    w: float,
+    h: float,
+    text: str,
+    *,
+    max_pt: float = 18,
+    min_pt: float = 9,
+    bold: bool = False,
+    colour: RGBColor = INK,
+    align=PP_ALIGN.LEFT,
+    anchor=MSO_ANCHOR.TOP,
+):
+    """A wrapped text box whose font is sized so the text fits it."""
+    box = slide.shapes.add_textbox(Inches(x), Inches(y), Inches(w), Inches(h))
+    tf = box.text_frame
+    tf.word_wrap = True
+    tf.auto_size = MSO_AUTO_SIZE.NONE
+    tf.vertical_anchor = anchor
+    for side in ("left", "right"):
+        setattr(tf, f"margin_{side}", Inches(0.05))
+    for side in ("top", "bottom"):
+        setattr(tf, f"margin_{side}", Inches(0.03))
+    pt = fit_pt(text, w - 0.1, h - 0.06, max_pt, min_pt)
+    for i, line in enumerate(text.split("\n")):
+        para = tf.paragraphs[0] if i == 0 else tf.add_paragraph()
+        para.alignment = align
+        run = para.add_run()
+        run.text = line
+        run.font.size = Pt(pt)
+        run.font.bold = bold
+        run.font.name = FONT
+        run.font.color.rgb = colour
+    return box
+
+
+def _slide(prs, report: Report, title: str):
+    slide = prs.slides.add_slide(prs.slide_layouts[6])  # blank
+    bar = slide.shapes.add_shape(
+        MSO_SHAPE.RECTANGLE, 0, 0, Inches(SLIDE_W), Inches(0.12)
+    )  # the theme's one accent
+    bar.fill.solid()
+    bar.fill.fore_color.rgb = ACCENT
+    bar.line.fill.background()
+    _text(slide, MARGIN, TITLE_TOP, CONTENT_W, TITLE_H, title, max_pt=28, min_pt=16, bold=True)
+    _footer(slide, report, len(prs.slides))
+    return slide
+
+
+def _footer(slide, report: Report, number: int) -> None:
+    y = SLIDE_H - 0.5
+    _text(
+        slide, MARGIN, y, 6.0, 0.35, f"tokenbench · {report.generated_at}", max_pt=10,
+        colour=MUTED,
+    )  # fmt: skip
+    if report.any_simulated:
+        _text(
+            slide, 6.6, y, 5.4, 0.35, "Includes SIMULATED results, not measured on hardware",
+            max_pt=10, bold=True, colour=WARN, align=PP_ALIGN.RIGHT,
+        )  # fmt: skip
+    _text(slide, SLIDE_W - MARGIN - 0.8, y, 0.8, 0.35, str(number), max_pt=10, colour=MUTED,
+          align=PP_ALIGN.RIGHT)  # fmt: skip
+
+
+# ---------------------------------------------------------------- tables
+
+
+def column_widths(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], total: float, pt: float
+) -> list[float] | None:
+    """Widths in inches at `pt`: each column at least its longest word, the rest of the
+    width shared by how much more each column's text wants; None when the words cannot fit.
+    """
+    char = pt / 72  # inches per em
+    pad = 2 * CELL_MARGIN_X + 0.02
+    least, want = [], []
+    for j, head in enumerate(headers):
+        texts = [r[j] for r in rows]
+        longest_word = max([_longest_word(head)] + [_longest_word(t) for t in texts])
+        # Headers may wrap onto two lines; cells are wanted on one line, up to 60 characters.
+        wanted = max([min(text_em(t), 30) for t in texts] + [text_em(head) / 2, 1.5])
+        least.append(longest_word * char + pad)
+        want.append(max(wanted, longest_word) * char + pad)
+    if sum(least) > total:
+        return None
+    if sum(want) <= total:
+        return [w * total / sum(want) for w in want]
+    share = (total - sum(least)) / (sum(want) - sum(least))
+    return [lo + (w - lo) * share for lo, w in zip(least, want, strict=True)]
+
+
+def _row_height(cells: Sequence[str], widths: Sequence[float], pt: float) -> float:
+    lines = max(
+        wrapped_lines(t, w - 2 * CELL_MARGIN_X, pt) for t, w in zip(cells, widths, strict=True)
+    )
+    return lines * pt * LINE_EM / 72 + 2 * CELL_MARGIN_Y + 0.02
+
+
+def _table_layout(headers, rows, width, height, max_pt, min_pt, one_page_pt=None):
+    """The largest font size (and column widths) at which no word breaks and every row fits
+    a slide; with `one_page_pt`, shrink down to it if that puts the table on one slide."""
+    pt, first = max_pt, None
+    while pt >= min_pt:
+        widths = column_widths(headers, rows, width, pt)
+        if widths is not None:
+            head_h = _row_height(headers, widths, pt)
+            if all(head_h + _row_height(r, widths, pt) <= height for r in rows):
+                first = first or (pt, widths)
+                if one_page_pt is None or len(paginate(headers, rows, widths, height, pt)) == 1:
+                    return pt, widths
+                if pt <= one_page_pt:
+                    break
+        pt -= 0.5
+    if first is not None:
+        return first
+    return min_pt, column_widths(headers, rows, width, min_pt) or [width / len(headers)] * len(
+        headers
+    )
+
+
+def paginate(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    widths: Sequence[float],
+    height: float,
+    pt: float,
+) -> list[list[Sequence[str]]]:
+    """Split rows into pages whose estimated height (header included) fits `height`."""
+    head_h = _row_height(headers, widths, pt)
+    pages: list[list[Sequence[str]]] = [[]]
+    used = head_h
+    for row in rows:
+        h = _row_height(row, widths, pt)
+        if pages[-1] and used + h > height:
+            pages.append([])
+            used = head_h
+        pages[-1].append(row)
+        used += h
+    return pages
+
+
+def _add_table(slide, x, y, widths, headers, rows, pt, *, numeric_cols=()):
+    n_rows = len(rows) + 1
+    heights = [_row_height(headers, widths, pt)] + [_row_height(r, widths, pt) for r in rows]
+    shape = slide.shapes.add_table(
+        n_rows, len(headers), Inches(x), Inches(y), Inches(sum(widths)), Inches(sum(heights))
+    )
+    table = shape.table
+    table.first_row = True
+    for j, w in enumerate(widths):
+        table.columns[j].width = Emu(int(Inches(w)))
+    for i, h in enumerate(heights):
+        table.rows[i].height = Emu(int(Inches(h)))
+    for i, row in enumerate([headers, *rows]):
+        for j, text in enumerate(row):
+            cell = table.cell(i, j)
+            cell.margin_left = cell.margin_right = Inches(CELL_MARGIN_X)
+            cell.margin_top = cell.margin_bottom = Inches(CELL_MARGIN_Y)
+            cell.vertical_anchor = MSO_ANCHOR.MIDDLE
+            cell.fill.solid()
+            cell.fill.fore_color.rgb = HEADER_FILL if i == 0 else ROW_FILL[i % 2]
+            tf = cell.text_frame
+            tf.word_wrap = True
+            para = tf.paragraphs[0]
+            para.alignment = PP_ALIGN.RIGHT if (j in numeric_cols and i > 0) else PP_ALIGN.LEFT
+            run = para.add_run()
+            run.text = text
+            run.font.size = Pt(pt)
+            run.font.name = FONT
+            run.font.bold = i == 0
+            run.font.color.rgb = RGBColor(0xFF, 0xFF, 0xFF) if i == 0 else INK
+    return shape
+
+
+def _numeric_cols(table: Table) -> set[int]:
+    """Columns holding numbers are right-aligned (their "—" and "no tier" cells too)."""
+    from bench.export.report import Num
+
+    return {
+        j
+        for j in range(len(table.headers))
+        if any(isinstance(r[j], Num) for r in table.rows)
+        or (not table.headers[0] and j > 0)  # runs as columns: a transposed table
+    }
+
+
+def table_slides(
+    prs,
+    report: Report,
+    table: Table,
+    *,
+    title: str | None = None,
+    top: float = BODY_TOP,
+    left: float = MARGIN,
+    width: float = CONTENT_W,
+    max_pt: float = 14,
+    min_pt: float = 8,
+    one_page_pt: float | None = None,
+    first_slide=None,
+) -> list:
+    """As many slides as the table needs; the title says "(2/3)" when it runs over."""
+    headers, rows = table.headers, table.text_rows()
+    note_h = 0.4 if table.note else 0.0
+    height = BODY_BOTTOM - top - note_h
+    pt, widths = _table_layout(headers, rows, width, height, max_pt, min_pt, one_page_pt)
+    pages = paginate(headers, rows, widths, height, pt)
+    slides = []
+    numeric = _numeric_cols(table)
+    for k, page in enumerate(pages):
+        name = title or table.title
+        if len(pages) > 1:
+            name += f" ({k + 1}/{len(pages)})"
+        slide = first_slide if (k == 0 and first_slide is not None) else _slide(prs, report, name)
+        page_top = top if (k == 0 and first_slide is not None) else BODY_TOP
+        shape = _add_table(slide, left, page_top, widths, headers, page, pt, numeric_cols=numeric)
+        if table.note:
+            bottom = page_top + shape.height / 914400
+            _text(slide, left, bottom + 0.05, width, 0.35, table.note, max_pt=11,
+                  colour=MUTED)  # fmt: skip
+        slides.append(slide)
+    return slides
+
+
+# ---------------------------------------------------------------- charts
+
+
+def _style_axis(axis, title: str, number_format: str) -> None:
+    axis.has_title = True
+    axis.axis_title.text_frame.text = title
+    font = axis.axis_title.text_frame.paragraphs[0].runs[0].font
+    font.size, font.bold, font.name = Pt(14), False, FONT
+    axis.tick_labels.font.size = Pt(12)
+    axis.tick_labels.font.name = FONT
+    axis.tick_labels.number_format = number_format
+    axis.tick_labels.number_format_is_linked = False
+    axis.has_major_gridlines = True
+    axis.major_gridlines.format.line.color.rgb = RGBColor(0xD9, 0xD9, 0xD9)
+
+
+def _xy_chart(slide, chart: Chart, x, y, w, h):
+    data = XyChartData()
+    drawn = [s for s in chart.series if s.x]
+    for s in drawn:
+        series = data.add_series(s.name)
+        for xv, yv in zip(s.x, s.y, strict=True):
+            if yv is not None:
+                series.add_data_point(xv, yv)
+    frame = slide.shapes.add_chart(
+        XL_CHART_TYPE.XY_SCATTER_LINES, Inches(x), Inches(y), Inches(w), Inches(h), data
+    )
+    pc = frame.chart
+    for s, plotted in zip(drawn, pc.plots[0].series, strict=True):
+        plotted.smooth = False
+        line = plotted.format.line
+        line.color.rgb = _rgb(s.colour)
+        line.width = Pt(1.5 if s.reference else 2.5)
+        if s.reference:
+            line.dash_style = MSO_LINE_DASH_STYLE.DASH
+            plotted.marker.style = XL_MARKER_STYLE.NONE
+        else:
+            if s.simulated:
+                line.dash_style = MSO_LINE_DASH_STYLE.ROUND_DOT
+            plotted.marker.style = XL_MARKER_STYLE.CIRCLE
+            plotted.marker.size = 8
+            plotted.marker.format.fill.solid()
+            plotted.marker.format.fill.fore_color.rgb = _rgb(s.colour)
+            plotted.marker.format.line.color.rgb = _rgb(s.colour)
+    _style_axis(pc.category_axis, chart.x_title, "#,##0")  # the X value axis of an XY chart
+    _style_axis(pc.value_axis, chart.y_title, "#,##0")
+    pc.category_axis.minimum_scale = 0
+    pc.value_axis.minimum_scale = 0
+    _legend(pc)
+    return frame
+
+
+def _bar_chart(slide, chart: Chart, x, y, w, h):
+    data = CategoryChartData()
+    data.categories = chart.categories
+    for s in chart.series:
+        data.add_series(s.name, s.y, number_format='"$"#,##0.000')
+    frame = slide.shapes.add_chart(
+        XL_CHART_TYPE.COLUMN_CLUSTERED, Inches(x), Inches(y), Inches(w), Inches(h), data
+    )
+    pc = frame.chart
+    for s, plotted in zip(chart.series, pc.plots[0].series, strict=True):
+        plotted.format.fill.solid()
+        plotted.format.fill.fore_color.rgb = _rgb(s.colour)
+    plot = pc.plots[0]
+    plot.gap_width = 60
+    plot.has_data_labels = True
+    labels = plot.data_labels
+    labels.number_format = '"$"0.00'
+    labels.number_format_is_linked = False
+    labels.font.size = Pt(10)
+    labels.font.name = FONT
+    _style_axis(pc.value_axis, chart.y_title, '"$"#,##0.00')
+    pc.category_axis.tick_labels.font.size = Pt(11)
+    pc.category_axis.tick_labels.font.name = FONT
+    pc.category_axis.has_title = True
+    pc.category_axis.axis_title.text_frame.text = chart.x_title
+    pc.category_axis.axis_title.text_frame.paragraphs[0].runs[0].font.size = Pt(14)
+    _legend(pc)
+    return frame
+
+
+def _legend(pc) -> None:
+    pc.has_legend = True
+    pc.legend.position = XL_LEGEND_POSITION.BOTTOM
+    pc.legend.include_in_layout = False
+    pc.legend.font.size = Pt(12)
+    pc.legend.font.name = FONT
+
+
+CHART_CAPTIONS = {
+    "tput_vs_p99_ttft": "Each marker is one load point; up and to the left is better.",
+    "tput_vs_p99_tpot": "Each marker is one load point; up and to the left is better.",
+    "tput_vs_interactivity": (
+        "Each marker is one load point; higher is more throughput per GPU, further right is "
+        "faster for each user."
+    ),
+    "cost_per_tier": "At each run's capacity point; lower is cheaper.",
+}
+
+
+def chart_slide(prs, report: Report, chart: Chart):
+    slide = _slide(prs, report, chart.title)
+    caption = " ".join(x for x in (CHART_CAPTIONS.get(chart.key), chart.note) if x)
+    chart_h = BODY_BOTTOM - BODY_TOP - 0.5
+    if chart.empty:
+        _text(slide, MARGIN, BODY_TOP + 1.0, CONTENT_W, 1.5,
+              "No data for this chart: " + (chart.note or "the runs carry no such figures."),
+              max_pt=20, colour=MUTED)  # fmt: skip
+        return slide
+    if chart.kind == "xy":
+        _xy_chart(slide, chart, MARGIN, BODY_TOP, CONTENT_W, chart_h)
+    else:
+        _bar_chart(slide, chart, MARGIN, BODY_TOP, CONTENT_W, chart_h)
+    _text(slide, MARGIN, BODY_TOP + chart_h + 0.05, CONTENT_W, 0.45, caption, max_pt=12,
+          colour=MUTED)  # fmt: skip
+    return slide
+
+
+# ---------------------------------------------------------------- the deck
+
+
+def _title_slide(prs, report: Report) -> None:
+    slide = prs.slides.add_slide(prs.slide_layouts[6])
+    band = slide.shapes.add_shape(MSO_SHAPE.RECTANGLE, 0, Inches(2.2), Inches(SLIDE_W),
+                                  Inches(2.6))  # fmt: skip
+    band.fill.solid()
+    band.fill.fore_color.rgb = ACCENT
+    band.line.fill.background()
+    white = RGBColor(0xFF, 0xFF, 0xFF)
+    _text(slide, MARGIN + 0.3, 2.4, CONTENT_W - 0.6, 1.2, report.title, max_pt=40, min_pt=24,
+          bold=True, colour=white)  # fmt: skip
+    _text(slide, MARGIN + 0.3, 3.6, CONTENT_W - 0.6, 1.0, report.subtitle, max_pt=24,
+          min_pt=14, colour=white)  # fmt: skip
+    runs = "Runs: " + "; ".join(f"{f.legend} [{f.run_id[:8]}]" for f in report.runs)
+    _text(slide, MARGIN, 5.1, CONTENT_W, 0.9, runs, max_pt=16, min_pt=10, colour=INK)
+    _text(slide, MARGIN, 6.0, CONTENT_W, 0.4, f"Generated {report.generated_at} by tokenbench",
+          max_pt=14, colour=MUTED)  # fmt: skip
+    if report.any_simulated:
+        _text(slide, MARGIN, 1.2, CONTENT_W, 0.7,
+              "SIMULATED results: from tokenbench's roofline-modelled endpoint, not from "
+              "hardware", max_pt=20, bold=True, colour=WARN)  # fmt: skip
+
+
+def _summary_slide(prs, report: Report) -> None:
+    slide = _slide(prs, report, "Executive summary")
+    top = BODY_TOP
+    sentence = report.sentence or (
+        "No ratio between GPUs: it needs two runs that each have a capacity point"
+        + (" (see what is missing below)." if report.missing else ".")
+        if len(report.curves) > 1
+        else "One run: " + report.curves[0].legend + "."
+    )
+    _text(slide, MARGIN, top, CONTENT_W, 1.0, sentence, max_pt=20, min_pt=12, bold=True,
+          colour=ACCENT, anchor=MSO_ANCHOR.MIDDLE)  # fmt: skip
+    top += 1.1
+    if report.missing:
+        _text(slide, MARGIN, top, CONTENT_W, 0.35,
+              f"{len(report.missing)} figure(s) could not be shown: see 'What this report "
+              "could not show'.", max_pt=12, bold=True, colour=WARN)  # fmt: skip
+        top += 0.4
+    # Capacity on the left, $/Mtok per tier on the right: both fit one slide at a readable size.
+    half = (CONTENT_W - 0.3) / 2
+    table_slides(prs, report, report.summary, title="Executive summary: capacity", top=top,
+                 width=half, max_pt=14, one_page_pt=11, first_slide=slide)  # fmt: skip
+    table_slides(prs, report, report.summary_cost, title="Executive summary: $/Mtok", top=top,
+                 left=MARGIN + half + 0.3, width=half, max_pt=14, one_page_pt=11,
+                 first_slide=slide)  # fmt: skip
+
+
+def write_pptx(report: Report, out: Path) -> Path:
+    """Write the deck to `out` (a .pptx path); returns it."""
+    prs = Presentation()
+    prs.slide_width, prs.slide_height = Inches(SLIDE_W), Inches(SLIDE_H)
+    _title_slide(prs, report)
+    _summary_slide(prs, report)
+    if report.missing:
+        table_slides(prs, report, report.missing_table, max_pt=16)
+    for chart in report.charts:
+        chart_slide(prs, report, chart)
+    table_slides(prs, report, report.percentiles, max_pt=13)
+    table_slides(prs, report, report.assumptions, title="Assumptions", max_pt=14)
+    table_slides(prs, report, report.runs_table, title="Assumptions: runs and software",
+                 max_pt=13)  # fmt: skip
+    table_slides(prs, report, report.prices, title="Assumptions: prices", max_pt=12)
+    table_slides(prs, report, report.methodology, max_pt=14)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    prs.save(str(out))
+    return out
+
+
+__all__ = ["column_widths", "fit_pt", "paginate", "wrapped_lines", "write_pptx"]

@@ -1,0 +1,761 @@
+"""The one data object every export format renders from.
+
+`build_report` reads the chosen runs once, through bench.curves (the same functions the
+CLI's `compare` and the dashboard call), and turns them into tables of cells and charts of
+series. The PowerPoint, Excel, CSV, HTML and image writers only lay these out; none of them
+computes a number, so a figure on a slide is the figure in the spreadsheet and the report.
+
+Cells keep their raw value (a `Num`) next to how it is shown (rounding, "$" prefix), so
+Excel gets real numbers with a number format and CSV gets full precision, while slides and
+HTML show the rounded text. What a report cannot show (no GPU type, so no $/Mtok; no SLO,
+so capacity is peak throughput; no point met the SLO) is collected in `Report.missing` and
+shown on the summary, instead of failing the export.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import yaml
+
+from bench.cost import Catalogue, PriceCatalogueError, load_catalogue, price_per_gpu_hour
+from bench.curves import (
+    CurvePoint,
+    RunComparison,
+    RunCurve,
+    compare_runs,
+    interactivity_curve,
+    latency_curve,
+    ratio_sentence,
+    run_curves,
+)
+from bench.metrics import LATENCY_METRICS, Threshold, parse_thresholds
+
+# --------------------------------------------------------------------------- data model
+
+
+@dataclass(frozen=True)
+class Num:
+    """A number with its display rounding; `value` None shows as an em dash."""
+
+    value: float | None
+    decimals: int = 0
+    prefix: str = ""  # "$"
+    suffix: str = ""  # "%"
+
+    def text(self) -> str:
+        if self.value is None or (isinstance(self.value, float) and not math.isfinite(self.value)):
+            return "—"
+        return f"{self.prefix}{self.value:,.{self.decimals}f}{self.suffix}"
+
+
+Cell = str | Num | None
+
+
+def cell_text(cell: Cell) -> str:
+    """How a cell reads on a slide or in HTML."""
+    if cell is None:
+        return "—"
+    return cell.text() if isinstance(cell, Num) else str(cell)
+
+
+def cell_value(cell: Cell) -> Any:
+    """The raw value of a cell, for Excel and CSV (numbers unrounded)."""
+    if isinstance(cell, Num):
+        return cell.value
+    return cell
+
+
+@dataclass
+class Table:
+    """One table: a sheet in Excel, a CSV file, slides in the deck, a table in HTML."""
+
+    name: str  # file/sheet name: summary, cost, percentiles, ...
+    title: str
+    headers: list[str]  # units go in headers (or row labels of a transposed table)
+    rows: list[list[Cell]]
+    note: str | None = None
+
+    def text_rows(self) -> list[list[str]]:
+        return [[cell_text(c) for c in row] for row in self.rows]
+
+
+@dataclass
+class Series:
+    name: str  # the run's legend (carries "(simulated)"), or the SLO line's name
+    colour: str
+    x: list[float]
+    y: list[float | None]
+    labels: list[str] = field(default_factory=list)  # load point titles
+    reference: bool = False  # an SLO limit line, drawn dashed without markers
+    simulated: bool = False  # drawn dotted, as the dashboard does
+
+
+@dataclass
+class Chart:
+    """A chart as data: native in PowerPoint, plotly in HTML/PNG/SVG."""
+
+    key: str  # file name of its image: tput_vs_p99_ttft, ...
+    title: str
+    kind: Literal["xy", "bar"]
+    x_title: str
+    y_title: str
+    series: list[Series]
+    categories: list[str] = field(default_factory=list)  # bar charts: the x categories
+    note: str | None = None  # e.g. runs left out and why
+
+    @property
+    def empty(self) -> bool:
+        return not any(any(v is not None for v in s.y) for s in self.series if not s.reference)
+
+
+@dataclass
+class RunFacts:
+    """What the assumptions slide says about one run (from bench.store.read.RunInfo)."""
+
+    run_id: str
+    legend: str
+    gpu_type: str | None
+    gpu_count: int
+    model: str | None
+    provenance: str  # "simulated", "measured", "imported (vllm)"
+    software: str
+    scenario: str
+    status: str
+    created: str
+
+
+@dataclass
+class Report:
+    title: str
+    subtitle: str
+    generated_at: str
+    curves: list[RunCurve]
+    comparisons: list[RunComparison]
+    runs: list[RunFacts]
+    slo: list[Threshold]
+    slo_source: str  # "given", "stored with the runs", "none"
+    utilisation: float
+    catalogue: Catalogue
+    sentence: str | None
+    missing: list[str]
+    summary: Table
+    summary_cost: Table
+    cost: Table
+    percentiles: Table
+    load_points: Table
+    prices: Table
+    runs_table: Table
+    assumptions: Table
+    methodology: Table
+    charts: list[Chart]
+
+    @property
+    def any_simulated(self) -> bool:
+        return any(c.simulated for c in self.curves)
+
+    @property
+    def tables(self) -> list[Table]:
+        """Every table, in the order Excel sheets and CSV files use."""
+        return [
+            self.summary,
+            self.summary_cost,
+            self.cost,
+            self.percentiles,
+            self.load_points,
+            self.prices,
+            self.runs_table,
+            self.assumptions,
+            self.methodology,
+            self.missing_table,
+        ]
+
+    @property
+    def missing_table(self) -> Table:
+        rows: list[list[Cell]] = [[m] for m in self.missing] or [["nothing missing"]]
+        return Table("missing", "What this report could not show", ["What is missing"], rows)
+
+    def chart(self, key: str) -> Chart:
+        return next(c for c in self.charts if c.key == key)
+
+
+# --------------------------------------------------------------------------- methodology
+
+# Short forms of the definitions in bench/metrics.py and DESIGN.md ("Definitions").
+METHODOLOGY: tuple[tuple[str, str], ...] = (
+    (
+        "TTFT (ms)",
+        "Time to first token: arrival of the first content token minus the actual send time "
+        "(as vLLM's `vllm bench serve`).",
+    ),
+    (
+        "TPOT (ms)",
+        "Time per output token: (E2EL - TTFT) / (output tokens - 1), per request; requests "
+        "with one output token have none.",
+    ),
+    ("ITL (ms)", "Inter-token latency: the gaps between successive streamed content chunks."),
+    ("E2EL (ms)", "End-to-end latency: last byte minus the actual send time."),
+    (
+        "P50 / P90 / P99",
+        "Percentiles over the requests of one load point (warm-up and cool-down excluded).",
+    ),
+    (
+        "Throughput per GPU (tok/s)",
+        "Output (or input + output) tokens completed per second of the load point, divided "
+        "by the number of GPUs serving.",
+    ),
+    ("Interactivity (tok/s per user)", "1000 / median TPOT in ms: the speed one user sees."),
+    (
+        "Capacity at the SLO",
+        "The highest-throughput load point whose P99s (and other thresholds) meet every SLO "
+        "given; without an SLO, the peak-throughput point.",
+    ),
+    (
+        "$/Mtok",
+        "(price per GPU-hour x GPUs) / (tokens per second x 3600) x 1e6, divided by the "
+        "fleet utilisation (idle hours are paid for too).",
+    ),
+    (
+        "Simulated",
+        "Results from tokenbench's simulated endpoint (a roofline model of the GPU serving "
+        "a vLLM-like engine), not from hardware.",
+    ),
+)
+
+# --------------------------------------------------------------------------- building
+
+CHART_KEYS = ("tput_vs_p99_ttft", "tput_vs_p99_tpot", "tput_vs_interactivity", "cost_per_tier")
+
+
+def _provenance(curve: RunCurve) -> str:
+    if curve.simulated:
+        return "simulated"
+    if curve.imported_from:
+        return f"imported ({curve.imported_from})"
+    return "measured"
+
+
+def _scenario_text(text: str | None) -> str:
+    if not text:
+        return "not stored"
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return "stored, unreadable"
+    if not isinstance(data, dict):
+        return "stored, unreadable"
+    name, desc = data.get("name"), data.get("description")
+    return ": ".join(str(s) for s in (name, desc) if s) or "unnamed scenario"
+
+
+def _software(info) -> str:
+    parts = [f"backend {info.backend}" if info.backend else "backend not recorded"]
+    if info.simulated:
+        parts.append("tokenbench simulated endpoint")
+    elif info.endpoint:
+        parts.append(f"endpoint {info.endpoint}")
+    if info.imported_from:
+        parts.append(f"imported from {info.imported_from}")
+    parts.append(f"tokenbench {info.tool_version or '?'}")
+    return ", ".join(parts)
+
+
+def _stored_slo(infos) -> list[Threshold]:
+    """The SLO the runs were swept against (sweep extra), when they all agree."""
+    found = []
+    for info in infos:
+        sweep = (info.extra_json or {}).get("sweep") or {}
+        found.append(tuple(sweep.get("slo") or ()))
+    if not found or not found[0] or any(f != found[0] for f in found):
+        return []
+    return parse_thresholds(",".join(found[0]), flag="stored SLO")
+
+
+def _capacity_label(c: RunComparison) -> str:
+    if c.capacity is None:
+        return "no load point met the SLO" if c.basis == "SLO capacity" else "no load points"
+    return c.capacity.title
+
+
+def _tiers(comparisons: Sequence[RunComparison]) -> list[str]:
+    tiers: list[str] = []
+    for c in comparisons:
+        tiers += [r.tier for r in c.cost_rows if r.tier not in tiers]
+    return tiers
+
+
+def _summary_table(comparisons, slo, utilisation) -> Table:
+    headers = [""] + [c.curve.legend for c in comparisons]
+    rows: list[list[Cell]] = []
+
+    def row(label: str, fn) -> None:
+        rows.append([label] + [fn(c) for c in comparisons])
+
+    def at_cap(fn, decimals: int):
+        return lambda c: Num(fn(c, c.capacity), decimals) if c.capacity is not None else None
+
+    row("GPU", lambda c: f"{c.curve.gpu_type or 'GPU type not recorded'} x{c.curve.gpu_count}")
+    row("Measured or simulated", lambda c: _provenance(c.curve))
+    row("Basis", lambda c: c.basis)
+    row("Load point at capacity", _capacity_label)
+    row("Output tok/s per GPU", at_cap(lambda c, p: p.output_tps_per_gpu, 0))
+    row("Requests/s per GPU", at_cap(lambda c, p: p.requests_per_s / c.curve.gpu_count, 2))
+    row("P99 TTFT (ms)", at_cap(lambda c, p: p.latency("ttft"), 0))
+    row("P99 TPOT (ms)", at_cap(lambda c, p: p.latency("tpot"), 1))
+    row("Interactivity (tok/s per user)", at_cap(lambda c, p: p.interactivity, 1))
+    note = "SLO " + ", ".join(str(t) for t in slo) if slo else "No SLO: peak throughput"
+    return Table("summary", "Capacity at the SLO", headers, rows, note)
+
+
+def _summary_cost_table(comparisons, utilisation) -> Table:
+    """$/Mtok of output tokens at each run's capacity point: tiers down, runs across."""
+    headers = ["Pricing tier"] + [c.curve.legend for c in comparisons]
+    rows: list[list[Cell]] = []
+    for tier in _tiers(comparisons):
+        cells: list[Cell] = [tier]
+        for c in comparisons:
+            r = next((r for r in c.cost_rows if r.tier == tier), None)
+            cells.append(
+                Num(r.output_usd_per_mtok_at_utilisation, 3, prefix="$") if r else "no tier"
+            )
+        rows.append(cells)
+    return Table(
+        "summary_cost",
+        "$/Mtok output at capacity",
+        headers,
+        rows,
+        f"$ per million output tokens at {utilisation:.0%} utilisation",
+    )
+
+
+def _cost_table(comparisons, utilisation) -> Table:
+    headers = [
+        "Run",
+        "GPU",
+        "GPUs",
+        "Tier",
+        "Kind",
+        "Provider",
+        "$/GPU-hr",
+        "Output $/Mtok (busy)",
+        "Total $/Mtok (busy)",
+        f"Output $/Mtok at {utilisation:.0%} utilisation",
+        f"Total $/Mtok at {utilisation:.0%} utilisation",
+        "Note",
+    ]
+    rows: list[list[Cell]] = []
+    for c in comparisons:
+        for r in c.cost_rows:
+            rows.append(
+                [
+                    c.curve.legend,
+                    r.gpu,
+                    Num(r.gpus, 0),
+                    r.tier,
+                    r.kind,
+                    r.provider,
+                    Num(r.price_usd_per_gpu_hr, 2, prefix="$"),
+                    Num(r.output_usd_per_mtok, 3, prefix="$"),
+                    Num(r.total_usd_per_mtok, 3, prefix="$"),
+                    Num(r.output_usd_per_mtok_at_utilisation, 3, prefix="$"),
+                    Num(r.total_usd_per_mtok_at_utilisation, 3, prefix="$"),
+                    r.note or "",
+                ]
+            )
+    return Table("cost", "$/Mtok per pricing tier at capacity", headers, rows)
+
+
+def _meets(point: CurvePoint, slo) -> str:
+    if not slo:
+        return "no SLO"
+    return "yes" if point.meets(slo) else "no"
+
+
+def _percentile_table(curves, slo) -> Table:
+    headers = [
+        "Run",
+        "Load point",
+        "Output tok/s per GPU",
+        "Req/s per GPU",
+        "TTFT P50 (ms)",
+        "TTFT P90 (ms)",
+        "TTFT P99 (ms)",
+        "TPOT P50 (ms)",
+        "TPOT P99 (ms)",
+        "ITL P99 (ms)",
+        "E2EL P99 (ms)",
+        "Meets SLO",
+    ]
+    rows: list[list[Cell]] = []
+    for curve in curves:
+        for p in curve.points:
+            rows.append(
+                [
+                    curve.legend,
+                    p.title,
+                    Num(p.output_tps_per_gpu, 0),
+                    Num(p.requests_per_s / curve.gpu_count, 2),
+                    Num(p.latency("ttft", "p50"), 0),
+                    Num(p.latency("ttft", "p90"), 0),
+                    Num(p.latency("ttft", "p99"), 0),
+                    Num(p.latency("tpot", "p50"), 1),
+                    Num(p.latency("tpot", "p99"), 1),
+                    Num(p.latency("itl", "p99"), 1),
+                    Num(p.latency("e2el", "p99"), 0),
+                    _meets(p, slo),
+                ]
+            )
+    return Table("percentiles", "Latency percentiles per load point", headers, rows)
+
+
+def _load_point_table(curves, slo) -> Table:
+    stats: list[str] = []
+    for curve in curves:
+        for p in curve.points:
+            for m in LATENCY_METRICS:
+                stats += [s for s in p.metrics.get(f"{m}_ms", {}) if s not in stats]
+    headers = [
+        "Run id",
+        "Run",
+        "GPU",
+        "GPUs",
+        "Measured or simulated",
+        "Load point",
+        "Title",
+        "Offered (req/s or concurrency)",
+        "Completed",
+        "Failed",
+        "Error rate",
+        "Req/s",
+        "Output tok/s",
+        "Total tok/s",
+        "Output tok/s per GPU",
+        "Total tok/s per GPU",
+        "Goodput req/s",
+        "Interactivity (tok/s per user)",
+        "Meets SLO",
+    ] + [f"{m.upper()} {s} (ms)" for m in LATENCY_METRICS for s in stats]
+    rows: list[list[Cell]] = []
+    for curve in curves:
+        for p in curve.points:
+            rows.append(
+                [
+                    curve.run_id,
+                    curve.legend,
+                    curve.gpu_type or "",
+                    Num(curve.gpu_count, 0),
+                    _provenance(curve),
+                    Num(p.load_point + 1, 0),
+                    p.title,
+                    Num(p.offered, 2),
+                    Num(p.completed, 0),
+                    Num(p.failed, 0),
+                    Num(p.error_rate * 100, 2, suffix="%"),
+                    Num(p.requests_per_s, 3),
+                    Num(p.output_tps, 1),
+                    Num(p.total_tps, 1),
+                    Num(p.output_tps_per_gpu, 1),
+                    Num(p.total_tps_per_gpu, 1),
+                    Num(p.goodput_requests_per_s, 3),
+                    Num(p.interactivity, 2),
+                    _meets(p, slo),
+                ]
+                + [
+                    Num(p.metrics.get(f"{m}_ms", {}).get(s), 2)
+                    for m in LATENCY_METRICS
+                    for s in stats
+                ]
+            )
+    return Table("load_points", "Raw load points", headers, rows)
+
+
+def _prices_table(curves, catalogue: Catalogue) -> Table:
+    headers = ["GPU", "Tier", "Kind", "Provider", "$/GPU-hr", "Source", "Date"]
+    rows: list[list[Cell]] = []
+    seen: set[str] = set()
+    for curve in curves:
+        if not curve.gpu_type:
+            continue
+        try:
+            gpu = catalogue.resolve_gpu(curve.gpu_type)
+        except PriceCatalogueError:
+            continue
+        if gpu in seen:
+            continue
+        seen.add(gpu)
+        for tier in catalogue.tiers(gpu):
+            try:
+                price: float | None = price_per_gpu_hour(tier, catalogue)
+            except PriceCatalogueError:
+                price = None
+            rows.append(
+                [
+                    gpu,
+                    tier.name,
+                    tier.kind,
+                    tier.provider,
+                    Num(price, 2, prefix="$"),
+                    tier.source,
+                    tier.date,
+                ]
+            )
+    return Table("prices", "Prices used (every tier, with source and date)", headers, rows)
+
+
+def _runs_table(facts: Sequence[RunFacts]) -> Table:
+    headers = [
+        "Run",
+        "Run id",
+        "GPU",
+        "GPUs",
+        "Model",
+        "Measured or simulated",
+        "Software under test",
+        "Scenario",
+        "Status",
+        "Created (UTC)",
+    ]
+    rows: list[list[Cell]] = [
+        [
+            f.legend,
+            f.run_id[:8],
+            f.gpu_type or "not recorded",
+            Num(f.gpu_count, 0),
+            f.model or "not recorded",
+            f.provenance,
+            f.software,
+            f.scenario,
+            f.status,
+            f.created,
+        ]
+        for f in facts
+    ]
+    return Table("runs", "Runs, GPUs and software under test", headers, rows)
+
+
+def _assumptions_table(report_slo, slo_source, utilisation, catalogue_label, facts) -> Table:
+    if report_slo:
+        slo_text = ", ".join(str(t) for t in report_slo) + f" ({slo_source})"
+    else:
+        slo_text = "none given: capacity is each run's peak-throughput load point"
+    scenarios = sorted({f.scenario for f in facts})
+    rows: list[list[Cell]] = [
+        ["SLO", slo_text],
+        ["Fleet utilisation", f"{utilisation:.0%} ($/Mtok divided by it)"],
+        ["Pricing catalogue", catalogue_label],
+        ["Scenario", "; ".join(scenarios) or "not stored"],
+        [
+            "GPUs and counts",
+            "; ".join(f"{f.gpu_type or 'GPU type not recorded'} x{f.gpu_count}" for f in facts),
+        ],
+        ["Measured or simulated", "; ".join(f"{f.legend}: {f.provenance}" for f in facts)],
+        ["Software under test", "; ".join(f"{f.legend}: {f.software}" for f in facts)],
+    ]
+    return Table("assumptions", "Assumptions", ["Assumption", "Value"], rows)
+
+
+def _xy_series(curve: RunCurve, xs, ys, points) -> Series:
+    return Series(
+        curve.legend,
+        curve.colour,
+        list(xs),
+        list(ys),
+        [p.title for p in points],
+        simulated=curve.simulated,
+    )
+
+
+def _latency_chart(curves, metric: str, slo) -> Chart:
+    """x = P99 latency (ms), y = output tokens/s per GPU, as the dashboard draws it."""
+    series = []
+    for curve in curves:
+        tps, latency = latency_curve(curve, metric, "p99")
+        pts = [p for p in curve.points if p.latency(metric, "p99") is not None]
+        series.append(_xy_series(curve, latency, tps, pts))
+    xmax = max((max(s.x) for s in series if s.x), default=0.0)
+    ymax = max((max(v for v in s.y if v is not None) for s in series if s.y), default=0.0)
+    notes = []
+    for t in slo:
+        if t.metric != f"p99_{metric}_ms" or t.op not in ("<", "<=") or not ymax:
+            continue
+        # A limit far beyond every point would squash the curves into a corner of the chart.
+        if t.limit <= 1.5 * xmax:
+            series.append(
+                Series(f"SLO {t}", "#7f7f7f", [t.limit, t.limit], [0.0, ymax * 1.05], [], True)
+            )
+        else:
+            notes.append(f"SLO {t} lies beyond every point shown.")
+    name = metric.upper()
+    return Chart(
+        f"tput_vs_p99_{metric}",
+        f"Throughput per GPU vs P99 {name}",
+        "xy",
+        f"P99 {name} (ms)",
+        "Output tokens/s per GPU",
+        series,
+        note=" ".join(notes) or None,
+    )
+
+
+def _interactivity_chart(curves) -> Chart:
+    series = []
+    for curve in curves:
+        xs, ys = interactivity_curve(curve)
+        pts = [p for p in curve.points if p.interactivity is not None]
+        series.append(_xy_series(curve, xs, ys, pts))
+    return Chart(
+        "tput_vs_interactivity",
+        "Throughput per GPU vs interactivity",
+        "xy",
+        "Interactivity (tokens/s per user)",
+        "Output tokens/s per GPU",
+        series,
+    )
+
+
+def _cost_chart(comparisons, utilisation) -> Chart:
+    tiers = _tiers(comparisons)
+    series = []
+    left_out = []
+    for c in comparisons:
+        if not c.cost_rows:
+            left_out.append(c.curve.legend)
+            continue
+        by_tier = {r.tier: r.output_usd_per_mtok_at_utilisation for r in c.cost_rows}
+        series.append(Series(c.curve.legend, c.curve.colour, [], [by_tier.get(t) for t in tiers]))
+    note = f"left out (no $/Mtok): {', '.join(left_out)}" if left_out else None
+    return Chart(
+        "cost_per_tier",
+        f"$/Mtok of output tokens per pricing tier at capacity ({utilisation:.0%} utilisation)",
+        "bar",
+        "Pricing tier",
+        "$ per million output tokens",
+        series,
+        categories=tiers,
+        note=note,
+    )
+
+
+def _missing(curves, comparisons, slo, catalogue) -> list[str]:
+    out: list[str] = []
+    if not slo:
+        out.append(
+            "No SLO given or stored with the runs: capacity is each run's peak-throughput "
+            "load point (give --slo, e.g. 'p99_ttft_ms<=2000,p99_tpot_ms<=50')."
+        )
+    for c in comparisons:
+        who = c.curve.legend
+        if not c.curve.points:
+            out.append(f"{who}: no load points with results.")
+            continue
+        if slo and c.capacity is None:
+            out.append(f"{who}: no load point met the SLO, so it has no capacity or $/Mtok.")
+        if not c.curve.gpu_type:
+            out.append(
+                f"{who}: GPU type not recorded, so no $/Mtok and throughput per GPU assumes "
+                f"{c.curve.gpu_count} GPU(s)."
+            )
+        elif c.capacity is not None and not c.cost_rows:
+            try:
+                catalogue.resolve_gpu(c.curve.gpu_type)
+                out.append(f"{who}: no $/Mtok (no usable throughput at capacity).")
+            except PriceCatalogueError:
+                out.append(f"{who}: no prices for GPU {c.curve.gpu_type} in the catalogue.")
+        if all(p.latency("tpot", "p50") is None for p in c.curve.points):
+            out.append(f"{who}: no TPOT recorded, so no interactivity.")
+    return out
+
+
+def build_report(
+    run_refs: Sequence[str],
+    db: Any = None,
+    slo: Sequence[Threshold] | str | None = None,
+    catalogue: Catalogue | None = None,
+    utilisation: float = 1.0,
+    *,
+    catalogue_label: str = "shipped bench/data/prices.yaml",
+    title: str | None = None,
+) -> Report:
+    """Read the runs and compute everything any export shows.
+
+    `slo` None means "not given": the SLO the runs were swept against is used when they
+    all stored the same one. An empty sequence means no SLO (capacity = peak throughput).
+    Raises bench.store.errors.StoreError (or KeyError) for an unknown run reference and
+    ValueError for a bad SLO or utilisation; everything else missing goes to `missing`.
+    """
+    from bench.store.read import get_run
+
+    if not run_refs:
+        raise ValueError("give at least one run")
+    if not 0 < utilisation <= 1:
+        raise ValueError(f"utilisation must be in (0, 1], got {utilisation}")
+    catalogue = catalogue or load_catalogue()
+    infos = [get_run(ref, db) for ref in run_refs]
+    curves = run_curves([i.id for i in infos], db)
+    if isinstance(slo, str):
+        thresholds, slo_source = parse_thresholds(slo, flag="--slo"), "given"
+    elif slo is None:
+        thresholds, slo_source = _stored_slo(infos), "stored with the runs"
+    else:
+        thresholds, slo_source = list(slo), "given"
+    if not thresholds:
+        slo_source = "none"
+    comparisons = compare_runs(curves, thresholds, catalogue, utilisation)
+    facts = [
+        RunFacts(
+            run_id=info.id,
+            legend=curve.legend,
+            gpu_type=curve.gpu_type,
+            gpu_count=curve.gpu_count,
+            model=curve.model,
+            provenance=_provenance(curve),
+            software=_software(info),
+            scenario=_scenario_text(info.scenario_text),
+            status=info.status,
+            created=info.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M"),
+        )
+        for info, curve in zip(infos, curves, strict=True)
+    ]
+    gpus = " vs ".join(f"{c.gpu_type or 'GPU?'} x{c.gpu_count}" for c in curves)
+    models = sorted({c.model for c in curves if c.model})
+    subtitle = f"{gpus}" + (f" serving {', '.join(models)}" if models else "")
+    if any(c.simulated for c in curves):
+        subtitle += " (simulated results)" if all(c.simulated for c in curves) else ""
+    return Report(
+        title=title or "LLM inference: capacity and cost",
+        subtitle=subtitle,
+        generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        curves=curves,
+        comparisons=comparisons,
+        runs=facts,
+        slo=thresholds,
+        slo_source=slo_source,
+        utilisation=utilisation,
+        catalogue=catalogue,
+        sentence=ratio_sentence(comparisons),
+        missing=_missing(curves, comparisons, thresholds, catalogue),
+        summary=_summary_table(comparisons, thresholds, utilisation),
+        summary_cost=_summary_cost_table(comparisons, utilisation),
+        cost=_cost_table(comparisons, utilisation),
+        percentiles=_percentile_table(curves, thresholds),
+        load_points=_load_point_table(curves, thresholds),
+        prices=_prices_table(curves, catalogue),
+        runs_table=_runs_table(facts),
+        assumptions=_assumptions_table(thresholds, slo_source, utilisation, catalogue_label, facts),
+        methodology=Table(
+            "methodology",
+            "Methodology: metric definitions",
+            ["Metric", "Definition"],
+            [[m, d] for m, d in METHODOLOGY],
+        ),
+        charts=[
+            _latency_chart(curves, "ttft", thresholds),
+            _latency_chart(curves, "tpot", thresholds),
+            _interactivity_chart(curves),
+            _cost_chart(comparisons, utilisation),
+        ],
+    )

@@ -139,7 +139,6 @@ def main() -> None:
         (f"summary of {args.rows:,} requests (s)", "summary_s", "{:.3f}", "< 1"),
         ("  of which load_columns (s)", "load_columns_s", "{:.3f}", ""),
     ]
-    print("(the rest of the summary time is metrics.summarize itself, the same in memory)")
     for label, key, fmt, target in rows:
         print(
             f"{label:<40}"

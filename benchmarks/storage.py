@@ -145,6 +145,7 @@ def main() -> None:
             + "".join(f"{fmt.format(results[n][key]):>14}" for n in names)
             + f"{target:>14}"
         )
+    print("(the rest of the summary time is metrics.summarize itself, as for records in memory)")
 
 
 if __name__ == "__main__":

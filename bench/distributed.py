@@ -64,6 +64,8 @@ HEARTBEAT_TIMEOUT_S = 30.0  # a worker silent this long is declared dead
 STOP_GRACE_S = 15.0  # after a stop, how long workers get to cancel and send their last records
 LOCAL_START_DELAY_S = 0.5  # start delay broadcast to processes on this host
 RAY_START_DELAY_S = 2.0  # start delay broadcast to Ray actors (RPC fan-out across machines)
+SETUP_S_PER_SPEC = 2e-6  # the runner's own setup (sessions, gc) after the start: ~0.7 s/500k
+LATE_START_MS = 50.0  # a worker whose first request leaves later than this is reported
 RAY_INSTALL_HINT = "pip install 'tokenbench[ray]'"
 
 
@@ -88,6 +90,7 @@ class WorkerStats:
     failed: int = 0
     in_flight: int = 0
     received: int = 0  # records that reached the driver
+    first_send_ms: float | None = None  # its first request, after the shared start
     send_lag_p99_ms: float | None = None
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
@@ -113,6 +116,7 @@ class WorkerStats:
             "completed": self.completed,
             "failed": self.failed,
             "records_received": self.received,
+            "first_send_ms": self.first_send_ms,
             "send_lag_p99_ms": self.send_lag_p99_ms,
             "loop_lag_p99_ms": self.loop_lag_p99_ms,
             "loop_lag_max_ms": self.loop_lag_max_ms,
@@ -429,6 +433,8 @@ class _Driver:
             self.records.extend(records)
             st.received += len(records)
             self.lags[k].append(np.array([r.sent_ns - r.intended_ns for r in records]))
+            first = min(r.sent_ns for r in records) / 1e6
+            st.first_send_ms = first if st.first_send_ms is None else min(first, st.first_send_ms)
             recent = self.progress.recent_ttft_ms
             recent.extend(r.ttft_ns / 1e6 for r in records if r.ok and r.ttft_ns is not None)
             if len(recent) > 2048:
@@ -484,6 +490,15 @@ class _Driver:
                 warnings.append(
                     f"{where} died after {st.received} records: {st.error}; "
                     "its completed requests are kept and the run is partial"
+                )
+            planned_first_ms = 0.0
+            offsets = self.shares[k].plan.offsets_s
+            if offsets is not None and len(offsets):
+                planned_first_ms = float(offsets[0]) * 1e3
+            if st.first_send_ms is not None and st.first_send_ms - planned_first_ms > LATE_START_MS:
+                warnings.append(
+                    f"{where}: first request {st.first_send_ms - planned_first_ms:.0f} ms after "
+                    "its scheduled start: it started late (slow setup or an overloaded host)"
                 )
             if (st.send_lag_p99_ms or 0.0) > CLIENT_LIMIT_SEND_LAG_MS:
                 warnings.append(
@@ -758,15 +773,16 @@ def run_distributed(
     `on_tick` gets summed progress plus per-worker stats every TICK_S; setting `stop` (or
     Ctrl-C, when handle_sigint) stops every worker gently, as Ctrl-C does a local run.
     """
-    driver = _Driver(_shares(plan, workers), sink, on_tick)
+    shares = _shares(plan, workers)
+    driver = _Driver(shares, sink, on_tick)
+    if start_delay_s is None:
+        # Long enough for the broadcast and for the runner's own setup after it.
+        base = LOCAL_START_DELAY_S if ray_address is None else RAY_START_DELAY_S
+        start_delay_s = base + SETUP_S_PER_SPEC * max(sh.n_specs for sh in shares)
     with _sigint_sets(driver.stop_requested, handle_sigint):
         if ray_address is None:
-            return _run_processes(
-                driver, stop, LOCAL_START_DELAY_S if start_delay_s is None else start_delay_s
-            )
-        return _run_ray(
-            driver, ray_address, stop, RAY_START_DELAY_S if start_delay_s is None else start_delay_s
-        )
+            return _run_processes(driver, stop, start_delay_s)
+        return _run_ray(driver, ray_address, stop, start_delay_s)
 
 
 def run_distributed_and_store(

@@ -115,7 +115,7 @@ def measure(plan: RunPlan, workers: int) -> dict:
     result = run_distributed(plan, workers=workers, handle_sigint=False)
     wall = time.perf_counter() - t
     s = summarize(result.records, loop_lag_p99_ms=result.loop_lag_p99_ms)
-    if result.partial or s.failed:
+    if result.partial or s.failed or not s.completed:
         raise SystemExit(f"{workers} worker(s): {s.failed} failed, warnings {result.warnings}")
     return {
         "workers": workers,
@@ -161,7 +161,10 @@ def main(argv: list[str] | None = None) -> None:
         measure(make_plan(url, 8, 32, 8, None), 1)  # warm the server and the page cache
         for rep in range(args.repeats):
             for c in steps:
-                plan = make_plan(url, c, 1_000_000, args.output_len, args.duration)
+                # Enough requests for the duration (each takes TTFT + n*ITL), not a million.
+                per_request_s = (args.ttft_ms + args.output_len * args.itl_ms) / 1e3
+                n = int(c * (args.duration / per_request_s + 2) * 1.5)
+                plan = make_plan(url, c, n, args.output_len, args.duration)
                 for workers in (1, 2) if (rep + c) % 2 == 0 else (2, 1):  # no order bias
                     row = measure(plan, workers) | {"concurrency": c, "repeat": rep}
                     rows.append(row)

@@ -324,7 +324,11 @@ def run_command(
         result, summary, run_id = run_and_store(sc, plan, db_url=db, store=not no_store)
     except StoreError as exc:
         raise fail(str(exc)) from None
-    print_summary(summary, title=f"Results: {sc.name} → {sc.target.base_url}")
+    print_summary(
+        summary,
+        title=f"Results: {sc.name} → {sc.target.base_url}",
+        metrics=tuple(m for m in sc.percentile_metrics if m in ("ttft", "tpot", "itl", "e2el")),
+    )
     if run_id:
         console.print(f"Stored as run [bold]{run_id}[/]  (tokenbench show {run_id})")
     if summary_json is not None:

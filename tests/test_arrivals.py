@@ -129,3 +129,28 @@ def test_prompt_lengths_prefix_sharing_and_multi_turn():
         Workload(seed=1, input=LengthDist(mean=64)).specs(1)[0]
     )
     assert len(ids) == 64 and all(isinstance(i, int) for i in ids)
+
+
+def test_sharegpt_and_jsonl_datasets(tmp_path):
+    import json
+
+    from bench.workload import load_jsonl_prompts, load_sharegpt
+
+    sg = tmp_path / "sg.json"
+    sg.write_text(json.dumps([
+        {"conversations": [{"from": "human", "value": "hello there"}, {"from": "gpt", "value": "x" * 40}]},
+        {"conversations": [{"from": "human", "value": "only one turn"}]},
+    ]))  # fmt: skip
+    assert load_sharegpt(sg) == [("hello there", 10)]
+    jl = tmp_path / "p.jsonl"
+    jl.write_text(
+        '{"prompt": "a b c", "output_len": 7}\n{"messages": [{"role": "user", "content": "hi"}]}\n'
+    )
+    data = load_jsonl_prompts(jl)
+    w = Workload(seed=1, output=LengthDist(mean=5), dataset=data)
+    specs = w.specs(4)
+    assert sorted(s.output_len for s in specs[:2]) == [5, 7]
+    assert w.render(specs[0])[1][0]["role"] == "user"
+    jl.write_text('{"nope": 1}\n')
+    with pytest.raises(ValueError, match="line 1: needs a 'prompt'"):
+        load_jsonl_prompts(jl)

@@ -316,6 +316,10 @@ def table_slides(
 ) -> list:
     """As many slides as the table needs; the title says "(2/3)" when it runs over."""
     headers, rows = table.headers, table.text_rows()
+    if not rows:
+        slide = first_slide or _slide(prs, report, title or table.title)
+        _text(slide, left, top, width, 1.2, table.empty_text, max_pt=18, colour=WARN)
+        return [slide]
     note_h = 0.4 if table.note else 0.0
     height = BODY_BOTTOM - top - note_h
     pt, widths = _table_layout(headers, rows, width, height, max_pt, min_pt, one_page_pt)
@@ -490,21 +494,29 @@ def _summary_slide(prs, report: Report) -> None:
         if len(report.curves) > 1
         else "One run: " + report.curves[0].legend + "."
     )
-    _text(slide, MARGIN, top, CONTENT_W, 1.0, sentence, max_pt=20, min_pt=12, bold=True,
+    # The sentence box is as tall as the sentence needs at 20 pt (at most 1.2 in).
+    lines = wrapped_lines(sentence, CONTENT_W - 0.1, 20)
+    box_h = min(1.2, lines * 20 * LINE_EM / 72 + 0.15)
+    _text(slide, MARGIN, top, CONTENT_W, box_h, sentence, max_pt=20, min_pt=12, bold=True,
           colour=ACCENT, anchor=MSO_ANCHOR.MIDDLE)  # fmt: skip
-    top += 1.1
+    top += box_h + 0.15
     if report.missing:
         _text(slide, MARGIN, top, CONTENT_W, 0.35,
-              f"{len(report.missing)} figure(s) could not be shown: see 'What this report "
-              "could not show'.", max_pt=12, bold=True, colour=WARN)  # fmt: skip
+              f"Some figures are missing ({len(report.missing)} notes): see 'What this report "
+              "could not show' on the next slide.", max_pt=12, bold=True, colour=WARN)  # fmt: skip
         top += 0.4
     # Capacity on the left, $/Mtok per tier on the right: both fit one slide at a readable size.
     half = (CONTENT_W - 0.3) / 2
     table_slides(prs, report, report.summary, title="Executive summary: capacity", top=top,
                  width=half, max_pt=14, one_page_pt=11, first_slide=slide)  # fmt: skip
-    table_slides(prs, report, report.summary_cost, title="Executive summary: $/Mtok", top=top,
-                 left=MARGIN + half + 0.3, width=half, max_pt=14, one_page_pt=11,
-                 first_slide=slide)  # fmt: skip
+    if report.summary_cost.rows:
+        table_slides(prs, report, report.summary_cost, title="Executive summary: $/Mtok",
+                     top=top, left=MARGIN + half + 0.3, width=half, max_pt=14, one_page_pt=11,
+                     first_slide=slide)  # fmt: skip
+    else:
+        _text(slide, MARGIN + half + 0.3, top, half, 1.2,
+              "No $/Mtok: no run has both a GPU type with prices and a capacity point (see "
+              "'What this report could not show').", max_pt=16, colour=WARN)  # fmt: skip
 
 
 def write_pptx(report: Report, out: Path) -> Path:

@@ -79,6 +79,7 @@ class Table:
     headers: list[str]  # units go in headers (or row labels of a transposed table)
     rows: list[list[Cell]]
     note: str | None = None
+    empty_text: str = "Nothing to list."  # shown instead of a table without rows
 
     def text_rows(self) -> list[list[str]]:
         return [[cell_text(c) for c in row] for row in self.rows]
@@ -298,7 +299,7 @@ def _summary_table(comparisons, slo, utilisation) -> Table:
     def at_cap(fn, decimals: int):
         return lambda c: Num(fn(c, c.capacity), decimals) if c.capacity is not None else None
 
-    row("GPU", lambda c: f"{c.curve.gpu_type or 'GPU type not recorded'} x{c.curve.gpu_count}")
+    row("GPU", lambda c: f"{c.curve.gpu_type or 'unknown GPU'} x{c.curve.gpu_count}")
     row("Measured or simulated", lambda c: _provenance(c.curve))
     row("Basis", lambda c: c.basis)
     row("Load point at capacity", _capacity_label)
@@ -366,7 +367,13 @@ def _cost_table(comparisons, utilisation) -> Table:
                     r.note or "",
                 ]
             )
-    return Table("cost", "$/Mtok per pricing tier at capacity", headers, rows)
+    return Table(
+        "cost",
+        "$/Mtok per pricing tier at capacity",
+        headers,
+        rows,
+        empty_text="No $/Mtok: no run has both a priced GPU type and a capacity point.",
+    )
 
 
 def _meets(point: CurvePoint, slo) -> str:
@@ -503,7 +510,13 @@ def _prices_table(curves, catalogue: Catalogue) -> Table:
                     tier.date,
                 ]
             )
-    return Table("prices", "Prices used (every tier, with source and date)", headers, rows)
+    return Table(
+        "prices",
+        "Prices used (every tier, with source and date)",
+        headers,
+        rows,
+        empty_text="No prices used: no run has a GPU type that the pricing catalogue lists.",
+    )
 
 
 def _runs_table(facts: Sequence[RunFacts]) -> Table:

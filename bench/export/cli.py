@@ -1,0 +1,125 @@
+"""`tokenbench export`: chosen runs -> pptx | xlsx | csv | html | png | svg.
+
+A plain function with typer annotations; bench/cli.py mounts it with
+``app.command("export")(export_command)``. Bad input (unknown run, bad SLO, unknown
+format, unreadable price file, no browser for images) prints one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+class ExportFormat(StrEnum):
+    pptx = "pptx"
+    xlsx = "xlsx"
+    csv = "csv"
+    html = "html"
+    png = "png"
+    svg = "svg"
+
+
+def _fail(message: str) -> typer.Exit:
+    print(f"error: {message}", file=sys.stderr)
+    return typer.Exit(2)
+
+
+def default_out(fmt: str) -> Path:
+    """results/report.<fmt>, or a folder results/report-<fmt>/ for csv and images."""
+    return Path("results") / (f"report-{fmt}" if fmt in ("csv", "png", "svg") else f"report.{fmt}")
+
+
+def write(report, fmt: str, out: Path) -> Path:
+    """Render `report` in `fmt` to `out`; returns what was written (file or folder)."""
+    if fmt == "pptx":
+        from bench.export.pptx import write_pptx
+
+        return write_pptx(report, out)
+    if fmt == "xlsx":
+        from bench.export.xlsx import write_xlsx
+
+        return write_xlsx(report, out)
+    if fmt == "csv":
+        from bench.export.csv import write_csv
+
+        return write_csv(report, out)
+    if fmt == "html":
+        from bench.export.html import write_html
+
+        return write_html(report, out)
+    if fmt in ("png", "svg"):
+        from bench.export.images import write_images
+
+        write_images(report, out, fmt)
+        return out
+    raise ValueError(f"--format {fmt!r}: expected one of pptx, xlsx, csv, html, png, svg")
+
+
+def export_command(
+    runs: Annotated[
+        str, typer.Option("--runs", help="Comma-separated run ids (or unique prefixes or names)")
+    ],
+    format: Annotated[  # noqa: A002 - the flag is --format
+        ExportFormat, typer.Option("--format", "-f", help="pptx, xlsx, csv, html, png or svg")
+    ] = ExportFormat.pptx,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="File (pptx/xlsx/html), folder or .zip (csv), folder (png/svg); "
+            "default results/report.<format>",
+        ),
+    ] = None,
+    slo: Annotated[
+        str | None,
+        typer.Option(
+            "--slo",
+            help="e.g. 'p99_ttft_ms<=2000,p99_tpot_ms<=50'; default: the SLO the runs were "
+            "swept against, if they share one",
+        ),
+    ] = None,
+    utilisation: Annotated[
+        float, typer.Option("--utilisation", min=0.01, max=1.0, help="Fleet utilisation")
+    ] = 1.0,
+    prices_file: Annotated[Path | None, typer.Option("--prices-file")] = None,
+    price: Annotated[list[str] | None, typer.Option("--price", help="GPU:tier=USD")] = None,
+    db: Annotated[str | None, typer.Option("--db")] = None,
+) -> None:
+    """Export runs for a procurement deck: PowerPoint, Excel, CSV, HTML, PNG or SVG."""
+    from bench.cost import PriceCatalogueError, load_catalogue
+    from bench.export.images import ImageExportError
+    from bench.export.report import build_report
+    from bench.store.errors import StoreError
+
+    refs = [r.strip() for r in runs.split(",") if r.strip()]
+    if not refs:
+        raise _fail("--runs: give at least one run id, e.g. --runs 2bbb352d,a3289346")
+    fmt = format.value if isinstance(format, ExportFormat) else str(format)
+    if fmt not in {f.value for f in ExportFormat}:
+        raise _fail(f"--format {fmt!r}: expected one of pptx, xlsx, csv, html, png, svg")
+    label = "shipped bench/data/prices.yaml"
+    if prices_file:
+        label += f" + {prices_file}"
+    if price:
+        label += " + --price " + ", ".join(price)
+    try:
+        catalogue = load_catalogue(prices_file, price or ())
+        report = build_report(refs, db, slo, catalogue, utilisation, catalogue_label=label)
+        target = out or default_out(fmt)
+        written = write(report, fmt, target)
+    except (PriceCatalogueError, StoreError, ImageExportError, ValueError, KeyError) as exc:
+        raise _fail(str(exc).strip("'\"")) from None
+    except OSError as exc:
+        raise _fail(f"cannot write {exc.filename or out}: {exc.strerror or exc}") from None
+    for line in report.missing:
+        print(f"note: {line}", file=sys.stderr)
+    print(f"wrote {written}")
+
+
+__all__ = ["ExportFormat", "export_command", "write"]

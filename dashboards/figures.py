@@ -37,7 +37,7 @@ LATENCY_NAMES = {
     "ttft": "TTFT",
     "tpot": "TPOT",
     "itl": "ITL",
-    "e2el": "end-to-end latency",
+    "e2el": "E2E latency",
 }
 
 
@@ -227,30 +227,34 @@ def cost_per_tier(
         curve = comp.curve
         fig.add_trace(
             go.Bar(
-                x=tiers,
-                y=ys,
+                y=tiers,
+                x=ys,
+                orientation="h",
                 name=f"{curve.legend} ({where})",
                 meta=curve.run_id,
                 marker={
                     "color": curve.colour,
                     "pattern": {"shape": "/" if curve.simulated else ""},
                 },
-                text=[f"${v:,.2f}" if v is not None else "" for v in ys],
+                text=[f"${v:,.3f}" if v is not None else "no price" for v in ys],
                 textposition="outside",
+                cliponaxis=False,
                 hovertext=texts,
-                hovertemplate="%{x}<br>%{hovertext}<extra>" + curve.legend + "</extra>",
+                hovertemplate="%{y}<br>%{hovertext}<extra>" + curve.legend + "</extra>",
             )
         )
     util = "" if utilisation >= 1 else f", at {utilisation:.0%} utilisation"
     fig = _layout(
         fig,
         f"$ per million {tokens} tokens by pricing tier{util}",
-        "Pricing tier",
         f"USD per million {tokens} tokens ($/Mtok)",
+        "Pricing tier",
         any(c.simulated for c in curves),
     )
-    fig.update_layout(barmode="group")
-    fig.update_xaxes(rangemode="normal", type="category")
+    bars = max(1, len(tiers)) * max(1, len(comparisons))
+    fig.update_layout(barmode="group", height=max(HEIGHT, 140 + 14 * bars), bargap=0.25)
+    fig.update_yaxes(type="category", autorange="reversed", rangemode="normal", title_text="")
+    fig.update_xaxes(title_text=f"USD per million {tokens} tokens ($/Mtok)")
     return fig
 
 
@@ -273,7 +277,7 @@ def run_time_series(
         cols=1,
         shared_xaxes=True,
         vertical_spacing=0.08,
-        subplot_titles=("Requests per second", "P99 TTFT of requests whose first token came"),
+        subplot_titles=("Requests per second", "P99 TTFT per second (by first-token time)"),
     )
     t = list(series.get("t_s", []))
     fig.add_trace(

@@ -1,0 +1,551 @@
+"""The REST API under /api: reads of runs, curves and costs; writes that start, follow and
+cancel background runs, delete runs and add pricing tiers.
+
+Every answer is a pydantic model from server/models.py. A bad body or query gets a 422
+whose `detail` has FastAPI's shape (`loc` names the field, `msg` says what is wrong), also
+for problems found past pydantic (a scenario's YAML, an SLO string, a catalogue rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
+from fastapi.responses import StreamingResponse
+from sqlalchemy import select
+
+from bench.cost import PriceCatalogueError, price_per_gpu_hour
+from bench.curves import compare_runs, cost_rows_at, ratio_sentence
+from bench.metrics import parse_thresholds
+from bench.scenario import ScenarioError, parse_scenario
+from bench.store.engine import get_engine
+from bench.store.models import Request as RequestRow
+from bench.store.read import delete_run, get_run, list_runs, resolve_run
+from dashboards.data import run_time_series
+from server.jobs import SCENARIOS_DIR, JobPlan, QueueFullError
+from server.models import (
+    CompareOut,
+    ComparisonOut,
+    CurveOut,
+    DeletedOut,
+    ErrorOut,
+    JobIn,
+    JobOut,
+    RequestOut,
+    RequestsPage,
+    RunCostOut,
+    RunDetail,
+    RunOut,
+    Span,
+    TierIn,
+    TierOut,
+    TimeSeriesOut,
+)
+
+SSE_POLL_S = 0.25
+SSE_KEEPALIVE_S = 15.0
+SSE_MAX_S = 24 * 3600.0  # a follower is cut off after a day, whatever happens
+REACH_TIMEOUT_S = 2.0
+DEFAULT_PROMPTS = {"run": 1000, "sweep": 200}  # as `tokenbench run` and `tokenbench sweep`
+
+RunRef = Annotated[
+    str, Path(min_length=1, max_length=100, description="run id, unique id prefix or name")
+]
+RunRefs = Annotated[
+    list[str],
+    Query(
+        alias="run",
+        min_length=1,
+        max_length=20,
+        description="run ids, prefixes or names (repeat ?run=); the first is the reference",
+    ),
+]
+Slo = Annotated[
+    str | None,
+    Query(max_length=500, description="e.g. p99_ttft_ms<=500,p99_tpot_ms<=50"),
+]
+Utilisation = Annotated[float, Query(gt=0, le=1, description="fleet utilisation for $/Mtok")]
+
+NOT_FOUND = {404: {"model": ErrorOut, "description": "no such run or job"}}
+AUTH = {401: {"model": ErrorOut, "description": "missing or wrong bearer token"}}
+
+
+def tb(request: Request):
+    return request.app.state.tb
+
+
+def read_access(request: Request) -> None:
+    tb(request).guard.read(request)
+
+
+def write_access(request: Request) -> None:
+    tb(request).guard.write(request)
+
+
+router = APIRouter(prefix="/api", dependencies=[Depends(read_access)], responses=AUTH)
+Write = Depends(write_access)
+
+
+def invalid(loc: list, message: str) -> HTTPException:
+    """A 422 shaped like FastAPI's own validation errors, naming the field."""
+    return HTTPException(422, detail=[{"loc": loc, "msg": message, "type": "value_error"}])
+
+
+def thresholds(slo: str | None, loc: list):
+    try:
+        return parse_thresholds(slo, flag="slo")
+    except ValueError as exc:
+        raise invalid(loc, str(exc)) from None
+
+
+# ---------------------------------------------------------------- runs
+
+
+@router.get("/runs", response_model=list[RunOut], summary="List stored runs, newest first")
+def runs(
+    request: Request,
+    gpu: Annotated[str | None, Query(max_length=64, description="substring of GPU type")] = None,
+    model: Annotated[str | None, Query(max_length=200)] = None,
+    label: Annotated[str | None, Query(max_length=200)] = None,
+    status: Literal["running", "completed", "interrupted", "failed"] | None = None,
+    simulated: Annotated[bool | None, Query(description="true: simulated only")] = None,
+    imported: Annotated[bool | None, Query(description="true: imported results only")] = None,
+    since: Annotated[datetime | None, Query(description="created at or after (ISO 8601)")] = None,
+    until: Annotated[datetime | None, Query(description="created before (ISO 8601)")] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
+) -> list[RunOut]:
+    found = list_runs(
+        tb(request).db_url,
+        gpu=gpu,
+        model=model,
+        label=label,
+        status=status,
+        imported=imported,
+        limit=None if (simulated is not None or since or until) else limit,
+    )
+    out = []
+    for run in found:
+        if simulated is not None and run.simulated != simulated:
+            continue
+        if since is not None and run.created_at < _aware(since):
+            continue
+        if until is not None and run.created_at >= _aware(until):
+            continue
+        out.append(RunOut.from_info(run))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _aware(when: datetime) -> datetime:
+    from datetime import UTC
+
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+@router.get("/runs/{ref}", response_model=RunDetail, responses=NOT_FOUND)
+def run_detail(request: Request, ref: RunRef) -> RunDetail:
+    """One run: metadata, summary, scenario, and each load point with its summary."""
+    return RunDetail.from_info(get_run(ref, tb(request).db_url))
+
+
+@router.get("/runs/{ref}/requests", response_model=RequestsPage, responses=NOT_FOUND)
+def run_requests(
+    request: Request,
+    ref: RunRef,
+    load_point: Annotated[int | None, Query(ge=0, le=1_000_000)] = None,
+    state: Literal["ok", "failed", "cancelled"] | None = None,
+    after: Annotated[int, Query(ge=0, description="row id to continue after (next_after)")] = 0,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 500,
+) -> RequestsPage:
+    """A page of a run's requests in stored order (keyset paging: pass next_after back)."""
+    db = tb(request).db_url
+    run_id = resolve_run(ref, db)
+    query = (
+        select(*RequestRow.__table__.c)
+        .where(RequestRow.run_id == run_id, RequestRow.id > after)
+        .order_by(RequestRow.id)
+        .limit(limit + 1)
+    )
+    if load_point is not None:
+        query = query.where(RequestRow.load_point == load_point)
+    if state is not None:
+        query = query.where(RequestRow.state == state)
+    with get_engine(db).connect() as conn:
+        rows = [dict(r._mapping) for r in conn.execute(query)]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return RequestsPage(
+        run_id=run_id,
+        load_point=load_point,
+        items=[
+            RequestOut.model_validate({k: v for k, v in r.items() if k != "run_id"}) for r in rows
+        ],
+        next_after=rows[-1]["id"] if more else None,
+    )
+
+
+@router.get("/runs/{ref}/timeseries", response_model=TimeSeriesOut, responses=NOT_FOUND)
+def run_timeseries(
+    request: Request,
+    ref: RunRef,
+    bucket_s: Annotated[float, Query(ge=0.1, le=3600)] = 1.0,
+) -> TimeSeriesOut:
+    """Offered vs achieved requests/s and P99 TTFT per bucket, so a burst's effect shows."""
+    run = get_run(ref, tb(request).db_url)
+    series, spans = run_time_series(run, tb(request).db_url, bucket_s)
+    return TimeSeriesOut(
+        run_id=run.id,
+        bucket_s=bucket_s,
+        t_s=series["t_s"],
+        offered_rps=series["offered_rps"],
+        achieved_rps=series["achieved_rps"],
+        p99_ttft_ms=series["p99_ttft_ms"],
+        output_tps=series["output_tps"],
+        load_points=[Span(start_s=a, end_s=b, title=t) for a, b, t in spans],
+    )
+
+
+@router.delete(
+    "/runs/{ref}",
+    response_model=DeletedOut,
+    dependencies=[Write],
+    responses={**NOT_FOUND, 409: {"model": ErrorOut, "description": "a job is writing it"}},
+)
+def run_delete(request: Request, ref: RunRef) -> DeletedOut:
+    """Delete a run and all its requests (not one a background job is still writing)."""
+    state = tb(request)
+    run_id = resolve_run(ref, state.db_url)
+    if run_id in state.jobs.active_run_ids():
+        raise HTTPException(409, detail=f"run {run_id[:8]} is being written by a job; cancel it")
+    n = delete_run(run_id, state.db_url)
+    state.forget(run_id)
+    return DeletedOut(run_id=run_id, deleted_requests=n)
+
+
+# ---------------------------------------------------------------- curves and costs
+
+
+@router.get("/curves", response_model=list[CurveOut], responses=NOT_FOUND)
+def curves(request: Request, run: RunRefs) -> list[CurveOut]:
+    """Each run's load points as a curve (per-GPU throughput, latency percentiles, ...)."""
+    return [CurveOut.from_curve(c) for c in tb(request).curves(run)]
+
+
+@router.get("/compare", response_model=CompareOut, responses=NOT_FOUND)
+def compare(
+    request: Request, run: RunRefs, slo: Slo = None, utilisation: Utilisation = 1.0
+) -> CompareOut:
+    """Capacity at the SLO (or peak), the point at matched load and $/Mtok on every tier."""
+    state = tb(request)
+    slo_t = thresholds(slo, ["query", "slo"])
+    comps = compare_runs(state.curves(run), slo_t, state.catalogue, utilisation)
+    return CompareOut(
+        slo=[str(t) for t in slo_t],
+        utilisation=utilisation,
+        runs=[ComparisonOut.from_comparison(c) for c in comps],
+        sentence=ratio_sentence(comps),
+    )
+
+
+@router.get("/costs", response_model=list[RunCostOut], responses=NOT_FOUND)
+def costs(
+    request: Request,
+    run: RunRefs,
+    tier: Annotated[
+        list[str] | None, Query(max_length=50, description="tier names (repeat); all if none")
+    ] = None,
+    at: Annotated[
+        Literal["capacity", "peak", "all"],
+        Query(description="capacity: at the SLO (peak without one); all: every load point"),
+    ] = "capacity",
+    slo: Slo = None,
+    utilisation: Utilisation = 1.0,
+) -> list[RunCostOut]:
+    """$/Mtok (output and total tokens) per pricing tier for each run."""
+    state = tb(request)
+    slo_t = thresholds(slo, ["query", "slo"]) if at == "capacity" else []
+    out = []
+    for comp in compare_runs(state.curves(run), slo_t, state.catalogue, utilisation):
+        curve = comp.curve
+        if at == "all":
+            chosen = [(p, "load point") for p in curve.points]
+        else:
+            chosen = [(comp.capacity, comp.basis)]
+        for point, basis in chosen:
+            rows = cost_rows_at(curve, point, state.catalogue, utilisation)
+            if tier:
+                rows = [r for r in rows if r.tier in tier]
+            out.append(
+                RunCostOut(
+                    run_id=curve.run_id,
+                    legend=curve.legend,
+                    load_point=point.load_point if point else None,
+                    point_title=point.title if point else None,
+                    basis=basis,
+                    rows=rows,
+                )
+            )
+    return out
+
+
+@router.get("/prices", response_model=list[TierOut])
+def prices(
+    request: Request, gpu: Annotated[str | None, Query(max_length=64)] = None
+) -> list[TierOut]:
+    """The pricing catalogue: every tier's effective $/GPU-hour, with its source and date."""
+    cat = tb(request).catalogue
+    try:
+        tiers = cat.tiers(gpu)
+    except PriceCatalogueError as exc:
+        raise invalid(["query", "gpu"], str(exc)) from None
+    return [_tier_out(t, cat) for t in tiers]
+
+
+def _tier_out(t, cat) -> TierOut:
+    try:
+        price, note = price_per_gpu_hour(t, cat), None
+    except PriceCatalogueError as exc:
+        price, note = None, str(exc)
+    return TierOut(
+        gpu=t.gpu,
+        name=t.name,
+        kind=t.kind,
+        provider=t.provider,
+        price_usd_per_gpu_hr=price,
+        low=t.low,
+        high=t.high,
+        term_years=t.term_years,
+        source=t.source,
+        date=t.date,
+        note=t.note,
+        price_note=note,
+    )
+
+
+@router.post("/prices/tiers", response_model=TierOut, status_code=201, dependencies=[Write])
+def add_tier(request: Request, body: TierIn) -> TierOut:
+    """Add a flat-priced tier to a GPU (or re-price one); every $/Mtok then includes it."""
+    state = tb(request)
+    try:
+        cat = state.add_tier(body.model_dump())
+    except PriceCatalogueError as exc:
+        raise invalid(["body"], str(exc)) from None
+    return _tier_out(cat.tier(body.gpu, body.name), cat)
+
+
+# ---------------------------------------------------------------- background runs
+
+
+@router.post(
+    "/jobs",
+    response_model=JobOut,
+    status_code=202,
+    dependencies=[Write],
+    responses={
+        403: {"model": ErrorOut, "description": "target host not in the allow-list"},
+        429: {"model": ErrorOut, "description": "too many jobs waiting"},
+    },
+)
+def start_job(request: Request, body: JobIn) -> JobOut:
+    """Start a run or a sweep in the background; follow it at /api/jobs/{id}/events."""
+    state = tb(request)
+    plan = build_plan(body, state)
+    try:
+        job = state.jobs.submit(plan)
+    except QueueFullError as exc:
+        raise HTTPException(429, detail=str(exc)) from None
+    return job.to_out()
+
+
+@router.get("/jobs", response_model=list[JobOut])
+def jobs(request: Request) -> list[JobOut]:
+    """Jobs since the service started, newest first."""
+    return [j.to_out() for j in tb(request).jobs.list()]
+
+
+def _job(request: Request, job_id: str):
+    job = tb(request).jobs.get(job_id)
+    if job is None:
+        raise HTTPException(404, detail=f"no job {job_id!r} (jobs live as long as the service)")
+    return job
+
+
+JobId = Annotated[str, Path(min_length=1, max_length=64)]
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut, responses=NOT_FOUND)
+def job(request: Request, job_id: JobId) -> JobOut:
+    return _job(request, job_id).to_out()
+
+
+@router.post(
+    "/jobs/{job_id}/cancel", response_model=JobOut, dependencies=[Write], responses=NOT_FOUND
+)
+def cancel_job(request: Request, job_id: JobId) -> JobOut:
+    """Stop a job gently: what it measured is kept and the run is stored as interrupted."""
+    state = tb(request)
+    return state.jobs.cancel(_job(request, job_id)).to_out()
+
+
+@router.get(
+    "/jobs/{job_id}/events",
+    responses={
+        **NOT_FOUND,
+        200: {
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "description": "`event: progress` with a JobOut as data on every change; "
+            "`event: end` with the final JobOut",
+        },
+    },
+    response_class=StreamingResponse,
+)
+async def job_events(request: Request, job_id: JobId) -> StreamingResponse:
+    """Server-sent events: the job's state on every change until it ends."""
+    job = _job(request, job_id)
+
+    async def events():
+        seen, quiet = -1, 0.0
+        for _ in range(int(SSE_MAX_S / SSE_POLL_S)):
+            if job.version != seen:
+                seen = job.version
+                quiet = 0.0
+                kind = "end" if job.done else "progress"
+                yield f"event: {kind}\ndata: {job.to_out().model_dump_json()}\n\n"
+                if job.done:
+                    return
+            elif quiet >= SSE_KEEPALIVE_S:
+                quiet = 0.0
+                yield ": keepalive\n\n"
+            if await request.is_disconnected():
+                return
+            await asyncio.sleep(SSE_POLL_S)
+            quiet += SSE_POLL_S
+
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+
+def build_plan(body: JobIn, state) -> JobPlan:
+    """Resolve and check a job body: the scenario, its target and the sweep's points.
+
+    Everything that can be wrong is found here, so a bad job is a 4xx now, not a failure later.
+    """
+    from bench.runner import UnreachableError, check_reachable, plan_from_scenario
+    from bench.sweep import PointSpec, scenario_at
+
+    base_dir = None
+    if body.scenario_name is not None:
+        path = SCENARIOS_DIR / f"{body.scenario_name.removesuffix('.yaml')}.yaml"
+        if not path.is_file():
+            shipped = ", ".join(sorted(p.stem for p in SCENARIOS_DIR.glob("*.yaml")))
+            raise invalid(
+                ["body", "scenario_name"],
+                f"no shipped scenario {body.scenario_name!r}; have {shipped}",
+            )
+        text, source, base_dir = path.read_text(), path.name, SCENARIOS_DIR
+    else:
+        text, source = body.scenario or "", "scenario"
+    overrides = _overrides(body)
+    try:
+        sc = parse_scenario(text, source=source, overrides=overrides)
+    except ScenarioError as exc:
+        raise invalid(["body", "scenario"], str(exc)) from None
+    if sc.load.num_prompts is None and sc.load.duration_s is None:
+        sc.load.num_prompts = DEFAULT_PROMPTS[body.kind]
+    if sc.target.api_key_env != "OPENAI_API_KEY":
+        raise invalid(
+            ["body", "scenario"],
+            "target.api_key_env: the service only sends $OPENAI_API_KEY to targets",
+        )
+    api_key = os.environ.get("OPENAI_API_KEY")
+
+    simulate = None
+    if body.simulate is not None:
+        simulate = _check_simulate(body)
+        sc.target.base_url = None
+        sc.target.model = sc.target.model or body.simulate.model
+        sc.gpu.type = sc.gpu.type if body.gpu else body.simulate.gpu
+        sc.gpu.count = body.num_gpus or body.simulate.tp
+        sc.label = (
+            body.label
+            or sc.label
+            or (
+                f"{body.simulate.gpu} x{body.simulate.tp} {body.simulate.model} {body.simulate.precision}"
+            )
+        )
+    else:
+        if not sc.target.base_url:
+            raise invalid(["body", "target", "base_url"], "give target.base_url, or simulate")
+        reason = state.allow.check(sc.target.base_url)
+        if reason is not None:
+            raise HTTPException(403, detail=f"target.base_url: {reason}")
+        try:
+            check_reachable(sc.target.base_url, timeout_s=REACH_TIMEOUT_S)
+        except UnreachableError as exc:
+            raise invalid(["body", "target", "base_url"], str(exc)) from None
+
+    plan = JobPlan(
+        kind=body.kind, scenario=sc, base_dir=base_dir, simulate=simulate, api_key=api_key
+    )
+    if body.sweep is not None:
+        s = body.sweep
+        plan.thresholds = thresholds(s.slo, ["body", "sweep", "slo"])
+        if s.request_rates:
+            plan.specs = [PointSpec("rate", float(v)) for v in s.request_rates]
+        elif s.concurrency:
+            plan.specs = [PointSpec("concurrency", int(v)) for v in s.concurrency]
+        plan.auto = s.auto
+        plan.slo_iterations = s.slo_iterations if plan.thresholds else 0
+        plan.point_duration_s = s.point_duration_s
+        plan.warmup_s, plan.cooldown_s = s.warmup_s, s.cooldown_s
+        plan.max_error_rate = s.max_error_rate
+    # Resolve the (first) point's plan now: a dataset path or load shape that cannot work
+    # is the caller's to fix, so it is a 422 rather than a failed job.
+    probe = sc.model_copy(deep=True)
+    probe.target.base_url = probe.target.base_url or "http://127.0.0.1:9"
+    if plan.specs:
+        probe = scenario_at(probe, plan.specs[0], point_duration_s=plan.point_duration_s)
+    try:
+        plan_from_scenario(probe, base_dir=base_dir)
+    except (ScenarioError, ValueError, OSError) as exc:
+        raise invalid(["body", "scenario"], str(exc)) from None
+    return plan
+
+
+def _overrides(body: JobIn) -> dict:
+    """The body's fields as scenario overrides, as the CLI's flags are (bench.cli)."""
+    out: dict = {}
+    if body.target is not None:
+        target = {k: v for k, v in body.target.model_dump().items() if v is not None}
+        if target:
+            out["target"] = target
+    gpu = {k: v for k, v in (("type", body.gpu), ("count", body.num_gpus)) if v is not None}
+    if gpu:
+        out["gpu"] = gpu
+    load = {}
+    if body.num_prompts is not None:
+        load["num_prompts"] = body.num_prompts
+    if body.request_rate is not None:
+        load["request_rate"] = body.request_rate
+    if load:
+        out["load"] = load
+    if body.label is not None:
+        out["label"] = body.label
+    if body.request_timeout_s is not None:
+        out["request_timeout_s"] = body.request_timeout_s
+    return out
+
+
+def _check_simulate(body: JobIn) -> dict:
+    from bench.sim.virtual import build_engine
+
+    s = body.simulate
+    try:
+        build_engine(s.gpu, s.model, s.precision, s.tp)
+    except (ValueError, KeyError, LookupError) as exc:
+        raise invalid(["body", "simulate"], str(exc)) from None
+    return s.model_dump()

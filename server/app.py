@@ -1,0 +1,197 @@
+"""The FastAPI service: REST API, dashboard pages, auth and background runs in one app.
+
+`create_app` builds everything from its arguments (no globals), so tests make as many apps
+as they like against throw-away databases. The app reads through bench.store and computes
+every number with bench.curves / bench.cost / bench.metrics; it only adds HTTP, auth,
+caching of finished runs' curves, and the job queue (server/jobs.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from bench.cost import Catalogue, PriceCatalogueError, load_catalogue
+from bench.curves import RunCurve, gpu_colour, run_curve
+from bench.store.engine import get_engine
+from bench.store.errors import RunNotFoundError, StoreError
+from bench.store.models import RUNNING
+from bench.store.read import get_run
+from server.auth import AllowList, Guard
+from server.jobs import JobManager
+
+CURVE_CACHE_SIZE = 512
+
+
+class AppState:
+    """What the routes share: database, auth policy, prices, the curve cache, the jobs."""
+
+    def __init__(
+        self,
+        db_url: str | None,
+        *,
+        guard: Guard,
+        allow: AllowList,
+        prices_file: Path | None = None,
+    ) -> None:
+        self.db_url = db_url
+        self.guard = guard
+        self.allow = allow
+        self.prices_file = Path(prices_file) if prices_file else None
+        self.jobs = JobManager(db_url)
+        self._lock = threading.Lock()
+        self._curves: OrderedDict[tuple, RunCurve] = OrderedDict()
+        self._added_tiers: dict[str, dict[str, dict]] = {}
+        self.catalogue: Catalogue = load_catalogue(self.prices_file)
+
+    # ------------------------------------------------------------ curves
+
+    def curve(self, ref: str, index: int = 0) -> RunCurve:
+        """bench.curves.run_curve, cached for finished runs (their requests never change)."""
+        run = get_run(ref, self.db_url)
+        key = (run.id, run.status, run.request_count, run.finished_at, len(run.load_points))
+        with self._lock:
+            cached = self._curves.get(key)
+            if cached is not None:
+                self._curves.move_to_end(key)
+        if cached is None:
+            cached = run_curve(run.id, self.db_url, index=0)
+            if run.status != RUNNING:
+                with self._lock:
+                    self._curves[key] = cached
+                    while len(self._curves) > CURVE_CACHE_SIZE:
+                        self._curves.popitem(last=False)
+        # Colour follows the GPU; the index only matters for GPUs without a colour.
+        return replace(cached, colour=gpu_colour(cached.gpu_type, index), points=cached.points)
+
+    def curves(self, refs: Sequence[str]) -> list[RunCurve]:
+        return [self.curve(ref, i) for i, ref in enumerate(refs)]
+
+    def forget(self, run_id: str) -> None:
+        with self._lock:
+            for key in [k for k in self._curves if k[0] == run_id]:
+                del self._curves[key]
+
+    # ------------------------------------------------------------ prices
+
+    def add_tier(self, tier: dict) -> Catalogue:
+        """Add (or re-price) a flat-priced tier; validated by bench.cost.load_catalogue.
+
+        Kept in memory, and merged into the --prices-file when the service has one, so the
+        tier is still there after a restart.
+        """
+        gpu, name = tier.pop("gpu"), tier.pop("name")
+        with self._lock:
+            added = copy.deepcopy(self._added_tiers)
+            gpu = _catalogue_gpu(self.catalogue, gpu)
+            added.setdefault(gpu, {})[name] = {k: v for k, v in tier.items() if v is not None}
+            user = self._user_prices(added)
+            catalogue = _load_with(user)  # raises PriceCatalogueError before anything changes
+            if self.prices_file is not None:
+                self.prices_file.parent.mkdir(parents=True, exist_ok=True)
+                self.prices_file.write_text(yaml.safe_dump(user, sort_keys=False))
+                added = {}
+            self._added_tiers = added
+            self.catalogue = catalogue
+        return catalogue
+
+    def _user_prices(self, added: dict) -> dict:
+        base: dict = {"gpus": {}}
+        if self.prices_file is not None and self.prices_file.exists():
+            base = yaml.safe_load(self.prices_file.read_text()) or {"gpus": {}}
+            base.setdefault("gpus", {})
+        for gpu, tiers in added.items():
+            base["gpus"].setdefault(gpu, {}).update(tiers)
+        return base
+
+
+def _catalogue_gpu(catalogue: Catalogue, gpu: str) -> str:
+    try:
+        return catalogue.resolve_gpu(gpu)
+    except PriceCatalogueError:
+        return gpu  # a GPU the shipped catalogue does not price
+
+
+def _load_with(user: dict) -> Catalogue:
+    """load_catalogue over a user prices mapping (it reads files, so write a temporary one)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "prices.yaml"
+        path.write_text(yaml.safe_dump(user, sort_keys=False))
+        return load_catalogue(path)
+
+
+def create_app(
+    db_url: str | None,
+    *,
+    api_token: str | None,
+    allow_hosts: list[str],
+    open_reads: bool,
+    prices_file: Path | None = None,
+) -> FastAPI:
+    """The service for one database.
+
+    api_token: the bearer token writes need (None: $TOKENBENCH_API_TOKEN, else a random one,
+    readable as app.state.tb.guard.token); allow_hosts: hosts/CIDRs a background run may
+    target besides loopback; open_reads: serve reads without the token (the CLI sets it when
+    bound to loopback, or when the operator opts out); prices_file: a user prices file,
+    merged over the shipped catalogue, that tiers added through the API are saved to.
+    """
+    from server.api import router as api_router
+    from server.auth import resolve_token
+    from server.pages import router as pages_router
+    from server.pages import static_router
+
+    token, _ = resolve_token(api_token)
+    get_engine(db_url)  # fail at start, with the store's message, if the database is unusable
+    state = AppState(
+        db_url,
+        guard=Guard(token, open_reads=open_reads),
+        allow=AllowList(allow_hosts),
+        prices_file=prices_file,
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        yield
+        state.jobs.shutdown()
+
+    app = FastAPI(
+        title="tokenbench",
+        version=_version(),
+        summary="LLM inference benchmarks: throughput-vs-latency curves and $/Mtok per GPU tier",
+        description=(
+            "Reads are open on loopback; elsewhere they need `Authorization: Bearer <token>`. "
+            "Every write needs the token. Background runs may only target allow-listed hosts."
+        ),
+        lifespan=lifespan,
+    )
+    app.state.tb = state
+
+    @app.exception_handler(RunNotFoundError)
+    async def _not_found(_request: Request, exc: RunNotFoundError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(StoreError)
+    async def _store(_request: Request, exc: StoreError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    app.include_router(api_router)
+    app.include_router(static_router)
+    app.include_router(pages_router)
+    return app
+
+
+def _version() -> str:
+    from bench.store.writer import tool_version
+
+    return tool_version()

@@ -1,0 +1,76 @@
+"""`tokenbench serve`: the API and dashboard on uvicorn.
+
+bench/cli.py mounts `serve_command` (a plain function with typer annotations), so the web
+stack is imported only when the service starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def serve_command(
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db", help="SQLAlchemy URL; default $TOKENBENCH_DB or results/tokenbench.db"
+        ),
+    ] = None,
+    host: Annotated[
+        str,
+        typer.Option(help="Address to listen on; beyond loopback, reads need the token too"),
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535)] = 8000,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="Host or CIDR network background runs may target (repeat); loopback always",
+        ),
+    ] = None,
+    open_reads: Annotated[
+        bool,
+        typer.Option(
+            "--open-reads",
+            help="Serve reads without the token even when listening beyond loopback",
+        ),
+    ] = False,
+    prices_file: Annotated[
+        Path | None,
+        typer.Option("--prices-file", help="Your prices YAML; tiers added via the API go here"),
+    ] = None,
+    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+) -> None:
+    """Serve the REST API (/api, /docs) and the dashboard comparing runs (B200 beside H100)."""
+    import uvicorn
+
+    from bench.store.engine import resolve_url, safe_url_text
+    from bench.store.errors import StoreError
+    from server.app import create_app
+    from server.auth import TOKEN_ENV, is_loopback, resolve_token
+
+    token, generated = resolve_token()
+    reads_open = open_reads or is_loopback(host)
+    try:
+        app = create_app(
+            db,
+            api_token=token,
+            allow_hosts=list(allow_host or []),
+            open_reads=reads_open,
+            prices_file=prices_file,
+        )
+    except (StoreError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    shown = f"[{host}]" if ":" in host else host
+    typer.echo(f"tokenbench serving {safe_url_text(resolve_url(db))} on http://{shown}:{port}")
+    if generated:
+        typer.echo(f"API token (shown once; set ${TOKEN_ENV} to choose your own): {token}")
+    else:
+        typer.echo(f"API token: from ${TOKEN_ENV}")
+    typer.echo("reads: open" if reads_open else "reads: need the token (--open-reads to open them)")
+    typer.echo(f"background runs may target: {app.state.tb.allow.describe()}")
+    uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -1,0 +1,492 @@
+"""Pydantic shapes of every API body and answer, so /docs and /openapi.json are exact.
+
+Answers mirror the library's own facts (bench.store.read.RunInfo, bench.curves.CurvePoint,
+bench.cost.CostRow, the Summary.to_json contract) and are built from them by the
+`from_*` helpers here, never computed anew. Request bodies forbid unknown fields, so a
+typo is a 422 naming the field instead of a silently ignored option.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from bench.cost import CostRow, TierKind
+from bench.curves import CurvePoint, RunComparison, RunCurve
+from bench.store.read import LoadPointInfo, RunInfo
+
+
+def _finite(v: float | None) -> float | None:
+    """JSON has no infinity: an unbounded rate ("rate inf") reads as null plus its title."""
+    return None if v is None or not math.isfinite(v) else v
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------- runs
+
+
+class Throughput(BaseModel):
+    requests_per_s: float | None = None
+    output_tokens_per_s: float | None = None
+    total_tokens_per_s: float | None = None
+
+
+class SummaryOut(BaseModel):
+    """The summary JSON contract (bench.metrics.Summary.to_json); latencies in ms."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    interrupted: bool = False
+    completed: int = 0
+    failed: int = 0
+    errors: dict[str, int] = Field(default_factory=dict)
+    duration_s: float | None = None
+    throughput: Throughput = Field(default_factory=Throughput)
+    metrics: dict[str, dict[str, float | None]] = Field(
+        default_factory=dict,
+        description='metric -> statistic -> ms, e.g. {"ttft_ms": {"mean": 80.1, "p99": 210.0}}',
+    )
+    goodput_requests_per_s: float | None = None
+    send_lag_ms: dict[str, float | None] = Field(default_factory=dict)
+    client_limited: bool = False
+
+    @classmethod
+    def from_json(cls, data: dict | None) -> SummaryOut | None:
+        return None if not data else cls.model_validate(data)
+
+
+class RunOut(BaseModel):
+    """One stored run as the runs table shows it."""
+
+    id: str
+    short_id: str
+    name: str | None
+    label: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    status: str = Field(description="running, completed, interrupted or failed")
+    model: str | None
+    gpu_type: str | None
+    gpu_count: int | None
+    simulated: bool
+    imported_from: str | None
+    endpoint: str | None
+    backend: str | None
+    request_count: int
+    tool_version: str | None
+
+    @classmethod
+    def from_info(cls, run: RunInfo) -> RunOut:
+        return cls(
+            **{name: getattr(run, name) for name in cls.model_fields if name != "short_id"},
+            short_id=run.short_id,
+        )
+
+
+class LoadPointOut(BaseModel):
+    load_point: int
+    label: str | None
+    mode: str | None
+    target_rate: float | None = Field(description="requests/s; null when unbounded (inf)")
+    unbounded_rate: bool = Field(description="true for a 'rate inf' point (all at once)")
+    concurrency: int | None
+    duration_s: float | None
+    warmup_s: float | None
+    cooldown_s: float | None
+    params: dict | None
+    summary: SummaryOut | None
+
+    @classmethod
+    def from_info(cls, lp: LoadPointInfo) -> LoadPointOut:
+        rate = lp.target_rate
+        return cls(
+            load_point=lp.load_point,
+            label=lp.label,
+            mode=lp.mode,
+            target_rate=_finite(rate),
+            unbounded_rate=rate is not None and math.isinf(rate),
+            concurrency=lp.concurrency,
+            duration_s=(lp.ended_ns / 1e9) if lp.ended_ns is not None else None,
+            warmup_s=lp.warmup_s,
+            cooldown_s=lp.cooldown_s,
+            params=lp.params_json,
+            summary=SummaryOut.from_json(lp.summary_json),
+        )
+
+
+class RunDetail(RunOut):
+    """A run with its summary, load points and the scenario it ran."""
+
+    heartbeat_at: datetime | None
+    scenario_text: str | None
+    hostname: str | None
+    summary: SummaryOut | None
+    extra: dict | None
+    load_points: list[LoadPointOut]
+
+    @classmethod
+    def from_info(cls, run: RunInfo) -> RunDetail:
+        base = RunOut.from_info(run).model_dump()
+        return cls(
+            **base,
+            heartbeat_at=run.heartbeat_at,
+            scenario_text=run.scenario_text,
+            hostname=run.hostname,
+            summary=SummaryOut.from_json(run.summary_json),
+            extra=run.extra_json,
+            load_points=[LoadPointOut.from_info(lp) for lp in run.load_points],
+        )
+
+
+class RequestOut(BaseModel):
+    """One stored request (bench.store.models.Request); times are ns since the point's start."""
+
+    id: int
+    load_point: int
+    request_index: int
+    turn: int
+    intended_ns: int
+    sent_ns: int
+    first_byte_ns: int | None
+    first_token_ns: int | None
+    end_ns: int | None
+    n_chunks: int
+    prompt_tokens: int | None
+    output_tokens: int | None
+    token_count_source: str | None
+    http_status: int | None
+    state: str
+    error_kind: str | None
+    error_message: str | None
+
+
+class RequestsPage(BaseModel):
+    run_id: str
+    load_point: int | None
+    items: list[RequestOut]
+    next_after: int | None = Field(
+        description="pass as ?after= for the next page; null on the last page"
+    )
+
+
+class DeletedOut(BaseModel):
+    run_id: str
+    deleted_requests: int
+
+
+class Span(BaseModel):
+    start_s: float
+    end_s: float
+    title: str
+
+
+class TimeSeriesOut(BaseModel):
+    """Per-bucket load and P99 TTFT (bench.metrics.time_series), load points back to back."""
+
+    run_id: str
+    bucket_s: float
+    t_s: list[float]
+    offered_rps: list[float]
+    achieved_rps: list[float]
+    p99_ttft_ms: list[float | None]
+    output_tps: list[float]
+    load_points: list[Span]
+
+
+# ---------------------------------------------------------------- curves, comparison, cost
+
+
+class CurvePointOut(BaseModel):
+    """One load point in buyer's units (bench.curves.CurvePoint)."""
+
+    load_point: int
+    title: str
+    offered: float | None = Field(description="target req/s or concurrency; null if unbounded")
+    requests_per_s: float
+    output_tps_per_gpu: float
+    total_tps_per_gpu: float
+    output_tps: float
+    total_tps: float
+    completed: int
+    failed: int
+    error_rate: float
+    interactivity: float | None = Field(description="tokens/s per user = 1000 / median TPOT ms")
+    goodput_requests_per_s: float | None
+    metrics: dict[str, dict[str, float | None]]
+
+    @classmethod
+    def from_point(cls, p: CurvePoint | None) -> CurvePointOut | None:
+        if p is None:
+            return None
+        return cls(
+            load_point=p.load_point,
+            title=p.title,
+            offered=_finite(p.offered),
+            requests_per_s=p.requests_per_s,
+            output_tps_per_gpu=p.output_tps_per_gpu,
+            total_tps_per_gpu=p.total_tps_per_gpu,
+            output_tps=p.output_tps,
+            total_tps=p.total_tps,
+            completed=p.completed,
+            failed=p.failed,
+            error_rate=p.error_rate,
+            interactivity=p.interactivity,
+            goodput_requests_per_s=p.goodput_requests_per_s,
+            metrics=p.metrics,
+        )
+
+
+class CurveOut(BaseModel):
+    run_id: str
+    name: str
+    label: str
+    legend: str = Field(description="label plus ' (simulated)' for simulated runs")
+    gpu_type: str | None
+    gpu_count: int
+    model: str | None
+    simulated: bool
+    imported_from: str | None
+    status: str
+    colour: str = Field(description="the GPU's colour on every chart (B200 green, H100 blue)")
+    points: list[CurvePointOut]
+
+    @classmethod
+    def from_curve(cls, c: RunCurve) -> CurveOut:
+        return cls(
+            run_id=c.run_id,
+            name=c.name,
+            label=c.label,
+            legend=c.legend,
+            gpu_type=c.gpu_type,
+            gpu_count=c.gpu_count,
+            model=c.model,
+            simulated=c.simulated,
+            imported_from=c.imported_from,
+            status=c.status,
+            colour=c.colour,
+            points=[CurvePointOut.from_point(p) for p in c.points],
+        )
+
+
+class ComparisonOut(BaseModel):
+    run_id: str
+    legend: str
+    colour: str
+    simulated: bool
+    basis: str = Field(description="'SLO capacity' or 'peak throughput'")
+    capacity: CurvePointOut | None = Field(description="the point priced (null: none met the SLO)")
+    at_matched_load: CurvePointOut | None
+    cost: list[CostRow]
+
+    @classmethod
+    def from_comparison(cls, c: RunComparison) -> ComparisonOut:
+        return cls(
+            run_id=c.curve.run_id,
+            legend=c.curve.legend,
+            colour=c.curve.colour,
+            simulated=c.curve.simulated,
+            basis=c.basis,
+            capacity=CurvePointOut.from_point(c.capacity),
+            at_matched_load=CurvePointOut.from_point(c.at_matched_load),
+            cost=c.cost_rows,
+        )
+
+
+class CompareOut(BaseModel):
+    slo: list[str]
+    utilisation: float
+    runs: list[ComparisonOut]
+    sentence: str | None = Field(description="first run against the second, in one sentence")
+
+
+class RunCostOut(BaseModel):
+    run_id: str
+    legend: str
+    load_point: int | None
+    point_title: str | None
+    basis: str
+    rows: list[CostRow]
+
+
+class TierOut(BaseModel):
+    gpu: str
+    name: str
+    kind: str
+    provider: str
+    price_usd_per_gpu_hr: float | None = Field(description="effective price (derived/TCO too)")
+    low: float | None
+    high: float | None
+    term_years: float | None
+    source: str
+    date: str
+    note: str | None
+    price_note: str | None = None
+
+
+class TierIn(Strict):
+    """A flat-priced tier to add (or re-price) for one GPU; kept while the service runs, and
+    in its --prices-file when one is given."""
+
+    gpu: str = Field(min_length=1, max_length=64, examples=["B200-SXM"])
+    name: str = Field(
+        min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", examples=["my-deal"]
+    )
+    kind: TierKind = "custom"
+    provider: str = Field(default="user", min_length=1, max_length=64)
+    price_usd_per_gpu_hr: float = Field(gt=0, le=10_000)
+    low: float | None = Field(default=None, ge=0, le=10_000)
+    high: float | None = Field(default=None, ge=0, le=10_000)
+    term_years: float | None = Field(default=None, gt=0, le=20)
+    source: str = Field(min_length=1, max_length=500, examples=["quote from vendor, 2026-05"])
+    date: str = Field(pattern=r"^\d{4}-\d{2}(-\d{2})?$", examples=["2026-05"])
+    note: str | None = Field(default=None, max_length=500)
+
+    @model_validator(mode="after")
+    def _kind(self) -> TierIn:
+        if self.kind == "owned":
+            raise ValueError("kind 'owned' needs a TCO model; add it with a prices file")
+        return self
+
+
+# ---------------------------------------------------------------- background runs
+
+
+class TargetIn(Strict):
+    base_url: str | None = Field(
+        default=None,
+        max_length=500,
+        description="OpenAI-compatible server; its host must be in the service's allow-list",
+        examples=["http://127.0.0.1:8001"],
+    )
+    model: str | None = Field(default=None, max_length=200)
+    endpoint: Literal["/v1/completions", "/v1/chat/completions"] | None = None
+    backend: Literal["vllm", "sglang", "trtllm", "openai"] | None = None
+
+
+class SimulateIn(Strict):
+    """Run against a simulated endpoint started on loopback for this job (no GPU needed)."""
+
+    gpu: str = Field(default="B200-SXM", max_length=64)
+    model: str = Field(default="llama-3.3-70b", max_length=100)
+    precision: str = Field(default="fp8", max_length=16)
+    tp: int = Field(default=1, ge=1, le=8)
+
+
+class SweepIn(Strict):
+    """The load points of a sweep: rates or concurrencies, or an automatic sweep."""
+
+    request_rates: list[float] | None = Field(
+        default=None, min_length=1, max_length=32, description="req/s per point"
+    )
+    concurrency: list[int] | None = Field(default=None, min_length=1, max_length=32)
+    auto: int | None = Field(default=None, ge=1, le=16, description="guidellm-style N rates")
+    point_duration_s: float | None = Field(default=None, gt=0, le=3600)
+    slo: str | None = Field(
+        default=None, max_length=500, examples=["p99_ttft_ms<=500,p99_tpot_ms<=50"]
+    )
+    slo_iterations: int = Field(default=0, ge=0, le=8)
+    warmup_s: float = Field(default=0.0, ge=0, le=600)
+    cooldown_s: float = Field(default=0.0, ge=0, le=600)
+    max_error_rate: float = Field(default=0.5, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> SweepIn:
+        given = [n for n in ("request_rates", "concurrency", "auto") if getattr(self, n)]
+        if len(given) != 1:
+            raise ValueError("give exactly one of request_rates, concurrency or auto")
+        if self.request_rates and any(not (r > 0) for r in self.request_rates):
+            raise ValueError("request_rates must be positive (use a large number, not inf)")
+        if self.concurrency and any(c < 1 or c > 4096 for c in self.concurrency):
+            raise ValueError("concurrency values must be between 1 and 4096")
+        if self.request_rates and any(math.isinf(r) or r > 1e6 for r in self.request_rates):
+            raise ValueError("request_rates must be finite and at most 1e6 req/s")
+        return self
+
+
+class JobIn(Strict):
+    """Start a run (the scenario's own load) or a sweep (many load points) in the background.
+
+    The scenario is YAML text (`scenario`) or a shipped one by name (`scenario_name`, e.g.
+    "chat-bursty"); the other fields override it like the CLI's flags do.
+    """
+
+    kind: Literal["run", "sweep"] = "run"
+    scenario: str | None = Field(default=None, max_length=200_000, description="YAML text")
+    scenario_name: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=100
+    )
+    target: TargetIn | None = None
+    simulate: SimulateIn | None = None
+    gpu: str | None = Field(default=None, max_length=64, description="GPU type served")
+    num_gpus: int | None = Field(default=None, ge=1, le=1024)
+    label: str | None = Field(default=None, max_length=200)
+    num_prompts: int | None = Field(default=None, ge=1, le=1_000_000)
+    request_rate: float | None = Field(default=None, gt=0, le=1e6)
+    request_timeout_s: float | None = Field(default=None, gt=0, le=3600)
+    sweep: SweepIn | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobIn:
+        if self.scenario is not None and self.scenario_name is not None:
+            raise ValueError("give scenario (YAML text) or scenario_name, not both")
+        if self.kind == "sweep" and self.sweep is None:
+            raise ValueError(
+                "kind 'sweep' needs a sweep block (request_rates, concurrency or auto)"
+            )
+        if self.kind == "run" and self.sweep is not None:
+            raise ValueError("a sweep block goes with kind 'sweep'")
+        if self.simulate is not None and self.target is not None and self.target.base_url:
+            raise ValueError("give target.base_url or simulate, not both")
+        return self
+
+
+class ProgressOut(BaseModel):
+    point: int = Field(description="index of the load point running (0-based)")
+    point_title: str | None
+    points_planned: int | None
+    total: int = Field(description="requests planned in this point")
+    sent: int
+    completed: int
+    failed: int
+    in_flight: int
+    p99_ttft_ms: float | None = Field(description="P99 TTFT of the last 500 requests")
+
+
+class PointDone(BaseModel):
+    index: int
+    title: str
+    requests_per_s: float
+    output_tokens_per_s: float
+    p99_ttft_ms: float | None
+    p99_tpot_ms: float | None
+    failed: int
+
+
+JobStatus = Literal["queued", "running", "completed", "interrupted", "failed", "cancelled"]
+
+
+class JobOut(BaseModel):
+    id: str
+    kind: str
+    status: JobStatus
+    label: str | None
+    target: str | None = Field(description="base URL, or 'simulated GPU xTP model'")
+    simulated: bool
+    run_id: str | None = Field(description="the stored run (known once it is created)")
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    cancel_requested: bool
+    error: str | None
+    progress: ProgressOut | None
+    points: list[PointDone]
+
+
+class ErrorOut(BaseModel):
+    detail: str

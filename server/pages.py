@@ -1,0 +1,260 @@
+"""Dashboard pages: runs table, compare, one run, start a benchmark; plus plotly.js itself.
+
+Pages are rendered on the server with the figures of dashboards/figures.py embedded as JSON
+(the same figures the exports write), so a page needs one request for its HTML and the
+cached plotly.js, which is served from the installed plotly package: no CDN, works offline.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import parse_qs, quote
+
+import plotly
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from bench.curves import compare_runs, ratio_sentence
+from bench.metrics import parse_thresholds
+from bench.store.errors import RunNotFoundError
+from bench.store.read import get_run, list_runs
+from dashboards import figures
+from dashboards.data import point_details, run_time_series
+from server.auth import COOKIE, token_matches
+from server.jobs import SCENARIOS_DIR
+
+DASHBOARDS = Path(figures.__file__).resolve().parent
+TEMPLATES = DASHBOARDS / "templates"
+STATIC = DASHBOARDS / "static"
+PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+PLOTLY_VERSION = plotly.__version__
+CACHE_FOREVER = "public, max-age=31536000, immutable"
+
+router = APIRouter(include_in_schema=False)
+static_router = APIRouter(prefix="/static", include_in_schema=False)
+
+_env = Environment(
+    loader=FileSystemLoader(str(TEMPLATES)),
+    autoescape=select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def _num(value, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    return f"{value:,.{digits}f}"
+
+
+def _pct(value) -> str:
+    return "—" if value is None else f"{value:.1%}"
+
+
+_env.filters["num"] = _num
+_env.filters["pct"] = _pct
+
+
+def render(name: str, status: int = 200, **context) -> HTMLResponse:
+    context.setdefault("plotly_src", f"/static/plotly.min.js?v={PLOTLY_VERSION}")
+    return HTMLResponse(_env.get_template(name).render(**context), status_code=status)
+
+
+def figures_json(figs: dict) -> str:
+    """Figures as one JSON object, safe inside <script type="application/json">."""
+    data = {name: json.loads(fig.to_json()) for name, fig in figs.items()}
+    return json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+
+
+def _login_redirect(request: Request) -> RedirectResponse | None:
+    if request.app.state.tb.guard.read_allowed(request):
+        return None
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"/login?next={quote(target)}", status_code=303)
+
+
+# ---------------------------------------------------------------- static files
+
+
+@static_router.get("/plotly.min.js")
+def plotly_js() -> FileResponse:
+    """plotly.js from the installed plotly package (the version the figures were built for)."""
+    return FileResponse(
+        PLOTLY_JS, media_type="text/javascript", headers={"Cache-Control": CACHE_FOREVER}
+    )
+
+
+@static_router.get("/{name}")
+def static_file(name: str) -> Response:
+    path = (STATIC / name).resolve()
+    if path.parent != STATIC or not path.is_file():
+        return Response("not found", status_code=404, media_type="text/plain")
+    media = {"js": "text/javascript", "css": "text/css"}.get(path.suffix.lstrip("."), "text/plain")
+    return FileResponse(path, media_type=media, headers={"Cache-Control": "no-cache"})
+
+
+# ---------------------------------------------------------------- login (reads off loopback)
+
+
+@router.get("/login")
+def login_page(next: str = "/") -> HTMLResponse:  # noqa: A002 - the usual name
+    return render("login.html", next=next if next.startswith("/") else "/", error=None)
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    """The login form (urlencoded, parsed here: no python-multipart dependency)."""
+    form = parse_qs((await request.body())[:10_000].decode("utf-8", "replace"))
+    token = (form.get("token") or [""])[0]
+    next = (form.get("next") or ["/"])[0]  # noqa: A001 - the usual name
+    guard = request.app.state.tb.guard
+    target = next if next.startswith("/") and not next.startswith("//") else "/"
+    if not token_matches(token, guard.token):
+        return render("login.html", next=target, error="That is not the service's token.")
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(COOKIE, token, httponly=True, samesite="strict", max_age=7 * 24 * 3600)
+    return response
+
+
+# ---------------------------------------------------------------- pages
+
+
+@router.get("/favicon.ico")
+def favicon() -> Response:
+    return Response(status_code=204)
+
+
+@router.get("/")
+def home() -> RedirectResponse:
+    return RedirectResponse("/runs", status_code=307)
+
+
+@router.get("/runs")
+def runs_page(
+    request: Request,
+    gpu: Annotated[str | None, Query(max_length=64)] = None,
+    model: Annotated[str | None, Query(max_length=200)] = None,
+    label: Annotated[str | None, Query(max_length=200)] = None,
+    source: Annotated[str | None, Query(max_length=16)] = None,
+) -> Response:
+    if (redirect := _login_redirect(request)) is not None:
+        return redirect
+    runs = list_runs(request.app.state.tb.db_url, gpu=gpu, model=model, label=label, limit=2000)
+    if source == "simulated":
+        runs = [r for r in runs if r.simulated]
+    elif source == "measured":
+        runs = [r for r in runs if not r.simulated and not r.imported_from]
+    elif source == "imported":
+        runs = [r for r in runs if r.imported_from]
+    return render(
+        "runs.html",
+        runs=runs,
+        filters={
+            "gpu": gpu or "",
+            "model": model or "",
+            "label": label or "",
+            "source": source or "",
+        },
+    )
+
+
+def _default_slo(run_ids: list[str], db) -> str:
+    """The SLO the runs were swept against, when they all share one."""
+    slos = set()
+    for rid in run_ids:
+        run = get_run(rid, db)
+        slos.add(",".join(((run.extra_json or {}).get("sweep") or {}).get("slo") or []))
+    return slos.pop() if len(slos) == 1 else ""
+
+
+@router.get("/compare")
+def compare_page(
+    request: Request,
+    run: Annotated[list[str], Query(max_length=20)] = [],  # noqa: B006 - FastAPI reads it
+    slo: Annotated[str | None, Query(max_length=500)] = None,
+    utilisation: Annotated[float, Query(gt=0, le=1)] = 1.0,
+) -> Response:
+    if (redirect := _login_redirect(request)) is not None:
+        return redirect
+    state = request.app.state.tb
+    if not run:
+        return render("message.html", title="Compare", message="Select runs on the Runs page.")
+    try:
+        curves = state.curves(run)
+    except RunNotFoundError as exc:
+        return render("message.html", title="Compare", message=str(exc), status=404)
+    if slo is None:
+        slo = _default_slo([c.run_id for c in curves], state.db_url)
+    error = None
+    try:
+        slo_t = parse_thresholds(slo, flag="SLO")
+    except ValueError as exc:
+        slo_t, error = [], str(exc)
+    comps = compare_runs(curves, slo_t, state.catalogue, utilisation)
+    figs = figures.compare_figures(curves, state.catalogue, slo=slo_t, utilisation=utilisation)
+    return render(
+        "compare.html",
+        curves=curves,
+        comparisons=comps,
+        sentence=ratio_sentence(comps),
+        slo=slo or "",
+        utilisation=utilisation,
+        error=error,
+        figures_json=figures_json(figs),
+        chart_names=list(figs),
+        run_query="&".join(f"run={quote(c.run_id)}" for c in curves),
+        cheapest=_cheapest,
+    )
+
+
+def _cheapest(rows):
+    priced = [r for r in rows if r.output_usd_per_mtok_at_utilisation is not None]
+    return min(priced, key=lambda r: r.output_usd_per_mtok_at_utilisation) if priced else None
+
+
+@router.get("/runs/{ref}")
+def run_page(request: Request, ref: str) -> Response:
+    if (redirect := _login_redirect(request)) is not None:
+        return redirect
+    state = request.app.state.tb
+    try:
+        run = get_run(ref, state.db_url)
+    except RunNotFoundError as exc:
+        return render("message.html", title="Run", message=str(exc), status=404)
+    curve = state.curve(run.id)
+    details = point_details(run, state.db_url)
+    series, spans = run_time_series(run, state.db_url)
+    cdfs = {d.load_point: d.cdfs for d in details}
+    figs = {}
+    if series["t_s"]:
+        figs["timeseries"] = figures.run_time_series(curve, series, load_points=spans)
+    if details:
+        figs["cdf_ttft"] = figures.latency_cdfs(curve, cdfs, "ttft")
+        figs["cdf_tpot"] = figures.latency_cdfs(curve, cdfs, "tpot")
+        figs["cdf_e2el"] = figures.latency_cdfs(curve, cdfs, "e2el")
+        figs["errors"] = figures.errors_by_kind(curve, {d.load_point: d.errors for d in details})
+    return render(
+        "run.html",
+        run=run,
+        curve=curve,
+        figures_json=figures_json(figs),
+        chart_names=list(figs),
+    )
+
+
+@router.get("/new")
+def new_page(request: Request) -> Response:
+    if (redirect := _login_redirect(request)) is not None:
+        return redirect
+    state = request.app.state.tb
+    scenarios = sorted(p.stem for p in SCENARIOS_DIR.glob("*.yaml"))
+    return render(
+        "new.html",
+        scenarios=scenarios,
+        allow=state.allow.describe(),
+        gpus=["B200-SXM", "H100-SXM", "H200-SXM", "B300-SXM", "MI300X", "MI355X"],
+    )

@@ -1,0 +1,160 @@
+"""Export: the Report, Excel and CSV agree with bench.curves; missing data is reported.
+
+Runs are built in a temp SQLite database in virtual time (bench.sim.virtual.simulate +
+RunWriter): a simulated B200 x1 and H100 x2 sweep of three load points each, and an
+"imported" run without GPU type or SLO, like `tokenbench import` stores.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import zipfile
+
+import numpy as np
+import pytest
+from openpyxl import load_workbook
+
+from bench.cost import load_catalogue
+from bench.curves import compare_runs, run_curves
+from bench.export.cli import write
+from bench.export.report import build_report
+from bench.metrics import parse_thresholds
+from bench.sim.virtual import simulate
+from bench.store import RunWriter
+from bench.store.engine import dispose_all
+
+SLO = "p99_ttft_ms<=2000,p99_tpot_ms<=50"
+RATES = (1.0, 3.0, 6.0)
+
+
+def _sweep(db, gpu: str, tp: int, *, gpu_type: str | None, slo: str | None, n: int = 24):
+    """A three-point rate sweep of `gpu` x `tp`, stored like `tokenbench sweep` stores it."""
+    rng = np.random.default_rng(7)
+    writer = RunWriter(
+        db,
+        name="chat-test",
+        label=f"{gpu} x{tp} llama-3.3-70b fp8" if gpu_type else None,
+        scenario="name: chat-test\ndescription: test chat mix\n",
+        backend="vllm",
+        model="llama-3.3-70b",
+        gpu_type=gpu_type,
+        gpu_count=tp,
+        simulated=gpu_type is not None,
+        imported_from=None if gpu_type else "vllm",
+        extra={"sweep": {"slo": slo.split(",")}} if slo else None,
+    )
+    for lp, rate in enumerate(RATES):
+        writer.start_load_point(lp, label=f"point {lp + 1}: rate {rate:g} req/s", target_rate=rate)
+        offsets = np.cumsum(rng.exponential(1 / rate, n))
+        reqs = [(float(t), 512, 96) for t in offsets]
+        for rec in simulate(reqs, gpu, "llama-3.3-70b", "fp8", tp, load_point=lp):
+            writer.submit(rec)
+        writer.end_load_point(lp)
+    writer.finish("completed")
+    return writer.run_id
+
+
+@pytest.fixture(scope="module")
+def demo_db(tmp_path_factory):
+    db = str(tmp_path_factory.mktemp("export") / "runs.db")
+    b200 = _sweep(db, "B200-SXM", 1, gpu_type="B200-SXM", slo=SLO)
+    h100 = _sweep(db, "H100-SXM", 2, gpu_type="H100-SXM", slo=SLO)
+    bare = _sweep(db, "H100-SXM", 1, gpu_type=None, slo=None, n=10)
+    yield db, [b200, h100], bare
+    dispose_all()
+
+
+@pytest.fixture(scope="module")
+def report(demo_db):
+    db, runs, _ = demo_db
+    return build_report(runs, db, None, load_catalogue(), 0.85)
+
+
+def test_report_numbers_come_from_curves(demo_db, report):
+    db, runs, _ = demo_db
+    curves = run_curves(runs, db)
+    comps = compare_runs(curves, parse_thresholds(SLO), load_catalogue(), 0.85)
+    assert report.slo_source == "stored with the runs"
+    assert [str(t) for t in report.slo] == SLO.split(",")
+    assert report.any_simulated and "simulated" in report.curves[0].legend
+    for c in comps:
+        assert c.capacity is not None, "the test sweeps must have a capacity point"
+    # summary: the capacity row, per run
+    row = next(r for r in report.summary.rows if r[0] == "Output tok/s per GPU")
+    assert [cell.value for cell in row[1:]] == [c.capacity.output_tps_per_gpu for c in comps]
+    # $/Mtok per tier at 85 % utilisation
+    for j, c in enumerate(comps, start=1):
+        for r in c.cost_rows:
+            cell = next(x for x in report.summary_cost.rows if x[0] == r.tier)[j]
+            assert cell.value == pytest.approx(r.output_usd_per_mtok_at_utilisation)
+    assert report.sentence and "x the output tokens/s per GPU" in report.sentence
+    assert report.missing == []
+
+
+def test_report_without_gpu_or_slo_says_what_is_missing(demo_db):
+    db, runs, bare = demo_db
+    report = build_report([runs[0], bare], db, None, load_catalogue(), 1.0)
+    assert report.slo == []  # the runs do not share a stored SLO
+    text = " ".join(report.missing)
+    assert "No SLO given" in text
+    assert "GPU type not recorded" in text
+    assert all(r[0] != report.curves[1].legend for r in report.cost.rows)
+    assert report.chart("cost_per_tier").note.startswith("left out (no $/Mtok)")
+    # every format still renders
+    for fmt, name in (("pptx", "d.pptx"), ("xlsx", "d.xlsx"), ("csv", "c"), ("html", "d.html")):
+        out = write(report, fmt, db.rsplit("/", 1)[0] + "/missing-" + name)
+        assert out.exists()
+
+
+def test_report_with_only_bare_runs(demo_db, tmp_path):
+    db, _, bare = demo_db
+    report = build_report([bare], db, "p99_ttft_ms<=1", load_catalogue(), 1.0)
+    assert any("no load point met the SLO" in m for m in report.missing)
+    assert report.summary_cost.rows == [] and report.prices.rows == []
+    for fmt, name in (("pptx", "b.pptx"), ("xlsx", "b.xlsx"), ("csv", "b.zip"), ("html", "b.html")):
+        assert write(report, fmt, tmp_path / name).exists()
+
+
+def test_xlsx_sheets_hold_the_report_numbers(report, tmp_path):
+    wb = load_workbook(write(report, "xlsx", tmp_path / "r.xlsx"))
+    assert {"about", "summary", "summary_cost", "cost", "percentiles", "load_points",
+            "prices", "runs", "assumptions", "methodology", "missing"} <= set(wb.sheetnames)  # fmt: skip
+    ws = wb["load_points"]
+    headers = [c.value for c in ws[1]]
+    col = headers.index("Output tok/s per GPU")
+    p99 = headers.index("TTFT p99 (ms)")
+    values = [(r[col].value, r[p99].value, r[col].number_format) for r in ws.iter_rows(min_row=2)]
+    expected = [(p.output_tps_per_gpu, p.latency("ttft")) for c in report.curves for p in c.points]
+    # Excel keeps 15 significant digits
+    assert [(a, b) for a, b, _ in values] == [pytest.approx(e, rel=1e-12) for e in expected]
+    assert values[0][2] == "#,##0.0"
+    cost = wb["summary_cost"]
+    assert cost.cell(2, 2).number_format == '"$"#,##0.000'
+    assert "SIMULATED" in " ".join(str(c.value) for c in wb["about"]["A"])
+
+
+def test_csv_folder_and_zip(report, tmp_path):
+    folder = write(report, "csv", tmp_path / "csv")
+    rows = list(csv.DictReader((folder / "percentiles.csv").open()))
+    expected = [p.latency("tpot", "p99") for c in report.curves for p in c.points]
+    assert [float(r["TPOT P99 (ms)"]) for r in rows] == expected
+    assert rows[0]["Run"].endswith("(simulated)")
+    zipped = write(report, "csv", tmp_path / "tables.zip")
+    with zipfile.ZipFile(zipped) as zf:
+        names = set(zf.namelist())
+        assert {"summary.csv", "cost.csv", "prices.csv", "README.txt"} <= names
+        prices = list(csv.DictReader(io.StringIO(zf.read("prices.csv").decode())))
+    assert prices and all(r["Source"] and r["Date"] for r in prices)
+
+
+def test_html_is_standalone(report, tmp_path):
+    html = write(report, "html", tmp_path / "r.html").read_text()
+    assert re.search(r"<script[^>]*\bsrc\s*=", html, re.I) is None  # plotly.js is inlined
+    assert re.search(r"<link[^>]*\bhref\s*=\s*[\"']?(https?:)?//", html, re.I) is None
+    # (plotly.js itself mentions cdn.plot.ly as the default topojson URL, used by geo maps only)
+    assert "SIMULATED" in html
+    assert report.sentence.replace("'", "&#x27;") in html
+    for chart in report.charts:
+        assert f"chart-{chart.key}" in html

@@ -95,9 +95,17 @@ class WorkerStats:
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
     duration_s: float | None = None
+    cpu_s: float | None = None  # the worker process's CPU time over its run (all threads)
     alive: bool = True
     finished: bool = False
     error: str | None = None
+
+    @property
+    def cpu_busy(self) -> float | None:
+        """CPU time / run time: near 1.0 means this worker's core was its limit."""
+        if self.cpu_s is None or not self.duration_s:
+            return None
+        return self.cpu_s / self.duration_s
 
     @property
     def client_limited(self) -> bool:
@@ -121,6 +129,7 @@ class WorkerStats:
             "loop_lag_p99_ms": self.loop_lag_p99_ms,
             "loop_lag_max_ms": self.loop_lag_max_ms,
             "duration_s": self.duration_s,
+            "cpu_busy": self.cpu_busy,
             "alive": self.alive,
             "client_limited": self.client_limited,
             "error": self.error,
@@ -282,6 +291,7 @@ class _WorkerCore:
         self.progress = Progress()
         self.result: RunResult | None = None
         self.error: str | None = None
+        self.cpu_s: float | None = None
         self._t0_ns: int | None = None
         self._go = threading.Event()
         self._done = threading.Event()
@@ -324,6 +334,7 @@ class _WorkerCore:
             "error": self.error,
             "interrupted": bool(r and r.interrupted),
             "duration_s": r.duration_s if r else None,
+            "cpu_s": self.cpu_s,
             "loop_lag_p99_ms": r.loop_lag_p99_ms if r else None,
             "loop_lag_max_ms": r.loop_lag_max_ms if r else None,
         }
@@ -335,8 +346,10 @@ class _WorkerCore:
                 return
             if self._stopping:
                 return
+            cpu0 = time.process_time()
             with asyncio.Runner(loop_factory=new_event_loop) as runner:
                 self.result = runner.run(self._main())
+            self.cpu_s = time.process_time() - cpu0
         except BaseException as exc:  # noqa: BLE001 - reported to the driver, not swallowed
             self.error = f"{type(exc).__name__}: {exc}"
         finally:
@@ -447,6 +460,7 @@ class _Driver:
         st.loop_lag_p99_ms = status["loop_lag_p99_ms"]
         st.loop_lag_max_ms = status["loop_lag_max_ms"]
         st.duration_s = status["duration_s"]
+        st.cpu_s = status["cpu_s"]
         if status["error"]:
             self.died(k, status["error"])
         elif status["finished"]:

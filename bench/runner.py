@@ -15,6 +15,7 @@ import contextlib
 import gc
 import signal
 import socket
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import perf_counter_ns
@@ -29,6 +30,12 @@ from bench.records import RequestRecord
 from bench.workload import RequestSpec, Workload
 
 LOOP_PROBE_INTERVAL_S = 0.005
+# Decoding finished streams runs between reads in slices of at most this long, so a read
+# that arrives meanwhile is timestamped at most this late (issue 10).
+DECODE_SLICE_NS = 500_000
+# Past this many streams waiting to be decoded the client is saturated: decode at once
+# (back-pressure) instead of letting the backlog's memory grow.
+DECODE_BACKLOG_MAX = 8192
 
 
 @dataclass
@@ -65,7 +72,7 @@ class Progress:
     recent_ttft_ms: list[float] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(repr=False)
 class RunResult:
     records: list[RequestRecord]
     duration_s: float
@@ -73,6 +80,14 @@ class RunResult:
     loop_lag_max_ms: float
     interrupted: bool
     t0_ns: int
+
+    def __repr__(self) -> str:
+        # asyncio (uvloop) formats a finished task's result; the default dataclass repr
+        # of thousands of records with their arrays took ~0.5 s of CPU per run.
+        return (
+            f"RunResult({len(self.records)} records, {self.duration_s:.3f} s, "
+            f"interrupted={self.interrupted})"
+        )
 
 
 class UnreachableError(RuntimeError):
@@ -127,6 +142,11 @@ class _Engine:
         self.tasks: set[asyncio.Task] = set()
         self.t0_ns = 0
         self.stop = asyncio.Event()
+        self.idle = asyncio.Event()  # the scheduler is done and no request task is left
+        self.scheduling = True
+        self.backlog: deque[tuple[RequestSpec, Capture, int]] = deque()
+        self.ready: dict[int, object] = {}  # prepared bytes of requests about to be sent
+        self.backlog_ready = asyncio.Event()
 
     def prepare(self, spec: RequestSpec) -> object:
         plan = self.plan
@@ -142,36 +162,69 @@ class _Engine:
         )
         return self.transport.prepare(plan.endpoint, body)
 
-    async def one(self, spec: RequestSpec, prepared: object, intended_ns: int) -> None:
-        """Send one request and record it. Cancellation still yields a (cancelled) record."""
+    async def one(self, spec: RequestSpec, intended_ns: int) -> None:
+        """Send one request and record it. Cancellation still yields a (cancelled) record.
+
+        One flat coroutine per request, its prepared bytes taken from `ready` so that no
+        frame keeps them once written: every in-flight request costs memory (issue 10).
+        """
         cap = Capture()
         progress = self.progress
+        sem = self.sem
+        if sem is not None:
+            try:
+                await sem.acquire()
+            except asyncio.CancelledError:
+                self.ready.pop(spec.index, None)
+                return  # never left the client: not sent, not counted
+        progress.sent += 1
+        progress.in_flight += 1
         try:
-            if self.sem is not None:
-                async with self.sem:
-                    await self._send(prepared, cap)
-            else:
-                await self._send(prepared, cap)
+            await self.transport.send(self.take(spec), cap, self.plan.request_timeout_s)
         except asyncio.CancelledError:
             cap.cancelled = True
             if cap.sent_ns == 0:
+                progress.sent -= 1
                 return  # never left the client: not sent, not counted
             raise
         finally:
+            progress.in_flight -= 1
+            if sem is not None:
+                sem.release()
             if cap.sent_ns:
-                self._record(spec, cap, intended_ns)
+                self._defer(spec, cap, intended_ns)
         if cap.error_kind is None and cap.status == 200:
             progress.completed += 1
         else:
             progress.failed += 1
 
-    async def _send(self, prepared: object, cap: Capture) -> None:
-        self.progress.sent += 1
-        self.progress.in_flight += 1
-        try:
-            await self.transport.send(prepared, cap, self.plan.request_timeout_s)
-        finally:
-            self.progress.in_flight -= 1
+    def take(self, spec: RequestSpec) -> object:
+        """The request's prepared bytes (made ahead of its send time), or made now."""
+        prepared = self.ready.pop(spec.index, None)
+        return self.prepare(spec) if prepared is None else prepared
+
+    def _defer(self, spec: RequestSpec, cap: Capture, intended_ns: int) -> None:
+        """Queue a finished stream for decoding off the send/receive path."""
+        if len(self.backlog) >= DECODE_BACKLOG_MAX:
+            self._record(*self.backlog.popleft())
+        self.backlog.append((spec, cap, intended_ns))
+        self.backlog_ready.set()
+
+    async def decoder(self) -> None:
+        """Turn finished captures into records between reads, a short slice at a time."""
+        backlog = self.backlog
+        while True:
+            if not backlog:
+                self.backlog_ready.clear()
+                await self.backlog_ready.wait()
+            deadline = perf_counter_ns() + DECODE_SLICE_NS
+            while backlog and perf_counter_ns() < deadline:
+                self._record(*backlog.popleft())
+            await asyncio.sleep(0)  # let the loop poll sockets before the next slice
+
+    def drain(self) -> None:
+        while self.backlog:
+            self._record(*self.backlog.popleft())
 
     def _record(self, spec: RequestSpec, cap: Capture, intended_ns: int) -> None:
         rec = to_record(
@@ -193,24 +246,49 @@ class _Engine:
         if self.sink is not None:
             self.sink(rec)
 
-    async def session(
-        self, turns: list[RequestSpec], first_intended_ns: int, first_prepared
-    ) -> None:
-        intended, prepared = first_intended_ns, first_prepared
+    async def session(self, turns: list[RequestSpec], first_intended_ns: int) -> None:
+        """A multi-turn conversation: each turn is sent when the previous one has ended."""
+        intended = first_intended_ns
         for i, spec in enumerate(turns):
             if i:
                 if self.stop.is_set():
                     return
                 if self.plan.think_time_s:
                     await asyncio.sleep(self.plan.think_time_s)
-                prepared = self.prepare(spec)
+                self.ready[spec.index] = self.prepare(spec)
                 intended = perf_counter_ns()
-            await self.one(spec, prepared, intended)
+            await self.one(spec, intended)
+
+    def start(self, turns: list[RequestSpec], intended_ns: int):
+        """The coroutine for one session: the request itself when it has a single turn."""
+        if len(turns) == 1:
+            return self.one(turns[0], intended_ns)
+        return self.session(turns, intended_ns)
 
     def spawn(self, coro) -> None:
         task = asyncio.ensure_future(coro)
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        # O(1) per request: waiting on the whole task set after each completion cost
+        # O(in-flight) per request, about a second per wave at 1024 streams.
+        self.tasks.discard(task)
+        if not self.tasks and not self.scheduling:
+            self.idle.set()
+
+    def scheduler_done(self) -> None:
+        self.scheduling = False
+        if not self.tasks:
+            self.idle.set()
+
+    async def warm_up(self) -> None:
+        """Open the connections a closed loop (or a concurrency cap) will need before t0."""
+        plan = self.plan
+        n = plan.concurrency if plan.offsets_s is None else plan.max_concurrency
+        warm = getattr(self.transport, "warm", None)
+        if n and warm is not None:
+            await warm(min(n, len(plan.specs)))
 
     async def open_loop(self, sessions: list[list[RequestSpec]], offsets: np.ndarray) -> None:
         t0 = self.t0_ns
@@ -218,14 +296,17 @@ class _Engine:
             if self.stop.is_set():
                 return
             target = t0 + int(offset * 1e9)
-            prepared = self.prepare(turns[0])
+            self.ready[turns[0].index] = self.prepare(turns[0])
             delay = (target - perf_counter_ns()) / 1e9
-            if delay > 0:
+            if delay > 0.05:  # long gaps wait on `stop` too, so Ctrl-C is prompt
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stop.wait(), delay)
-                if self.stop.is_set():
-                    return
-            self.spawn(self.session(turns, target, prepared))
+            elif delay > 0:
+                await asyncio.sleep(delay)
+            if self.stop.is_set():
+                self.ready.pop(turns[0].index, None)
+                return
+            self.spawn(self.start(turns, target))
 
     async def closed_loop(self, sessions: list[list[RequestSpec]], users: int) -> None:
         queue = iter(sessions)
@@ -237,8 +318,8 @@ class _Engine:
             for turns in queue:
                 if self.stop.is_set() or (deadline and perf_counter_ns() >= deadline):
                     return
-                prepared = self.prepare(turns[0])
-                await self.session(turns, perf_counter_ns(), prepared)
+                self.ready[turns[0].index] = self.prepare(turns[0])
+                await self.start(turns, perf_counter_ns())
                 if self.plan.think_time_s:
                     await asyncio.sleep(self.plan.think_time_s)
 
@@ -271,12 +352,15 @@ async def execute(
         engine.stop = stop
     sessions = sessions_of(plan.specs)
     lags: list[int] = []
+    await engine.warm_up()
     probe_stop = asyncio.Event()
     probe = asyncio.ensure_future(_probe_loop(probe_stop, lags))
+    decoder = asyncio.ensure_future(engine.decoder())
     gc.collect()
     gc.freeze()  # the setup's objects never need scanning again: fewer, shorter GC pauses
     engine.t0_ns = t0_ns if t0_ns is not None else perf_counter_ns()
     interrupted = False
+    sched_task = stop_wait = None
     try:
         if plan.offsets_s is not None:
             if len(plan.offsets_s) < len(sessions):
@@ -285,12 +369,11 @@ async def execute(
         else:
             scheduler = engine.closed_loop(sessions, plan.concurrency or 1)
         sched_task = asyncio.ensure_future(scheduler)
+        sched_task.add_done_callback(lambda _: engine.scheduler_done())
         stop_wait = asyncio.ensure_future(engine.stop.wait())
-        await asyncio.wait([sched_task, stop_wait], return_when=asyncio.FIRST_COMPLETED)
-        while engine.tasks and not engine.stop.is_set():
-            await asyncio.wait(
-                [*list(engine.tasks), stop_wait], return_when=asyncio.FIRST_COMPLETED
-            )
+        idle_wait = asyncio.ensure_future(engine.idle.wait())
+        await asyncio.wait([idle_wait, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+        idle_wait.cancel()
         if engine.stop.is_set():
             interrupted = True
             sched_task.cancel()
@@ -302,7 +385,9 @@ async def execute(
         end_ns = perf_counter_ns()
         probe_stop.set()
         probe.cancel()
-        await asyncio.gather(probe, return_exceptions=True)
+        decoder.cancel()
+        await asyncio.gather(probe, decoder, return_exceptions=True)
+        engine.drain()
         await engine.transport.aclose()
         gc.unfreeze()
     lag = np.array(lags, dtype=np.float64) / 1e6 if lags else np.zeros(1)

@@ -12,8 +12,13 @@ from array import array
 
 import numpy as np
 
-from bench.backends.openai import interpret
-from bench.backends.sse import split_events
+try:  # 2-3x faster than the standard library on a stream's events; optional
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - depends on the environment
+    from json import loads as _loads
+
+from bench.backends.openai import StreamResult, interpret, interpret_objects
+from bench.backends.sse import split_events, split_simple
 from bench.records import (
     CANCELLED,
     COUNT_CHUNKS,
@@ -95,8 +100,7 @@ def to_record(
         rec.error_message = f"HTTP {cap.status}: {text}"
         return rec
 
-    events = split_events(cap.body, list(cap.read_ends)) if cap.body else []
-    result = interpret(events)
+    result = decode_stream(cap)
     if result.content_reads:
         times = np.frombuffer(cap.read_times, dtype=np.int64)
         rec.chunk_times_ns = times[np.asarray(result.content_reads)] - t0_ns
@@ -117,3 +121,19 @@ def to_record(
     else:
         rec.state = OK
     return rec
+
+
+def decode_stream(cap: Capture) -> StreamResult:
+    """What the captured body says; the fast path first, the general SSE parser if needed."""
+    if not cap.body:
+        return interpret([])
+    fast = split_simple(cap.body, cap.read_ends)
+    if fast is not None:
+        array, reads, done = fast
+        try:
+            objects = _loads(array)
+        except ValueError:
+            objects = None  # let the general path name the bad event
+        if objects is not None and len(objects) == len(reads):
+            return interpret_objects(objects, reads, done)
+    return interpret(split_events(cap.body, list(cap.read_ends)))

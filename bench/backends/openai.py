@@ -111,10 +111,11 @@ def interpret(events: list[SSEEvent]) -> StreamResult:
     result = StreamResult()
     payloads: list[bytes] = []
     reads: list[int] = []
+    done = False
     for ev in events:
         data = ev.data.strip()
         if data == b"[DONE]":
-            result.done = True
+            done = True
             break
         if not data:
             continue
@@ -125,9 +126,22 @@ def interpret(events: list[SSEEvent]) -> StreamResult:
     except ValueError:
         objects = _decode_each(payloads, result)
         if objects is None:
+            result.done = done
             return result
+    return interpret_objects(objects, reads, done)
+
+
+def interpret_objects(objects: list, reads: list[int], done: bool) -> StreamResult:
+    """The meaning of a stream's decoded JSON events; reads[i] is event i's read index.
+
+    Shared by `interpret` and the fast path of bench.backends.capture, which decodes the
+    common stream shape without building per-event objects.
+    """
+    result = StreamResult(done=done)
+    content_reads = result.content_reads
+    chars = 0
     for obj, read_index in zip(objects, reads, strict=True):
-        if not isinstance(obj, dict):
+        if type(obj) is not dict:
             result.error_kind = ERR_MALFORMED
             result.error_message = f"event is not a JSON object: {str(obj)[:120]}"
             return result
@@ -138,15 +152,16 @@ def interpret(events: list[SSEEvent]) -> StreamResult:
             result.error_message = f"server error in stream: {str(message)[:300]}"
             return result
         usage = obj.get("usage")
-        if isinstance(usage, dict):
+        if usage.__class__ is dict:
             result.prompt_tokens = usage.get("prompt_tokens", result.prompt_tokens)
             result.completion_tokens = usage.get("completion_tokens", result.completion_tokens)
         for choice in obj.get("choices") or ():
             text = _choice_text(choice)
             if text:
-                result.content_reads.append(read_index)
-                result.content_chars += len(text)
+                content_reads.append(read_index)
+                chars += len(text)
                 break
+    result.content_chars = chars
     if not result.done and result.error_kind is None:
         result.error_kind = ERR_NO_DONE
         result.error_message = "stream closed without data: [DONE]"

@@ -1,0 +1,909 @@
+"""Load-generator capacity: how many streamed tokens/s tokenbench times honestly (issue 10).
+
+A benchmark, not a test. It starts benchmarks/stream_server.js (Node's http module: cheaper
+per token than any Python client, so the client is what is measured), which streams one
+token per SSE chunk at exact TTFT and inter-token delays and records when it really wrote
+every chunk. Each client is then driven in a closed loop at concurrency C and compared
+against that record:
+
+- sustained tok/s: tokens the server streamed per second in the middle 60% of the point
+  (ramp-up and tail left out), the same yardstick for every client;
+- CPU s/Mtok and peak RSS of the client's whole process tree, sampled from /proc;
+- TTFT and ITL error: the client's reported p50/p99 minus the server's truth p50/p99;
+- send lag p99 and client_limited (tokenbench's own self-check);
+- server lateness p99: how far the server itself fell behind its schedule.
+
+Peers (guidellm, aiperf) are installed from PyPI, each into its own venv under
+benchmarks/.venvs, and run at the same points against the same server in the same run.
+
+    python benchmarks/loadgen.py --quick          # a few minutes
+    python benchmarks/loadgen.py --json out.json  # the full grid
+    python benchmarks/loadgen.py memory           # bytes per in-flight request
+
+Only 127.0.0.1 is contacted; every server and client started here is killed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SERVER_JS = HERE / "stream_server.js"
+VENVS = HERE / ".venvs"
+MODEL = "bench-model"
+PEERS = {"guidellm": "guidellm==0.8.1", "aiperf": "aiperf==0.13.0"}
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+# ---------------------------------------------------------------- the server
+
+
+class StreamServer:
+    """benchmarks/stream_server.js in a subprocess; its stdin closing also stops it."""
+
+    def __init__(self, ttft_ms: float, itl_ms: float) -> None:
+        node = shutil.which("node")
+        if node is None:
+            raise SystemExit(
+                "node (v18+) is needed for the benchmark server: apt-get install nodejs"
+            )
+        self.ttft_ms, self.itl_ms = ttft_ms, itl_ms
+        self.proc = subprocess.Popen(
+            [
+                node,
+                str(SERVER_JS),
+                "--port",
+                "0",
+                "--ttft-ms",
+                str(ttft_ms),
+                "--itl-ms",
+                str(itl_ms),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        if not line.startswith("PORT "):
+            self.stop()
+            raise SystemExit(f"benchmark server did not start: {line!r}")
+        self.url = f"http://127.0.0.1:{int(line.split()[1])}"
+
+    def reset(self) -> None:
+        self._get("/_truth/reset")
+
+    def truth(self) -> dict:
+        return json.loads(self._get("/_truth"))
+
+    def _get(self, path: str) -> bytes:
+        with urllib.request.urlopen(self.url + path, timeout=60) as r:
+            return r.read()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# ---------------------------------------------------------------- process-tree sampling
+
+
+def _tree(root: int) -> list[int]:
+    """root and all its descendants, from /proc (no psutil needed)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def _cpu_rss(pids: list[int]) -> tuple[float, int]:
+    cpu, rss = 0.0, 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        cpu += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+        rss += int(fields[21]) * PAGE
+    return cpu, rss
+
+
+class TreeSampler:
+    """Samples (monotonic ns, CPU s, RSS bytes) of a process tree every `interval_s`."""
+
+    def __init__(self, pid: int, interval_s: float = 0.2) -> None:
+        self.pid, self.interval_s = pid, interval_s
+        self.samples: list[tuple[int, float, int]] = []
+        self.processes = 1
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            pids = _tree(self.pid)
+            self.processes = max(self.processes, len(pids))
+            cpu, rss = _cpu_rss(pids)
+            self.samples.append((time.monotonic_ns(), cpu, rss))
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def cpu_between(self, start_ns: int, end_ns: int) -> float:
+        """Tree CPU seconds spent between two monotonic instants (nearest samples)."""
+        if not self.samples:
+            return float("nan")
+        t = np.array([s[0] for s in self.samples])
+        cpu = np.maximum.accumulate(np.array([s[1] for s in self.samples]))
+        i = int(np.clip(np.searchsorted(t, start_ns), 0, len(t) - 1))
+        j = int(np.clip(np.searchsorted(t, end_ns), 0, len(t) - 1))
+        return float(cpu[j] - cpu[i])
+
+    @property
+    def peak_rss(self) -> int:
+        return max((s[2] for s in self.samples), default=0)
+
+
+# ---------------------------------------------------------------- one measured point
+
+
+@dataclass
+class Point:
+    """One client at one (ITL, C): its reports next to the server's truth."""
+
+    client: str
+    itl_ms: float
+    concurrency: int
+    ok: bool = True
+    note: str = ""
+    tokens_per_s: float = float("nan")  # server-side, steady window
+    reported_tokens_per_s: float | None = None
+    cpu_s_per_mtok: float = float("nan")
+    peak_rss_mb: float = float("nan")
+    processes: int = 0
+    ttft_err_ms: tuple[float, float] = (float("nan"), float("nan"))  # p50, p99
+    itl_err_ms: tuple[float, float] = (float("nan"), float("nan"))
+    reported: dict = field(default_factory=dict)
+    truth: dict = field(default_factory=dict)
+    send_lag_p99_ms: float | None = None
+    loop_lag_p99_ms: float | None = None
+    client_limited: bool | None = None
+    server_late_p99_ms: float = float("nan")
+    machine_busy: float = float("nan")  # share of the point some task waited for a CPU (PSI)
+
+
+def steady_rate(truth: dict, keep: float = 0.6) -> float:
+    """Tokens/s the server streamed in the middle `keep` of its busy span (no ramp, no tail)."""
+    hist = truth.get("hist") or []
+    if not hist:
+        return 0.0
+    bucket_s = int(truth["bucket_ns"]) / 1e9
+    counts = np.zeros(hist[-1][0] + 1)
+    for b, c in hist:
+        counts[b] = c
+    n = len(counts)
+    lo, hi = int(n * (1 - keep) / 2), max(int(n * (1 + keep) / 2), int(n * (1 - keep) / 2) + 1)
+    return float(counts[lo:hi].sum() / ((hi - lo) * bucket_s))
+
+
+def truth_stats(truth: dict) -> dict:
+    ttft, itl, late = (np.asarray(truth[k]) for k in ("ttft_ms", "itl_ms", "late_ms"))
+    pct = lambda a, p: float(np.percentile(a, p)) if a.size else float("nan")  # noqa: E731
+    return {
+        "ttft_p50": pct(ttft, 50),
+        "ttft_p99": pct(ttft, 99),
+        "itl_p50": pct(itl, 50),
+        "itl_p99": pct(itl, 99),
+        "late_p99": pct(late, 99),
+        "streams": truth["streams"],
+        "tokens": truth["tokens"],
+    }
+
+
+def measure(
+    server: StreamServer,
+    client: str,
+    concurrency: int,
+    cmd: list[str],
+    *,
+    timeout_s: float,
+    parse: Callable[[subprocess.CompletedProcess, Path], dict],
+    prepare: Callable[[Path], None] | None = None,
+    env: dict | None = None,
+) -> Point:
+    """Run one client command against a freshly reset server and compare with its truth."""
+    point = Point(client=client, itl_ms=server.itl_ms, concurrency=concurrency)
+    server.reset()
+    workdir = Path(tempfile.mkdtemp(prefix=f"loadgen-{client}-"))
+    cmd = [c.replace("{OUT}", str(workdir)) for c in cmd]
+    if prepare is not None:
+        prepare(workdir)
+    pressure0 = _cpu_pressure()
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=workdir,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+        sampler = TreeSampler(proc.pid)
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            point.note = f"timed out after {timeout_s:.0f} s; "
+        finally:
+            sampler.stop()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # stray workers of a peer
+        done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+        truth = server.truth()
+        if not truth["streams"]:
+            point.ok = False
+            point.note += f"no stream completed (rc {proc.returncode}): {_tail(err or out)}"
+            return point
+        try:
+            rep = parse(done, workdir)
+        except Exception as exc:  # a peer's output format we did not expect
+            point.ok = False
+            point.note += f"could not read its results ({exc!r}): {_tail(err or out)}"
+            return point
+        ts = truth_stats(truth)
+        point.truth, point.reported = ts, rep
+        point.tokens_per_s = steady_rate(truth)
+        point.reported_tokens_per_s = rep.get("tokens_per_s")
+        first, last = int(truth["first_arrival_ns"]), int(truth["last_send_ns"])
+        point.cpu_s_per_mtok = sampler.cpu_between(first, last) / max(1, ts["tokens"]) * 1e6
+        point.peak_rss_mb = sampler.peak_rss / 2**20
+        point.processes = sampler.processes
+        point.ttft_err_ms = (rep["ttft_p50"] - ts["ttft_p50"], rep["ttft_p99"] - ts["ttft_p99"])
+        point.itl_err_ms = (rep["itl_p50"] - ts["itl_p50"], rep["itl_p99"] - ts["itl_p99"])
+        point.send_lag_p99_ms = rep.get("send_lag_p99")
+        point.loop_lag_p99_ms = rep.get("loop_lag_p99")
+        point.client_limited = rep.get("client_limited")
+        point.server_late_p99_ms = ts["late_p99"]
+        point.machine_busy = _cpu_pressure_since(pressure0)
+        return point
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _cpu_pressure() -> tuple[int, int] | None:
+    """(monotonic us, PSI 'some' total us): how long runnable tasks waited for a CPU."""
+    try:
+        with open("/proc/pressure/cpu") as f:
+            total = int(f.readline().split("total=")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return time.monotonic_ns() // 1000, total
+
+
+def _cpu_pressure_since(start: tuple[int, int] | None) -> float:
+    """Share of wall time since `start` in which some task waited for a CPU (0..1): other
+    engineers' work on this shared 2-core machine shows up here, beside every point."""
+    end = _cpu_pressure()
+    if start is None or end is None or end[0] <= start[0]:
+        return float("nan")
+    return (end[1] - start[1]) / (end[0] - start[0])
+
+
+def _tail(text: str, n: int = 300) -> str:
+    return " ".join((text or "").split())[-n:]
+
+
+# ---------------------------------------------------------------- tokenbench
+
+
+def tokenbench_cmd(
+    url: str, concurrency: int, duration_s: float, out_len: int, transport: str
+) -> list[str]:
+    return [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "worker",
+        "--url",
+        url,
+        "--concurrency",
+        str(concurrency),
+        "--duration",
+        str(duration_s),
+        "--out-len",
+        str(out_len),
+        "--transport",
+        transport,
+    ]
+
+
+def parse_tokenbench(done: subprocess.CompletedProcess, _workdir: Path) -> dict:
+    if done.returncode != 0:
+        raise RuntimeError(f"worker exited {done.returncode}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def worker(args: argparse.Namespace) -> None:
+    """Run tokenbench in this process (as `tokenbench run` would) and print its figures."""
+    sys.path.insert(0, str(ROOT))
+    from bench.backends.openai import get_dialect
+    from bench.metrics import summarize
+    from bench.runner import RunPlan, run_blocking
+    from bench.workload import LengthDist, Workload
+
+    c, out_len = args.concurrency, args.out_len
+    per_request_s = 0.1 + out_len * 0.005
+    n = int(c * (args.duration / per_request_s + 2))
+    workload = Workload(seed=1, input=LengthDist(mean=32), output=LengthDist(mean=out_len))
+    plan = RunPlan(
+        base_url=args.url,
+        endpoint="/v1/completions",
+        dialect=get_dialect("vllm"),
+        model=MODEL,
+        workload=workload,
+        specs=workload.specs(n),
+        concurrency=c,
+        duration_s=args.duration,
+        request_timeout_s=120,
+        transport=args.transport,
+    )
+    result = run_blocking(plan, handle_sigint=False)
+    s = summarize(
+        result.records, duration_s=result.duration_s, loop_lag_p99_ms=result.loop_lag_p99_ms
+    )
+    m = s.metrics
+    print(
+        json.dumps(
+            {
+                "tokens_per_s": s.output_tokens_per_s,
+                "ttft_p50": m["ttft"].percentiles["p50"],
+                "ttft_p99": m["ttft"].percentiles["p99"],
+                "itl_p50": m["itl"].percentiles["p50"],
+                "itl_p99": m["itl"].percentiles["p99"],
+                "send_lag_p99": s.send_lag_ms["p99"],
+                "loop_lag_p99": result.loop_lag_p99_ms,
+                "client_limited": s.client_limited,
+                "reasons": s.client_limited_reasons,
+                "completed": s.completed,
+                "failed": s.failed,
+                "errors": s.errors,
+                "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            }
+        )
+    )
+
+
+# ---------------------------------------------------------------- peers
+
+
+def ensure_peer(name: str) -> Path | None:
+    """The peer's venv under benchmarks/.venvs, installed from PyPI on first use.
+
+    None (with a message printed) when it cannot be installed: the grid goes on without it.
+    """
+    venv = VENVS / name
+    exe = venv / "bin" / name
+    if exe.exists():
+        return venv
+    VENVS.mkdir(parents=True, exist_ok=True)
+    log = VENVS / f"{name}-install.log"
+    print(f"installing {PEERS[name]} into {venv} (log: {log}) ...", flush=True)
+    with open(log, "w") as out:
+        ok = (
+            subprocess.run(
+                [sys.executable, "-m", "venv", str(venv)], stdout=out, stderr=out
+            ).returncode
+            == 0
+            and subprocess.run(
+                [str(venv / "bin" / "pip"), "install", "-q", PEERS[name]],
+                stdout=out,
+                stderr=out,
+                timeout=1800,
+            ).returncode
+            == 0
+        )
+    if not ok or not exe.exists():
+        print(f"SKIP {name}: could not install {PEERS[name]} (see {log})", flush=True)
+        return None
+    return venv
+
+
+_TOKENIZER_SCRIPT = """
+import sys
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+words = ["[UNK]", "[PAD]"] + [f"w{i}" for i in range(2000)]
+tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+tok.decoder = decoders.WordPiece(prefix="##")
+PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]").save_pretrained(
+    sys.argv[1]
+)
+"""
+
+
+def aiperf_tokenizer(venv: Path) -> Path | None:
+    """A tiny local word-level tokenizer: aiperf needs one, and nothing here may download."""
+    path = VENVS / "aiperf-tokenizer"
+    if not (path / "tokenizer.json").exists():
+        done = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", _TOKENIZER_SCRIPT, str(path)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            print(f"SKIP aiperf: cannot build a local tokenizer: {_tail(done.stderr)}")
+            return None
+    return path
+
+
+def peer_run(
+    name: str, venv: Path, url: str, c: int, duration_s: float, out_len: int
+) -> tuple[list[str], Callable[[Path], None] | None, Callable]:
+    """(command, prepare, parse) for one peer at one point, as close to ours as it allows:
+    closed loop at concurrency c for duration_s, /v1/completions, 32 tokens in, out_len out."""
+    if name == "guidellm":
+        rows = int(c * (duration_s / 0.6 + 4))
+
+        def prepare(workdir: Path) -> None:
+            with open(workdir / "data.jsonl", "w") as f:
+                for i in range(rows):
+                    prompt = " ".join(f"w{(i * 7 + k) % 2000}" for k in range(32))
+                    f.write(json.dumps({"prompt": prompt, "output_tokens_count": out_len}) + "\n")
+
+        cmd = [
+            str(venv / "bin" / "guidellm"),
+            "run",
+            "--backend",
+            f"kind=openai_http,target={url},request_format=/v1/completions,model={MODEL}",
+            "--profile",
+            f"kind=concurrent,streams={c}",
+            "--constraint",
+            f"kind=max_duration,seconds={duration_s:g}",
+            "--data",
+            "kind=json_file,path={OUT}/data.jsonl",
+            "--output",
+            "kind=json,path={OUT}/out.json",
+            "--disable-console-interactive",
+        ]
+        return cmd, prepare, parse_guidellm
+    if name == "aiperf":
+        tok = aiperf_tokenizer(venv)
+        if tok is None:
+            raise RuntimeError("no tokenizer")
+        cmd = [
+            str(venv / "bin" / "aiperf"),
+            "profile",
+            "--model",
+            MODEL,
+            "--url",
+            url,
+            "--endpoint-type",
+            "completions",
+            "--streaming",
+            "--concurrency",
+            str(c),
+            "--benchmark-duration",
+            f"{duration_s:g}",
+            "--isl",
+            "32",
+            "--osl",
+            str(out_len),
+            "--tokenizer",
+            str(tok),
+            "--artifact-dir",
+            "{OUT}/aout",
+            "--ui-type",
+            "none",
+        ]
+        return cmd, None, parse_aiperf
+    raise ValueError(name)
+
+
+def parse_guidellm(_done: subprocess.CompletedProcess, workdir: Path) -> dict:
+    m = json.loads((workdir / "out.json").read_text())["benchmarks"][0]["metrics"]
+    ttft = m["time_to_first_token_ms"]["successful"]["percentiles"]
+    itl = m["inter_token_latency_ms"]["successful"]["percentiles"]
+    return {
+        "tokens_per_s": m["output_tokens_per_second"]["total"]["mean"],
+        "ttft_p50": ttft["p50"],
+        "ttft_p99": ttft["p99"],
+        # guidellm's ITL is each request's mean gap; it reports no per-chunk figure.
+        "itl_p50": itl["p50"],
+        "itl_p99": itl["p99"],
+    }
+
+
+def parse_aiperf(_done: subprocess.CompletedProcess, workdir: Path) -> dict:
+    d = json.loads((workdir / "aout" / "profile_export_aiperf.json").read_text())
+    chunk = d.get("inter_chunk_latency") or {}
+    return {
+        "tokens_per_s": d["output_token_throughput"]["avg"],
+        "ttft_p50": d["time_to_first_token"]["p50"],
+        "ttft_p99": d["time_to_first_token"]["p99"],
+        # aiperf's ITL is each request's mean gap; its per-chunk gaps are kept alongside.
+        "itl_p50": d["inter_token_latency"]["p50"],
+        "itl_p99": d["inter_token_latency"]["p99"],
+        "chunk_p50": chunk.get("p50"),
+        "chunk_p99": chunk.get("p99"),
+    }
+
+
+# ---------------------------------------------------------------- the grid
+
+
+def run_grid(args: argparse.Namespace) -> list[Point]:
+    """Every client at every (ITL, C), side by side against one server per ITL."""
+    peers: dict[str, Path] = {}
+    for name in args.peers:
+        venv = ensure_peer(name)
+        if venv is not None:
+            peers[name] = venv
+    points: list[Point] = []
+    for itl in args.itl:
+        server = StreamServer(args.ttft, itl)
+        try:
+            for c in args.concurrency:
+                for _rep in range(args.repeats):
+                    for transport in args.transports:
+                        cmd = tokenbench_cmd(server.url, c, args.duration, args.out_len, transport)
+                        p = measure(
+                            server,
+                            f"tokenbench-{transport}",
+                            c,
+                            cmd,
+                            timeout_s=args.duration * 4 + 60,
+                            parse=parse_tokenbench,
+                        )
+                        points.append(p)
+                        print(_line(p), flush=True)
+                    for name, venv in peers.items():
+                        try:
+                            cmd, prepare, parse = peer_run(
+                                name, venv, server.url, c, args.duration, args.out_len
+                            )
+                        except RuntimeError:
+                            continue
+                        p = measure(
+                            server,
+                            name,
+                            c,
+                            cmd,
+                            timeout_s=args.duration * 4 + 120,
+                            parse=parse,
+                            prepare=prepare,
+                        )
+                        points.append(p)
+                        print(_line(p), flush=True)
+        finally:
+            server.stop()
+    return points
+
+
+def _line(p: Point) -> str:
+    if not p.ok:
+        return f"{p.client:18} itl={p.itl_ms:g} C={p.concurrency:<5} FAILED {p.note}"
+    return (
+        f"{p.client:18} itl={p.itl_ms:g} C={p.concurrency:<5} {p.tokens_per_s:9.0f} tok/s "
+        f"cpu {p.cpu_s_per_mtok:6.1f} s/Mtok rss {p.peak_rss_mb:6.0f} MB "
+        f"ttft err {p.ttft_err_ms[0]:+7.2f}/{p.ttft_err_ms[1]:+7.2f} "
+        f"itl err {p.itl_err_ms[0]:+6.2f}/{p.itl_err_ms[1]:+6.2f} ms "
+        f"send lag p99 {p.send_lag_p99_ms if p.send_lag_p99_ms is not None else float('nan'):6.2f} "
+        f"limited={p.client_limited} server late p99 {p.server_late_p99_ms:.1f} ms"
+    )
+
+
+# ---------------------------------------------------------------- the report
+
+# What "timed honestly" means here (issue 10): reported ITL p50 within 0.5 ms and p99 within
+# 2 ms of the server's truth, and TTFT p99 within 2 ms.
+HONEST_ITL_P50_MS, HONEST_ITL_P99_MS, HONEST_TTFT_P99_MS = 0.5, 2.0, 2.0
+PEER_ITL_P50_MS = 1.0  # the peers' bar in the issue: reported ITL p50 within 1 ms
+
+
+def honest(p: Point) -> bool:
+    return (
+        p.ok
+        and abs(p.itl_err_ms[0]) <= HONEST_ITL_P50_MS
+        and abs(p.itl_err_ms[1]) <= HONEST_ITL_P99_MS
+        and abs(p.ttft_err_ms[1]) <= HONEST_TTFT_P99_MS
+    )
+
+
+def median_points(points: list[Point]) -> list[Point]:
+    """One point per (client, ITL, C): the median of each figure over the repeats."""
+    groups: dict[tuple, list[Point]] = {}
+    for p in points:
+        groups.setdefault((p.client, p.itl_ms, p.concurrency), []).append(p)
+    out = []
+    for (client, itl, c), ps in groups.items():
+        good = [p for p in ps if p.ok] or ps
+
+        def med(f: Callable[[Point], float], good: list[Point] = good) -> float:
+            return float(np.median([f(p) for p in good]))
+
+        m = Point(client=client, itl_ms=itl, concurrency=c, ok=good[0].ok, note=good[0].note)
+        if good[0].ok:
+            m.tokens_per_s = med(lambda p: p.tokens_per_s)
+            m.cpu_s_per_mtok = med(lambda p: p.cpu_s_per_mtok)
+            m.peak_rss_mb = med(lambda p: p.peak_rss_mb)
+            m.processes = max(p.processes for p in good)
+            m.ttft_err_ms = (med(lambda p: p.ttft_err_ms[0]), med(lambda p: p.ttft_err_ms[1]))
+            m.itl_err_ms = (med(lambda p: p.itl_err_ms[0]), med(lambda p: p.itl_err_ms[1]))
+            if good[0].send_lag_p99_ms is not None:
+                m.send_lag_p99_ms = med(lambda p: p.send_lag_p99_ms)
+            if good[0].client_limited is not None:
+                flags = [p.client_limited for p in good]
+                m.client_limited = sum(flags) * 2 > len(flags)
+                m.note = f"limited {sum(flags)}/{len(flags)}" if 0 < sum(flags) < len(flags) else ""
+            m.server_late_p99_ms = med(lambda p: p.server_late_p99_ms)
+            m.machine_busy = med(lambda p: p.machine_busy)
+        m.reported = {"runs": len(ps), "honest_runs": sum(honest(p) for p in ps)}
+        out.append(m)
+    return out
+
+
+def table(points: list[Point]) -> str:
+    """A Markdown table, one row per (ITL, C, client), medians over the repeats."""
+    head = (
+        "| ITL ms | C | client | tok/s | CPU s/Mtok | peak RSS MB (procs) | TTFT err p50/p99 ms "
+        "| ITL err p50/p99 ms | send lag p99 ms | client_limited | server late p99 ms | CPU wait |"
+    )
+    rows = [head, "|" + "---|" * 12]
+    for p in sorted(points, key=lambda p: (-p.itl_ms, p.concurrency, p.client)):
+        if not p.ok:
+            rows.append(
+                f"| {p.itl_ms:g} | {p.concurrency} | {p.client} | failed: {p.note[:80]} |"
+                + " |" * 8
+            )
+            continue
+        lag = "–" if p.send_lag_p99_ms is None else f"{p.send_lag_p99_ms:.2f}"
+        lim = "–" if p.client_limited is None else ("**yes**" if p.client_limited else "no")
+        rows.append(
+            f"| {p.itl_ms:g} | {p.concurrency} | {p.client} | {p.tokens_per_s:,.0f} "
+            f"| {p.cpu_s_per_mtok:.1f} | {p.peak_rss_mb:.0f} ({p.processes}) "
+            f"| {p.ttft_err_ms[0]:+.2f} / {p.ttft_err_ms[1]:+.2f} "
+            f"| {p.itl_err_ms[0]:+.2f} / {p.itl_err_ms[1]:+.2f} | {lag} | {lim} "
+            f"| {p.server_late_p99_ms:.1f} | {p.machine_busy:.0%} |"
+        )
+    return "\n".join(rows)
+
+
+def ratios(points: list[Point]) -> str:
+    """tokenbench beside each peer at the same point: tok/s and CPU per token."""
+    by = {(p.client, p.itl_ms, p.concurrency): p for p in points if p.ok}
+    lines = [
+        "| ITL ms | C | peer | tok/s tokenbench ÷ peer | CPU/token peer ÷ tokenbench |",
+        "|---|---|---|---|---|",
+    ]
+    for (client, itl, c), p in sorted(by.items(), key=lambda kv: (-kv[0][1], kv[0][2], kv[0][0])):
+        ours = by.get(("tokenbench-raw", itl, c))
+        if client.startswith("tokenbench") or ours is None:
+            continue
+        lines.append(
+            f"| {itl:g} | {c} | {client} | {ours.tokens_per_s / p.tokens_per_s:.2f}× "
+            f"| {p.cpu_s_per_mtok / ours.cpu_s_per_mtok:.1f}× |"
+        )
+    return "\n".join(lines)
+
+
+def verdict(points: list[Point]) -> str:
+    """The issue's targets, checked against the medians."""
+    ours = [p for p in points if p.client == "tokenbench-raw" and p.ok]
+    peers = [p for p in points if not p.client.startswith("tokenbench") and p.ok]
+    lines = []
+    best_ours = max((p.tokens_per_s for p in ours if honest(p)), default=0.0)
+    lines.append(
+        f"- tokenbench, highest sustained tok/s timed honestly (ITL p50 ±{HONEST_ITL_P50_MS} ms, "
+        f"p99 ±{HONEST_ITL_P99_MS} ms, TTFT p99 ±{HONEST_TTFT_P99_MS} ms): {best_ours:,.0f} "
+        f"(target ≥ 50,000: {'met' if best_ours >= 50_000 else 'NOT met'})"
+    )
+    for name in sorted({p.client for p in peers}):
+        cap = max(
+            (
+                p.tokens_per_s
+                for p in peers
+                if p.client == name and abs(p.itl_err_ms[0]) <= PEER_ITL_P50_MS
+            ),
+            default=0.0,
+        )
+        ratio = best_ours / cap if cap else float("inf")
+        lines.append(
+            f"- {name}, highest sustained tok/s with its reported ITL p50 within {PEER_ITL_P50_MS:g} ms: "
+            f"{cap:,.0f}; tokenbench ÷ {name} = {ratio:.1f}× (target ≥ 3×: {'met' if ratio >= 3 else 'NOT met'})"
+        )
+    right = [
+        p for p in ours if p.client_limited is not None and p.client_limited != (not honest(p))
+    ]
+    lines.append(
+        f"- self-check: client_limited agreed with the truth at {len(ours) - len(right)}/{len(ours)} "
+        "points"
+        + (
+            ""
+            if not right
+            else " (wrong at: "
+            + ", ".join(
+                f"ITL {p.itl_ms:g} C {p.concurrency} flagged={p.client_limited}" for p in right
+            )
+            + ")"
+        )
+    )
+    return "\n".join(lines)
+
+
+def describe_machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
+    return (
+        f"{os.cpu_count()} cores ({cpu}), Linux {platform.release()}, Python "
+        f"{platform.python_version()}, node {node}"
+    )
+
+
+# ---------------------------------------------------------------- memory per in-flight request
+
+
+def memory(args: argparse.Namespace) -> dict:
+    """Bytes per in-flight request: C requests all waiting for a first token far away, with
+    one-token outputs, so nothing but the per-request machinery is alive."""
+    sys.path.insert(0, str(ROOT))
+    import asyncio
+    import tracemalloc
+
+    from bench.backends.openai import get_dialect
+    from bench.runner import Progress, RunPlan, execute, new_event_loop
+    from bench.workload import LengthDist, Workload
+
+    c = args.concurrency[0] if args.concurrency else 1024
+    server = StreamServer(ttft_ms=3000, itl_ms=1)
+    try:
+        workload = Workload(seed=1, input=LengthDist(mean=32), output=LengthDist(mean=1))
+        plan = RunPlan(
+            base_url=server.url,
+            endpoint="/v1/completions",
+            dialect=get_dialect("vllm"),
+            model=MODEL,
+            workload=workload,
+            specs=workload.specs(c),
+            offsets_s=np.zeros(c),
+            request_timeout_s=60,
+        )
+        progress = Progress()
+        seen: dict = {}
+
+        async def main() -> None:
+            async def watch() -> None:
+                for _ in range(6000):  # bounded: at most ~60 s
+                    await asyncio.sleep(0.01)
+                    if progress.in_flight == c and "peak" not in seen:
+                        await asyncio.sleep(0.5)  # every request written and waiting
+                        seen["peak"] = tracemalloc.get_traced_memory()[0]
+                        seen["rss"] = _rss_now()
+                        return
+
+            w = asyncio.ensure_future(watch())
+            seen["base"] = tracemalloc.get_traced_memory()[0]
+            seen["rss0"] = _rss_now()
+            await execute(plan, progress=progress)
+            await w
+
+        tracemalloc.start()
+        loop = new_event_loop()
+        try:
+            loop.run_until_complete(main())
+        finally:
+            loop.close()
+            tracemalloc.stop()
+    finally:
+        server.stop()
+    out = {
+        "concurrency": c,
+        "python_bytes_per_request": (seen["peak"] - seen["base"]) / c,
+        "rss_bytes_per_request": (seen["rss"] - seen["rss0"]) / c,
+    }
+    print(json.dumps(out))
+    return out
+
+
+def _rss_now() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd")
+    w = sub.add_parser("worker", help="(internal) one tokenbench run, figures as JSON")
+    w.add_argument("--url", required=True)
+    w.add_argument("--concurrency", type=int, required=True)
+    w.add_argument("--duration", type=float, required=True)
+    w.add_argument("--out-len", type=int, default=128)
+    w.add_argument("--transport", default="raw")
+    mem = sub.add_parser("memory", help="bytes per in-flight request at C=1024")
+    mem.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")])
+    parser.add_argument("--quick", action="store_true", help="a few minutes: fewer points, shorter")
+    parser.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")])
+    parser.add_argument("--itl", type=lambda s: [float(x) for x in s.split(",")], help="ms")
+    parser.add_argument("--ttft", type=float, default=100.0, help="ms")
+    parser.add_argument("--out-len", type=int, default=128)
+    parser.add_argument("--duration", type=float, help="seconds per point")
+    parser.add_argument("--repeats", type=int, help="runs per point (medians are reported)")
+    parser.add_argument("--transports", type=lambda s: s.split(","), default=None)
+    parser.add_argument("--peers", type=lambda s: [x for x in s.split(",") if x], default=None)
+    parser.add_argument("--json", type=Path, help="write every run's figures here")
+    args = parser.parse_args(argv)
+    if args.cmd == "worker":
+        worker(args)
+        return
+    if args.cmd == "memory":
+        memory(args)
+        return
+    args.concurrency = args.concurrency or ([16, 256, 1024] if args.quick else [16, 64, 256, 1024])
+    args.itl = args.itl or ([10.0] if args.quick else [10.0, 5.0])
+    args.duration = args.duration or (6.0 if args.quick else 15.0)
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    args.transports = args.transports or (["raw"] if args.quick else ["raw", "httpx"])
+    args.peers = list(PEERS) if args.peers is None else args.peers
+    started = time.strftime("%Y-%m-%d %H:%M")
+    points = run_grid(args)
+    medians = median_points(points)
+    report = (
+        f"Measured {started} on {describe_machine()}; TTFT {args.ttft:g} ms, {args.out_len} "
+        f"tokens, closed loop, {args.duration:g} s per point, median of {args.repeats} run(s).\n\n"
+        f"{table(medians)}\n\n{ratios(medians)}\n\n{verdict(medians)}\n"
+    )
+    print("\n" + report)
+    if args.json:
+        args.json.write_text(
+            json.dumps({"runs": [asdict(p) for p in points], "report": report}, indent=1)
+        )
+
+
+if __name__ == "__main__":
+    main()

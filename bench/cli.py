@@ -180,6 +180,32 @@ def canonical_gpu(name: str) -> str:
 
 RUN_DEFAULTS = {"load": {"num_prompts": 1000}}
 
+# Server telemetry flags, shared by run and sweep (bench/telemetry.py).
+SCRAPE_OPT = typer.Option(
+    "--scrape-metrics/--no-scrape-metrics",
+    help="Scrape the server's Prometheus /metrics during the run (a failure only warns)",
+)
+METRICS_URL_OPT = typer.Option(
+    "--metrics-url", help="Default {base_url}/metrics (then /prometheus/metrics for trtllm-serve)"
+)
+METRICS_INTERVAL_OPT = typer.Option("--metrics-interval", help="Seconds between scrapes")
+DCGM_URL_OPT = typer.Option(
+    "--dcgm-url", help="DCGM exporter /metrics URL: GPU power, clocks, memory, throttling"
+)
+NVML_OPT = typer.Option("--nvml", help="Read this host's GPUs through NVML (nvidia-ml-py)")
+
+
+def telemetry_config(scrape: bool, url: str | None, interval: float, dcgm: str | None,
+                     nvml: bool):  # fmt: skip
+    """The flags as a bench.telemetry.TelemetryConfig (None when nothing is scraped)."""
+    from bench.telemetry import TelemetryConfig
+
+    try:
+        config = TelemetryConfig(scrape, url, interval, dcgm, nvml)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    return config if config.enabled else None
+
 
 @app.command("run")
 def run_command(
@@ -282,6 +308,11 @@ def run_command(
     no_store: Annotated[
         bool, typer.Option("--no-store", help="Do not write the run to the database")
     ] = False,
+    scrape_metrics: Annotated[bool, SCRAPE_OPT] = True,
+    metrics_url: Annotated[str | None, METRICS_URL_OPT] = None,
+    metrics_interval: Annotated[float, METRICS_INTERVAL_OPT] = 1.0,
+    dcgm_url: Annotated[str | None, DCGM_URL_OPT] = None,
+    nvml: Annotated[bool, NVML_OPT] = False,
 ) -> None:
     """Benchmark one endpoint at one load point (like `vllm bench serve`)."""
     from bench.runner import UnreachableError, check_reachable, discover_model, plan_from_scenario
@@ -321,7 +352,10 @@ def run_command(
     from bench.store.errors import StoreError
 
     try:
-        result, summary, run_id = run_and_store(sc, plan, db_url=db, store=not no_store)
+        result, summary, run_id = run_and_store(
+            sc, plan, db_url=db, store=not no_store,
+            telemetry=telemetry_config(scrape_metrics, metrics_url, metrics_interval, dcgm_url, nvml),
+        )  # fmt: skip
     except StoreError as exc:
         raise fail(str(exc)) from None
     print_summary(
@@ -428,6 +462,11 @@ def sweep_command(
     ] = 1.0,
     db: Annotated[str | None, typer.Option("--db")] = None,
     no_store: Annotated[bool, typer.Option("--no-store")] = False,
+    scrape_metrics: Annotated[bool, SCRAPE_OPT] = True,
+    metrics_url: Annotated[str | None, METRICS_URL_OPT] = None,
+    metrics_interval: Annotated[float, METRICS_INTERVAL_OPT] = 1.0,
+    dcgm_url: Annotated[str | None, DCGM_URL_OPT] = None,
+    nvml: Annotated[bool, NVML_OPT] = False,
 ) -> None:
     """Measure the throughput-versus-latency curve: many load points in one stored run."""
     from bench.runner import UnreachableError, check_reachable, discover_model
@@ -473,6 +512,7 @@ def sweep_command(
         point_duration=point_duration, warmup=warmup, cooldown=cooldown,
         max_error_rate=max_error_rate, api_key=key, transport=transport,
         base_dir=scenario.parent if scenario else None, db=db, store=not no_store,
+        telemetry=telemetry_config(scrape_metrics, metrics_url, metrics_interval, dcgm_url, nvml),
     )  # fmt: skip
     print_sweep_result(result, sc, catalogue, utilisation)
     if result.interrupted:
@@ -481,13 +521,21 @@ def sweep_command(
 
 def run_sweep(sc, specs, *, auto, thresholds, slo_iterations, point_duration, warmup, cooldown,
               max_error_rate, api_key, transport, base_dir, db, store, simulated=False,
-              show_progress=True):  # fmt: skip
-    """A whole sweep in one stored run (used by `sweep` and `demo`)."""
+              show_progress=True, telemetry=None):  # fmt: skip
+    """A whole sweep in one stored run (used by `sweep` and `demo`).
+
+    Simulated endpoints serve /metrics, so a simulated sweep (the demo) scrapes them unless
+    told otherwise: the demo shows server telemetry too.
+    """
     from bench.runner import plan_from_scenario
     from bench.session import RunSession
     from bench.store.errors import StoreError
     from bench.sweep import Sweep, scenario_at
 
+    if telemetry is None and simulated:
+        from bench.telemetry import TelemetryConfig
+
+        telemetry = TelemetryConfig()
     first = scenario_at(sc, specs[0], point_duration_s=point_duration) if specs else sc
     try:
         plan0 = plan_from_scenario(first, base_dir=base_dir, api_key=api_key, transport=transport)
@@ -495,6 +543,7 @@ def run_sweep(sc, specs, *, auto, thresholds, slo_iterations, point_duration, wa
             sc, plan0, db_url=db, store=store, simulated=simulated, show_progress=show_progress,
             extra={"sweep": {"slo": [str(t) for t in thresholds], "warmup_s": warmup,
                              "cooldown_s": cooldown}},
+            telemetry=telemetry,
         )  # fmt: skip
     except (ValueError, StoreError) as exc:
         raise fail(str(exc)) from None
@@ -672,3 +721,7 @@ def demo_command(
         run_demo(db)
     except StoreError as exc:
         raise fail(str(exc)) from None
+
+from bench.export.cli import export_command  # noqa: E402
+
+app.command("export", help="Export runs as pptx, xlsx, csv, html, png or svg.")(export_command)

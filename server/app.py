@@ -52,7 +52,9 @@ class AppState:
         self._lock = threading.Lock()
         self._curves: OrderedDict[tuple, RunCurve] = OrderedDict()
         self._added_tiers: dict[str, dict[str, dict]] = {}
-        self.catalogue: Catalogue = load_catalogue(self.prices_file)
+        # A prices file that does not exist yet is where added tiers will be saved.
+        existing = self.prices_file if self.prices_file and self.prices_file.exists() else None
+        self.catalogue: Catalogue = load_catalogue(existing)
 
     # ------------------------------------------------------------ curves
 

@@ -1,0 +1,178 @@
+"""The dashboard in real headless Chromium: the compare page's charts hold the runs' points,
+and the start-a-benchmark form runs a job and follows its progress to the end.
+
+Needs Debian's chromium (/usr/bin/chromium) and Playwright's Python package (no browser
+download: `playwright install` is never run). Skips, saying why, when either is missing.
+The compare page's screenshot is kept at results/screenshots/compare.png for a human look.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.curves import run_curves
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = Path(__file__).resolve().parents[1] / "results" / "screenshots"
+TOKEN = "browser-token"
+
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError:  # pragma: no cover - depends on the machine
+    sync_playwright = None
+
+pytestmark = pytest.mark.skipif(
+    sync_playwright is None or not Path(CHROMIUM).exists(),
+    reason=(
+        "BROWSER TEST SKIPPED: needs `apt-get install -y chromium` (/usr/bin/chromium) and "
+        "`pip install playwright` (do not run `playwright install`)"
+    ),
+)
+
+
+class LiveServer:
+    """uvicorn on a free loopback port in a thread; stopped by stop()."""
+
+    def __init__(self, app) -> None:
+        import uvicorn
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.app = app
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        for _ in range(200):
+            if self.server.started:
+                return
+            time.sleep(0.025)
+        raise RuntimeError("uvicorn did not start")
+
+    def stop(self) -> None:
+        self.app.state.tb.jobs.shutdown()
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def launch(playwright):
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    from server.app import create_app
+    from tests.test_dashboard_figures import store_sweep
+
+    db = f"sqlite:///{tmp_path_factory.mktemp('browser') / 'b.db'}"
+    ids = [
+        store_sweep(db, gpu="B200-SXM", rates=(1, 2, 4, 8), failures=1),
+        store_sweep(db, gpu="H100-SXM", gpu_count=2, rates=(1, 2, 4, 8), seed=3, simulated=False),
+    ]
+    server = LiveServer(create_app(db, api_token=TOKEN, allow_hosts=[], open_reads=True))
+    yield server, db, ids
+    server.stop()
+
+
+CHART_DATA = """names => Object.fromEntries(names.map(n => {
+  const div = document.getElementById('chart-' + n);
+  return [n, div.data.map(t => ({x: Array.from(t.x), y: Array.from(t.y), meta: t.meta,
+    name: t.name, colour: (t.line && t.line.color) || t.marker.color}))];
+}))"""
+
+
+def test_compare_page_charts_hold_the_runs_points(live):
+    server, db, ids = live
+    curves = run_curves(ids, db)
+    with sync_playwright() as p:
+        browser = launch(p)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+            page.goto(f"{server.url}/compare?run={ids[0]}&run={ids[1]}")
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            charts = page.evaluate(CHART_DATA, ["ttft", "tpot", "interactivity", "cost"])
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOTS / "compare.png"), full_page=True)
+            sentence = page.text_content("#sentence")
+            rows = page.locator("#percentile-table tbody tr").count()
+            plotly_src = page.evaluate("document.querySelector('script[src*=plotly]').src")
+        finally:
+            browser.close()
+    assert errors == []
+    assert plotly_src.startswith(server.url)  # served by the app itself, no CDN
+    for name, metric in (("ttft", "ttft"), ("tpot", "tpot")):
+        for trace, curve in zip(charts[name], curves, strict=True):
+            assert trace["meta"] == curve.run_id and trace["colour"] == curve.colour
+            assert trace["x"] == pytest.approx([p.latency(metric, "p99") for p in curve.points])
+            assert trace["y"] == pytest.approx([p.output_tps_per_gpu for p in curve.points])
+    for trace, curve in zip(charts["interactivity"], curves, strict=True):
+        assert trace["x"] == pytest.approx([p.interactivity for p in curve.points])
+    assert [t["colour"] for t in charts["cost"]] == ["#2ca02c", "#1f77b4"]  # B200, H100
+    assert charts["ttft"][0]["name"].endswith("(simulated)")
+    assert not charts["ttft"][1]["name"].endswith("(simulated)")
+    assert rows == sum(len(c.points) for c in curves)
+    assert sentence and "B200-SXM" in sentence and "H100-SXM" in sentence
+
+
+def test_run_page_and_start_form(live, fake_server):
+    server, db, ids = live
+    with sync_playwright() as p:
+        browser = launch(p)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"{server.url}/runs/{ids[0]}")
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            traces = page.evaluate(
+                "['timeseries','cdf_ttft','errors'].map(n => "
+                "document.getElementById('chart-' + n).data.length)"
+            )
+            page.screenshot(path=str(SCREENSHOTS / "run.png"), full_page=True)
+
+            page.goto(f"{server.url}/new")
+            page.fill(
+                "textarea[name=scenario]",
+                "load: {request_rate: 50, num_prompts: 12}\n"
+                "workload: {input: {mean: 32}, output: {mean: 5}}",
+            )
+            page.fill("input[name=num_prompts]", "12")  # the form's fields override the YAML
+            page.select_option("select[name=kind]", "run")
+            page.uncheck("input[name=simulate]")
+            page.fill("input[name=base_url]", fake_server.url)
+            page.fill("input[name=label]", "from the form")
+            page.fill("#token", TOKEN)
+            page.click("#start")
+            page.wait_for_selector("#job-status.completed", timeout=30_000)
+            done = page.text_content("#job-text")
+            link = page.get_attribute("#job-link a", "href")
+        finally:
+            browser.close()
+    assert errors == []
+    assert traces == [3, 4, 1]  # offered/achieved/P99 TTFT; 4 load points; one error kind
+    assert "12 of 12 requests done" in done
+    assert link and link.startswith("/runs/")
+
+
+def test_chromium_is_debians():
+    assert shutil.which("chromium") == CHROMIUM or Path(CHROMIUM).exists()

@@ -1,0 +1,170 @@
+"""Dashboard figures and their data: every chart holds the curves' numbers, in GPU colours,
+with units on the axes and a SIMULATED badge for simulated runs.
+
+`store_sweep` writes a synthetic stored sweep in milliseconds; the server tests use it too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.cost import load_catalogue
+from bench.curves import run_curves
+from bench.metrics import parse_thresholds, summarize
+from bench.records import FAILED, OK, RequestRecord
+from bench.store.read import get_run
+from bench.store.writer import RunWriter
+from dashboards import data, figures
+
+GPU_SPEED = {"B200-SXM": 2.5, "H100-SXM": 1.0}
+
+
+def store_sweep(
+    db: str,
+    *,
+    gpu: str = "B200-SXM",
+    gpu_count: int = 1,
+    rates: tuple[float, ...] = (1.0, 2.0, 4.0),
+    per_point: int = 40,
+    output_tokens: int = 16,
+    simulated: bool = True,
+    label: str | None = None,
+    failures: int = 0,
+    seed: int = 0,
+    slo: str = "p99_ttft_ms<=400",
+) -> str:
+    """A stored sweep whose latency grows with load, faster GPUs growing slower; its run id."""
+    rng = np.random.default_rng(seed)
+    speed = GPU_SPEED.get(gpu, 1.5)
+    writer = RunWriter(
+        db,
+        name=f"synthetic-{gpu}",
+        label=label or f"{gpu} x{gpu_count} test-model",
+        gpu_type=gpu,
+        gpu_count=gpu_count,
+        model="test-model",
+        simulated=simulated,
+        endpoint="http://127.0.0.1:1",
+        backend="vllm",
+        extra={"sweep": {"slo": [slo] if slo else []}},
+        batch_rows=5000,
+    )
+    last_summary = None
+    for lp, rate in enumerate(rates):
+        writer.start_load_point(
+            lp, label=f"point {lp + 1}: rate {rate:g} req/s", mode="poisson", target_rate=rate
+        )
+        records = []
+        for i in range(per_point):
+            intended = int(i / rate * 1e9)
+            ttft = int((40 + 25 * rate / speed + rng.exponential(10)) * 1e6)
+            tpot = int((8 + 3 * rate / speed) * 1e6)
+            first = intended + ttft
+            failed = lp == 0 and i < failures  # errors in the first point only
+            times = first + np.arange(output_tokens, dtype=np.int64) * tpot
+            records.append(
+                RequestRecord(
+                    index=i,
+                    load_point=lp,
+                    intended_ns=intended,
+                    sent_ns=intended,
+                    first_byte_ns=None if failed else first,
+                    first_token_ns=None if failed else first,
+                    end_ns=intended + 1000 if failed else int(times[-1]),
+                    chunk_times_ns=np.zeros(0, np.int64) if failed else times,
+                    prompt_tokens=128,
+                    output_tokens=0 if failed else output_tokens,
+                    http_status=500 if failed else 200,
+                    state=FAILED if failed else OK,
+                    error_kind="http_5xx" if failed else None,
+                )
+            )
+        for r in records:
+            writer.submit(r)
+        last_summary = summarize(records)
+        writer.end_load_point(lp, ended_ns=int(per_point / rate * 1e9), summary_json=last_summary)
+    writer.finish("completed", last_summary)
+    return writer.run_id
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    db = f"sqlite:///{tmp_path_factory.mktemp('dash') / 'runs.db'}"
+    b200 = store_sweep(db, gpu="B200-SXM", failures=2)
+    h100 = store_sweep(db, gpu="H100-SXM", gpu_count=2, simulated=False, seed=1)
+    return db, [b200, h100]
+
+
+def test_latency_and_interactivity_charts_hold_the_curve_points(two_runs):
+    db, ids = two_runs
+    curves = run_curves(ids, db)
+    for build, xs_of in (
+        (figures.throughput_vs_ttft, lambda p: p.latency("ttft", "p99")),
+        (figures.throughput_vs_tpot, lambda p: p.latency("tpot", "p99")),
+        (figures.throughput_vs_interactivity, lambda p: p.interactivity),
+    ):
+        fig = build(curves)
+        assert [t.meta for t in fig.data] == ids
+        for trace, curve in zip(fig.data, curves, strict=True):
+            assert list(trace.x) == pytest.approx([xs_of(p) for p in curve.points])
+            assert list(trace.y) == pytest.approx([p.output_tps_per_gpu for p in curve.points])
+            assert trace.line.color == curve.colour
+        assert (
+            "(ms)" in fig.layout.xaxis.title.text or "tokens/s/user" in fig.layout.xaxis.title.text
+        )
+        assert "tokens/s/GPU" in fig.layout.yaxis.title.text
+
+
+def test_gpu_colours_badge_and_legend(two_runs):
+    db, ids = two_runs
+    curves = run_curves(ids, db)
+    fig = figures.throughput_vs_ttft(curves)
+    assert fig.data[0].line.color == "#2ca02c"  # B200 green
+    assert fig.data[1].line.color == "#1f77b4"  # H100 blue
+    assert fig.data[0].name.endswith("(simulated)") and fig.data[0].line.dash == "dot"
+    assert not fig.data[1].name.endswith("(simulated)")
+    assert any(a.text == "SIMULATED" for a in fig.layout.annotations)
+    measured_only = figures.throughput_vs_ttft(curves[1:])
+    assert not any(a.text == "SIMULATED" for a in measured_only.layout.annotations)
+
+
+def test_cost_bars_use_compare_runs(two_runs):
+    db, ids = two_runs
+    curves = run_curves(ids, db)
+    cat = load_catalogue()
+    slo = parse_thresholds("p99_ttft_ms<=400", flag="slo")
+    fig = figures.cost_per_tier(curves, cat, slo=slo)
+    from bench.curves import compare_runs
+
+    comps = compare_runs(curves, slo, cat)
+    for trace, comp in zip(fig.data, comps, strict=True):
+        by_tier = {r.tier: r.output_usd_per_mtok_at_utilisation for r in comp.cost_rows}
+        for tier, value in zip(trace.y, trace.x, strict=True):
+            assert value == by_tier.get(tier)
+        assert trace.marker.color == comp.curve.colour
+    assert "$/Mtok" in fig.layout.xaxis.title.text
+
+
+def test_run_detail_figures(two_runs):
+    db, ids = two_runs
+    run = get_run(ids[0], db)
+    curve = run_curves(ids[:1], db)[0]
+    series, spans = data.run_time_series(run, db)
+    assert len(spans) == 3 and spans[0][0] == 0 and spans[1][0] == pytest.approx(spans[0][1])
+    assert sum(series["offered_rps"]) == pytest.approx(120)  # every request, once
+    fig = figures.run_time_series(curve, series, load_points=spans)
+    assert fig.layout.yaxis.title.text == "Requests/s (req/s)"
+    assert fig.layout.yaxis2.title.text == "P99 TTFT (ms)"
+
+    details = data.point_details(run, db)
+    assert [d.load_point for d in details] == [0, 1, 2]
+    assert details[0].errors == {"http_5xx": 2} and details[1].errors == {}
+    xs, ys = details[2].cdfs["ttft"]
+    assert xs == sorted(xs) and ys[-1] == pytest.approx(0.9999) and 0 < ys[0] < 0.05
+    p99 = next(p for p in curve.points if p.load_point == 2).latency("ttft", "p99")
+    assert xs[ys.index(0.99)] == pytest.approx(p99)  # the CDF and the curve agree
+    cdf = figures.latency_cdfs(curve, {d.load_point: d.cdfs for d in details}, "ttft")
+    assert len(cdf.data) == 3 and cdf.layout.xaxis.title.text == "TTFT (ms)"
+    errs = figures.errors_by_kind(curve, {d.load_point: d.errors for d in details})
+    assert [t.name for t in errs.data] == ["http_5xx"] and list(errs.data[0].y) == [2, 0, 0]

@@ -25,6 +25,14 @@ from bench.records import RequestRecord
 from bench.runner import Progress as RunProgress
 from bench.runner import RunPlan, RunResult, execute, new_event_loop, run_blocking
 from bench.store.errors import StoreError
+from bench.telemetry import (
+    Recording,
+    Scraper,
+    TelemetryConfig,
+    digest,
+    save_recording,
+    start_scraper,
+)
 
 
 def live_p99(values: list[float]) -> float | None:
@@ -116,6 +124,8 @@ class RunSession:
 
     `stop_event` and `on_tick` are for runs started off the main thread (server/jobs.py):
     the event stops the current point like Ctrl-C does, `on_tick` sees live counters.
+    `telemetry` scrapes the server's /metrics (and GPU power) around each point
+    (bench/telemetry.py); None scrapes nothing.
     """
 
     def __init__(
@@ -130,8 +140,11 @@ class RunSession:
         extra: dict | None = None,
         stop_event: threading.Event | None = None,
         on_tick: Callable[[RunProgress], None] | None = None,
+        telemetry: TelemetryConfig | None = None,
     ) -> None:
         self.scenario = scenario
+        self.telemetry = telemetry
+        self.telemetry_warnings: list[str] = []
         self.show_progress = show_progress
         self.stop_event = stop_event
         self.on_tick = on_tick
@@ -193,17 +206,23 @@ class RunSession:
                 cooldown_s=cooldown_s,
                 params=params,
             )
-        if self.stop_event is not None or self.on_tick is not None:
-            result = run_stoppable(
-                plan, sink=self._sink, on_tick=self.on_tick, stop_event=self.stop_event
-            )
-        elif self.show_progress:
-            bar, tick = progress_bar(len(plan.specs), title or self.scenario.name)
-            with bar:
-                result = run_blocking(plan, sink=self._sink, on_tick=tick)
-        else:
-            result = run_blocking(plan, sink=self._sink)
+        scraper = self.start_telemetry(plan)
+        try:
+            if self.stop_event is not None or self.on_tick is not None:
+                result = run_stoppable(
+                    plan, sink=self._sink, on_tick=self.on_tick, stop_event=self.stop_event
+                )
+            elif self.show_progress:
+                bar, tick = progress_bar(len(plan.specs), title or self.scenario.name)
+                with bar:
+                    result = run_blocking(plan, sink=self._sink, on_tick=tick)
+            else:
+                result = run_blocking(plan, sink=self._sink)
+        finally:
+            recording = scraper.stop() if scraper is not None else None
         summary = window_summary(result, self.scenario, warmup_s=warmup_s, cooldown_s=cooldown_s)
+        if recording is not None:
+            self.keep_telemetry(plan.load_point, recording, result.t0_ns, result.duration_s)
         if self.writer is not None:
             self.writer.end_load_point(
                 plan.load_point,
@@ -211,6 +230,48 @@ class RunSession:
                 summary_json=summary.to_json(),
             )
         return result, summary
+
+    def _telemetry_warning(self, message: str) -> None:
+        """Each distinct telemetry problem is said once per session, never fails the run."""
+        if message in self.telemetry_warnings:
+            return
+        self.telemetry_warnings.append(message)
+        if self.show_progress:
+            from rich.markup import escape
+
+            from bench.console import err_console
+
+            err_console.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
+        else:
+            import logging
+
+            logging.getLogger("tokenbench.telemetry").warning(message)
+
+    def start_telemetry(self, plan: RunPlan) -> Scraper | None:
+        """A started bench.telemetry.Scraper for this point, or None; stop() it when the
+        point ends and hand its Recording to keep_telemetry (distributed runs can too)."""
+        if self.telemetry is None:
+            return None
+        return start_scraper(self.telemetry, plan.base_url, self._telemetry_warning)
+
+    def keep_telemetry(
+        self, load_point: int, recording: Recording, t0_ns: int, duration_s: float
+    ) -> None:
+        """Store the point's samples (and why some are missing) and show a one-line digest.
+
+        `t0_ns` is the point's start on the records' perf_counter clock (RunResult.t0_ns).
+        """
+        if self.writer is not None and (recording.scrapes or recording.warnings):
+            try:
+                save_recording(recording, self.writer.run_id, load_point, t0_ns, self.writer.engine)
+            except Exception as exc:  # noqa: BLE001 - telemetry never fails a run
+                self._telemetry_warning(f"telemetry of load point {load_point} not stored: {exc}")
+        if self.show_progress and self.stop_event is None:
+            line = digest(recording, t0_ns, duration_s)
+            if line:
+                from bench.console import console
+
+                console.print(line, highlight=False)
 
     def finish(
         self, status: str, summary: Summary | None = None, extra: dict | None = None
@@ -240,6 +301,7 @@ def run_and_store(
     simulated: bool = False,
     stop_event: threading.Event | None = None,
     on_tick: Callable[[RunProgress], None] | None = None,
+    telemetry: TelemetryConfig | None = None,
 ) -> tuple[RunResult, Summary, str | None]:
     """`tokenbench run`: one load point, stored unless store=False. Returns the run id."""
     session = RunSession(
@@ -251,6 +313,7 @@ def run_and_store(
         show_progress=show_progress,
         stop_event=stop_event,
         on_tick=on_tick,
+        telemetry=telemetry,
     )
     load = scenario.load
     status, summary = "failed", None

@@ -20,7 +20,20 @@ from pathlib import Path
 
 import numpy as np
 
-_WORDS = ["the", "of", "and", "to", "in", "is", "it", "you", "that", "he", "was", "for", "on", "are", "with", "as", "his", "they", "be", "at", "one", "have", "this", "from", "or", "had", "by", "hot", "but", "some", "what", "there", "we", "can", "out", "other", "were", "all", "your", "when", "up", "use", "word", "how", "said", "an", "each", "she", "which", "do", "their", "time", "if", "will", "way", "about", "many", "then", "them", "would", "write", "like", "so", "these", "her", "long", "make", "thing", "see", "him", "two", "has", "look", "more", "day", "could", "go", "come", "did", "my", "sound", "no", "most", "number", "who", "over", "know", "water", "than", "call", "first", "people", "may", "down", "side", "been", "now", "find", "any", "new", "work", "part", "take", "get", "place", "made", "live", "where", "after", "back", "little", "only", "round", "man", "year", "came", "show", "every", "good", "me", "give", "our", "under", "name", "very", "through", "just", "form", "much", "great", "think", "say", "help", "low", "line", "before", "turn", "cause", "same", "mean", "differ", "move", "right", "boy", "old", "too", "does", "tell", "sentence", "set", "three", "want", "air", "well", "also", "play", "small", "end", "put", "home", "read", "hand", "port", "large", "spell", "add", "even", "land", "here", "must", "big", "high", "such", "follow", "act", "why", "ask", "men", "change", "went", "light", "kind", "off", "need", "house", "picture", "try", "us", "again", "animal", "point", "mother", "world", "near", "build", "self", "earth", "father"]
+_WORDS = (  # noqa: SIM905 - one readable block of words
+    "the of and to in is it you that he was for on are with as his they be at one have this "
+    "from or had by hot but some what there we can out other were all your when up use word "
+    "how said an each she which do their time if will way about many then them would write "
+    "like so these her long make thing see him two has look more day could go come did my "
+    "sound no most number who over know water than call first people may down side been now "
+    "find any new work part take get place made live where after back little only round man "
+    "year came show every good me give our under name very through just form much great "
+    "think say help low line before turn cause same mean differ move right boy old too does "
+    "tell sentence set three want air well also play small end put home read hand port large "
+    "spell add even land here must big high such follow act why ask men change went light "
+    "kind off need house picture try us again animal point mother world near build self "
+    "earth father "
+).split()
 _WORD_ARRAY = np.array(_WORDS)
 _TOKEN_ID_RANGE = (1000, 30000)  # ordinary word-piece ids in every modern vocabulary
 

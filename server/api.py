@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from fastapi.responses import StreamingResponse
-from sqlalchemy import select
+from sqlalchemy import select, tuple_
 
 from bench.cost import PriceCatalogueError, price_per_gpu_hour
 from bench.curves import compare_runs, cost_rows_at, ratio_sentence
@@ -161,20 +161,32 @@ def run_requests(
     after: Annotated[int, Query(ge=0, description="row id to continue after (next_after)")] = 0,
     limit: Annotated[int, Query(ge=1, le=5000)] = 500,
 ) -> RequestsPage:
-    """A page of a run's requests in stored order (keyset paging: pass next_after back)."""
+    """A page of a run's requests, by load point then stored order (keyset paging).
+
+    Paging follows the (run_id, load_point) index, id included, so a page costs the same
+    at the millionth request as at the first: pass next_after back as ?after=.
+    """
     db = tb(request).db_url
     run_id = resolve_run(ref, db)
-    query = (
-        select(*RequestRow.__table__.c)
-        .where(RequestRow.run_id == run_id, RequestRow.id > after)
-        .order_by(RequestRow.id)
-        .limit(limit + 1)
-    )
-    if load_point is not None:
-        query = query.where(RequestRow.load_point == load_point)
-    if state is not None:
-        query = query.where(RequestRow.state == state)
-    with get_engine(db).connect() as conn:
+    engine = get_engine(db)
+    after_point = -1
+    with engine.connect() as conn:
+        if after:
+            found = conn.execute(
+                select(RequestRow.load_point).where(RequestRow.id == after)
+            ).scalar_one_or_none()
+            after_point = found if found is not None else -1
+        key = tuple_(RequestRow.load_point, RequestRow.id)
+        query = (
+            select(*RequestRow.__table__.c)
+            .where(RequestRow.run_id == run_id, key > tuple_(after_point, after))
+            .order_by(RequestRow.load_point, RequestRow.id)
+            .limit(limit + 1)
+        )
+        if load_point is not None:
+            query = query.where(RequestRow.load_point == load_point)
+        if state is not None:
+            query = query.where(RequestRow.state == state)
         rows = [dict(r._mapping) for r in conn.execute(query)]
     more = len(rows) > limit
     rows = rows[:limit]
@@ -272,11 +284,15 @@ def costs(
     for comp in compare_runs(state.curves(run), slo_t, state.catalogue, utilisation):
         curve = comp.curve
         if at == "all":
-            chosen = [(p, "load point") for p in curve.points]
+            chosen = [(p, "load point", None) for p in curve.points]
         else:
-            chosen = [(comp.capacity, comp.basis)]
-        for point, basis in chosen:
-            rows = cost_rows_at(curve, point, state.catalogue, utilisation)
+            chosen = [(comp.capacity, comp.basis, comp.cost_rows)]
+        for point, basis, priced in chosen:
+            rows = (
+                priced
+                if priced is not None
+                else cost_rows_at(curve, point, state.catalogue, utilisation)
+            )
             if tier:
                 rows = [r for r in rows if r.tier in tier]
             out.append(

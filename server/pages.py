@@ -35,6 +35,10 @@ PLOTLY_VERSION = plotly.__version__
 CACHE_FOREVER = "public, max-age=31536000, immutable"
 
 router = APIRouter(include_in_schema=False)
+# Compare pages of finished runs (immutable) keep their figures' JSON: building plotly
+# figures is most of a page's server time. Keyed by runs, SLO, utilisation and catalogue.
+FIGURE_CACHE_SIZE = 64
+_figure_cache: dict[tuple, tuple[str, list[str]]] = {}
 static_router = APIRouter(prefix="/static", include_in_schema=False)
 
 _env = Environment(
@@ -195,7 +199,21 @@ def compare_page(
     except ValueError as exc:
         slo_t, error = [], str(exc)
     comps = compare_runs(curves, slo_t, state.catalogue, utilisation)
-    figs = figures.compare_figures(curves, state.catalogue, slo=slo_t, utilisation=utilisation)
+    key = (
+        tuple((c.run_id, c.status, len(c.points), c.colour) for c in curves),
+        tuple(str(t) for t in slo_t),
+        utilisation,
+        id(state),
+        id(state.catalogue),
+    )
+    charts = _figure_cache.get(key) if all(c.status != "running" for c in curves) else None
+    if charts is None:
+        figs = figures.compare_figures(curves, state.catalogue, slo=slo_t, utilisation=utilisation)
+        charts = (figures_json(figs), list(figs))
+        if all(c.status != "running" for c in curves):
+            if len(_figure_cache) >= FIGURE_CACHE_SIZE:
+                _figure_cache.pop(next(iter(_figure_cache)))
+            _figure_cache[key] = charts
     return render(
         "compare.html",
         curves=curves,
@@ -204,8 +222,8 @@ def compare_page(
         slo=slo or "",
         utilisation=utilisation,
         error=error,
-        figures_json=figures_json(figs),
-        chart_names=list(figs),
+        figures_json=charts[0],
+        chart_names=charts[1],
         run_query="&".join(f"run={quote(c.run_id)}" for c in curves),
         cheapest=_cheapest,
     )

@@ -6,6 +6,7 @@ window.tokenbench = (function () {
   // Draw every figure embedded in <script id="figures">; body[data-ready] marks the end
   // (browser tests and benchmarks/dashboard.py wait for it).
   async function renderFigures() {
+    window.tokenbenchStartMs = performance.now();  // plotly.js parsed and run by now
     const node = document.getElementById("figures");
     const figures = node ? JSON.parse(node.textContent) : {};
     const drawn = [];
@@ -14,6 +15,7 @@ window.tokenbench = (function () {
       if (div) drawn.push(Plotly.newPlot(div, fig.data, fig.layout, CONFIG));
     }
     await Promise.all(drawn);
+    window.tokenbenchReadyMs = performance.now();  // since navigation start
     document.body.dataset.ready = "1";
   }
 

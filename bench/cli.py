@@ -725,3 +725,9 @@ def demo_command(
 from bench.export.cli import export_command  # noqa: E402
 
 app.command("export", help="Export runs as pptx, xlsx, csv, html, png or svg.")(export_command)
+
+from server.cli import serve_command  # noqa: E402
+
+app.command("serve", help="Serve the REST API and the dashboard (B200 beside H100).")(
+    serve_command
+)

@@ -507,91 +507,36 @@ def sweep_command(
     if not sc.target.model:
         sc.target.model = discover_model(sc.target.base_url, key) or "default"
     catalogue = _catalogue(prices_file, price)
-    result = run_sweep(
-        sc, specs, auto=auto, thresholds=thresholds, slo_iterations=slo_iterations,
-        point_duration=point_duration, warmup=warmup, cooldown=cooldown,
-        max_error_rate=max_error_rate, api_key=key, transport=transport,
-        base_dir=scenario.parent if scenario else None, db=db, store=not no_store,
-        telemetry=telemetry_config(scrape_metrics, metrics_url, metrics_interval, dcgm_url, nvml),
+    from bench.store.errors import StoreError
+    from bench.sweep import SweepPlan, run_sweep
+
+    plan = SweepPlan(
+        specs=specs, auto=auto, thresholds=thresholds, slo_iterations=slo_iterations,
+        point_duration_s=point_duration, warmup_s=warmup, cooldown_s=cooldown,
+        max_error_rate=max_error_rate,
     )  # fmt: skip
+    try:
+        result = run_sweep(
+            sc, plan, api_key=key, transport=transport, db=db, store=not no_store,
+            base_dir=scenario.parent if scenario else None, on_point=sweep_progress,
+            telemetry=telemetry_config(scrape_metrics, metrics_url, metrics_interval, dcgm_url, nvml),
+        )  # fmt: skip
+    except (ValueError, StoreError) as exc:
+        raise fail(str(exc)) from None
     print_sweep_result(result, sc, catalogue, utilisation)
     if result.interrupted:
         raise typer.Exit(130)
 
 
-def run_sweep(sc, specs, *, auto, thresholds, slo_iterations, point_duration, warmup, cooldown,
-              max_error_rate, api_key, transport, base_dir, db, store, simulated=False,
-              show_progress=True, telemetry=None):  # fmt: skip
-    """A whole sweep in one stored run (used by `sweep` and `demo`).
-
-    Simulated endpoints serve /metrics, so a simulated sweep (the demo) scrapes them unless
-    told otherwise: the demo shows server telemetry too.
-    """
-    from bench.runner import plan_from_scenario
-    from bench.session import RunSession
-    from bench.store.errors import StoreError
-    from bench.sweep import Sweep, scenario_at
-
-    if telemetry is None and simulated:
-        from bench.telemetry import TelemetryConfig
-
-        telemetry = TelemetryConfig()
-    first = scenario_at(sc, specs[0], point_duration_s=point_duration) if specs else sc
-    try:
-        plan0 = plan_from_scenario(first, base_dir=base_dir, api_key=api_key, transport=transport)
-        session = RunSession(
-            sc, plan0, db_url=db, store=store, simulated=simulated, show_progress=show_progress,
-            extra={"sweep": {"slo": [str(t) for t in thresholds], "warmup_s": warmup,
-                             "cooldown_s": cooldown}},
-            telemetry=telemetry,
-        )  # fmt: skip
-    except (ValueError, StoreError) as exc:
-        raise fail(str(exc)) from None
-
-    def on_point(point, remaining) -> None:
-        s = point.summary
-        left = "" if remaining is None else f"  ({remaining} planned points left)"
-        console.print(
-            f"[bold]point {point.index + 1}[/] {point.spec.title}: {s.requests_per_s:.2f} req/s, "
-            f"{s.output_tokens_per_s:,.0f} out tok/s, p99 TTFT {s.value('p99_ttft_ms') or 0:,.0f} ms, "
-            f"p99 TPOT {s.value('p99_tpot_ms') or 0:,.1f} ms, failed {s.failed}{left}"
-        )
-
-    sweep = Sweep(
-        sc, session, base_dir=base_dir, api_key=api_key, transport=transport,
-        point_duration_s=point_duration, warmup_s=warmup, cooldown_s=cooldown,
-        slo=thresholds, max_error_rate=max_error_rate, on_point=on_point,
-    )  # fmt: skip
-    status = "failed"
-    try:
-        if auto is not None:
-            sweep.auto(auto)
-        else:
-            sweep.grid(specs)
-        sweep.slo_search(slo_iterations)
-        result = sweep.conclude()
-        status = "interrupted" if result.interrupted else "completed"
-    except ValueError as exc:
-        raise fail(str(exc)) from None
-    finally:
-        best = sweep.result.capacity or (sweep.result.points[-1] if sweep.result.points else None)
-        try:
-            session.finish(status, best.summary if best else None, extra=sweep_extra(sweep.result))
-        except StoreError as exc:
-            raise fail(str(exc)) from None
-    return result
-
-
-def sweep_extra(result) -> dict:
-    """What the stored run keeps about the sweep's conclusions (capacity, knee)."""
-    return {
-        "sweep": {
-            "capacity_load_point": result.capacity.index if result.capacity else None,
-            "capacity_note": result.capacity_note,
-            "knee_load_point": result.knee.index if result.knee else None,
-            "stopped_early": result.stopped_early,
-        }
-    }
+def sweep_progress(point, remaining) -> None:
+    """One console line per finished point: what was measured and what is left."""
+    s = point.summary
+    left = "" if remaining is None else f"  ({remaining} planned points left)"
+    console.print(
+        f"[bold]point {point.index + 1}[/] {point.spec.title}: {s.requests_per_s:.2f} req/s, "
+        f"{s.output_tokens_per_s:,.0f} out tok/s, p99 TTFT {s.value('p99_ttft_ms') or 0:,.0f} ms, "
+        f"p99 TPOT {s.value('p99_tpot_ms') or 0:,.1f} ms, failed {s.failed}{left}"
+    )
 
 
 def _catalogue(prices_file, price):
@@ -722,12 +667,11 @@ def demo_command(
     except StoreError as exc:
         raise fail(str(exc)) from None
 
+
 from bench.export.cli import export_command  # noqa: E402
 
 app.command("export", help="Export runs as pptx, xlsx, csv, html, png or svg.")(export_command)
 
 from server.cli import serve_command  # noqa: E402
 
-app.command("serve", help="Serve the REST API and the dashboard (B200 beside H100).")(
-    serve_command
-)
+app.command("serve", help="Serve the REST API and the dashboard (B200 beside H100).")(serve_command)

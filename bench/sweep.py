@@ -181,8 +181,10 @@ class Sweep:
         slo: Sequence[Threshold] = (),
         max_error_rate: float = STOP_ERROR_RATE,
         on_point: Callable[[PointResult, int | None], None] | None = None,
+        stop_event=None,
     ) -> None:
         self.scenario = scenario
+        self.stop_event = stop_event
         self.session = session
         self.base_dir = base_dir
         self.api_key = api_key
@@ -305,3 +307,126 @@ class Sweep:
 
 def per_gpu(value: float, gpus: int) -> float:
     return value / max(1, gpus)
+
+
+class SweepStopped(Exception):
+    """Raised between points once the sweep's stop event is set (a cancel or Ctrl-C)."""
+
+
+@dataclass
+class SweepPlan:
+    """What to measure: a grid of points or an auto sweep, the SLO and each point's windows."""
+
+    specs: list[PointSpec] = field(default_factory=list)
+    auto: int | None = None  # guidellm-style: N rates between synchronous and saturated
+    thresholds: list[Threshold] = field(default_factory=list)
+    slo_iterations: int = 4
+    point_duration_s: float | None = None
+    warmup_s: float = 0.0
+    cooldown_s: float = 0.0
+    max_error_rate: float = STOP_ERROR_RATE
+
+    def planned_points(self) -> int:
+        base = len(self.specs) if self.auto is None else self.auto + 2
+        return base + (self.slo_iterations if self.thresholds else 0)
+
+
+def sweep_extra(result: SweepResult) -> dict:
+    """What the stored run keeps about the sweep's conclusions (capacity, knee)."""
+    return {
+        "sweep": {
+            "capacity_load_point": result.capacity.index if result.capacity else None,
+            "capacity_note": result.capacity_note,
+            "knee_load_point": result.knee.index if result.knee else None,
+            "stopped_early": result.stopped_early,
+        }
+    }
+
+
+def run_sweep(
+    scenario,
+    plan: SweepPlan,
+    *,
+    api_key: str | None = None,
+    transport: str = "raw",
+    base_dir=None,
+    db: str | None = None,
+    store: bool = True,
+    simulated: bool = False,
+    show_progress: bool = True,
+    telemetry=None,
+    on_point: Callable[[PointResult, int | None], None] | None = None,
+    on_start: Callable[[str | None], None] | None = None,
+    stop_event=None,
+    on_tick=None,
+) -> SweepResult:
+    """A whole sweep in one stored run: the CLI's `sweep`, the demo and the service call this.
+
+    Simulated endpoints serve /metrics, so a simulated sweep scrapes them unless told
+    otherwise. Setting `stop_event` (a threading.Event) stops the point in flight and the
+    sweep, keeping what was measured (status interrupted). Raises ValueError for a plan that
+    cannot run and bench.store.errors.StoreError when the database fails.
+    """
+    from bench.session import RunSession
+
+    if telemetry is None and simulated:
+        from bench.telemetry import TelemetryConfig
+
+        telemetry = TelemetryConfig()
+    first = (
+        scenario_at(scenario, plan.specs[0], point_duration_s=plan.point_duration_s)
+        if plan.specs
+        else scenario
+    )
+    plan0 = plan_from_scenario(first, base_dir=base_dir, api_key=api_key, transport=transport)
+    session = RunSession(
+        scenario,
+        plan0,
+        db_url=db,
+        store=store,
+        simulated=simulated,
+        show_progress=show_progress,
+        extra={
+            "sweep": {
+                "slo": [str(t) for t in plan.thresholds],
+                "warmup_s": plan.warmup_s,
+                "cooldown_s": plan.cooldown_s,
+            }
+        },
+        telemetry=telemetry,
+        stop_event=stop_event,
+        on_tick=on_tick,
+    )
+    if on_start is not None:
+        on_start(session.run_id)
+    sweep = Sweep(
+        scenario,
+        session,
+        base_dir=base_dir,
+        api_key=api_key,
+        transport=transport,
+        point_duration_s=plan.point_duration_s,
+        warmup_s=plan.warmup_s,
+        cooldown_s=plan.cooldown_s,
+        slo=plan.thresholds,
+        max_error_rate=plan.max_error_rate,
+        on_point=on_point,
+        stop_event=stop_event,
+    )
+    status = "failed"
+    try:
+        try:
+            if plan.auto is not None:
+                sweep.auto(plan.auto)
+            else:
+                sweep.grid(plan.specs)
+            sweep.slo_search(plan.slo_iterations)
+        except SweepStopped:
+            sweep.result.interrupted = True
+        result = sweep.conclude()
+        status = "interrupted" if result.interrupted else "completed"
+    finally:
+        res = sweep.result
+        best = res.capacity or (res.points[-1] if res.points else None)
+        session.finish(status, best.summary if best else None, extra=sweep_extra(res))
+    return result

@@ -2,9 +2,8 @@
 
 Runs execute one after another, never side by side: two load generators sharing one
 machine would limit each other and both results would be wrong. A job runs through the same
-library calls as the CLI (bench.session.run_and_store for a run; bench.sweep.Sweep over a
-bench.session.RunSession for a sweep, as bench.cli.run_sweep does), so it is stored and
-summarised exactly like a run started from a terminal. Cancelling sets a threading.Event the
+library calls as the CLI (bench.session.run_and_store for a run, bench.sweep.run_sweep for
+a sweep), so it is stored and summarised exactly like a run started from a terminal. Cancelling sets a threading.Event the
 runner polls (RunSession's stop_event): the point in flight stops like Ctrl-C, what it
 measured is kept, and the run is stored as interrupted.
 """
@@ -19,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.runner import Progress as RunProgress
-from bench.session import RunSession, live_p99
+from bench.session import live_p99
 from server.models import JobOut, PointDone, ProgressOut
 
 SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
@@ -29,10 +28,6 @@ TERMINAL = ("completed", "interrupted", "failed", "cancelled")
 
 class QueueFullError(RuntimeError):
     """Too many jobs waiting; the caller should retry after one finishes."""
-
-
-class _Cancelled(Exception):
-    """Raised between sweep points once a cancel was asked for."""
 
 
 @dataclass
@@ -119,15 +114,6 @@ class Job:
             progress=progress,
             points=list(self.points),
         )
-
-
-class _StoppableSession(RunSession):
-    """A RunSession that refuses to start another point once the job was cancelled."""
-
-    def point(self, plan, **kwargs):
-        if self.stop_event is not None and self.stop_event.is_set():
-            raise _Cancelled()
-        return super().point(plan, **kwargs)
 
 
 class JobManager:
@@ -263,70 +249,40 @@ class JobManager:
         return "interrupted" if result.interrupted else "completed"
 
     def _sweep(self, job: Job) -> str:
-        from bench.cli import sweep_extra
-        from bench.runner import plan_from_scenario
-        from bench.sweep import Sweep, scenario_at
+        from bench.sweep import SweepPlan, run_sweep
 
         plan, sc = job.plan, job.plan.scenario
-        first = (
-            scenario_at(sc, plan.specs[0], point_duration_s=plan.point_duration_s)
-            if (plan.specs)
-            else sc
+        sweep_plan = SweepPlan(
+            specs=list(plan.specs),
+            auto=plan.auto,
+            thresholds=list(plan.thresholds),
+            slo_iterations=plan.slo_iterations,
+            point_duration_s=plan.point_duration_s,
+            warmup_s=plan.warmup_s,
+            cooldown_s=plan.cooldown_s,
+            max_error_rate=plan.max_error_rate,
         )
-        plan0 = plan_from_scenario(first, base_dir=plan.base_dir, api_key=plan.api_key)
-        session = _StoppableSession(
-            sc,
-            plan0,
-            db_url=self.db_url,
-            simulated=bool(plan.simulate),
-            show_progress=False,
-            extra={
-                "sweep": {
-                    "slo": [str(t) for t in plan.thresholds],
-                    "warmup_s": plan.warmup_s,
-                    "cooldown_s": plan.cooldown_s,
-                }
-            },
-            stop_event=job.stop,
-            on_tick=self._tick(job),
-        )
-        planned = len(plan.specs) if plan.specs else (plan.auto or 0) + 2
-        job.touch(run_id=session.run_id, points_planned=planned + plan.slo_iterations)
 
         def on_point(point, remaining) -> None:
             done = [*job.points, _point_done(point.index, point.spec.title, point.summary)]
             job.touch(points=done, point=point.index + 1, point_title=None)
 
-        sweep = Sweep(
+        result = run_sweep(
             sc,
-            session,
-            base_dir=plan.base_dir,
+            sweep_plan,
             api_key=plan.api_key,
-            point_duration_s=plan.point_duration_s,
-            warmup_s=plan.warmup_s,
-            cooldown_s=plan.cooldown_s,
-            slo=plan.thresholds,
-            max_error_rate=plan.max_error_rate,
+            base_dir=plan.base_dir,
+            db=self.db_url,
+            simulated=bool(plan.simulate),
+            show_progress=False,
             on_point=on_point,
+            on_start=lambda run_id: job.touch(
+                run_id=run_id, points_planned=sweep_plan.planned_points()
+            ),
+            stop_event=job.stop,
+            on_tick=self._tick(job),
         )
-        status = "failed"
-        try:
-            try:
-                if plan.auto is not None:
-                    sweep.auto(plan.auto)
-                else:
-                    sweep.grid(plan.specs)
-                sweep.slo_search(plan.slo_iterations)
-                result = sweep.conclude()
-                status = "interrupted" if result.interrupted else "completed"
-            except _Cancelled:
-                sweep.conclude()
-                status = "interrupted"
-        finally:
-            res = sweep.result
-            best = res.capacity or (res.points[-1] if res.points else None)
-            session.finish(status, best.summary if best else None, extra=sweep_extra(res))
-        return status
+        return "interrupted" if result.interrupted else "completed"
 
 
 def _value(summary, name: str) -> float | None:

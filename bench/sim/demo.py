@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.sweep import PointSpec
+from bench.sweep import PointSpec, SweepPlan, run_sweep
 
 SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 DEMO_SCENARIO = SCENARIOS_DIR / "chat-bursty.yaml"
@@ -40,7 +40,7 @@ def run_demo(
     db: str | None = None, *, rates=DEMO_RATES, point_s: float = DEMO_POINT_S
 ) -> list[str]:
     """Run the demo; returns the two stored run ids (B200 first)."""
-    from bench.cli import run_sweep
+    from bench.cli import sweep_progress
     from bench.console import comparison_tables, console
     from bench.cost import load_catalogue
     from bench.curves import compare_runs, ratio_sentence, run_curves
@@ -66,21 +66,17 @@ def run_demo(
             console.rule(f"[bold]SIMULATED {sc.label}[/]  ({url})")
             result = run_sweep(
                 sc,
-                [PointSpec("rate", r) for r in rates],
-                auto=None,
-                thresholds=thresholds,
-                slo_iterations=0,
-                point_duration=point_s,
-                warmup=0.0,
-                cooldown=0.0,
-                max_error_rate=0.5,
-                api_key=None,
-                transport="raw",
+                SweepPlan(
+                    specs=[PointSpec("rate", r) for r in rates],
+                    thresholds=thresholds,
+                    slo_iterations=0,
+                    point_duration_s=point_s,
+                ),
                 base_dir=DEMO_SCENARIO.parent,
                 db=db,
-                store=True,
                 simulated=True,
                 show_progress=False,
+                on_point=sweep_progress,
             )
             run_ids.append(result.run_id)
         finally:

@@ -207,86 +207,134 @@ def telemetry_config(scrape: bool, url: str | None, interval: float, dcgm: str |
     return config if config.enabled else None
 
 
+# Options shared by run and sweep, defined once (names follow `vllm bench serve`).
+BaseUrlOpt = Annotated[
+    str | None, typer.Option("--base-url", help="Server URL, e.g. http://127.0.0.1:8000")
+]
+EndpointOpt = Annotated[
+    str | None, typer.Option("--endpoint", help="/v1/completions or /v1/chat/completions")
+]
+BackendOpt = Annotated[
+    str | None,
+    typer.Option("--backend", help="vllm, sglang, trtllm or openai: fields that force the length"),
+]
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", help="Model name; default: the first /v1/models lists")
+]
+ScenarioOpt = Annotated[
+    Path | None, typer.Option("--scenario", help="Scenario YAML; flags override its values")
+]
+NumPromptsOpt = Annotated[
+    int | None, typer.Option("--num-prompts", min=1, help="Requests (per point in a sweep)")
+]
+InputLenOpt = Annotated[int | None, typer.Option("--random-input-len", min=1)]
+OutputLenOpt = Annotated[int | None, typer.Option("--random-output-len", min=1)]
+RangeRatioOpt = Annotated[float | None, typer.Option("--random-range-ratio", min=0, max=0.999)]
+DatasetNameOpt = Annotated[
+    str | None, typer.Option("--dataset-name", help="random, sharegpt or jsonl")
+]
+DatasetPathOpt = Annotated[str | None, typer.Option("--dataset-path")]
+MetricPercentilesOpt = Annotated[
+    str | None, typer.Option("--metric-percentiles", help="e.g. 50,90,99,99.9")
+]
+GoodputOpt = Annotated[
+    list[str] | None,
+    typer.Option("--goodput", help="SLO per metric in ms, e.g. ttft:500 tpot:50"),
+]
+SeedOpt = Annotated[int | None, typer.Option("--seed")]
+IgnoreEosOpt = Annotated[
+    bool | None,
+    typer.Option("--ignore-eos/--no-ignore-eos", help="Force exactly the requested output length"),
+]
+RequestTimeoutOpt = Annotated[
+    float | None, typer.Option("--request-timeout", help="Seconds one request may take")
+]
+ApiKeyOpt = Annotated[
+    str | None,
+    typer.Option("--api-key", help="Bearer token; default from $OPENAI_API_KEY. Never stored."),
+]
+TransportOpt = Annotated[str, typer.Option("--transport", help="raw (default, leanest) or httpx")]
+GpuOpt = Annotated[
+    str | None, typer.Option("--gpu", help="GPU type served (for $/Mtok), e.g. H100-SXM")
+]
+NumGpusOpt = Annotated[int | None, typer.Option("--num-gpus", min=1)]
+LabelOpt = Annotated[str | None, typer.Option("--label", help="A name for this run")]
+DbOpt = Annotated[
+    str | None,
+    typer.Option("--db", help="SQLAlchemy URL; default $TOKENBENCH_DB or results/tokenbench.db"),
+]
+NoStoreOpt = Annotated[bool, typer.Option("--no-store", help="Do not write to the database")]
+ScrapeOpt = Annotated[bool, SCRAPE_OPT]
+MetricsUrlOpt = Annotated[str | None, METRICS_URL_OPT]
+MetricsIntervalOpt = Annotated[float, METRICS_INTERVAL_OPT]
+DcgmUrlOpt = Annotated[str | None, DCGM_URL_OPT]
+NvmlOpt = Annotated[bool, NVML_OPT]
+PricesFileOpt = Annotated[Path | None, typer.Option("--prices-file", help="Your own price tiers")]
+PriceOpt = Annotated[
+    list[str] | None, typer.Option("--price", help="GPU:tier=USD_per_GPU_hour (repeatable)")
+]
+UtilisationOpt = Annotated[
+    float, typer.Option("--utilisation", min=0.01, max=1.0, help="Fleet utilisation for $/Mtok")
+]
+
+
+def resolve_target(sc, api_key: str | None) -> str | None:
+    """Check the endpoint answers (one line if not) and fill in the model; returns the key."""
+    from bench.runner import UnreachableError, check_reachable, discover_model
+
+    key = api_key or os.environ.get(sc.target.api_key_env)
+    if not sc.target.base_url:
+        raise fail("no endpoint: give --base-url (or target.base_url in the scenario)")
+    try:
+        check_reachable(sc.target.base_url)
+    except UnreachableError as exc:
+        raise fail(str(exc)) from None
+    if not sc.target.model:
+        sc.target.model = discover_model(sc.target.base_url, key) or "default"
+    return key
+
+
 @app.command("run")
 def run_command(
-    base_url: Annotated[
-        str | None, typer.Option("--base-url", help="Server URL, e.g. http://127.0.0.1:8000")
-    ] = None,
-    endpoint: Annotated[
-        str | None, typer.Option(help="/v1/completions or /v1/chat/completions")
-    ] = None,
-    backend: Annotated[
-        str | None,
-        typer.Option(
-            help="vllm, sglang, trtllm or openai: which extra fields force the output length"
-        ),
-    ] = None,
-    model: Annotated[
-        str | None, typer.Option(help="Model name; default: the first one /v1/models lists")
-    ] = None,
-    scenario: Annotated[
-        Path | None, typer.Option("--scenario", help="Scenario YAML; flags override its values")
-    ] = None,
-    num_prompts: Annotated[int | None, typer.Option("--num-prompts", min=1)] = None,
+    base_url: BaseUrlOpt = None,
+    endpoint: EndpointOpt = None,
+    backend: BackendOpt = None,
+    model: ModelOpt = None,
+    scenario: ScenarioOpt = None,
+    num_prompts: NumPromptsOpt = None,
     request_rate: Annotated[
         str | None, typer.Option("--request-rate", help="Requests/s, or inf to send all at once")
     ] = None,
     burstiness: Annotated[
-        float | None, typer.Option(help="Gamma shape: 1 = Poisson, <1 burstier, >1 steadier")
+        float | None,
+        typer.Option("--burstiness", help="Gamma shape: 1 = Poisson, <1 burstier, >1 steadier"),
     ] = None,
     max_concurrency: Annotated[int | None, typer.Option("--max-concurrency", min=1)] = None,
     concurrency: Annotated[
         int | None,
-        typer.Option(
-            "--concurrency",
-            min=1,
-            help="Closed loop: this many users, each sending as soon as its last reply ends",
-        ),
+        typer.Option("--concurrency", min=1, help="Closed loop: this many users, back to back"),
     ] = None,
     think_time: Annotated[
-        float | None,
-        typer.Option(
-            "--think-time", min=0, help="Closed loop: seconds a user waits between requests"
-        ),
+        float | None, typer.Option("--think-time", min=0, help="Closed loop: s between requests")
     ] = None,
     duration: Annotated[
-        float | None,
-        typer.Option("--duration", help="Stop starting requests after this many seconds"),
+        float | None, typer.Option("--duration", help="Stop starting requests after this many s")
     ] = None,
-    random_input_len: Annotated[int | None, typer.Option("--random-input-len", min=1)] = None,
-    random_output_len: Annotated[int | None, typer.Option("--random-output-len", min=1)] = None,
-    random_range_ratio: Annotated[
-        float | None, typer.Option("--random-range-ratio", min=0, max=0.999)
-    ] = None,
-    dataset_name: Annotated[
-        str | None, typer.Option("--dataset-name", help="random, sharegpt or jsonl")
-    ] = None,
-    dataset_path: Annotated[str | None, typer.Option("--dataset-path")] = None,
+    random_input_len: InputLenOpt = None,
+    random_output_len: OutputLenOpt = None,
+    random_range_ratio: RangeRatioOpt = None,
+    dataset_name: DatasetNameOpt = None,
+    dataset_path: DatasetPathOpt = None,
     percentile_metrics: Annotated[
         str | None, typer.Option("--percentile-metrics", help="e.g. ttft,tpot,itl,e2el")
     ] = None,
-    metric_percentiles: Annotated[
-        str | None, typer.Option("--metric-percentiles", help="e.g. 50,90,99,99.9")
-    ] = None,
-    goodput: Annotated[
-        list[str] | None,
-        typer.Option("--goodput", help="SLO per metric in ms, e.g. ttft:500 tpot:50"),
-    ] = None,
-    seed: Annotated[int | None, typer.Option()] = None,
-    ignore_eos: Annotated[
-        bool | None,
-        typer.Option(
-            "--ignore-eos/--no-ignore-eos", help="Force exactly the requested output length"
-        ),
-    ] = None,
-    request_timeout: Annotated[
-        float | None, typer.Option("--request-timeout", help="Seconds one request may take")
-    ] = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option("--api-key", help="Bearer token; default from $OPENAI_API_KEY. Never stored."),
-    ] = None,
-    transport: Annotated[str, typer.Option(help="raw (default, leanest) or httpx")] = "raw",
+    metric_percentiles: MetricPercentilesOpt = None,
+    goodput: GoodputOpt = None,
+    seed: SeedOpt = None,
+    ignore_eos: IgnoreEosOpt = None,
+    request_timeout: RequestTimeoutOpt = None,
+    api_key: ApiKeyOpt = None,
+    transport: TransportOpt = "raw",
     summary_json: Annotated[
         Path | None, typer.Option("--summary-json", help="Write the summary JSON contract here")
     ] = None,
@@ -294,28 +342,26 @@ def run_command(
         str | None,
         typer.Option("--fail-on", help="e.g. 'p99_ttft_ms<800,error_rate<0.01': exit 1 if broken"),
     ] = None,
-    gpu: Annotated[
-        str | None, typer.Option(help="GPU type served (recorded with the run), e.g. H100-SXM")
-    ] = None,
-    num_gpus: Annotated[int | None, typer.Option("--num-gpus", min=1)] = None,
-    label: Annotated[str | None, typer.Option(help="A name for this run")] = None,
-    db: Annotated[
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, help="Split the load over N processes")
+    ] = 1,
+    ray: Annotated[
         str | None,
-        typer.Option(
-            "--db", help="SQLAlchemy URL; default $TOKENBENCH_DB or results/tokenbench.db"
-        ),
+        typer.Option("--ray", help="Run workers as Ray actors: auto, local or a cluster address"),
     ] = None,
-    no_store: Annotated[
-        bool, typer.Option("--no-store", help="Do not write the run to the database")
-    ] = False,
-    scrape_metrics: Annotated[bool, SCRAPE_OPT] = True,
-    metrics_url: Annotated[str | None, METRICS_URL_OPT] = None,
-    metrics_interval: Annotated[float, METRICS_INTERVAL_OPT] = 1.0,
-    dcgm_url: Annotated[str | None, DCGM_URL_OPT] = None,
-    nvml: Annotated[bool, NVML_OPT] = False,
+    gpu: GpuOpt = None,
+    num_gpus: NumGpusOpt = None,
+    label: LabelOpt = None,
+    db: DbOpt = None,
+    no_store: NoStoreOpt = False,
+    scrape_metrics: ScrapeOpt = True,
+    metrics_url: MetricsUrlOpt = None,
+    metrics_interval: MetricsIntervalOpt = 1.0,
+    dcgm_url: DcgmUrlOpt = None,
+    nvml: NvmlOpt = False,
 ) -> None:
     """Benchmark one endpoint at one load point (like `vllm bench serve`)."""
-    from bench.runner import UnreachableError, check_reachable, discover_model, plan_from_scenario
+    from bench.runner import plan_from_scenario
 
     try:
         thresholds = parse_thresholds(fail_on)
@@ -333,30 +379,28 @@ def run_command(
         gpu=gpu, num_gpus=num_gpus, label=label,
     )  # fmt: skip
     sc = resolve_scenario(scenario, overrides, RUN_DEFAULTS)
-    key = api_key or os.environ.get(sc.target.api_key_env)
-    if not sc.target.base_url:
-        raise fail("no endpoint: give --base-url (or target.base_url in the scenario)")
-    try:
-        check_reachable(sc.target.base_url)
-    except UnreachableError as exc:
-        raise fail(str(exc)) from None
-    if not sc.target.model:
-        sc.target.model = discover_model(sc.target.base_url, key) or "default"
+    key = resolve_target(sc, api_key)
     base_dir = scenario.parent if scenario else None
     try:
         plan = plan_from_scenario(sc, base_dir=base_dir, api_key=key, transport=transport)
     except ValueError as exc:
         raise fail(str(exc)) from None
 
+    from bench.distributed import DistributedError, run_distributed_and_store
     from bench.session import run_and_store
     from bench.store.errors import StoreError
 
     try:
-        result, summary, run_id = run_and_store(
-            sc, plan, db_url=db, store=not no_store,
-            telemetry=telemetry_config(scrape_metrics, metrics_url, metrics_interval, dcgm_url, nvml),
-        )  # fmt: skip
-    except StoreError as exc:
+        if workers > 1 or ray is not None:
+            result, summary, run_id = run_distributed_and_store(
+                sc, plan, workers=workers, ray_address=ray, db_url=db, store=not no_store
+            )
+        else:
+            result, summary, run_id = run_and_store(
+                sc, plan, db_url=db, store=not no_store,
+                telemetry=telemetry_config(scrape_metrics, metrics_url, metrics_interval, dcgm_url, nvml),
+            )  # fmt: skip
+    except (StoreError, DistributedError) as exc:
         raise fail(str(exc)) from None
     print_summary(
         summary,
@@ -379,14 +423,11 @@ def run_command(
 
 @app.command("sweep")
 def sweep_command(
-    base_url: Annotated[str | None, typer.Option("--base-url")] = None,
-    endpoint: Annotated[str | None, typer.Option()] = None,
-    backend: Annotated[str | None, typer.Option()] = None,
-    model: Annotated[str | None, typer.Option()] = None,
-    scenario: Annotated[
-        Path | None,
-        typer.Option("--scenario", help="Scenario YAML: the traffic shape every point keeps"),
-    ] = None,
+    base_url: BaseUrlOpt = None,
+    endpoint: EndpointOpt = None,
+    backend: BackendOpt = None,
+    model: ModelOpt = None,
+    scenario: ScenarioOpt = None,
     request_rates: Annotated[
         str | None, typer.Option("--request-rates", help="Open-loop points, e.g. 1,2,4,8,inf")
     ] = None,
@@ -395,81 +436,55 @@ def sweep_command(
     ] = None,
     auto: Annotated[
         int | None,
-        typer.Option(
-            "--auto", min=1, help="Synchronous + saturated baseline, then N rates between"
-        ),
+        typer.Option("--auto", min=1, help="Synchronous + saturated baseline, then N rates"),
     ] = None,
     slo: Annotated[
         str | None,
-        typer.Option(
-            "--slo",
-            help="e.g. 'p99_ttft_ms<=500,p99_tpot_ms<=50': search the highest load meeting it",
-        ),
+        typer.Option("--slo", help="e.g. 'p99_ttft_ms<=500,p99_tpot_ms<=50': find the capacity"),
     ] = None,
     slo_iterations: Annotated[
         int, typer.Option("--slo-iterations", min=0, help="Bisection steps for the SLO capacity")
     ] = 4,
-    num_prompts: Annotated[
-        int | None, typer.Option("--num-prompts", min=1, help="Requests per point")
-    ] = None,
+    num_prompts: NumPromptsOpt = None,
     point_duration: Annotated[
-        float | None,
-        typer.Option(
-            "--point-duration", help="Seconds of load per point (sets requests per point)"
-        ),
+        float | None, typer.Option("--point-duration", help="Seconds of load per point")
     ] = None,
     warmup: Annotated[
-        float,
-        typer.Option(
-            "--warmup", min=0, help="Seconds at the start of each point left out of its statistics"
-        ),
+        float, typer.Option("--warmup", min=0, help="Seconds at each point's start left out")
     ] = 0.0,
     cooldown: Annotated[
-        float,
-        typer.Option(
-            "--cooldown", min=0, help="Seconds at the end of each point left out of its statistics"
-        ),
+        float, typer.Option("--cooldown", min=0, help="Seconds at each point's end left out")
     ] = 0.0,
     max_error_rate: Annotated[
-        float,
-        typer.Option("--max-error-rate", help="Stop the sweep when a point fails more than this"),
+        float, typer.Option("--max-error-rate", help="Stop when a point fails more than this")
     ] = 0.5,
-    random_input_len: Annotated[int | None, typer.Option("--random-input-len", min=1)] = None,
-    random_output_len: Annotated[int | None, typer.Option("--random-output-len", min=1)] = None,
-    random_range_ratio: Annotated[
-        float | None, typer.Option("--random-range-ratio", min=0, max=0.999)
-    ] = None,
-    dataset_name: Annotated[str | None, typer.Option("--dataset-name")] = None,
-    dataset_path: Annotated[str | None, typer.Option("--dataset-path")] = None,
-    metric_percentiles: Annotated[str | None, typer.Option("--metric-percentiles")] = None,
-    goodput: Annotated[list[str] | None, typer.Option("--goodput")] = None,
-    seed: Annotated[int | None, typer.Option()] = None,
-    ignore_eos: Annotated[bool | None, typer.Option("--ignore-eos/--no-ignore-eos")] = None,
-    request_timeout: Annotated[float | None, typer.Option("--request-timeout")] = None,
-    api_key: Annotated[str | None, typer.Option("--api-key")] = None,
-    transport: Annotated[str, typer.Option()] = "raw",
-    gpu: Annotated[
-        str | None, typer.Option(help="GPU type served, e.g. H100-SXM (for $/Mtok)")
-    ] = None,
-    num_gpus: Annotated[int | None, typer.Option("--num-gpus", min=1)] = None,
-    label: Annotated[str | None, typer.Option()] = None,
-    prices_file: Annotated[Path | None, typer.Option("--prices-file")] = None,
-    price: Annotated[
-        list[str] | None, typer.Option("--price", help="GPU:tier=USD_per_GPU_hour")
-    ] = None,
-    utilisation: Annotated[
-        float, typer.Option("--utilisation", min=0.01, max=1.0, help="Fleet utilisation for $/Mtok")
-    ] = 1.0,
-    db: Annotated[str | None, typer.Option("--db")] = None,
-    no_store: Annotated[bool, typer.Option("--no-store")] = False,
-    scrape_metrics: Annotated[bool, SCRAPE_OPT] = True,
-    metrics_url: Annotated[str | None, METRICS_URL_OPT] = None,
-    metrics_interval: Annotated[float, METRICS_INTERVAL_OPT] = 1.0,
-    dcgm_url: Annotated[str | None, DCGM_URL_OPT] = None,
-    nvml: Annotated[bool, NVML_OPT] = False,
+    random_input_len: InputLenOpt = None,
+    random_output_len: OutputLenOpt = None,
+    random_range_ratio: RangeRatioOpt = None,
+    dataset_name: DatasetNameOpt = None,
+    dataset_path: DatasetPathOpt = None,
+    metric_percentiles: MetricPercentilesOpt = None,
+    goodput: GoodputOpt = None,
+    seed: SeedOpt = None,
+    ignore_eos: IgnoreEosOpt = None,
+    request_timeout: RequestTimeoutOpt = None,
+    api_key: ApiKeyOpt = None,
+    transport: TransportOpt = "raw",
+    gpu: GpuOpt = None,
+    num_gpus: NumGpusOpt = None,
+    label: LabelOpt = None,
+    prices_file: PricesFileOpt = None,
+    price: PriceOpt = None,
+    utilisation: UtilisationOpt = 1.0,
+    db: DbOpt = None,
+    no_store: NoStoreOpt = False,
+    scrape_metrics: ScrapeOpt = True,
+    metrics_url: MetricsUrlOpt = None,
+    metrics_interval: MetricsIntervalOpt = 1.0,
+    dcgm_url: DcgmUrlOpt = None,
+    nvml: NvmlOpt = False,
 ) -> None:
     """Measure the throughput-versus-latency curve: many load points in one stored run."""
-    from bench.runner import UnreachableError, check_reachable, discover_model
     from bench.sweep import PointSpec, parse_values
 
     modes = [m for m in (request_rates, concurrency, auto) if m is not None]
@@ -497,15 +512,7 @@ def sweep_command(
         label=label,
     )  # fmt: skip
     sc = resolve_scenario(scenario, overrides, {"load": {"num_prompts": 200}})
-    key = api_key or os.environ.get(sc.target.api_key_env)
-    if not sc.target.base_url:
-        raise fail("no endpoint: give --base-url (or target.base_url in the scenario)")
-    try:
-        check_reachable(sc.target.base_url)
-    except UnreachableError as exc:
-        raise fail(str(exc)) from None
-    if not sc.target.model:
-        sc.target.model = discover_model(sc.target.base_url, key) or "default"
+    key = resolve_target(sc, api_key)
     catalogue = _catalogue(prices_file, price)
     from bench.store.errors import StoreError
     from bench.sweep import SweepPlan, run_sweep

@@ -143,3 +143,14 @@ def test_api_key_is_sent_but_never_stored_or_printed(fake_server, tmp_path):
     for path in tmp_path.iterdir():  # the database and its WAL/SHM files
         assert secret.encode() not in path.read_bytes()
     assert "TTFT" in proc.stdout and "E2E latency" in proc.stdout and "TPOT " not in proc.stdout
+
+
+def test_workers_flag_splits_the_run_across_processes(fake_server, tmp_path, db):
+    out = tmp_path / "s.json"
+    proc = tokenbench(
+        "run", "--base-url", fake_server.url, "--num-prompts", "40", "--request-rate", "80",
+        "--random-output-len", "5", "--workers", "2", "--summary-json", str(out), "--db", db,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(out.read_text())
+    assert s["completed"] == 40 and s["failed"] == 0

@@ -22,8 +22,10 @@ from bench.curves import compare_runs, ratio_sentence
 from bench.metrics import parse_thresholds
 from bench.store.errors import RunNotFoundError
 from bench.store.read import get_run, list_runs
+from bench.telemetry import load_telemetry
 from dashboards import figures
 from dashboards.data import point_details, run_time_series
+from dashboards.telemetry import run_telemetry_figure
 from server.auth import COOKIE, token_matches
 from server.jobs import SCENARIOS_DIR
 
@@ -250,6 +252,8 @@ def run_page(request: Request, ref: str) -> Response:
     figs = {}
     if series["t_s"]:
         figs["timeseries"] = figures.run_time_series(curve, series, load_points=spans)
+    if not load_telemetry(run.id, state.db_url).empty:
+        figs["telemetry"] = run_telemetry_figure(run.id, state.db_url)
     if details:
         figs["cdf_ttft"] = figures.latency_cdfs(curve, cdfs, "ttft")
         figs["cdf_tpot"] = figures.latency_cdfs(curve, cdfs, "tpot")

@@ -158,3 +158,18 @@ def test_html_is_standalone(report, tmp_path):
     assert report.sentence.replace("'", "&#x27;") in html
     for chart in report.charts:
         assert f"chart-{chart.key}" in html
+
+
+def test_energy_table_uses_profile_tdp_without_telemetry(demo_db, report):
+    from bench.sim.profiles import get_gpu
+
+    db, runs, _ = demo_db
+    comps = report.comparisons
+    assert [r[0] for r in report.energy.rows] == [c.curve.legend for c in comps]
+    for row, c in zip(report.energy.rows, comps, strict=True):
+        tdp = get_gpu(c.curve.gpu_type).tdp_w
+        assert row[2].value == tdp and row[3] == "GPU profile TDP (assumed)"
+        # J/token = TDP x GPUs / output tokens/s, by hand.
+        expected = tdp * c.curve.gpu_count / c.capacity.output_tps
+        assert row[4].value == pytest.approx(expected)
+    assert report.energy in report.tables

@@ -98,6 +98,7 @@ def render_html(report: Report) -> str:
         report.assumptions,
         report.runs_table,
         report.prices,
+        report.energy,
         report.methodology,
     ):
         body.append(table_html(table))

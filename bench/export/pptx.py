@@ -534,6 +534,8 @@ def write_pptx(report: Report, out: Path) -> Path:
     table_slides(prs, report, report.runs_table, title="Assumptions: runs and software",
                  max_pt=13)  # fmt: skip
     table_slides(prs, report, report.prices, title="Assumptions: prices", max_pt=12)
+    if report.energy.rows:
+        table_slides(prs, report, report.energy, max_pt=13)
     table_slides(prs, report, report.methodology, max_pt=14)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -150,6 +150,7 @@ class Report:
     percentiles: Table
     load_points: Table
     prices: Table
+    energy: Table
     runs_table: Table
     assumptions: Table
     methodology: Table
@@ -169,6 +170,7 @@ class Report:
             self.percentiles,
             self.load_points,
             self.prices,
+            self.energy,
             self.runs_table,
             self.assumptions,
             self.methodology,
@@ -519,6 +521,45 @@ def _prices_table(curves, catalogue: Catalogue) -> Table:
     )
 
 
+def _energy_table(comparisons, db, catalogue: Catalogue) -> Table:
+    """Energy per output token at each run's basis point: measured GPU power when the run's
+    telemetry recorded it (bench.telemetry), else the GPU profile's TDP, and said which."""
+    from bench.cost import PriceCatalogueError, energy_estimate
+    from bench.telemetry import energy_per_output_token
+
+    headers = ["Run", "Load point", "Power per GPU (W)", "Power from", "J per output token",
+               "kWh per M output tokens", "Electricity $/Mtok"]  # fmt: skip
+    rows: list[list[Cell]] = []
+    for c in comparisons:
+        point, curve = c.capacity, c.curve
+        if point is None or not curve.gpu_type:
+            continue
+        measured = energy_per_output_token(curve.run_id, db, catalogue)
+        match = measured[measured["load_point"] == point.load_point] if len(measured) else measured
+        if len(match):
+            m = match.iloc[0]
+            power, source = float(m["mean_power_w_per_gpu"]), "measured (GPU telemetry)"
+            j, kwh, usd = m["joules_per_output_token"], m["kwh_per_mtok"], m["energy_usd_per_mtok"]
+        else:
+            try:
+                e = energy_estimate(curve.gpu_type, curve.gpu_count, point.output_tps, catalogue)
+            except PriceCatalogueError:
+                continue
+            power, source = e.power_w, "GPU profile TDP (assumed)"
+            j, kwh, usd = e.joules_per_token, e.kwh_per_mtok, e.energy_usd_per_mtok
+        rows.append([curve.legend, point.title, Num(power, 0), source, Num(j, 3), Num(kwh, 3),
+                     Num(usd, 4, prefix="$")])  # fmt: skip
+    return Table(
+        "energy",
+        "Energy per output token at capacity",
+        headers,
+        rows,
+        "Electricity at the catalogue's $/kWh and PUE (tco_defaults); measured power replaces "
+        "TDP where GPU telemetry (DCGM or NVML) was recorded.",
+        empty_text="No run has a GPU type and a capacity point, so energy is not shown.",
+    )
+
+
 def _runs_table(facts: Sequence[RunFacts]) -> Table:
     headers = [
         "Run",
@@ -757,6 +798,7 @@ def build_report(
         percentiles=_percentile_table(curves, thresholds),
         load_points=_load_point_table(curves, thresholds),
         prices=_prices_table(curves, catalogue),
+        energy=_energy_table(comparisons, db, catalogue),
         runs_table=_runs_table(facts),
         assumptions=_assumptions_table(thresholds, slo_source, utilisation, catalogue_label, facts),
         methodology=Table(

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from sqlalchemy import select, tuple_
 
 from bench.cost import PriceCatalogueError, price_per_gpu_hour
@@ -260,6 +260,49 @@ def compare(
         utilisation=utilisation,
         runs=[ComparisonOut.from_comparison(c) for c in comps],
         sentence=ratio_sentence(comps),
+    )
+
+
+EXPORT_TYPES = {
+    "pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "html": "text/html; charset=utf-8",
+    "csv": "application/zip",
+}
+
+
+@router.get(
+    "/export",
+    responses={**NOT_FOUND, 200: {"content": {t: {} for t in EXPORT_TYPES.values()}}},
+    response_class=Response,
+)
+def export(
+    request: Request,
+    run: RunRefs,
+    format: Annotated[Literal["pptx", "xlsx", "html", "csv"], Query()] = "pptx",
+    slo: Slo = None,
+    utilisation: Utilisation = 1.0,
+) -> Response:
+    """The compare page's download: the same report `tokenbench export` writes (csv as a zip)."""
+    import tempfile
+    from pathlib import Path as FilePath
+
+    from bench.export.cli import write
+    from bench.export.report import build_report
+
+    state = tb(request)
+    slo_t = thresholds(slo, ["query", "slo"]) if slo else None
+    refs = [resolve_run(r, state.db_url) for r in run]
+    report = build_report(refs, state.db_url, slo_t, state.catalogue, utilisation)
+    suffix = "zip" if format == "csv" else format
+    with tempfile.TemporaryDirectory() as tmp:
+        written = write(report, format, FilePath(tmp) / f"report.{suffix}")
+        data = FilePath(written).read_bytes()
+    name = f"tokenbench-{'-'.join(r[:8] for r in refs)}.{suffix}"
+    return Response(
+        data,
+        media_type=EXPORT_TYPES[format],
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
     )
 
 

@@ -322,3 +322,23 @@ async def test_cancel_stops_gently_and_keeps_the_data(client, server_factory, db
     assert run.status == "interrupted" and 5 <= run.request_count < 400
     assert (await client.get("/api/jobs/nope")).status_code == 404
     await client.delete(f"/api/runs/{run.id}", headers=AUTH)
+
+
+async def test_export_download_from_the_compare_page(client, db):
+    from io import BytesIO
+
+    from pptx import Presentation
+
+    runs = [r.id for r in list_runs(db, gpu="b200")] + [r.id for r in list_runs(db, gpu="h100")]
+    query = "&".join(f"run={r}" for r in runs)
+    page = await client.get(f"/compare?{query}")
+    assert page.status_code == 200 and "/api/export?" in page.text
+    r = await client.get(f"/api/export?{query}&format=pptx")
+    assert r.status_code == 200
+    assert r.headers["content-disposition"].startswith("attachment;")
+    deck = Presentation(BytesIO(r.content))
+    assert len(deck.slides) >= 6
+    x = await client.get(f"/api/export?{query}&format=xlsx")
+    assert x.status_code == 200 and x.content[:2] == b"PK"
+    bad = await client.get(f"/api/export?{query}&format=doc")
+    assert bad.status_code == 422

@@ -395,6 +395,8 @@ def run_command(
             result, summary, run_id = run_distributed_and_store(
                 sc, plan, workers=workers, ray_address=ray, db_url=db, store=not no_store
             )
+            for line in result.warnings:
+                err_console.print(f"[yellow]warning:[/] {line}")
         else:
             result, summary, run_id = run_and_store(
                 sc, plan, db_url=db, store=not no_store,

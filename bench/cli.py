@@ -77,6 +77,7 @@ def flag_overrides(
     concurrency=None,
     think_time=None,
     duration=None,
+    ramp_up=None,
     random_input_len=None,
     random_output_len=None,
     random_range_ratio=None,
@@ -121,6 +122,7 @@ def flag_overrides(
         put("load.shape", "closed")
         put("load.concurrency", concurrency)
     put("load.think_time_s", think_time)
+    put("load.ramp_up_s", ramp_up)
     put("load.duration_s", duration)
     if random_input_len is not None or random_range_ratio is not None:
         put("workload.input.mean", random_input_len)
@@ -320,6 +322,10 @@ def run_command(
     duration: Annotated[
         float | None, typer.Option("--duration", help="Stop starting requests after this many s")
     ] = None,
+    ramp_up: Annotated[
+        float | None,
+        typer.Option("--ramp-up", min=0, help="Closed loop: spread the users' starts over s"),
+    ] = None,
     random_input_len: InputLenOpt = None,
     random_output_len: OutputLenOpt = None,
     random_range_ratio: RangeRatioOpt = None,
@@ -371,7 +377,7 @@ def run_command(
         base_url=base_url, endpoint=endpoint, backend=backend, model=model,
         num_prompts=num_prompts, request_rate=request_rate, burstiness=burstiness,
         max_concurrency=max_concurrency, concurrency=concurrency, think_time=think_time,
-        duration=duration, random_input_len=random_input_len,
+        duration=duration, ramp_up=ramp_up, random_input_len=random_input_len,
         random_output_len=random_output_len, random_range_ratio=random_range_ratio,
         dataset_name=dataset_name, dataset_path=dataset_path,
         percentile_metrics=percentile_metrics, metric_percentiles=metric_percentiles,

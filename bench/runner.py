@@ -52,6 +52,7 @@ class RunPlan:
     concurrency: int | None = None  # closed loop users
     max_concurrency: int | None = None  # open loop cap on in-flight requests
     think_time_s: float = 0.0
+    ramp_up_s: float = 0.0  # closed loop: users start evenly spread over this many seconds
     duration_s: float | None = None  # closed loop: stop starting requests after this
     request_timeout_s: float = 600.0
     ignore_eos: bool = True
@@ -314,7 +315,11 @@ class _Engine:
         if self.plan.duration_s:
             deadline = self.t0_ns + int(self.plan.duration_s * 1e9)
 
-        async def user() -> None:
+        async def user(delay_s: float) -> None:
+            # Users that all start at once finish together and restart together, turning
+            # every wave into one burst; a ramp spreads them, as real users are spread.
+            if delay_s > 0:
+                await asyncio.sleep(delay_s)
             for turns in queue:
                 if self.stop.is_set() or (deadline and perf_counter_ns() >= deadline):
                     return
@@ -323,8 +328,8 @@ class _Engine:
                 if self.plan.think_time_s:
                     await asyncio.sleep(self.plan.think_time_s)
 
-        for _ in range(users):
-            self.spawn(user())
+        for k in range(users):
+            self.spawn(user(self.plan.ramp_up_s * k / users))
 
 
 async def _probe_loop(stop: asyncio.Event, lags: list[int]) -> None:
@@ -497,6 +502,7 @@ def plan_from_scenario(
         concurrency=load.concurrency if offsets is None else None,
         max_concurrency=load.max_concurrency,
         think_time_s=load.think_time_s,
+        ramp_up_s=load.ramp_up_s,
         duration_s=load.duration_s if offsets is None else None,
         request_timeout_s=scenario.request_timeout_s,
         ignore_eos=scenario.workload.ignore_eos,

@@ -79,6 +79,7 @@ class Load(_Strict):
     trace: TraceSpec | None = None
     concurrency: int | None = Field(default=None, gt=0)
     think_time_s: float = Field(default=0.0, ge=0)
+    ramp_up_s: float = Field(default=0.0, ge=0)  # closed loop: spread the users' starts
     process: Literal["poisson", "constant"] = "poisson"
 
     @model_validator(mode="after")

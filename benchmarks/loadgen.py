@@ -339,7 +339,12 @@ def _tail(text: str, n: int = 300) -> str:
 
 
 def tokenbench_cmd(
-    url: str, concurrency: int, duration_s: float, out_len: int, transport: str
+    url: str,
+    concurrency: int,
+    duration_s: float,
+    out_len: int,
+    transport: str,
+    ramp_up_s: float = 0.0,
 ) -> list[str]:
     return [
         sys.executable,
@@ -355,6 +360,8 @@ def tokenbench_cmd(
         str(out_len),
         "--transport",
         transport,
+        "--ramp-up",
+        str(ramp_up_s),
     ]
 
 
@@ -387,6 +394,7 @@ def worker(args: argparse.Namespace) -> None:
         duration_s=args.duration,
         request_timeout_s=120,
         transport=args.transport,
+        ramp_up_s=args.ramp_up,
     )
     result = run_blocking(plan, handle_sigint=False)
     s = summarize(
@@ -587,7 +595,9 @@ def run_grid(args: argparse.Namespace) -> list[Point]:
             for c in args.concurrency:
                 for _rep in range(args.repeats):
                     for transport in args.transports:
-                        cmd = tokenbench_cmd(server.url, c, args.duration, args.out_len, transport)
+                        cmd = tokenbench_cmd(
+                            server.url, c, args.duration, args.out_len, transport, args.ramp_up
+                        )
                         p = measure(
                             server,
                             f"tokenbench-{transport}",
@@ -865,6 +875,7 @@ def main(argv: list[str] | None = None) -> None:
     w.add_argument("--duration", type=float, required=True)
     w.add_argument("--out-len", type=int, default=128)
     w.add_argument("--transport", default="raw")
+    w.add_argument("--ramp-up", type=float, default=0.0)
     mem = sub.add_parser("memory", help="bytes per in-flight request at C=1024")
     mem.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--quick", action="store_true", help="a few minutes: fewer points, shorter")
@@ -877,6 +888,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--transports", type=lambda s: s.split(","), default=None)
     parser.add_argument("--peers", type=lambda s: [x for x in s.split(",") if x], default=None)
     parser.add_argument("--json", type=Path, help="write every run's figures here")
+    parser.add_argument(
+        "--ramp-up",
+        type=float,
+        default=0.0,
+        help="tokenbench only: spread the closed loop's user starts over this many s "
+        "(0 = all at once, as the peers start)",
+    )
     args = parser.parse_args(argv)
     if args.cmd == "worker":
         worker(args)

@@ -216,3 +216,14 @@ def test_multi_turn_sessions_send_turns_in_order(fake_server):
             assert later.sent_ns >= earlier.end_ns
         # Later turns carry the conversation so far, so their prompts are longer.
         assert turns[2].prompt_tokens > turns[0].prompt_tokens
+
+
+def test_closed_loop_ramp_up_spreads_the_users_starts(fake_server):
+    # 40 tokens take 440 ms, longer than the ramp: each user's first request is its own.
+    p = plan(fake_server.url, 8, out_len=40, rate=None, concurrency=8, ramp_up_s=0.4)
+    result = run_blocking(p, handle_sigint=False)
+    assert summarize(result.records).completed == 8
+    starts = np.sort([r.sent_ns for r in result.records]) / 1e9
+    # User k starts at k * 0.4 / 8 s: 0, 0.05, ..., 0.35.
+    assert np.diff(starts).min() > 0.03
+    assert starts[-1] - starts[0] == pytest.approx(0.35, abs=0.05)

@@ -2,7 +2,7 @@
 
 Pages are rendered on the server with the figures of dashboards/figures.py embedded as JSON
 (the same figures the exports write), so a page needs one request for its HTML and the
-cached plotly.js, which is served from the installed plotly package: no CDN, works offline.
+cached plotly.js, served by the app from its vendored copy: no CDN, works offline.
 """
 
 from __future__ import annotations
@@ -32,7 +32,12 @@ from server.jobs import SCENARIOS_DIR
 DASHBOARDS = Path(figures.__file__).resolve().parent
 TEMPLATES = DASHBOARDS / "templates"
 STATIC = DASHBOARDS / "static"
-PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+# plotly.js's "basic" bundle (scatter and bar: every trace the dashboard draws), vendored at
+# the same plotly.js version the Python package builds figures for; a quarter of the full
+# bundle's size, so pages become interactive sooner (dashboards/static/vendor/README.md).
+PLOTLY_JS = (
+    Path(__file__).resolve().parents[1] / "dashboards" / "static" / "vendor" / "plotly-basic.min.js"
+)
 PLOTLY_VERSION = plotly.__version__
 CACHE_FOREVER = "public, max-age=31536000, immutable"
 

@@ -168,3 +168,16 @@ def test_run_detail_figures(two_runs):
     assert len(cdf.data) == 3 and cdf.layout.xaxis.title.text == "TTFT (ms)"
     errs = figures.errors_by_kind(curve, {d.load_point: d.errors for d in details})
     assert [t.name for t in errs.data] == ["http_5xx"] and list(errs.data[0].y) == [2, 0, 0]
+
+
+def test_vendored_plotly_bundle_matches_the_python_package():
+    """The dashboard's plotly.js must be the version the figures are built for."""
+    import re
+
+    import plotly.offline
+
+    from server.pages import PLOTLY_JS
+
+    head = PLOTLY_JS.read_text()[:400]
+    version = re.search(r"plotly\.js \(basic - minified\) v([\d.]+)", head).group(1)
+    assert version == plotly.offline.get_plotlyjs_version()

@@ -1,0 +1,121 @@
+"""Simulator benchmark: virtual-time speed and real-time emission accuracy (issue 4).
+
+1. Virtual time: one hour of 50 req/s (1k in / 256 out, 180,000 requests) through the
+   discrete-event driver, for a few deployments (target: under 30 s each).
+2. Real time: `tokenbench sim serve` in its own process, driven by tokenbench at 256
+   concurrent streams (closed loop, starts spread); the server's own gauges say how far its
+   token emission strayed from the simulated schedule (target: within 1 ms).
+
+Prints a table; medians of --repeats runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def virtual_hour(gpu: str, tp: int, model: str = "llama-3.3-70b") -> tuple[float, int]:
+    import numpy as np
+
+    from bench.sim.virtual import simulate
+
+    rng = np.random.default_rng(0)
+    n = 50 * 3600
+    offsets = np.cumsum(rng.exponential(1 / 50, n))
+    t = time.perf_counter()
+    records = simulate([(o, 1024, 256) for o in offsets], gpu, model, "fp8", tp)
+    return time.perf_counter() - t, sum(r.ok for r in records)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def real_time_lateness(streams: int, duration_s: float, gpu: str, model: str) -> dict:
+    """Start a sim server process, drive it, and read its lateness gauges."""
+    import httpx
+
+    from bench.backends.openai import get_dialect
+    from bench.metrics import summarize
+    from bench.runner import RunPlan, run_blocking
+    from bench.telemetry import parse_prometheus
+    from bench.workload import LengthDist, Workload
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "bench", "sim", "serve", "--gpu", gpu, "--model", model,
+           "--port", str(port)]  # fmt: skip
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                httpx.get(f"{url}/health", timeout=0.5)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        workload = Workload(seed=1, input=LengthDist(mean=256), output=LengthDist(mean=256))
+        plan = RunPlan(
+            base_url=url, endpoint="/v1/completions", dialect=get_dialect("vllm"), model=model,
+            workload=workload, specs=workload.specs(streams * 50), concurrency=streams,
+            duration_s=duration_s, ramp_up_s=2.0, request_timeout_s=120,
+        )  # fmt: skip
+        result = run_blocking(plan, handle_sigint=False)
+        s = summarize(result.records)
+        gauges = {x.name: x.value for x in parse_prometheus(httpx.get(f"{url}/metrics").text)}
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    steps = gauges.get("tokenbench_sim_steps_total", 0) or 1
+    return {
+        "tok_s": s.output_tokens_per_s,
+        "max_ms": gauges["tokenbench_sim_emission_lateness_max_seconds"] * 1e3,
+        "late_share": gauges["tokenbench_sim_late_steps_total"] / steps,
+        "wakeup_max_ms": gauges["tokenbench_sim_wakeup_lateness_max_seconds"] * 1e3,
+        "write_max_ms": gauges["tokenbench_sim_write_max_seconds"] * 1e3,
+        "tpot_p50_ms": s.metrics["tpot"].percentiles["p50"],
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--streams", type=int, default=256)
+    p.add_argument("--duration", type=float, default=20.0)
+    args = p.parse_args()
+
+    print("virtual time: one hour at 50 req/s, 1024 in / 256 out, Llama-3.3-70B FP8")
+    for gpu, tp in (("H100", 8), ("B200", 8), ("H100", 2)):
+        runs = [virtual_hour(gpu, tp) for _ in range(args.repeats)]
+        secs = statistics.median(r[0] for r in runs)
+        print(f"  {gpu} x{tp}: {secs:6.1f} s (median of {args.repeats}), {runs[0][1]:,} completed")
+
+    print(
+        f"\nreal time: {args.streams} concurrent streams for {args.duration:g} s, sim server in its own process"
+    )
+    for gpu, model in (("B200", "llama-3.3-70b"), ("H100", "llama-3.1-8b")):
+        runs = [
+            real_time_lateness(args.streams, args.duration, gpu, model) for _ in range(args.repeats)
+        ]
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        print(
+            f"  {gpu} {model}: {med['tok_s']:,.0f} tok/s, TPOT p50 {med['tpot_p50_ms']:.1f} ms; "
+            f"steps with a token > 1 ms late {med['late_share']:.1%}, worst token "
+            f"{med['max_ms']:.1f} ms (wake-up {med['wakeup_max_ms']:.1f} ms, write "
+            f"{med['write_max_ms']:.1f} ms)"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -21,6 +21,12 @@ LATENCY_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
 # A load generator whose send lag p99 exceeds this has limited the result (issue 2).
 CLIENT_LIMIT_SEND_LAG_MS = 5.0
 CLIENT_LIMIT_LOOP_LAG_MS = 5.0
+# Above this share of one core used by the event loop, reads queue behind each other long
+# enough to move token timestamps by milliseconds (benchmarks/loadgen.py, README).
+CLIENT_LIMIT_LOOP_CPU_SHARE = 0.8
+# More than this share of reads timestamped > 2 ms late (behind other reads of the same
+# loop turn) means the p99 of token timestamps is off by more than 2 ms.
+CLIENT_LIMIT_LATE_READ_SHARE = 0.01
 _NO_GAPS = np.zeros(0, dtype=np.int64)
 
 
@@ -234,6 +240,8 @@ def summarize(
     goodput: dict[str, float] | None = None,
     duration_s: float | None = None,
     loop_lag_p99_ms: float | None = None,
+    loop_cpu_share: float | None = None,
+    late_read_share: float | None = None,
     interrupted: bool = False,
 ) -> Summary:
     """Compute the Summary of a set of requests.
@@ -298,6 +306,16 @@ def summarize(
         reasons.append(
             f"send lag p99 {send_lag['p99']:.1f} ms > {CLIENT_LIMIT_SEND_LAG_MS:g} ms: "
             "requests left the client later than scheduled"
+        )
+    if late_read_share is not None and late_read_share > CLIENT_LIMIT_LATE_READ_SHARE:
+        reasons.append(
+            f"{late_read_share:.1%} of reads were timestamped more than 2 ms after their "
+            "loop turn began (they queued behind other reads)"
+        )
+    if loop_cpu_share is not None and loop_cpu_share > CLIENT_LIMIT_LOOP_CPU_SHARE:
+        reasons.append(
+            f"the event loop was busy {loop_cpu_share:.0%} of the time "
+            f"(> {CLIENT_LIMIT_LOOP_CPU_SHARE:.0%}): reads queue behind each other"
         )
     if loop_lag_p99_ms is not None and loop_lag_p99_ms > CLIENT_LIMIT_LOOP_LAG_MS:
         reasons.append(

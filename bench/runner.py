@@ -15,6 +15,7 @@ import contextlib
 import gc
 import signal
 import socket
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -81,6 +82,10 @@ class RunResult:
     loop_lag_max_ms: float
     interrupted: bool
     t0_ns: int
+    # CPU the event-loop thread used per wall second: near 1, every read queues behind others
+    loop_cpu_share: float | None = None
+    # share of reads timestamped > 2 ms after the first read of their loop turn (ReadClock)
+    late_read_share: float | None = None
 
     def __repr__(self) -> str:
         # asyncio (uvloop) formats a finished task's result; the default dataclass repr
@@ -364,6 +369,7 @@ async def execute(
     gc.collect()
     gc.freeze()  # the setup's objects never need scanning again: fewer, shorter GC pauses
     engine.t0_ns = t0_ns if t0_ns is not None else perf_counter_ns()
+    cpu0 = time.thread_time()
     interrupted = False
     sched_task = stop_wait = None
     try:
@@ -388,6 +394,7 @@ async def execute(
         stop_wait.cancel()
     finally:
         end_ns = perf_counter_ns()
+        cpu_s = time.thread_time() - cpu0
         probe_stop.set()
         probe.cancel()
         decoder.cancel()
@@ -404,6 +411,8 @@ async def execute(
         loop_lag_max_ms=float(lag.max()),
         interrupted=interrupted,
         t0_ns=engine.t0_ns,
+        loop_cpu_share=cpu_s / max(1e-9, (end_ns - engine.t0_ns) / 1e9),
+        late_read_share=engine.transport.clock.late_share,
     )
 
 

@@ -80,6 +80,8 @@ def window_summary(
         percentiles=scenario.percentiles,
         goodput=parse_goodput(scenario.goodput),
         loop_lag_p99_ms=result.loop_lag_p99_ms,
+        loop_cpu_share=result.loop_cpu_share,
+        late_read_share=result.late_read_share,
         interrupted=result.interrupted,
     )
 

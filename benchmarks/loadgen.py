@@ -398,7 +398,11 @@ def worker(args: argparse.Namespace) -> None:
     )
     result = run_blocking(plan, handle_sigint=False)
     s = summarize(
-        result.records, duration_s=result.duration_s, loop_lag_p99_ms=result.loop_lag_p99_ms
+        result.records,
+        duration_s=result.duration_s,
+        loop_lag_p99_ms=result.loop_lag_p99_ms,
+        loop_cpu_share=result.loop_cpu_share,
+        late_read_share=result.late_read_share,
     )
     m = s.metrics
     print(
@@ -411,6 +415,8 @@ def worker(args: argparse.Namespace) -> None:
                 "itl_p99": m["itl"].percentiles["p99"],
                 "send_lag_p99": s.send_lag_ms["p99"],
                 "loop_lag_p99": result.loop_lag_p99_ms,
+                "loop_cpu_share": result.loop_cpu_share,
+                "late_read_share": result.late_read_share,
                 "client_limited": s.client_limited,
                 "reasons": s.client_limited_reasons,
                 "completed": s.completed,

@@ -156,7 +156,9 @@ class Handler(asyncio.Protocol):
             self.timers.append(
                 loop.call_at(at, self.emit_token, i, last, chat, eol, sends, arrived)
             )
-        end_at = t_arrive + cfg.ttft_s + (min(cut, n_out) - 1) * cfg.itl_s
+        # The end goes out after the last token: timers due at the same instant may run in
+        # either order, so finishing at the last token's time could put [DONE] before it.
+        end_at = t_arrive + cfg.ttft_s + (min(cut, n_out) - 1) * cfg.itl_s + 0.0005
         self.timers.append(
             loop.call_at(end_at, self.finish, fault, include_usage, prompt_tokens, n_out, chat, eol)
         )

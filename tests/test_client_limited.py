@@ -32,20 +32,20 @@ def light_plan(url: str, n: int = 30, rate: float = 30.0) -> RunPlan:
     )
 
 
-def run(plan: RunPlan, hog_ms: float = 0.0):
-    """Execute the plan; with hog_ms, block the loop that long every 10 ms meanwhile."""
+def run(plan: RunPlan, hog_ms: float = 0.0, hog_gap_s: float = 0.01):
+    """Execute the plan; with hog_ms, block the loop that long, then yield for hog_gap_s."""
 
     async def main():
         done = asyncio.Event()
 
         async def hog() -> None:
-            for _ in range(2000):  # bounded; stops with the run
+            for _ in range(20000):  # bounded; stops with the run
                 if done.is_set():
                     return
                 end = time.perf_counter() + hog_ms / 1000
                 while time.perf_counter() < end:
                     pass
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(hog_gap_s)
 
         task = asyncio.ensure_future(hog()) if hog_ms else None
         try:
@@ -61,7 +61,11 @@ def run(plan: RunPlan, hog_ms: float = 0.0):
     finally:
         loop.close()
     return result, summarize(
-        result.records, duration_s=result.duration_s, loop_lag_p99_ms=result.loop_lag_p99_ms
+        result.records,
+        duration_s=result.duration_s,
+        loop_lag_p99_ms=result.loop_lag_p99_ms,
+        loop_cpu_share=result.loop_cpu_share,
+        late_read_share=result.late_read_share,
     )
 
 
@@ -109,3 +113,14 @@ def test_requests_held_back_by_too_little_concurrency_are_client_limited(fake_se
     assert s.completed == 40
     assert s.client_limited
     assert any("send lag" in r for r in s.client_limited_reasons)
+
+
+def test_a_loop_busy_most_of_the_time_is_client_limited(fake_server):
+    # 3 ms of work at every turn of the loop: wake-ups stay within ~3 ms (under the 5 ms
+    # loop-lag bar) but the loop is never idle, so every read waits behind the work.
+    result, s = run(light_plan(fake_server.url), hog_ms=3, hog_gap_s=0)
+    assert s.completed == 30
+    assert result.loop_cpu_share > 0.8
+    assert any("busy" in r for r in s.client_limited_reasons)
+    light, ls = run(light_plan(fake_server.url))
+    assert light.loop_cpu_share < 0.5

@@ -59,6 +59,48 @@ def _host_port(base_url: str) -> tuple[str, int, str]:
 
 _HEAD, _BODY_LENGTH, _BODY_CHUNKED, _BODY_CLOSE, _DONE = range(5)
 
+READ_LATE_NS = 2_000_000  # issue 10's honesty bar: a token timestamp 2 ms late is wrong
+
+
+class ReadClock:
+    """How late reads are timestamped because they queue behind other reads.
+
+    All reads that become ready together are handed to the protocols one after another in
+    one turn of the event loop, so the k-th read of a turn is timestamped after k-1
+    callbacks. The first read of a turn starts the clock (and schedules its reset for the
+    turn's end); every later read in the same turn that comes more than READ_LATE_NS after
+    it is counted late. The share of late reads is a lower bound on how often a token's
+    timestamp was off by more than 2 ms: what the loop-lag probe, waking every 5 ms, misses.
+    """
+
+    __slots__ = ("start", "pending", "reads", "late", "_reset", "_call_soon")
+
+    def __init__(self) -> None:
+        self.start = 0
+        self.pending = False
+        self.reads = 0
+        self.late = 0
+        self._reset = None
+
+    def mark(self, t: int) -> None:
+        self.reads += 1
+        if not self.pending:
+            self.pending = True
+            self.start = t
+            if self._reset is None:
+                self._reset = lambda: setattr(self, "pending", False)
+                try:
+                    self._call_soon = asyncio.get_running_loop().call_soon
+                except RuntimeError:  # fed by hand, outside a loop (tests): one read a turn
+                    self._call_soon = lambda reset: reset()
+            self._call_soon(self._reset)
+        elif t - self.start > READ_LATE_NS:
+            self.late += 1
+
+    @property
+    def late_share(self) -> float | None:
+        return self.late / self.reads if self.reads else None
+
 
 class _Connection(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection; serves one request at a time."""
@@ -75,9 +117,11 @@ class _Connection(asyncio.Protocol):
         "lost",
         "deadline",
         "timeout_s",
+        "clock",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, clock: ReadClock | None = None) -> None:
+        self.clock = clock or ReadClock()
         self.transport: asyncio.Transport | None = None
         self.cap: Capture | None = None
         self.waiter: asyncio.Future | None = None
@@ -98,6 +142,7 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         t = perf_counter_ns()
+        self.clock.mark(t)
         cap = self.cap
         if cap is None:
             return
@@ -254,6 +299,7 @@ class RawTransport:
         )
         self._idle: list[_Connection] = []
         self._all: set[_Connection] = set()
+        self.clock = ReadClock()
         self._sweeper: asyncio.TimerHandle | None = None
 
     def prepare(self, path: str, body: bytes) -> bytes:
@@ -263,7 +309,7 @@ class RawTransport:
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
         _, conn = await loop.create_connection(
-            _Connection, self.host, self.port, ssl=True if self.ssl else None
+            lambda: _Connection(self.clock), self.host, self.port, ssl=True if self.ssl else None
         )
         self._all.add(conn)
         return conn
@@ -389,12 +435,13 @@ class HttpxTransport:
         self.client = httpx.AsyncClient(
             base_url=base_url.rstrip("/"), headers=headers, limits=limits, timeout=None
         )
+        self.clock = ReadClock()
 
     def prepare(self, path: str, body: bytes) -> tuple[str, bytes]:
         return path, body
 
     async def send(self, prepared: tuple[str, bytes], cap: Capture, timeout_s: float) -> None:
-        httpx = self._httpx
+        httpx, clock = self._httpx, self.clock
         path, body = prepared
         request = self.client.build_request(
             "POST", path, content=body, headers={"Content-Type": "application/json"}
@@ -408,6 +455,7 @@ class HttpxTransport:
                     cap.status = response.status_code
                     async for chunk in response.aiter_raw():
                         t = perf_counter_ns()
+                        clock.mark(t)
                         cap.body += chunk
                         cap.read_times.append(t)
                         cap.read_ends.append(len(cap.body))

@@ -318,19 +318,7 @@ def run_time_series(
         row=2,
         col=1,
     )
-    for i, (start, end, title) in enumerate(load_points):
-        fig.add_vrect(
-            x0=start,
-            x1=end,
-            fillcolor="#000000",
-            opacity=0.04 if i % 2 else 0.0,
-            line_width=0,
-            annotation_text=title,
-            annotation_position="top left",
-            annotation_font_size=10,
-            row=1,
-            col=1,
-        )
+    shade_load_points(fig, load_points)
     fig = _layout(fig, f"Load over time: {curve.legend}", "", "", curve.simulated)
     fig.update_layout(height=HEIGHT + 140)
     fig.update_xaxes(title_text=AXIS_TIME, row=2, col=1)
@@ -434,3 +422,20 @@ def compare_figures(
         "interactivity": throughput_vs_interactivity(curves),
         "cost": cost_per_tier(curves, catalogue, slo=slo, utilisation=utilisation),
     }
+
+
+def shade_load_points(fig: go.Figure, spans) -> None:
+    """Alternate light bands with a title for each load point laid on one time axis."""
+    for i, (start, end, title) in enumerate(spans):
+        fig.add_vrect(
+            x0=start,
+            x1=end,
+            fillcolor="#000000",
+            opacity=0.04 if i % 2 else 0.0,
+            line_width=0,
+            annotation_text=title,
+            annotation_position="top left",
+            annotation_font_size=10,
+            row=1,
+            col=1,
+        )

@@ -23,7 +23,7 @@ from plotly.subplots import make_subplots
 from bench.metrics import time_series
 from bench.records import RequestRecord
 from bench.telemetry import kv_cache_usage, load_telemetry, power_w, queue_depth
-from dashboards.figures import HEIGHT, add_simulated_badge
+from dashboards.figures import HEIGHT, add_simulated_badge, shade_load_points
 
 AXIS_TIME_POINT = "Time since the load point's start (s)"
 AXIS_TIME_RUN = "Time (s; load points back to back, each from its own start)"
@@ -110,19 +110,7 @@ def telemetry_figure(
             showarrow=False,
             font={"color": "#7f7f7f"},
         )
-    for i, (start, end, label) in enumerate(spans):
-        fig.add_vrect(
-            x0=start,
-            x1=end,
-            fillcolor="#000000",
-            opacity=0.04 if i % 2 else 0.0,
-            line_width=0,
-            annotation_text=label,
-            annotation_position="top left",
-            annotation_font_size=10,
-            row=1,
-            col=1,
-        )
+    shade_load_points(fig, spans)
     fig.update_layout(
         title={"text": title, "x": 0.01, "xanchor": "left"},
         template="plotly_white",

@@ -150,18 +150,18 @@ class Handler(asyncio.Protocol):
         elif chat:
             self.write_event(_chat_chunk({"role": "assistant"}))
         cut = {"reset_mid": 3, "malformed": 2, "stream_error": 2, "stall": 2}.get(fault, n_out)
-        for i in range(min(cut, n_out)):
+        emitted = min(cut, n_out)
+        end = (fault, include_usage, prompt_tokens, n_out, chat, eol)
+        for i in range(emitted):
             at = t_arrive + cfg.ttft_s + i * cfg.itl_s
-            last = i == n_out - 1
+            # The stream's end is written by the last token's own callback, right after it:
+            # a separate timer for the end could run first.
+            then = end if i == emitted - 1 else None
             self.timers.append(
-                loop.call_at(at, self.emit_token, i, last, chat, eol, sends, arrived)
+                loop.call_at(
+                    at, self.emit_token, i, i == n_out - 1, chat, eol, sends, arrived, then
+                )
             )
-        # The end goes out after the last token: timers due at the same instant may run in
-        # either order, so finishing at the last token's time could put [DONE] before it.
-        end_at = t_arrive + cfg.ttft_s + (min(cut, n_out) - 1) * cfg.itl_s + 0.0005
-        self.timers.append(
-            loop.call_at(end_at, self.finish, fault, include_usage, prompt_tokens, n_out, chat, eol)
-        )
 
     def write_event(self, text: str) -> None:
         data = text.encode()
@@ -171,7 +171,7 @@ class Handler(asyncio.Protocol):
             self.transport.write(data)
 
     def emit_token(
-        self, i: int, last: bool, chat: bool, eol: str, sends: list, arrived: int
+        self, i: int, last: bool, chat: bool, eol: str, sends: list, arrived: int, then=None
     ) -> None:
         if self.transport is None or self.transport.is_closing():
             return
@@ -184,6 +184,8 @@ class Handler(asyncio.Protocol):
             event = event.replace("\n\n", "\r\n\r\n")
         self.write_event(event)
         sends.append(time.perf_counter_ns() - arrived)
+        if then is not None:
+            self.finish(*then)
 
     def finish(self, fault, include_usage, prompt_tokens, n_out, chat, eol) -> None:
         if self.transport is None or self.transport.is_closing():

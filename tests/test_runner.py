@@ -158,15 +158,19 @@ def test_noisy_stream_and_close_delimited_body(server_factory):
         assert not wrong
 
 
-def test_tokens_counted_from_chunks_without_usage(server_factory):
-    server = server_factory("--ttft-ms", "5", "--itl-ms", "2", "--no-usage")
+def test_tokens_counted_from_chunks_without_usage(server_factory, tmp_path):
+    log = tmp_path / "sends.json"
+    server = server_factory(
+        "--ttft-ms", "5", "--itl-ms", "2", "--no-usage", "--sends-log", str(log)
+    )
     result = run_blocking(plan(server.url, 5, out_len=9), handle_sigint=False)
     wrong = [
         (r.index, r.state, r.error_kind, r.token_count_source, r.output_tokens, r.error_message)
         for r in result.records
         if r.token_count_source != "chunks" or r.output_tokens != 9
     ]
-    assert not wrong
+    sent = [len(t) for t in server_truth(server, log)]
+    assert not wrong, f"server wrote {sent} tokens per request"
 
 
 def test_closed_loop_keeps_concurrency(fake_server):

@@ -84,12 +84,7 @@ class CurvePoint:
         return self.latency(rest.removesuffix("_ms"), stat)
 
     def meets(self, slo: Sequence[Threshold]) -> bool:
-        ops = {"<": float.__lt__, "<=": float.__le__, ">": float.__gt__, ">=": float.__ge__}
-        for t in slo:
-            v = self.value(t.metric)
-            if v is None or not ops[t.op](float(v), t.limit):
-                return False
-        return self.completed > 0
+        return self.completed > 0 and all(t.passes(self.value(t.metric)) for t in slo)
 
 
 @dataclass

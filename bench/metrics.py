@@ -416,9 +416,12 @@ class Threshold:
     def __str__(self) -> str:
         return f"{self.metric}{self.op}{self.limit:g}"
 
-    def holds(self, summary: Summary) -> bool:
-        value = summary.value(self.metric)
+    def passes(self, value: float | None) -> bool:
+        """Whether a measured value meets this threshold; no value never does."""
         return value is not None and _OPS[self.op](value, self.limit)
+
+    def holds(self, summary: Summary) -> bool:
+        return self.passes(summary.value(self.metric))
 
 
 def parse_thresholds(spec: str | None, *, flag: str = "--fail-on") -> list[Threshold]:
@@ -477,7 +480,7 @@ def broken_thresholds(summary: Summary, thresholds: Sequence[Threshold]) -> list
         except KeyError:
             broken.append(f"{t}: percentile not computed (add it to --metric-percentiles)")
             continue
-        if value is None or not _OPS[t.op](value, t.limit):
+        if not t.passes(value):
             shown = "no data" if value is None else f"{value:.4g}"
             broken.append(f"{t} broken: measured {shown}")
     return broken

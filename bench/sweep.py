@@ -305,10 +305,6 @@ class Sweep:
         return res
 
 
-def per_gpu(value: float, gpus: int) -> float:
-    return value / max(1, gpus)
-
-
 class SweepStopped(Exception):
     """Raised between points once the sweep's stop event is set (a cancel or Ctrl-C)."""
 

@@ -26,6 +26,8 @@ from bench.records import (
     ERR_HTTP_4XX,
     ERR_HTTP_5XX,
     ERR_HTTP_429,
+    ERR_RESET,
+    ERR_RESET_MID_STREAM,
     FAILED,
     OK,
     RequestRecord,
@@ -59,6 +61,17 @@ class Capture:
         self.error_kind: str | None = None
         self.error_message: str | None = None
         self.cancelled = False
+
+
+def mark_closed(cap: Capture, detail: str) -> None:
+    """The connection went away before the response ended: a reset before any response byte
+    and one mid-stream are different failures (the server never answered vs. broke off)."""
+    if cap.first_byte_ns is None:
+        cap.error_kind = ERR_RESET
+        cap.error_message = f"connection closed before a response: {detail}"
+    else:
+        cap.error_kind = ERR_RESET_MID_STREAM
+        cap.error_message = f"connection closed mid-stream: {detail}"
 
 
 def http_error_kind(status: int) -> str:

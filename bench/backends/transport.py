@@ -18,11 +18,10 @@ from time import perf_counter_ns
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from bench.backends.capture import Capture
+from bench.backends.capture import Capture, mark_closed
 from bench.records import (
     ERR_CONNECT,
     ERR_RESET,
-    ERR_RESET_MID_STREAM,
     ERR_TIMEOUT,
 )
 
@@ -178,12 +177,7 @@ class _Connection(asyncio.Protocol):
             cap.end_ns = t
         elif self.state != _DONE:
             cap.end_ns = t
-            if cap.first_byte_ns is None:
-                cap.error_kind = ERR_RESET
-                cap.error_message = f"connection closed before a response: {exc or 'EOF'}"
-            else:
-                cap.error_kind = ERR_RESET_MID_STREAM
-                cap.error_message = f"connection closed mid-stream: {exc or 'EOF'}"
+            mark_closed(cap, str(exc or "EOF"))
         self.state = _DONE
         self._release()
 
@@ -476,12 +470,7 @@ class HttpxTransport:
             cap.error_message = f"cannot connect to {self.client.base_url}: {exc}"
         except (httpx.TransportError, httpx.StreamError) as exc:
             cap.end_ns = perf_counter_ns()
-            if cap.first_byte_ns is None:
-                cap.error_kind = ERR_RESET
-                cap.error_message = f"connection closed before a response: {exc!r}"
-            else:
-                cap.error_kind = ERR_RESET_MID_STREAM
-                cap.error_message = f"connection closed mid-stream: {exc!r}"
+            mark_closed(cap, repr(exc))
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -219,3 +219,20 @@ def test_export_raw(db, tmp_path, fmt):
     else:
         frame = pd.read_parquet(path)
         assert list(frame["chunk_gaps_ns"][3]) == records[3].itl_ns().tolist()
+
+
+def test_every_new_database_gets_its_schema_even_when_engines_are_recycled(tmp_path):
+    """The schema check once remembered engines by id(); a freed engine's id, reused by a
+    new engine for a new file, made that file skip its tables."""
+    import gc
+
+    from sqlalchemy import inspect
+
+    from bench.store.engine import dispose_all, get_engine
+
+    for i in range(60):
+        engine = get_engine(f"sqlite:///{tmp_path / f'db{i}.db'}")
+        assert "runs" in inspect(engine).get_table_names(), f"database {i} has no tables"
+        del engine
+        dispose_all()
+        gc.collect()

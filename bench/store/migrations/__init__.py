@@ -9,6 +9,7 @@ revision this code does not know (made by a newer tokenbench) or an older one.
 from __future__ import annotations
 
 import threading
+import weakref
 from pathlib import Path
 
 from alembic.config import Config
@@ -21,7 +22,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from bench.store.errors import SchemaOutdatedError, SchemaTooNewError, StoreError
 
 HERE = Path(__file__).resolve().parent
-_checked: set[int] = set()
+# Engines whose schema was checked. Held weakly, never by id(): a freed engine's id is
+# reused by the next one, which then skipped creating its tables ("no such table: runs").
+_checked: weakref.WeakSet[Engine] = weakref.WeakSet()
 _lock = threading.Lock()
 
 
@@ -63,7 +66,7 @@ def upgrade(db: str | Engine | None = None) -> str:
     except SQLAlchemyError as exc:
         raise StoreError(f"{describe(engine)}: upgrade failed: {exc.orig or exc}") from exc
     with _lock:
-        _checked.add(id(engine))
+        _checked.add(engine)
     return head_revision()
 
 
@@ -88,7 +91,7 @@ def ensure_schema(engine: Engine) -> None:
     from bench.store.engine import describe
 
     with _lock:
-        if id(engine) in _checked:
+        if engine in _checked:
             return
     rev = _refuse_newer(engine)
     if rev is None:
@@ -109,4 +112,4 @@ def ensure_schema(engine: Engine) -> None:
             f"{head_revision()}; run `tokenbench db upgrade --db ...` (back it up first)"
         )
     with _lock:
-        _checked.add(id(engine))
+        _checked.add(engine)

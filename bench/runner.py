@@ -1,11 +1,13 @@
 """The async engine: schedules, sends, times, records; open and closed loop.
 
 One event loop per process (uvloop when installed), one transport with keep-alive
-connections. The scheduler sleeps until each request's intended time and starts it; the
-request's task waits for a --max-concurrency slot if there is one, stamps the actual send
-time, writes the prepared bytes and awaits the end of the stream. Decoding the stream into a
-RequestRecord happens after the stream ends. A loop-lag probe and the send lag of every
-request tell whether the client itself limited the result.
+connections. The scheduler sleeps until each request's intended time and starts it (or, in
+a closed loop, each user starts its next request when the last one ends); a request waits
+for a --max-concurrency slot if there is one, stamps the actual send time and writes the
+prepared bytes; the transport calls back when the stream has ended. No task is kept per
+request. Decoding the stream into a RequestRecord happens after the stream ends. A loop-lag
+probe, the send lag of every request and how long reads waited in the socket tell whether
+the client itself limited the result.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ import signal
 import socket
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from urllib.parse import urlsplit
 
 import numpy as np
 
-from bench.backends.capture import Capture, to_record
+from bench.backends.capture import Capture, ReadStats, to_record
 from bench.backends.openai import CHAT, Dialect, build_body
 from bench.backends.transport import Transport, make_transport
 from bench.records import RequestRecord
@@ -84,8 +86,11 @@ class RunResult:
     t0_ns: int
     # CPU the event-loop thread used per wall second: near 1, every read queues behind others
     loop_cpu_share: float | None = None
-    # share of reads timestamped > 2 ms after the first read of their loop turn (ReadClock)
+    # share of reads that waited > 2 ms in the socket before the client read them (kernel
+    # arrival stamps; None where there are none: httpx, non-Linux)
     late_read_share: float | None = None
+    # share of tokens read together with the next one (ReadStats.merged_share)
+    merged_token_share: float | None = None
 
     def __repr__(self) -> str:
         # asyncio (uvloop) formats a finished task's result; the default dataclass repr
@@ -116,8 +121,14 @@ def check_reachable(base_url: str, timeout_s: float = 3.0) -> None:
         ) from None
 
 
-def sessions_of(specs: list[RequestSpec]) -> list[list[RequestSpec]]:
-    """Group consecutive specs by session; single-turn workloads give one spec per session."""
+def sessions_of(specs: list[RequestSpec]) -> Sequence[list[RequestSpec]]:
+    """Group consecutive specs by session; single-turn workloads give one spec per session.
+
+    Single-turn workloads (the common case) get a view that makes each one-spec list only
+    when it is taken: a million-request closed loop would otherwise hold a million lists.
+    """
+    if not any(spec.turn for spec in specs):
+        return _OneTurnEach(specs)
     out: list[list[RequestSpec]] = []
     for spec in specs:
         if out and out[-1][0].session == spec.session:
@@ -127,7 +138,34 @@ def sessions_of(specs: list[RequestSpec]) -> list[list[RequestSpec]]:
     return out
 
 
+class _OneTurnEach(Sequence):
+    """specs as a sequence of one-turn sessions, without a list per spec held."""
+
+    def __init__(self, specs: list[RequestSpec]) -> None:
+        self.specs = specs
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return _OneTurnEach(self.specs[i])
+        return [self.specs[i]]
+
+    def __iter__(self):
+        return ([spec] for spec in self.specs)
+
+
 class _Engine:
+    """One load point's requests, driven by callbacks rather than a task per request.
+
+    A request is a Capture handed to the transport, which calls `finished` once when it has
+    ended; what comes next (the next turn of a conversation, a closed-loop user's next
+    request, or nothing) is the Capture's `then`. No task, coroutine or future is kept per
+    request in flight: each cost memory (issue 10). A "flow" is an open-loop session or a
+    closed-loop user; the run is over when the scheduler is done and no flow is left.
+    """
+
     def __init__(
         self,
         plan: RunPlan,
@@ -144,15 +182,21 @@ class _Engine:
             api_key=plan.api_key,
             max_connections=plan.max_concurrency or plan.concurrency or 0,
         )
-        self.sem = asyncio.Semaphore(plan.max_concurrency) if plan.max_concurrency else None
-        self.tasks: set[asyncio.Task] = set()
+        self.limit = plan.max_concurrency or 0
+        self.waiting: deque[Capture] = deque()  # held back by --max-concurrency
+        self.flows = 0
         self.t0_ns = 0
         self.stop = asyncio.Event()
-        self.idle = asyncio.Event()  # the scheduler is done and no request task is left
+        self.idle = asyncio.Event()  # the scheduler is done and no flow is left
         self.scheduling = True
-        self.backlog: deque[tuple[RequestSpec, Capture, int]] = deque()
+        self.error: BaseException | None = None
+        self.backlog: deque[Capture] = deque()
         self.ready: dict[int, object] = {}  # prepared bytes of requests about to be sent
         self.backlog_ready = asyncio.Event()
+        self.stats = ReadStats()
+        # Bound once: every Capture in flight refers to these instead of its own closure.
+        self.finished_cb = self.finished
+        self.end_flow_cb = self.end_flow
 
     def prepare(self, spec: RequestSpec) -> object:
         plan = self.plan
@@ -168,52 +212,99 @@ class _Engine:
         )
         return self.transport.prepare(plan.endpoint, body)
 
-    async def one(self, spec: RequestSpec, intended_ns: int) -> None:
-        """Send one request and record it. Cancellation still yields a (cancelled) record.
-
-        One flat coroutine per request, its prepared bytes taken from `ready` so that no
-        frame keeps them once written: every in-flight request costs memory (issue 10).
-        """
+    # -- requests
+    def launch(self, spec: RequestSpec, intended_ns: int, then: Callable) -> None:
+        """Send spec now, or as soon as a --max-concurrency slot frees; then(cap) after."""
         cap = Capture()
+        cap.spec, cap.intended_ns, cap.then = spec, intended_ns, then
+        if self.limit and self.progress.in_flight >= self.limit:
+            self.waiting.append(cap)
+            return
+        self._send(cap)
+
+    def _send(self, cap: Capture) -> None:
         progress = self.progress
-        sem = self.sem
-        if sem is not None:
-            try:
-                await sem.acquire()
-            except asyncio.CancelledError:
-                self.ready.pop(spec.index, None)
-                return  # never left the client: not sent, not counted
         progress.sent += 1
         progress.in_flight += 1
-        try:
-            await self.transport.send(self.take(spec), cap, self.plan.request_timeout_s)
-        except asyncio.CancelledError:
-            cap.cancelled = True
-            if cap.sent_ns == 0:
-                progress.sent -= 1
-                return  # never left the client: not sent, not counted
-            raise
-        finally:
-            progress.in_flight -= 1
-            if sem is not None:
-                sem.release()
-            if cap.sent_ns:
-                self._defer(spec, cap, intended_ns)
-        if cap.error_kind is None and cap.status == 200:
-            progress.completed += 1
-        else:
-            progress.failed += 1
+        prepared = self.take(cap.spec)
+        self.transport.start(prepared, cap, self.plan.request_timeout_s, self.finished_cb)
 
     def take(self, spec: RequestSpec) -> object:
         """The request's prepared bytes (made ahead of its send time), or made now."""
         prepared = self.ready.pop(spec.index, None)
         return self.prepare(spec) if prepared is None else prepared
 
-    def _defer(self, spec: RequestSpec, cap: Capture, intended_ns: int) -> None:
+    def finished(self, cap: Capture) -> None:
+        """The transport is done with a request: count it, queue it for decoding, go on."""
+        progress = self.progress
+        progress.in_flight -= 1
+        if cap.sent_ns == 0:
+            progress.sent -= 1  # stopped before it left the client: not sent, not counted
+        else:
+            self._defer(cap)
+            if cap.cancelled:
+                pass  # neither completed nor failed: stopped by the user
+            elif cap.error_kind is None and cap.status == 200:
+                progress.completed += 1
+            else:
+                progress.failed += 1
+        stopping = self.stop.is_set()
+        while self.waiting and not stopping and progress.in_flight < self.limit:
+            self._send(self.waiting.popleft())
+        then, cap.then = cap.then, None
+        try:
+            then(cap)
+        except Exception as exc:  # a bug or bad input in what follows: stop, report it
+            self.fail(exc)
+
+    def fail(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = exc
+        self.stop.set()
+
+    def halt(self) -> None:
+        """Stopping: requests waiting for a slot never leave; those in flight end cancelled."""
+        while self.waiting:
+            cap = self.waiting.popleft()
+            self._guarded(lambda cap=cap: cap.then(cap))  # its flow sees `stop` and ends
+        self.transport.cancel_all()
+
+    # -- flows
+    def begin_flow(self) -> None:
+        self.flows += 1
+
+    def end_flow(self, _cap: Capture | None = None) -> None:
+        self.flows -= 1
+        if self.flows <= 0 and not self.scheduling:
+            self.idle.set()
+
+    def scheduler_done(self) -> None:
+        self.scheduling = False
+        if self.flows <= 0:
+            self.idle.set()
+
+    def begin_session(self, turns: list[RequestSpec], intended_ns: int, then: Callable) -> None:
+        """Send a session's first turn; then(cap) once its last turn has ended."""
+        if len(turns) == 1:
+            self.launch(turns[0], intended_ns, then)
+        else:
+            self.launch(turns[0], intended_ns, _Conversation(self, turns, then).next)
+
+    def later(self, delay_s: float, callback: Callable[[], None]) -> None:
+        asyncio.get_running_loop().call_later(delay_s, self._guarded, callback)
+
+    def _guarded(self, callback: Callable[[], None]) -> None:
+        try:
+            callback()
+        except Exception as exc:
+            self.fail(exc)
+
+    # -- decoding, off the read path
+    def _defer(self, cap: Capture) -> None:
         """Queue a finished stream for decoding off the send/receive path."""
         if len(self.backlog) >= DECODE_BACKLOG_MAX:
-            self._record(*self.backlog.popleft())
-        self.backlog.append((spec, cap, intended_ns))
+            self._record(self.backlog.popleft())
+        self.backlog.append(cap)
         self.backlog_ready.set()
 
     async def decoder(self) -> None:
@@ -225,23 +316,25 @@ class _Engine:
                 await self.backlog_ready.wait()
             deadline = perf_counter_ns() + DECODE_SLICE_NS
             while backlog and perf_counter_ns() < deadline:
-                self._record(*backlog.popleft())
+                self._record(backlog.popleft())
             await asyncio.sleep(0)  # let the loop poll sockets before the next slice
 
     def drain(self) -> None:
         while self.backlog:
-            self._record(*self.backlog.popleft())
+            self._record(self.backlog.popleft())
 
-    def _record(self, spec: RequestSpec, cap: Capture, intended_ns: int) -> None:
+    def _record(self, cap: Capture) -> None:
+        spec = cap.spec
         rec = to_record(
             cap,
             index=spec.index,
-            intended_ns=intended_ns,
+            intended_ns=cap.intended_ns,
             t0_ns=self.t0_ns,
             load_point=self.plan.load_point,
             turn=spec.turn,
             expected_input_len=spec.input_len,
             expected_output_len=spec.output_len,
+            stats=self.stats,
         )
         if rec.ok and rec.ttft_ns is not None:
             recent = self.progress.recent_ttft_ms
@@ -252,51 +345,15 @@ class _Engine:
         if self.sink is not None:
             self.sink(rec)
 
-    async def session(self, turns: list[RequestSpec], first_intended_ns: int) -> None:
-        """A multi-turn conversation: each turn is sent when the previous one has ended."""
-        intended = first_intended_ns
-        for i, spec in enumerate(turns):
-            if i:
-                if self.stop.is_set():
-                    return
-                if self.plan.think_time_s:
-                    await asyncio.sleep(self.plan.think_time_s)
-                self.ready[spec.index] = self.prepare(spec)
-                intended = perf_counter_ns()
-            await self.one(spec, intended)
-
-    def start(self, turns: list[RequestSpec], intended_ns: int):
-        """The coroutine for one session: the request itself when it has a single turn."""
-        if len(turns) == 1:
-            return self.one(turns[0], intended_ns)
-        return self.session(turns, intended_ns)
-
-    def spawn(self, coro) -> None:
-        task = asyncio.ensure_future(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task) -> None:
-        # O(1) per request: waiting on the whole task set after each completion cost
-        # O(in-flight) per request, about a second per wave at 1024 streams.
-        self.tasks.discard(task)
-        if not self.tasks and not self.scheduling:
-            self.idle.set()
-
-    def scheduler_done(self) -> None:
-        self.scheduling = False
-        if not self.tasks:
-            self.idle.set()
-
+    # -- schedules
     async def warm_up(self) -> None:
         """Open the connections a closed loop (or a concurrency cap) will need before t0."""
         plan = self.plan
         n = plan.concurrency if plan.offsets_s is None else plan.max_concurrency
-        warm = getattr(self.transport, "warm", None)
-        if n and warm is not None:
-            await warm(min(n, len(plan.specs)))
+        if n:
+            await self.transport.warm(min(n, len(plan.specs)))
 
-    async def open_loop(self, sessions: list[list[RequestSpec]], offsets: np.ndarray) -> None:
+    async def open_loop(self, sessions: Sequence[list[RequestSpec]], offsets: np.ndarray) -> None:
         t0 = self.t0_ns
         for turns, offset in zip(sessions, offsets, strict=False):
             if self.stop.is_set():
@@ -312,29 +369,81 @@ class _Engine:
             if self.stop.is_set():
                 self.ready.pop(turns[0].index, None)
                 return
-            self.spawn(self.start(turns, target))
+            self.begin_flow()
+            self.begin_session(turns, target, self.end_flow_cb)
 
-    async def closed_loop(self, sessions: list[list[RequestSpec]], users: int) -> None:
-        queue = iter(sessions)
+    def closed_loop(self, sessions: Sequence[list[RequestSpec]], users: int) -> None:
+        """Start `users` users, spread over --ramp-up: users that all start at once finish
+        together and restart together, turning every wave into one burst."""
         deadline = None
         if self.plan.duration_s:
             deadline = self.t0_ns + int(self.plan.duration_s * 1e9)
-
-        async def user(delay_s: float) -> None:
-            # Users that all start at once finish together and restart together, turning
-            # every wave into one burst; a ramp spreads them, as real users are spread.
-            if delay_s > 0:
-                await asyncio.sleep(delay_s)
-            for turns in queue:
-                if self.stop.is_set() or (deadline and perf_counter_ns() >= deadline):
-                    return
-                self.ready[turns[0].index] = self.prepare(turns[0])
-                await self.start(turns, perf_counter_ns())
-                if self.plan.think_time_s:
-                    await asyncio.sleep(self.plan.think_time_s)
-
+        queue = iter(sessions)
         for k in range(users):
-            self.spawn(user(self.plan.ramp_up_s * k / users))
+            user = _User(self, queue, deadline)
+            self.begin_flow()
+            delay_s = self.plan.ramp_up_s * k / users
+            if delay_s > 0:
+                self.later(delay_s, user.next)
+            else:
+                user.next()
+
+
+class _Conversation:
+    """A multi-turn session: each turn is sent when the previous one has ended."""
+
+    __slots__ = ("engine", "turns", "pos", "then")
+
+    def __init__(self, engine: _Engine, turns: list[RequestSpec], then: Callable) -> None:
+        self.engine, self.turns, self.pos, self.then = engine, turns, 0, then
+
+    def next(self, cap: Capture) -> None:
+        engine = self.engine
+        self.pos += 1
+        if self.pos >= len(self.turns) or engine.stop.is_set():
+            self.then(cap)
+        elif engine.plan.think_time_s:
+            engine.later(engine.plan.think_time_s, self._send)
+        else:
+            self._send()
+
+    def _send(self) -> None:
+        engine = self.engine
+        if engine.stop.is_set():
+            self.then(None)
+            return
+        spec = self.turns[self.pos]
+        engine.ready[spec.index] = engine.prepare(spec)
+        engine.launch(spec, perf_counter_ns(), self.next)
+
+
+class _User:
+    """A closed-loop user: takes the next session from the shared queue when one ends."""
+
+    __slots__ = ("engine", "queue", "deadline", "after_cb")
+
+    def __init__(self, engine: _Engine, queue, deadline: int | None) -> None:
+        self.engine, self.queue, self.deadline = engine, queue, deadline
+        self.after_cb = self.after  # bound once, not once per request
+
+    def next(self) -> None:
+        engine = self.engine
+        if engine.stop.is_set() or (self.deadline and perf_counter_ns() >= self.deadline):
+            engine.end_flow()
+            return
+        turns = next(self.queue, None)
+        if turns is None:
+            engine.end_flow()
+            return
+        engine.ready[turns[0].index] = engine.prepare(turns[0])
+        engine.begin_session(turns, perf_counter_ns(), self.after_cb)
+
+    def after(self, _cap: Capture | None) -> None:
+        think = self.engine.plan.think_time_s
+        if think and not self.engine.stop.is_set():
+            self.engine.later(think, self.next)
+        else:
+            self.next()
 
 
 async def _probe_loop(stop: asyncio.Event, lags: list[int]) -> None:
@@ -371,27 +480,27 @@ async def execute(
     engine.t0_ns = t0_ns if t0_ns is not None else perf_counter_ns()
     cpu0 = time.thread_time()
     interrupted = False
-    sched_task = stop_wait = None
+    sched_task = None
     try:
         if plan.offsets_s is not None:
             if len(plan.offsets_s) < len(sessions):
                 sessions = sessions[: len(plan.offsets_s)]
-            scheduler = engine.open_loop(sessions, plan.offsets_s)
+            sched_task = asyncio.ensure_future(engine.open_loop(sessions, plan.offsets_s))
+            sched_task.add_done_callback(lambda task: _scheduler_ended(engine, task))
         else:
-            scheduler = engine.closed_loop(sessions, plan.concurrency or 1)
-        sched_task = asyncio.ensure_future(scheduler)
-        sched_task.add_done_callback(lambda _: engine.scheduler_done())
+            engine.closed_loop(sessions, plan.concurrency or 1)
+            engine.scheduler_done()
         stop_wait = asyncio.ensure_future(engine.stop.wait())
         idle_wait = asyncio.ensure_future(engine.idle.wait())
         await asyncio.wait([idle_wait, stop_wait], return_when=asyncio.FIRST_COMPLETED)
         idle_wait.cancel()
+        stop_wait.cancel()
         if engine.stop.is_set():
             interrupted = True
-            sched_task.cancel()
-            for task in list(engine.tasks):
-                task.cancel()
-            await asyncio.gather(sched_task, *engine.tasks, return_exceptions=True)
-        stop_wait.cancel()
+            if sched_task is not None:
+                sched_task.cancel()
+                await asyncio.gather(sched_task, return_exceptions=True)
+            engine.halt()
     finally:
         end_ns = perf_counter_ns()
         cpu_s = time.thread_time() - cpu0
@@ -399,9 +508,11 @@ async def execute(
         probe.cancel()
         decoder.cancel()
         await asyncio.gather(probe, decoder, return_exceptions=True)
+        await engine.transport.aclose()  # httpx's cancelled requests report as they unwind
         engine.drain()
-        await engine.transport.aclose()
         gc.unfreeze()
+    if engine.error is not None:
+        raise engine.error
     lag = np.array(lags, dtype=np.float64) / 1e6 if lags else np.zeros(1)
     engine.records.sort(key=lambda r: (r.sent_ns, r.index))
     return RunResult(
@@ -412,8 +523,15 @@ async def execute(
         interrupted=interrupted,
         t0_ns=engine.t0_ns,
         loop_cpu_share=cpu_s / max(1e-9, (end_ns - engine.t0_ns) / 1e9),
-        late_read_share=engine.transport.clock.late_share,
+        late_read_share=engine.stats.late_share,
+        merged_token_share=engine.stats.merged_share,
     )
+
+
+def _scheduler_ended(engine: _Engine, task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        engine.fail(task.exception())
+    engine.scheduler_done()
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

@@ -269,7 +269,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-chunked", action="store_true", help="close-delimited bodies")
     p.add_argument("--no-usage", action="store_true", help="never send a usage chunk")
     p.add_argument("--sends-log", help="write per-token send times (JSON) here at exit")
+    p.add_argument("--tls-cert", help="serve HTTPS with this PEM certificate (and --tls-key)")
+    p.add_argument("--tls-key")
     args = p.parse_args(argv)
+    context = None
+    if args.tls_cert:
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.tls_cert, args.tls_key)
     cfg = Config(args)
     try:
         import uvloop
@@ -279,7 +287,7 @@ def main(argv: list[str] | None = None) -> None:
         loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     server = loop.run_until_complete(
-        loop.create_server(lambda: Handler(cfg), args.host, args.port, backlog=4096)
+        loop.create_server(lambda: Handler(cfg), args.host, args.port, backlog=4096, ssl=context)
     )
     port = server.sockets[0].getsockname()[1]
     print(f"PORT {port}", flush=True)

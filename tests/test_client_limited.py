@@ -66,6 +66,7 @@ def run(plan: RunPlan, hog_ms: float = 0.0, hog_gap_s: float = 0.01):
         loop_lag_p99_ms=result.loop_lag_p99_ms,
         loop_cpu_share=result.loop_cpu_share,
         late_read_share=result.late_read_share,
+        merged_token_share=result.merged_token_share,
     )
 
 

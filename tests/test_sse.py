@@ -87,14 +87,6 @@ def test_read_index_is_the_read_that_completed_the_event():
     assert [e.read_index for e in events] == [0, 1]
 
 
-class _FakeTransport:
-    def get_extra_info(self, name):
-        return None
-
-    def is_closing(self):
-        return False
-
-
 def chunked(events: list[str]) -> bytes:
     out = b""
     for e in events:
@@ -104,15 +96,14 @@ def chunked(events: list[str]) -> bytes:
 
 
 def feed(raw: bytes, cuts: list[int]) -> Capture:
-    """Push raw response bytes through the hot-path protocol, split at the given offsets."""
-    conn = _Connection()
-    conn.connection_made(_FakeTransport())
+    """Push raw response bytes through the hot-path parser, split at the given offsets."""
+    conn = _Connection(None, None)
     cap = Capture()
-    conn.cap, conn.state = cap, 0
+    conn.expect(cap)
     bounds = sorted({c for c in cuts if 0 < c < len(raw)})
     start = 0
-    for end in [*bounds, len(raw)]:
-        conn.data_received(raw[start:end])
+    for k, end in enumerate([*bounds, len(raw)]):
+        conn.feed(raw[start:end], k)
         start = end
     return cap
 

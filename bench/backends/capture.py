@@ -1,14 +1,17 @@
 """What the hot path writes for one request, and how it becomes a RequestRecord afterwards.
 
 A Capture is filled by a transport while the response streams in: the response body bytes,
-and for every read the arrival time and the body length after it. Nothing else happens per
-read. `to_record` runs once the stream has ended: it splits events, decodes them, and turns
-the read times of content events into token arrival times.
+and for every read the time it was read, the kernel's stamp of when its bytes arrived (where
+the transport gets one) and the body length after it. Nothing else happens per read.
+`to_record` runs once the stream has ended: it splits events, decodes them, and turns the
+arrival times of content events into token arrival times.
 """
 
 from __future__ import annotations
 
+import time
 from array import array
+from time import perf_counter_ns
 
 import numpy as np
 
@@ -35,13 +38,17 @@ from bench.records import (
 
 
 class Capture:
-    """Per-request buffers written on the hot path. Slots keep it small (issue 10)."""
+    """Per-request buffers written on the hot path, and the request it belongs to (`spec`,
+    `intended_ns`, `then`: what the engine needs when the transport says it is done, so
+    that no closure or task is kept per request). Slots keep it small (issue 10)."""
 
     __slots__ = (
         "status",
         "body",
-        "read_times",
-        "read_ends",
+        "reads",
+        "spec",
+        "intended_ns",
+        "then",
         "sent_ns",
         "first_byte_ns",
         "end_ns",
@@ -53,8 +60,14 @@ class Capture:
     def __init__(self) -> None:
         self.status: int | None = None
         self.body = bytearray()
-        self.read_times = array("q")
-        self.read_ends = array("q")
+        # Four int64 per read: when it was read (perf_counter_ns), the body length after
+        # it, and the kernel's CLOCK_REALTIME arrival stamp as timespec seconds and
+        # nanoseconds (zeros where the read came without one). One array, not four: each
+        # container costs ~60 bytes per request in flight (issue 10).
+        self.reads = array("q")
+        self.spec = None
+        self.intended_ns = 0
+        self.then = None
         self.sent_ns = 0
         self.first_byte_ns: int | None = None
         self.end_ns: int | None = None
@@ -74,6 +87,80 @@ def mark_closed(cap: Capture, detail: str) -> None:
         cap.error_message = f"connection closed mid-stream: {detail}"
 
 
+READ_LATE_NS = 2_000_000  # issue 10's honesty bar: a token read 2 ms after it arrived
+
+
+class ReadStats:
+    """How long reads waited in the socket before the client read them, over a run.
+
+    Waits are known only from the kernel's arrival stamps. A read that waited is still timed
+    right (its stamp is its arrival), but while bytes wait, a later token can arrive and be
+    read with them as one read, and then the earlier token takes the later one's time: many
+    merged tokens while many reads waited means the client no longer keeps up with what it
+    is timing (bench.metrics' client_limited rules).
+    """
+
+    __slots__ = ("reads", "stamped", "late", "max_wait_ns", "tokens", "merged")
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.stamped = 0
+        self.late = 0
+        self.max_wait_ns = 0
+        self.tokens = 0  # content events
+        self.merged = 0  # content events that shared their read with the next one
+
+    def add(self, waits: np.ndarray | None, reads: int) -> None:
+        self.reads += reads
+        if waits is not None and waits.size:
+            self.stamped += int(waits.size)
+            self.late += int((waits > READ_LATE_NS).sum())
+            self.max_wait_ns = max(self.max_wait_ns, int(waits.max()))
+
+    def add_tokens(self, content_reads: list[int]) -> None:
+        self.tokens += len(content_reads)
+        if len(content_reads) > 1:
+            self.merged += int((np.diff(content_reads) == 0).sum())
+
+    @property
+    def late_share(self) -> float | None:
+        """Share of stamped reads that waited > 2 ms; None when no read had a stamp."""
+        return self.late / self.stamped if self.stamped else None
+
+    @property
+    def merged_share(self) -> float | None:
+        """Share of content events read together with the next one; None without tokens."""
+        return self.merged / self.tokens if self.tokens else None
+
+
+def read_columns(cap: Capture) -> np.ndarray:
+    """The capture's reads as rows of (read_ns, body_end, stamp_s, stamp_ns)."""
+    return np.frombuffer(cap.reads, dtype=np.int64).reshape(-1, 4)
+
+
+def arrival_times(cap: Capture) -> tuple[np.ndarray, np.ndarray | None]:
+    """Each read's arrival time on the perf_counter_ns clock, and how long it waited.
+
+    With kernel stamps the arrival is the kernel's (converted from CLOCK_REALTIME with the
+    offset between the clocks now: they drift by microseconds over a stream's life). Reads
+    without a stamp, and every read of a capture whose stamps do not fit between its send
+    and its reads (a wall-clock step mid-stream), keep the time they were read.
+    """
+    columns = read_columns(cap)
+    read = columns[:, 0]
+    stamped = columns[:, 2] != 0
+    if not stamped.any():
+        return read, None
+    offset = time.time_ns() - perf_counter_ns()
+    arrived = columns[:, 2] * 1_000_000_000 + columns[:, 3] - offset
+    arrived = np.where(stamped, arrived, read)
+    waits = read - arrived
+    if (waits < -1_000_000).any() or (arrived < cap.sent_ns - 1_000_000).any():
+        return read, None
+    arrived = np.maximum(arrived, cap.sent_ns)  # a stamp cannot precede the send it answers
+    return np.minimum(arrived, read), waits[stamped]
+
+
 def http_error_kind(status: int) -> str:
     if status == 429:
         return ERR_HTTP_429
@@ -90,8 +177,22 @@ def to_record(
     turn: int = 0,
     expected_input_len: int | None = None,
     expected_output_len: int | None = None,
+    stats: ReadStats | None = None,
 ) -> RequestRecord:
-    """Decode a finished capture into a record; times become ns since the run start t0_ns."""
+    """Decode a finished capture into a record; times become ns since the run start t0_ns.
+
+    Token times are arrival times (`arrival_times`); `stats`, when given, collects how long
+    the reads waited to be read.
+    """
+    arrived, waits = arrival_times(cap)
+    if stats is not None:
+        stats.add(waits, arrived.size)
+    if waits is not None:
+        # The first byte and a stream's end are arrivals too, on the same clock as tokens.
+        if cap.first_byte_ns is not None:
+            cap.first_byte_ns = min(cap.first_byte_ns, int(arrived[0]))
+        if cap.end_ns is not None and cap.end_ns == int(read_columns(cap)[-1, 0]):
+            cap.end_ns = int(arrived[-1])
     rec = RequestRecord(
         index=index,
         load_point=load_point,
@@ -114,9 +215,10 @@ def to_record(
         return rec
 
     result = decode_stream(cap)
+    if stats is not None:
+        stats.add_tokens(result.content_reads)
     if result.content_reads:
-        times = np.frombuffer(cap.read_times, dtype=np.int64)
-        rec.chunk_times_ns = times[np.asarray(result.content_reads)] - t0_ns
+        rec.chunk_times_ns = arrived[np.asarray(result.content_reads)] - t0_ns
         rec.first_token_ns = int(rec.chunk_times_ns[0])
     if result.completion_tokens is not None:
         rec.output_tokens = int(result.completion_tokens)
@@ -140,7 +242,8 @@ def decode_stream(cap: Capture) -> StreamResult:
     """What the captured body says; the fast path first, the general SSE parser if needed."""
     if not cap.body:
         return interpret([])
-    fast = split_simple(cap.body, cap.read_ends)
+    ends = read_columns(cap)[:, 1]
+    fast = split_simple(cap.body, ends)
     if fast is not None:
         array, reads, done = fast
         try:
@@ -149,4 +252,4 @@ def decode_stream(cap: Capture) -> StreamResult:
             objects = None  # let the general path name the bad event
         if objects is not None and len(objects) == len(reads):
             return interpret_objects(objects, reads, done)
-    return interpret(split_events(cap.body, list(cap.read_ends)))
+    return interpret(split_events(cap.body, ends.tolist()))

@@ -1,11 +1,19 @@
 """Transports: send one prepared request and fill a Capture, timestamping every read.
 
-Two implementations behind one interface:
-- `RawTransport` (default): HTTP/1.1 over an asyncio Protocol with keep-alive connections.
-  Each read costs a perf_counter_ns call, a bytearray extend and two array appends; chunked
-  transfer framing is stripped with a small state machine. No per-token Python objects.
-- `HttpxTransport`: httpx.AsyncClient, streaming raw bytes. Kept selectable
-  (`--transport httpx`); see README for the figures that made the raw one the default.
+Two implementations behind one interface (`start` a request; `done(cap)` is called once it
+has ended, however it ended):
+- `RawTransport` (default): HTTP/1.1 on non-blocking sockets; no task, coroutine or future
+  per request. On Linux every connection's socket sits in one epoll set and the event loop
+  watches only that set (`_Readers`). Each socket asks the kernel to stamp incoming
+  segments (SO_TIMESTAMPNS) and is read with recvmsg, so a token's time is when it reached
+  this machine, not when the loop got round to reading it: a burst of reads queued behind
+  each other no longer shifts their timestamps (issue 10). Each read costs one recvmsg,
+  one perf_counter_ns, one bytearray extend and three array operations; chunked framing
+  is stripped with a small state machine. TLS runs through an in-memory SSLObject on the
+  same socket.
+- `HttpxTransport`: httpx.AsyncClient, streaming raw bytes, one task per request. Kept
+  selectable (`--transport httpx`); see README for the figures that made the raw one the
+  default.
 
 Both stamp `sent_ns` immediately before the request bytes are handed to the socket.
 """
@@ -14,24 +22,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
+import socket
+import ssl
+import struct
+import sys
+from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Protocol
 from urllib.parse import urlsplit
 
 from bench.backends.capture import Capture, mark_closed
-from bench.records import (
-    ERR_CONNECT,
-    ERR_RESET,
-    ERR_TIMEOUT,
-)
+from bench.records import ERR_CONNECT, ERR_RESET, ERR_TIMEOUT
 
 TRANSPORTS = ("raw", "httpx")
+
+Done = Callable[[Capture], None]
 
 
 class Transport(Protocol):
     def prepare(self, path: str, body: bytes) -> object: ...
 
-    async def send(self, prepared: object, cap: Capture, timeout_s: float) -> None: ...
+    def start(self, prepared: object, cap: Capture, timeout_s: float, done: Done) -> None: ...
+
+    def cancel_all(self) -> None: ...
+
+    async def warm(self, n: int) -> None: ...
 
     async def aclose(self) -> None: ...
 
@@ -54,97 +70,99 @@ def _host_port(base_url: str) -> tuple[str, int, str]:
     return parts.hostname or "127.0.0.1", port, parts.scheme
 
 
-# ---------------------------------------------------------------- raw asyncio HTTP/1.1
+# ---------------------------------------------------------------- raw HTTP/1.1 on sockets
 
 _HEAD, _BODY_LENGTH, _BODY_CHUNKED, _BODY_CLOSE, _DONE = range(5)
 
-READ_LATE_NS = 2_000_000  # issue 10's honesty bar: a token timestamp 2 ms late is wrong
+READ_SIZE = 65536
+# SO_TIMESTAMPNS hands back a struct timespec (two 64-bit fields) per read on 64-bit Linux;
+# elsewhere reads are stamped with perf_counter_ns only.
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+KERNEL_STAMPS = sys.platform.startswith("linux") and struct.calcsize("P") == 8
+_ANC_SIZE = socket.CMSG_SPACE(16) if KERNEL_STAMPS else 0
+_NO_STAMP = bytes(16)
 
 
-class ReadClock:
-    """How late reads are timestamped because they queue behind other reads.
-
-    All reads that become ready together are handed to the protocols one after another in
-    one turn of the event loop, so the k-th read of a turn is timestamped after k-1
-    callbacks. The first read of a turn starts the clock (and schedules its reset for the
-    turn's end); every later read in the same turn that comes more than READ_LATE_NS after
-    it is counted late. The share of late reads is a lower bound on how often a token's
-    timestamp was off by more than 2 ms: what the loop-lag probe, waking every 5 ms, misses.
-    """
-
-    __slots__ = ("start", "pending", "reads", "late", "_reset", "_call_soon")
-
-    def __init__(self) -> None:
-        self.start = 0
-        self.pending = False
-        self.reads = 0
-        self.late = 0
-        self._reset = None
-
-    def mark(self, t: int) -> None:
-        self.reads += 1
-        if not self.pending:
-            self.pending = True
-            self.start = t
-            if self._reset is None:
-                self._reset = lambda: setattr(self, "pending", False)
-                try:
-                    self._call_soon = asyncio.get_running_loop().call_soon
-                except RuntimeError:  # fed by hand, outside a loop (tests): one read a turn
-                    self._call_soon = lambda reset: reset()
-            self._call_soon(self._reset)
-        elif t - self.start > READ_LATE_NS:
-            self.late += 1
-
-    @property
-    def late_share(self) -> float | None:
-        return self.late / self.reads if self.reads else None
+def _ask_for_stamps(sock: socket.socket) -> bool:
+    """Ask the kernel to stamp this socket's incoming data; False where it cannot."""
+    if not KERNEL_STAMPS:
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
 
 
-class _Connection(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection; serves one request at a time."""
+class _Connection:
+    """One keep-alive HTTP/1.1 connection on a non-blocking socket; one request at a time."""
 
     __slots__ = (
-        "transport",
+        "sock",
+        "fd",
+        "pool",
         "cap",
-        "waiter",
+        "done",
         "state",
         "pending",
         "remaining",
         "crlf",
         "keep_alive",
         "lost",
-        "deadline",
         "timeout_s",
-        "clock",
+        "out",
+        "tls",
+        "tls_in",
+        "tls_out",
     )
 
-    def __init__(self, clock: ReadClock | None = None) -> None:
-        self.clock = clock or ReadClock()
-        self.transport: asyncio.Transport | None = None
+    def __init__(self, sock: socket.socket | None, pool: RawTransport | None) -> None:
+        self.sock = sock
+        self.fd = sock.fileno() if sock is not None else -1
+        self.pool = pool
         self.cap: Capture | None = None
-        self.waiter: asyncio.Future | None = None
+        self.done: Done | None = None
         self.state = _DONE
         self.pending = b""
         self.remaining = 0
         self.crlf = 0
         self.keep_alive = True
         self.lost = False
-        self.deadline = 0  # perf_counter_ns by which the current request must be done
         self.timeout_s = 0.0
+        self.out: memoryview | None = None  # request bytes the socket has not taken yet
+        self.tls: ssl.SSLObject | None = None
+        self.tls_in: ssl.MemoryBIO | None = None
+        self.tls_out: ssl.MemoryBIO | None = None
 
-    # -- asyncio callbacks: the hot path
-    def connection_made(self, transport) -> None:
-        # asyncio and uvloop both set TCP_NODELAY on TCP transports already; asking for the
-        # socket here would keep a socket object alive per connection for nothing.
-        self.transport = transport
+    def expect(self, cap: Capture, done: Done | None = None) -> None:
+        """Get ready to read the response to a request about to be written."""
+        self.cap, self.done = cap, done
+        self.state, self.pending, self.remaining, self.crlf = _HEAD, b"", 0, 0
 
-    def data_received(self, data: bytes) -> None:
+    # -- event-loop callbacks: the hot path
+    def on_readable(self) -> None:
+        try:
+            data, anc, _flags, _addr = self.sock.recvmsg(READ_SIZE, _ANC_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self.close_lost(exc)
+            return
         t = perf_counter_ns()
-        self.clock.mark(t)
+        if self.tls is not None:
+            data = self._decrypt(data)
+            if data is None:
+                return
+        elif not data:
+            self.close_lost(None)
+            return
+        self.feed(data, t, anc[0][2] if anc else _NO_STAMP)
+
+    def feed(self, data: bytes, t: int, stamp: bytes = _NO_STAMP) -> None:
+        """Parse one read of response bytes that arrived at `t` (the kernel's `stamp`)."""
         cap = self.cap
         if cap is None:
-            return
+            return  # bytes after the response (a trailing CRLF) or that nobody asked for
         state = self.state
         if state == _HEAD:
             data = self._head(data, cap, t)
@@ -161,27 +179,82 @@ class _Connection(asyncio.Protocol):
                 self.state = _DONE
         elif state == _BODY_CLOSE:
             cap.body += data
-        cap.read_times.append(t)
-        cap.read_ends.append(len(cap.body))
+        reads = cap.reads
+        reads.append(t)
+        reads.append(len(cap.body))
+        reads.frombytes(stamp)
         if self.state == _DONE:
             cap.end_ns = t
-            self._release()
+            self.release()
 
-    def connection_lost(self, exc) -> None:
+    def write(self, data: bytes) -> None:
+        """Hand request bytes to the socket; what it cannot take now waits for writable."""
+        if self.tls is not None:
+            self.tls.write(data)
+            data = self.tls_out.read()
+        try:
+            sent = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            # Reported on the next turn, so the caller's bookkeeping is done before done().
+            asyncio.get_running_loop().call_soon(self.close_lost, exc)
+            return
+        if sent < len(data):
+            self.out = memoryview(data)[sent:]
+            asyncio.get_running_loop().add_writer(self.fd, self.on_writable)
+
+    def on_writable(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            sent = self.sock.send(self.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self.out = None
+            loop.remove_writer(self.fd)
+            self.close_lost(exc)
+            return
+        self.out = self.out[sent:]
+        if not self.out:
+            self.out = None
+            loop.remove_writer(self.fd)
+
+    def _decrypt(self, data: bytes) -> bytes | None:
+        """Plaintext from TLS records just read; None when there is nothing to hand on."""
+        if not data:
+            self.close_lost(None)
+            return None
+        self.tls_in.write(data)
+        parts = []
+        while True:
+            try:
+                part = self.tls.read(READ_SIZE)
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLError as exc:
+                self.close_lost(exc)
+                return None
+            if not part:  # close_notify
+                break
+            parts.append(part)
+        return b"".join(parts) if parts else None
+
+    def close_lost(self, exc: BaseException | None) -> None:
+        """The connection went away: end the request it was serving as its framing says."""
         self.lost = True
         cap = self.cap
-        if cap is None:
-            return
-        t = perf_counter_ns()
-        if self.state == _BODY_CLOSE:
-            cap.end_ns = t
-        elif self.state != _DONE:
-            cap.end_ns = t
-            mark_closed(cap, str(exc or "EOF"))
-        self.state = _DONE
-        self._release()
+        if cap is not None:
+            t = perf_counter_ns()
+            if self.state == _BODY_CLOSE:
+                cap.end_ns = t
+            elif self.state != _DONE:
+                cap.end_ns = t
+                mark_closed(cap, str(exc or "EOF"))
+            self.state = _DONE
+        self.release()
 
-    # -- parsing helpers, called from data_received
+    # -- parsing helpers, called from feed
     def _head(self, data: bytes, cap: Capture, t: int) -> bytes | None:
         data = self.pending + data if self.pending else data
         if cap.first_byte_ns is None:
@@ -265,20 +338,89 @@ class _Connection(asyncio.Protocol):
                     return
                 self.remaining = size
 
-    def _release(self) -> None:
-        waiter = self.waiter
-        self.cap = None
-        self.waiter = None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    def release(self) -> None:
+        """The request is over: give the connection back (or close it), then say done."""
+        cap, done = self.cap, self.done
+        self.cap = self.done = None
+        if self.pool is not None:
+            self.pool.put_back(self, cap is None or cap.error_kind is None)
+        if cap is not None and done is not None:
+            done(cap)
+
+    def close(self) -> None:
+        if self.sock is None:
+            return
+        if self.pool is not None:
+            self.pool.readers.remove(self)
+        if self.out is not None:
+            asyncio.get_running_loop().remove_writer(self.fd)
+            self.out = None
+        self.lost = True
+        self.sock.close()
+        self.sock = None
+
+
+class _Readers:
+    """Calls a connection's on_readable when its socket has bytes to read.
+
+    On Linux one epoll set holds every connection's socket and the event loop watches only
+    that set's descriptor; when it is ready, one callback polls the set and reads every
+    ready socket. A reader registered with the loop per socket (uvloop: a poll handle, a
+    callback handle and a bound method, ~600 bytes) was the largest cost of a request in
+    flight (issue 10). Elsewhere each socket is registered with the loop itself.
+    """
+
+    def __init__(self) -> None:
+        self.by_fd: dict[int, _Connection] = {}
+        self.epoll = (
+            select.epoll()
+            if hasattr(select, "epoll") and not __import__("os").environ.get("TB_NO_EPOLL")
+            else None
+        )
+        self.watched = False
+
+    def add(self, conn: _Connection) -> None:
+        if self.epoll is None:
+            asyncio.get_running_loop().add_reader(conn.fd, conn.on_readable)
+            return
+        if not self.watched:
+            asyncio.get_running_loop().add_reader(self.epoll.fileno(), self._ready)
+            self.watched = True
+        self.epoll.register(conn.fd, select.EPOLLIN)
+        self.by_fd[conn.fd] = conn
+
+    def remove(self, conn: _Connection) -> None:
+        if self.epoll is None:
+            asyncio.get_running_loop().remove_reader(conn.fd)
+            return
+        if self.by_fd.pop(conn.fd, None) is not None:
+            with contextlib.suppress(OSError):
+                self.epoll.unregister(conn.fd)
+
+    def _ready(self) -> None:
+        by_fd = self.by_fd
+        for fd, _events in self.epoll.poll(0):
+            conn = by_fd.get(fd)
+            if conn is not None:
+                conn.on_readable()
+
+    def close(self) -> None:
+        if self.epoll is None or self.epoll.closed:
+            return
+        if self.watched:
+            with contextlib.suppress(RuntimeError):  # the loop may be closed already
+                asyncio.get_running_loop().remove_reader(self.epoll.fileno())
+            self.watched = False
+        self.epoll.close()
+        self.by_fd.clear()
 
 
 class RawTransport:
-    """HTTP/1.1 client on asyncio Protocols with a pool of idle keep-alive connections."""
+    """HTTP/1.1 client on non-blocking sockets with a pool of idle keep-alive connections."""
 
     def __init__(self, base_url: str, *, api_key: str | None = None) -> None:
         self.host, self.port, scheme = _host_port(base_url)
-        self.ssl = scheme == "https"
+        self.ssl_context = ssl.create_default_context() if scheme == "https" else None
         self.prefix = urlsplit(base_url).path.rstrip("/")
         host_header = self.host if self.port in (80, 443) else f"{self.host}:{self.port}"
         auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
@@ -291,9 +433,12 @@ class RawTransport:
             f"{auth}"
             "Content-Length: {length}\r\n\r\n"
         )
+        self._addr: tuple | None = None
+        self._resolving: asyncio.Future | None = None
         self._idle: list[_Connection] = []
         self._all: set[_Connection] = set()
-        self.clock = ReadClock()
+        self._connecting: set[asyncio.Task] = set()
+        self.readers = _Readers()
         self._sweeper: asyncio.TimerHandle | None = None
 
     def prepare(self, path: str, body: bytes) -> bytes:
@@ -302,11 +447,41 @@ class RawTransport:
 
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
-        _, conn = await loop.create_connection(
-            lambda: _Connection(self.clock), self.host, self.port, ssl=True if self.ssl else None
-        )
+        family, kind, proto, _, address = await self._address()
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _ask_for_stamps(sock)
+            await loop.sock_connect(sock, address)
+            conn = _Connection(sock, self)
+            if self.ssl_context is not None:
+                await _handshake(conn, self.ssl_context, self.host)
+        except BaseException:
+            sock.close()
+            raise
+        self.readers.add(conn)
         self._all.add(conn)
         return conn
+
+    async def _address(self) -> tuple:
+        """The endpoint's address, resolved once however many connections open at once."""
+        if self._addr is None:
+            resolving = self._resolving
+            if resolving is None:
+                resolving = self._resolving = asyncio.ensure_future(
+                    asyncio.get_running_loop().getaddrinfo(
+                        self.host, self.port, type=socket.SOCK_STREAM
+                    )
+                )
+            try:
+                infos = await asyncio.shield(resolving)
+            except OSError:
+                if self._resolving is resolving:
+                    self._resolving = None  # let a later connection try again
+                raise
+            self._addr = infos[0]
+        return self._addr
 
     async def warm(self, n: int, timeout_s: float = 10.0) -> None:
         """Open up to n idle connections before a run, so that the first wave's TCP handshakes
@@ -322,49 +497,58 @@ class RawTransport:
                     for conn in await asyncio.gather(*batch, return_exceptions=True):
                         if isinstance(conn, _Connection):
                             self._idle.append(conn)
-                        elif isinstance(conn, BaseException) and not isinstance(conn, OSError):
+                        elif isinstance(conn, BaseException) and not isinstance(
+                            conn, (OSError, ssl.SSLError)
+                        ):
                             raise conn
 
-    async def _acquire(self) -> _Connection:
+    def start(self, prepared: bytes, cap: Capture, timeout_s: float, done: Done) -> None:
+        """Send on an idle connection now, or open one first (off the caller's path)."""
         while self._idle:
             conn = self._idle.pop()
-            if not conn.lost and conn.transport is not None and not conn.transport.is_closing():
-                return conn
-            self._all.discard(conn)
-        return await self._connect()
+            if not conn.lost:
+                self._begin(conn, prepared, cap, timeout_s, done)
+                return
+        task = asyncio.ensure_future(self._connect_then_begin(prepared, cap, timeout_s, done))
+        self._connecting.add(task)
+        task.add_done_callback(self._connecting.discard)
 
-    async def send(self, prepared: bytes, cap: Capture, timeout_s: float) -> None:
-        loop = asyncio.get_running_loop()
+    async def _connect_then_begin(
+        self, prepared: bytes, cap: Capture, timeout_s: float, done: Done
+    ) -> None:
         try:
-            conn = await self._acquire()
-        except OSError as exc:
+            conn = await self._connect()
+        except asyncio.CancelledError:
+            cap.cancelled = True  # never left the client: sent_ns stays 0
+            done(cap)
+            raise
+        except (OSError, ssl.SSLError) as exc:
             cap.sent_ns = cap.end_ns = perf_counter_ns()
             cap.error_kind = ERR_CONNECT
             cap.error_message = f"cannot connect to {self.host}:{self.port}: {exc}"
+            done(cap)
             return
-        waiter = loop.create_future()
-        conn.cap, conn.waiter = cap, waiter
-        conn.state, conn.pending, conn.remaining, conn.crlf = _HEAD, b"", 0, 0
+        self._begin(conn, prepared, cap, timeout_s, done)
+
+    def _begin(
+        self, conn: _Connection, prepared: bytes, cap: Capture, timeout_s: float, done: Done
+    ) -> None:
+        conn.expect(cap, done)
         cap.sent_ns = perf_counter_ns()
-        conn.deadline, conn.timeout_s = cap.sent_ns + int(timeout_s * 1e9), timeout_s
-        conn.transport.write(prepared)
-        del prepared  # the bytes are the socket's now; an in-flight request should not hold them
+        conn.timeout_s = timeout_s
+        conn.write(prepared)
         if self._sweeper is None:
             self._sweep_in(min(0.25, timeout_s / 4))
-        try:
-            await waiter
-        except asyncio.CancelledError:
-            cap.cancelled = True
-            cap.end_ns = perf_counter_ns()
-            conn.cap = None
-            conn.transport.abort()
-            self._all.discard(conn)
-            raise
-        if conn.keep_alive and not conn.lost and cap.error_kind is None:
+
+    def put_back(self, conn: _Connection, clean: bool) -> None:
+        """A request on conn has ended: keep the connection for the next one if it can serve."""
+        if clean and conn.keep_alive and not conn.lost and conn.sock is not None:
             self._idle.append(conn)
-        else:
-            conn.transport.close()
-            self._all.discard(conn)
+            return
+        conn.close()
+        self._all.discard(conn)
+        if conn in self._idle:
+            self._idle.remove(conn)
 
     def _sweep_in(self, interval_s: float) -> None:
         self._sweeper = asyncio.get_running_loop().call_later(interval_s, self._sweep, interval_s)
@@ -378,42 +562,83 @@ class RawTransport:
         for conn in list(self._all):
             if conn.cap is None:
                 continue
-            if now >= conn.deadline:
-                _expire(conn, conn.timeout_s)
+            if now - conn.cap.sent_ns >= conn.timeout_s * 1e9:
+                _expire(conn)
             else:
                 busy = True
         if busy:
             self._sweep_in(interval_s)
 
+    def cancel_all(self) -> None:
+        """The run is stopping: end every request in flight as cancelled."""
+        for task in list(self._connecting):
+            task.cancel()
+        for conn in list(self._all):
+            cap = conn.cap
+            if cap is None:
+                continue
+            cap.cancelled = True
+            cap.end_ns = perf_counter_ns()
+            conn.keep_alive = False
+            conn.release()
+
     async def aclose(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
+        for task in list(self._connecting):
+            task.cancel()
+        await asyncio.gather(*self._connecting, return_exceptions=True)
         for conn in list(self._all):
-            if conn.transport is not None:
-                conn.transport.close()
+            conn.close()
         self._all.clear()
         self._idle.clear()
+        self.readers.close()
 
 
-def _expire(conn: _Connection, timeout_s: float) -> None:
+async def _handshake(conn: _Connection, context: ssl.SSLContext, host: str) -> None:
+    """TLS handshake through memory BIOs, so that reads stay plain recvmsg calls."""
+    loop = asyncio.get_running_loop()
+    conn.tls_in, conn.tls_out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    conn.tls = context.wrap_bio(conn.tls_in, conn.tls_out, server_hostname=host)
+    while True:
+        try:
+            conn.tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            pending = conn.tls_out.read()
+            if pending:
+                await loop.sock_sendall(conn.sock, pending)
+            data = await loop.sock_recv(conn.sock, READ_SIZE)
+            if not data:
+                raise ConnectionResetError("connection closed during the TLS handshake") from None
+            conn.tls_in.write(data)
+    pending = conn.tls_out.read()
+    if pending:
+        await loop.sock_sendall(conn.sock, pending)
+
+
+def _expire(conn: _Connection) -> None:
     cap = conn.cap
     if cap is None:
         return
     cap.error_kind = ERR_TIMEOUT
-    cap.error_message = f"no complete response within --request-timeout {timeout_s:g} s"
+    cap.error_message = f"no complete response within --request-timeout {conn.timeout_s:g} s"
     cap.end_ns = perf_counter_ns()
     conn.state = _DONE
     conn.keep_alive = False
-    conn._release()
-    conn.transport.abort()
+    conn.release()
 
 
 # ---------------------------------------------------------------- httpx
 
 
 class HttpxTransport:
-    """httpx.AsyncClient streaming raw bytes; one client, pool sized to the concurrency."""
+    """httpx.AsyncClient streaming raw bytes; one client, pool sized to the concurrency.
+
+    One task per request (httpx is coroutine-based); reads are stamped with perf_counter_ns
+    when httpx hands them over, so they carry the loop's delays that the raw transport's
+    kernel stamps do not."""
 
     def __init__(self, base_url: str, *, api_key: str | None = None, max_connections: int = 0):
         import httpx
@@ -429,13 +654,27 @@ class HttpxTransport:
         self.client = httpx.AsyncClient(
             base_url=base_url.rstrip("/"), headers=headers, limits=limits, timeout=None
         )
-        self.clock = ReadClock()
+        self._tasks: set[asyncio.Task] = set()
 
     def prepare(self, path: str, body: bytes) -> tuple[str, bytes]:
         return path, body
 
-    async def send(self, prepared: tuple[str, bytes], cap: Capture, timeout_s: float) -> None:
-        httpx, clock = self._httpx, self.clock
+    async def warm(self, n: int) -> None:
+        """Nothing to open ahead: httpx opens its pool's connections on demand."""
+
+    def start(self, prepared: tuple[str, bytes], cap: Capture, timeout_s: float, done: Done):
+        task = asyncio.ensure_future(self._send(prepared, cap, timeout_s, done))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def cancel_all(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def _send(
+        self, prepared: tuple[str, bytes], cap: Capture, timeout_s: float, done: Done
+    ) -> None:
+        httpx = self._httpx
         path, body = prepared
         request = self.client.build_request(
             "POST", path, content=body, headers={"Content-Type": "application/json"}
@@ -448,14 +687,14 @@ class HttpxTransport:
                     cap.first_byte_ns = perf_counter_ns()
                     cap.status = response.status_code
                     async for chunk in response.aiter_raw():
-                        t = perf_counter_ns()
-                        clock.mark(t)
                         cap.body += chunk
-                        cap.read_times.append(t)
-                        cap.read_ends.append(len(cap.body))
+                        reads = cap.reads
+                        reads.append(perf_counter_ns())
+                        reads.append(len(cap.body))
+                        reads.frombytes(_NO_STAMP)
                 finally:
                     await response.aclose()
-            cap.end_ns = cap.read_times[-1] if cap.read_times else perf_counter_ns()
+            cap.end_ns = cap.reads[-4] if cap.reads else perf_counter_ns()
         except TimeoutError:
             cap.end_ns = perf_counter_ns()
             cap.error_kind = ERR_TIMEOUT
@@ -463,7 +702,6 @@ class HttpxTransport:
         except asyncio.CancelledError:
             cap.cancelled = True
             cap.end_ns = perf_counter_ns()
-            raise
         except httpx.ConnectError as exc:
             cap.end_ns = perf_counter_ns()
             cap.error_kind = ERR_CONNECT
@@ -471,6 +709,9 @@ class HttpxTransport:
         except (httpx.TransportError, httpx.StreamError) as exc:
             cap.end_ns = perf_counter_ns()
             mark_closed(cap, repr(exc))
+        done(cap)
 
     async def aclose(self) -> None:
+        self.cancel_all()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.client.aclose()

@@ -19,10 +19,14 @@
 //   POST /_truth/reset                           forget what was recorded
 //   GET  /_truth                                 JSON of the streams completed since the reset:
 //        ttft_ms[], itl_ms[] (all gaps), late_ms[] (per chunk, actual - scheduled),
-//        tokens, streams, first_arrival_ns, last_send_ns, hist (tokens per 100 ms bucket)
+//        tokens, streams, first_arrival_ns, last_send_ns, hist (tokens per 100 ms bucket),
+//        t0_ns and first_tokens[] = [md5 of the prompt, arrival, first send] (ns since t0):
+//        hrtime is CLOCK_MONOTONIC, as a Python client's perf_counter_ns on the same host,
+//        so a client's own records can be matched to these, request by request.
 
 "use strict";
 const net = require("net");
+const crypto = require("crypto");
 
 function arg(name, fallback) {
   const i = process.argv.indexOf(name);
@@ -40,13 +44,16 @@ const now = () => Number(process.hrtime.bigint() - T0);
 
 let truth = newTruth();
 function newTruth() {
-  return { ttft: [], itl: [], late: [], tokens: 0, first: null, last: 0, hist: new Map() };
+  return {
+    ttft: [], itl: [], late: [], firsts: [], tokens: 0, first: null, last: 0, hist: new Map(),
+  };
 }
 
 function record(s) {
   const t = truth;
   if (t.first === null || s.arrival < t.first) t.first = s.arrival;
   t.ttft.push((s.sends[0] - s.arrival) / 1e6);
+  t.firsts.push([s.key, s.arrival, s.sends[0]]);
   for (let i = 0; i < s.n; i++) {
     if (i) t.itl.push((s.sends[i] - s.sends[i - 1]) / 1e6);
     t.late.push((s.sends[i] - (s.arrival + TTFT_NS + i * ITL_NS)) / 1e6);
@@ -71,6 +78,8 @@ function truthJson() {
     last_send_ns: (T0 + BigInt(t.last)).toString(),
     bucket_ns: BUCKET_NS,
     hist: hist.map((e) => [e[0] - base, e[1]]),
+    t0_ns: T0.toString(),
+    first_tokens: t.firsts,
   });
 }
 
@@ -135,6 +144,7 @@ function startStream(sock, conn, path, body, arrival) {
     n,
     i: 0,
     arrival,
+    key: crypto.createHash("md5").update(prompt, "utf8").digest("hex"),
     sends: new Float64Array(n),
     token: Buffer.from(frame(sse({ id, object, created: 0, model: MODEL, choices: [choice] }))),
     tail: Buffer.from(frame(tail) + "0\r\n\r\n"),

@@ -248,11 +248,10 @@ class _Engine:
                 progress.completed += 1
             else:
                 progress.failed += 1
-        stopping = self.stop.is_set()
-        while self.waiting and not stopping and progress.in_flight < self.limit:
-            self._send(self.waiting.popleft())
         then, cap.then = cap.then, None
         try:
+            while self.waiting and not self.stop.is_set() and progress.in_flight < self.limit:
+                self._send(self.waiting.popleft())
             then(cap)
         except Exception as exc:  # a bug or bad input in what follows: stop, report it
             self.fail(exc)

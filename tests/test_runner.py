@@ -248,3 +248,21 @@ def test_closed_loop_ramp_up_spreads_the_users_starts(fake_server):
     # User k starts at k * 0.4 / 8 s: 0, 0.05, ..., 0.35.
     assert np.diff(starts).min() > 0.03
     assert starts[-1] - starts[0] == pytest.approx(0.35, abs=0.05)
+
+
+def test_an_error_in_what_follows_a_request_stops_the_run_with_it(fake_server, monkeypatch):
+    # Requests are driven by callbacks: an exception raised while starting the next one
+    # (here: rendering request 3's prompt) must end the run with that error, not hang it.
+    render = Workload.render
+
+    def bad_render(self, spec):
+        if spec.index == 3:
+            raise RuntimeError("cannot render request 3")
+        return render(self, spec)
+
+    monkeypatch.setattr(Workload, "render", bad_render)
+    with pytest.raises(RuntimeError, match="cannot render request 3"):
+        run_blocking(
+            plan(fake_server.url, 8, out_len=3, rate=None, concurrency=2, request_timeout_s=5),
+            handle_sigint=False,
+        )

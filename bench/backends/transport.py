@@ -159,7 +159,8 @@ class _Connection:
         self.feed(data, t, anc[0][2] if anc else _NO_STAMP)
 
     def feed(self, data: bytes, t: int, stamp: bytes = _NO_STAMP) -> None:
-        """Parse one read of response bytes that arrived at `t` (the kernel's `stamp`)."""
+        """Parse one read of response bytes, read at `t`; `stamp` is the kernel's record of
+        when they arrived (zeros where there is none)."""
         cap = self.cap
         if cap is None:
             return  # bytes after the response (a trailing CRLF) or that nobody asked for
@@ -372,11 +373,7 @@ class _Readers:
 
     def __init__(self) -> None:
         self.by_fd: dict[int, _Connection] = {}
-        self.epoll = (
-            select.epoll()
-            if hasattr(select, "epoll") and not __import__("os").environ.get("TB_NO_EPOLL")
-            else None
-        )
+        self.epoll = select.epoll() if hasattr(select, "epoll") else None
         self.watched = False
 
     def add(self, conn: _Connection) -> None:

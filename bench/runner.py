@@ -39,6 +39,10 @@ DECODE_SLICE_NS = 500_000
 # Past this many streams waiting to be decoded the client is saturated: decode at once
 # (back-pressure) instead of letting the backlog's memory grow.
 DECODE_BACKLOG_MAX = 8192
+# A closed loop's next requests are prepared ahead (rendered and encoded, ~65 us each) in
+# slices this long, up to one per user and this many bytes in all.
+PREPARE_SLICE_NS = 500_000
+PREPARE_AHEAD_BYTES = 8 << 20
 
 
 @dataclass
@@ -371,15 +375,14 @@ class _Engine:
             self.begin_flow()
             self.begin_session(turns, target, self.end_flow_cb)
 
-    def closed_loop(self, sessions: Sequence[list[RequestSpec]], users: int) -> None:
+    def closed_loop(self, upcoming: _Upcoming, users: int) -> None:
         """Start `users` users, spread over --ramp-up: users that all start at once finish
         together and restart together, turning every wave into one burst."""
         deadline = None
         if self.plan.duration_s:
             deadline = self.t0_ns + int(self.plan.duration_s * 1e9)
-        queue = iter(sessions)
         for k in range(users):
-            user = _User(self, queue, deadline)
+            user = _User(self, upcoming, deadline)
             self.begin_flow()
             delay_s = self.plan.ramp_up_s * k / users
             if delay_s > 0:
@@ -419,10 +422,10 @@ class _Conversation:
 class _User:
     """A closed-loop user: takes the next session from the shared queue when one ends."""
 
-    __slots__ = ("engine", "queue", "deadline", "after_cb")
+    __slots__ = ("engine", "upcoming", "deadline", "after_cb")
 
-    def __init__(self, engine: _Engine, queue, deadline: int | None) -> None:
-        self.engine, self.queue, self.deadline = engine, queue, deadline
+    def __init__(self, engine: _Engine, upcoming: _Upcoming, deadline: int | None) -> None:
+        self.engine, self.upcoming, self.deadline = engine, upcoming, deadline
         self.after_cb = self.after  # bound once, not once per request
 
     def next(self) -> None:
@@ -430,11 +433,10 @@ class _User:
         if engine.stop.is_set() or (self.deadline and perf_counter_ns() >= self.deadline):
             engine.end_flow()
             return
-        turns = next(self.queue, None)
+        turns = self.upcoming.take()
         if turns is None:
             engine.end_flow()
             return
-        engine.ready[turns[0].index] = engine.prepare(turns[0])
         engine.begin_session(turns, perf_counter_ns(), self.after_cb)
 
     def after(self, _cap: Capture | None) -> None:
@@ -443,6 +445,65 @@ class _User:
             self.engine.later(think, self.next)
         else:
             self.next()
+
+
+class _Upcoming:
+    """A closed loop's queue of sessions, the first request of the next ones prepared ahead.
+
+    When a wave of users ends together (all started at once), each starts its next request
+    from inside the read callback that ended the last one; rendering and encoding it there
+    (~65 us) made a 512-user wave end take ~30 ms of reads-on-hold, long enough for tokens
+    of other streams to arrive twice and be read as one (issue 10). So requests are
+    prepared before t0 and then refilled between reads, a short slice at a time, and a user
+    only prepares its own when the refill has fallen behind.
+    """
+
+    def __init__(self, engine: _Engine, sessions: Sequence[list[RequestSpec]], ahead: int):
+        self.engine = engine
+        self.queue = iter(sessions)
+        self.prepared: deque[tuple[list[RequestSpec], int]] = deque()
+        self.ahead = ahead
+        self.bytes = 0
+        self.wanted = asyncio.Event()
+
+    def fill(self, deadline_ns: int | None = None) -> bool:
+        """Prepare until `ahead` are ready (or the byte budget, or the deadline); False once
+        the queue is exhausted."""
+        engine = self.engine
+        while len(self.prepared) < self.ahead and self.bytes < PREPARE_AHEAD_BYTES:
+            if deadline_ns is not None and perf_counter_ns() >= deadline_ns:
+                return True
+            turns = next(self.queue, None)
+            if turns is None:
+                return False
+            prepared = engine.prepare(turns[0])
+            engine.ready[turns[0].index] = prepared
+            size = len(prepared) if isinstance(prepared, bytes) else 0
+            self.prepared.append((turns, size))
+            self.bytes += size
+        return True
+
+    def take(self) -> list[RequestSpec] | None:
+        """The next session, its first request ready to send (made now if none is)."""
+        self.wanted.set()
+        if self.prepared:
+            turns, size = self.prepared.popleft()
+            self.bytes -= size
+            return turns
+        turns = next(self.queue, None)
+        if turns is not None:
+            self.engine.ready[turns[0].index] = self.engine.prepare(turns[0])
+        return turns
+
+    async def refill(self) -> None:
+        while True:
+            self.wanted.clear()
+            if not self.fill(perf_counter_ns() + PREPARE_SLICE_NS):
+                return
+            if len(self.prepared) >= self.ahead or self.bytes >= PREPARE_AHEAD_BYTES:
+                await self.wanted.wait()
+            else:
+                await asyncio.sleep(0)  # let the loop poll sockets before the next slice
 
 
 async def _probe_loop(stop: asyncio.Event, lags: list[int]) -> None:
@@ -474,6 +535,13 @@ async def execute(
     probe_stop = asyncio.Event()
     probe = asyncio.ensure_future(_probe_loop(probe_stop, lags))
     decoder = asyncio.ensure_future(engine.decoder())
+    upcoming = refill = None
+    if plan.offsets_s is None:
+        users = plan.concurrency or 1
+        upcoming = _Upcoming(engine, sessions, ahead=users)
+        upcoming.fill()  # the first wave before t0; the next in slices while it streams
+        refill = asyncio.ensure_future(upcoming.refill())
+        refill.add_done_callback(lambda task: _scheduler_ended(engine, task, done=False))
     gc.collect()
     gc.freeze()  # the setup's objects never need scanning again: fewer, shorter GC pauses
     engine.t0_ns = t0_ns if t0_ns is not None else perf_counter_ns()
@@ -487,7 +555,7 @@ async def execute(
             sched_task = asyncio.ensure_future(engine.open_loop(sessions, plan.offsets_s))
             sched_task.add_done_callback(lambda task: _scheduler_ended(engine, task))
         else:
-            engine.closed_loop(sessions, plan.concurrency or 1)
+            engine.closed_loop(upcoming, plan.concurrency or 1)
             engine.scheduler_done()
         stop_wait = asyncio.ensure_future(engine.stop.wait())
         idle_wait = asyncio.ensure_future(engine.idle.wait())
@@ -506,7 +574,9 @@ async def execute(
         probe_stop.set()
         probe.cancel()
         decoder.cancel()
-        await asyncio.gather(probe, decoder, return_exceptions=True)
+        if refill is not None:
+            refill.cancel()
+        await asyncio.gather(probe, decoder, *([refill] if refill else []), return_exceptions=True)
         await engine.transport.aclose()  # httpx's cancelled requests report as they unwind
         engine.drain()
         gc.unfreeze()
@@ -527,10 +597,12 @@ async def execute(
     )
 
 
-def _scheduler_ended(engine: _Engine, task: asyncio.Task) -> None:
+def _scheduler_ended(engine: _Engine, task: asyncio.Task, done: bool = True) -> None:
+    """A scheduling task ended: an exception in it stops the run and is raised by execute."""
     if not task.cancelled() and task.exception() is not None:
         engine.fail(task.exception())
-    engine.scheduler_done()
+    if done:
+        engine.scheduler_done()
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.backends.capture import Capture, to_record
-from bench.backends.openai import interpret
+from bench.backends.openai import interpret, interpret_objects
 from bench.backends.sse import split_events
 from bench.backends.transport import _Connection
 from bench.records import ERR_MALFORMED, ERR_NO_DONE, ERR_STREAM_ERROR
@@ -147,3 +147,11 @@ def test_arbitrary_splits_of_a_content_length_body(data):
     cap = feed(raw, cuts)
     assert bytes(cap.body) == body and cap.end_ns is not None
     assert len(to_record(cap, index=0, intended_ns=0, t0_ns=0).chunk_times_ns) == 3
+
+
+def test_a_choice_that_is_not_an_object_is_malformed_not_a_crash():
+    good = {"choices": [{"text": "a"}]}
+    result = interpret_objects([good, {"choices": ["oops"]}], [0, 1], True)
+    assert result.error_kind == "malformed_sse"
+    assert "OpenAI shape" in result.error_message
+    assert interpret_objects([good, good], [0, 1], True).content_reads == [0, 1]

@@ -137,6 +137,16 @@ def interpret_objects(objects: list, reads: list[int], done: bool) -> StreamResu
     Shared by `interpret` and the fast path of bench.backends.capture, which decodes the
     common stream shape without building per-event objects.
     """
+    try:
+        return _interpret_objects(objects, reads, done)
+    except (AttributeError, TypeError) as exc:  # e.g. a choice that is not an object
+        result = StreamResult(done=done)
+        result.error_kind = ERR_MALFORMED
+        result.error_message = f"event does not have the OpenAI shape: {exc}"
+        return result
+
+
+def _interpret_objects(objects: list, reads: list[int], done: bool) -> StreamResult:
     result = StreamResult(done=done)
     content_reads = result.content_reads
     chars = 0
@@ -156,7 +166,8 @@ def interpret_objects(objects: list, reads: list[int], done: bool) -> StreamResu
             result.prompt_tokens = usage.get("prompt_tokens", result.prompt_tokens)
             result.completion_tokens = usage.get("completion_tokens", result.completion_tokens)
         for choice in obj.get("choices") or ():
-            text = _choice_text(choice)
+            # completions' text inline (the common case), else chat's delta
+            text = choice.get("text") if "text" in choice else _delta_text(choice)
             if text:
                 content_reads.append(read_index)
                 chars += len(text)
@@ -168,10 +179,8 @@ def interpret_objects(objects: list, reads: list[int], done: bool) -> StreamResu
     return result
 
 
-def _choice_text(choice: dict) -> str:
-    """Content of one choice: completions' text, or chat's content / reasoning content."""
-    if "text" in choice:
-        return choice.get("text") or ""
+def _delta_text(choice: dict) -> str:
+    """Content of one chat choice: its delta's content or reasoning content."""
     delta = choice.get("delta") or {}
     return delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
 

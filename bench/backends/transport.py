@@ -164,6 +164,26 @@ class _Connection:
         cap = self.cap
         if cap is None:
             return  # bytes after the response (a trailing CRLF) or that nobody asked for
+        if self.state == _BODY_CHUNKED and not (self.pending or self.remaining or self.crlf):
+            # The common case, one whole chunk per read (a server flushing each event): one
+            # find, one int and one slice, without the general path below.
+            eol = data.find(b"\r\n")
+            if 0 < eol < 9:
+                try:
+                    size = int(data[:eol], 16)
+                except ValueError:
+                    size = -1  # a chunk extension (";name=value"): the general path
+                if size > 0 and eol + size + 4 == len(data) and data.endswith(b"\r\n"):
+                    cap.body += data[eol + 2 : -2]
+                    reads = cap.reads
+                    reads.append(t)
+                    reads.append(len(cap.body))
+                    reads.frombytes(stamp)
+                    return
+        self._feed_framed(data, cap, t, stamp)
+
+    def _feed_framed(self, data: bytes, cap: Capture, t: int, stamp: bytes) -> None:
+        """feed's general path: the head, bodies framed by length or close, any chunking."""
         state = self.state
         if state == _HEAD:
             data = self._head(data, cap, t)
@@ -171,7 +191,7 @@ class _Connection:
                 return
             state = self.state
         if state == _BODY_CHUNKED:
-            self._chunked(data, cap)
+            self._chunked_general(data, cap)
         elif state == _BODY_LENGTH:
             take = data[: self.remaining]
             cap.body += take
@@ -295,21 +315,6 @@ class _Connection:
         else:
             self.state, self.keep_alive = _BODY_CLOSE, False
         return data[end + 4 :]
-
-    def _chunked(self, data: bytes, cap: Capture) -> None:
-        if not (self.pending or self.remaining or self.crlf):
-            # The common case, one whole chunk per read (a server flushing each event):
-            # one find, one int and one slice, without the general loop below.
-            eol = data.find(b"\r\n")
-            if eol > 0:
-                try:
-                    size = int(data[:eol], 16)
-                except ValueError:
-                    size = -1  # a chunk extension (";name=value"): the general loop
-                if size > 0 and eol + size + 4 == len(data) and data.endswith(b"\r\n"):
-                    cap.body += data[eol + 2 : eol + 2 + size]
-                    return
-        self._chunked_general(data, cap)
 
     def _chunked_general(self, data: bytes, cap: Capture) -> None:
         if self.pending:

@@ -61,7 +61,13 @@ def test_timings_match_server_truth(server_factory, tmp_path, transport, endpoin
         plan(server.url, 40, out_len=20, endpoint=endpoint, transport=transport),
         handle_sigint=False,
     )
-    s = summarize(result.records, loop_lag_p99_ms=result.loop_lag_p99_ms)
+    s = summarize(
+        result.records,
+        loop_lag_p99_ms=result.loop_lag_p99_ms,
+        loop_cpu_share=result.loop_cpu_share,
+        late_read_share=result.late_read_share,
+        merged_token_share=result.merged_token_share,
+    )
     assert s.completed == 40 and s.failed == 0
     assert s.total_output_tokens == 40 * 20
     assert all(r.token_count_source == "usage" for r in result.records)
@@ -79,7 +85,11 @@ def test_timings_match_server_truth(server_factory, tmp_path, transport, endpoin
         # On a starved machine the client must say so rather than report skewed figures.
         assert s.client_limited_reasons
         return
-    assert np.median(ttft_err) == pytest.approx(0, abs=2.0)
+    # httpx stamps a send before its own request machinery (pool, h11) has run and a read
+    # after its parser has: ~2 ms of its own per request on a slow 2-core machine. The raw
+    # transport stamps at the socket and the kernel stamps arrivals.
+    ttft_bar_ms = 2.0 if transport == "raw" else 4.0
+    assert np.median(ttft_err) == pytest.approx(0, abs=ttft_bar_ms)
     assert np.median(np.abs(itl_err)) < 1.0
     assert np.percentile(np.abs(itl_err), 99) < 5.0
     assert s.metrics["tpot"].percentiles["p50"] == pytest.approx(ITL_MS, abs=1.0)

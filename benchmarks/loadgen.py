@@ -807,8 +807,9 @@ def ratios(points: list[Point]) -> str:
     return "\n".join(lines)
 
 
-def verdict(points: list[Point]) -> str:
-    """The issue's targets, checked against the medians."""
+def verdict(points: list[Point], runs: list[Point] | None = None) -> str:
+    """The issue's targets, checked against the medians; the self-check run by run (a
+    median of repeats can be honest in one figure and flagged in another)."""
     ours = [p for p in points if p.client == "tokenbench-raw" and p.ok]
     peers = [p for p in points if not p.client.startswith("tokenbench") and p.ok]
     lines = []
@@ -832,12 +833,15 @@ def verdict(points: list[Point]) -> str:
             f"- {name}, highest sustained tok/s with its reported ITL p50 within {PEER_ITL_P50_MS:g} ms: "
             f"{cap:,.0f}; tokenbench ÷ {name} = {ratio:.1f}× (target ≥ 3×: {'met' if ratio >= 3 else 'NOT met'})"
         )
-    right = [
-        p for p in ours if p.client_limited is not None and p.client_limited != (not honest(p))
+    checked = [
+        p
+        for p in (runs if runs is not None else ours)
+        if p.client == "tokenbench-raw" and p.ok and p.client_limited is not None
     ]
+    right = [p for p in checked if p.client_limited != (not honest(p))]
     lines.append(
-        f"- self-check: client_limited agreed with the truth at {len(ours) - len(right)}/{len(ours)} "
-        "points"
+        f"- self-check: client_limited agreed with the truth in {len(checked) - len(right)}/"
+        f"{len(checked)} {'runs' if runs is not None else 'points'}"
         + (
             ""
             if not right
@@ -1057,7 +1061,7 @@ def main(argv: list[str] | None = None) -> None:
     report = (
         f"Measured {started} on {describe_machine()}; TTFT {args.ttft:g} ms, {args.out_len} "
         f"tokens, closed loop, {args.duration:g} s per point, median of {args.repeats} run(s).\n\n"
-        f"{table(medians)}\n\n{ratios(medians)}\n\n{verdict(medians)}\n"
+        f"{table(medians)}\n\n{ratios(medians)}\n\n{verdict(medians, points)}\n"
     )
     print("\n" + report)
     if args.json:

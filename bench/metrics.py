@@ -323,7 +323,8 @@ def summarize(
     if merged and (not stamped or late_read_share > CLIENT_LIMIT_LATE_READ_SHARE):
         waits = f"; {late_read_share:.1%} of reads waited > 2 ms in the socket" if stamped else ""
         reasons.append(
-            f"{merged_token_share:.1%} of tokens were read together with the next one{waits}: "
+            f"{merged_token_share:.1%} of tokens (first tokens counted on their own) were read "
+            f"together with the next one{waits}: "
             "the client was too busy to read them apart, so they carry the later token's time"
         )
     busy_limit = CLIENT_LIMIT_LOOP_CPU_SHARE_STAMPED if stamped else CLIENT_LIMIT_LOOP_CPU_SHARE

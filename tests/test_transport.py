@@ -87,6 +87,8 @@ def test_tokens_read_together_are_counted_as_merged():
     rec = to_record(cap, index=0, intended_ns=1, t0_ns=0, stats=stats)
     assert rec.ok and rec.chunk_times_ns.tolist() == [10, 10, 20]
     assert stats.tokens == 3 and stats.merged == 1
+    # ... and it was the first token: TTFT is off for 1 stream in 1, so that share counts.
+    assert stats.first_merged == 1 and stats.merged_share == 1.0
 
 
 def test_merged_tokens_flag_the_client_only_when_reads_also_waited():

@@ -51,7 +51,7 @@ def test_kernel_stamps_replace_read_times_and_give_the_waits():
     assert arrived.tolist() == pytest.approx([now + 1_000_000, now + 6_000_000], abs=50_000)
     assert waits.tolist() == pytest.approx([1_000_000, 3_000_000], abs=50_000)
     stats = ReadStats()
-    stats.add(waits, 2)
+    stats.add(waits)
     assert stats.late_share == 0.5  # one of the two waited more than 2 ms
 
 
@@ -92,8 +92,7 @@ def test_tokens_read_together_are_counted_as_merged():
 
 
 def test_merged_tokens_flag_the_client_only_when_reads_also_waited():
-    workload = Workload(seed=1, input=LengthDist(mean=8), output=LengthDist(mean=4))
-    del workload  # summaries of no requests are enough for the rule itself
+    # Summaries of no requests are enough for the rule itself.
     busy = summarize([], merged_token_share=0.03, late_read_share=0.2)
     assert busy.client_limited and "read together" in busy.client_limited_reasons[0]
     # The server sent tokens together (a stream interval, a batching proxy): not the client.
@@ -169,7 +168,6 @@ def test_a_request_larger_than_the_socket_takes_is_written_in_full():
         payload = bytes(range(256)) * 16384  # 4 MiB: far more than one send() takes
         conn.write(payload)
         assert conn.out is not None  # the rest waits for the socket to be writable
-        loop = asyncio.get_running_loop()
         got = bytearray()
         for _ in range(20000):  # bounded
             try:
@@ -179,7 +177,6 @@ def test_a_request_larger_than_the_socket_takes_is_written_in_full():
             if len(got) == len(payload):
                 break
         assert conn.out is None
-        loop.remove_reader(a.fileno())
         a.close()
         b.close()
         return bytes(got) == payload
@@ -191,22 +188,30 @@ def test_a_request_larger_than_the_socket_takes_is_written_in_full():
         loop.close()
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make a cert")
-def test_https_endpoint_streams_through_tls(tmp_path, monkeypatch, server_factory):
+def self_signed_cert(tmp_path, *, for_ip: bool) -> tuple[str, str]:
+    """(cert, key) PEM paths of a throwaway certificate; valid for 127.0.0.1 only when
+    for_ip (a subjectAltName), else one that hostname checking rejects."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a cert")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    san = ["-addext", "subjectAltName=IP:127.0.0.1"] if for_ip else []
     subprocess.run(
         [
             "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
-            "-addext", "subjectAltName=IP:127.0.0.1",
+            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1", *san,
         ],
         check=True,
         capture_output=True,
     )  # fmt: skip
+    return str(cert), str(key)
+
+
+def test_https_endpoint_streams_through_tls(tmp_path, monkeypatch, server_factory):
+    cert, key = self_signed_cert(tmp_path, for_ip=True)
     server = server_factory(
-        "--ttft-ms", "10", "--itl-ms", "2", "--tls-cert", str(cert), "--tls-key", str(key)
+        "--ttft-ms", "10", "--itl-ms", "2", "--tls-cert", cert, "--tls-key", key
     )
-    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # trust the test's own certificate
+    monkeypatch.setenv("SSL_CERT_FILE", cert)  # trust the test's own certificate
     workload = Workload(seed=4, input=LengthDist(mean=16), output=LengthDist(mean=7))
     plan = RunPlan(
         base_url=server.url.replace("http://", "https://"),
@@ -225,18 +230,8 @@ def test_https_endpoint_streams_through_tls(tmp_path, monkeypatch, server_factor
 
 
 def test_https_with_an_untrusted_certificate_is_a_connect_error(tmp_path, server_factory):
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed to make a cert")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    server = server_factory("--tls-cert", str(cert), "--tls-key", str(key))
+    cert, key = self_signed_cert(tmp_path, for_ip=False)  # not trusted either
+    server = server_factory("--tls-cert", cert, "--tls-key", key)
     workload = Workload(seed=4, input=LengthDist(mean=16), output=LengthDist(mean=3))
     plan = RunPlan(
         base_url=server.url.replace("http://", "https://"),

@@ -100,26 +100,20 @@ class ReadStats:
     is timing (bench.metrics' client_limited rules).
     """
 
-    __slots__ = (
-        "reads", "stamped", "late", "max_wait_ns", "tokens", "merged", "streams", "first_merged"
-    )  # fmt: skip
+    __slots__ = ("stamped", "late", "tokens", "merged", "streams", "first_merged")
 
     def __init__(self) -> None:
-        self.reads = 0
-        self.stamped = 0
-        self.late = 0
-        self.max_wait_ns = 0
+        self.stamped = 0  # reads with a kernel stamp
+        self.late = 0  # ... that waited > 2 ms in the socket
         self.tokens = 0  # content events
         self.merged = 0  # content events that shared their read with the next one
         self.streams = 0  # streams with at least two content events
         self.first_merged = 0  # ... whose first token was read with the second (TTFT)
 
-    def add(self, waits: np.ndarray | None, reads: int) -> None:
-        self.reads += reads
+    def add(self, waits: np.ndarray | None) -> None:
         if waits is not None and waits.size:
             self.stamped += int(waits.size)
             self.late += int((waits > READ_LATE_NS).sum())
-            self.max_wait_ns = max(self.max_wait_ns, int(waits.max()))
 
     def add_tokens(self, content_reads: list[int]) -> None:
         self.tokens += len(content_reads)
@@ -201,12 +195,12 @@ def to_record(
     """
     arrived, waits = arrival_times(cap)
     if stats is not None:
-        stats.add(waits, arrived.size)
+        stats.add(waits)
     if waits is not None:
         # The first byte and a stream's end are arrivals too, on the same clock as tokens.
         if cap.first_byte_ns is not None:
             cap.first_byte_ns = min(cap.first_byte_ns, int(arrived[0]))
-        if cap.end_ns is not None and cap.end_ns == int(read_columns(cap)[-1, 0]):
+        if cap.end_ns is not None and cap.end_ns == cap.reads[-4]:  # ended by its last read
             cap.end_ns = int(arrived[-1])
     rec = RequestRecord(
         index=index,

@@ -83,15 +83,12 @@ _ANC_SIZE = socket.CMSG_SPACE(16) if KERNEL_STAMPS else 0
 _NO_STAMP = bytes(16)
 
 
-def _ask_for_stamps(sock: socket.socket) -> bool:
-    """Ask the kernel to stamp this socket's incoming data; False where it cannot."""
-    if not KERNEL_STAMPS:
-        return False
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-    except OSError:
-        return False
-    return True
+def _ask_for_stamps(sock: socket.socket) -> None:
+    """Ask the kernel to stamp this socket's incoming data. Where it cannot, reads come
+    without a stamp and keep the time they were read (capture.arrival_times)."""
+    if KERNEL_STAMPS:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
 
 
 class _Connection:

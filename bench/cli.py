@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from bench.console import console, err_console, print_summary
+from bench.console import console, err_console, outcome, print_outcome, print_summary
 from bench.metrics import (
     broken_thresholds,
     parse_goodput,
@@ -282,7 +282,7 @@ UtilisationOpt = Annotated[
 
 def resolve_target(sc, api_key: str | None) -> str | None:
     """Check the endpoint answers (one line if not) and fill in the model; returns the key."""
-    from bench.runner import UnreachableError, check_reachable, discover_model
+    from bench.runner import UnreachableError, check_reachable, list_models
 
     key = api_key or os.environ.get(sc.target.api_key_env)
     if not sc.target.base_url:
@@ -291,8 +291,14 @@ def resolve_target(sc, api_key: str | None) -> str | None:
         check_reachable(sc.target.base_url)
     except UnreachableError as exc:
         raise fail(str(exc)) from None
+    listed = list_models(sc.target.base_url, key)
     if not sc.target.model:
-        sc.target.model = discover_model(sc.target.base_url, key) or "default"
+        sc.target.model = listed[0] if listed else "default"
+    elif listed and sc.target.model not in listed:
+        err_console.print(
+            f"[yellow]warning:[/] --model {sc.target.model!r} is not among the models "
+            f"{sc.target.base_url}/v1/models lists ({', '.join(listed[:5])})"
+        )
     return key
 
 
@@ -415,11 +421,13 @@ def run_command(
         title=f"Results: {sc.name} → {sc.target.base_url}",
         metrics=tuple(m for m in sc.percentile_metrics if m in ("ttft", "tpot", "itl", "e2el")),
     )
+    said = outcome(result.records, summary, sc.target.model, getattr(result, "served_models", []))
+    print_outcome(said, summary)
     if run_id:
         console.print(f"Stored as run [bold]{run_id}[/]  (tokenbench show {run_id})")
     if summary_json is not None:
         summary_json.parent.mkdir(parents=True, exist_ok=True)
-        summary_json.write_text(json.dumps(summary.to_json(), indent=2))
+        summary_json.write_text(json.dumps({**summary.to_json(), **said}, indent=2))
     broken = broken_thresholds(summary, thresholds)
     for line in broken:
         err_console.print(f"[bold red]FAIL[/] {line}")
@@ -427,6 +435,8 @@ def run_command(
         raise typer.Exit(1)
     if summary.interrupted:
         raise typer.Exit(130)
+    if summary.completed == 0 and summary.failed:
+        raise typer.Exit(1)  # nothing measured: a script must not take this for a result
 
 
 @app.command("sweep")

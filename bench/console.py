@@ -190,3 +190,37 @@ def comparison_tables(comparisons, utilisation: float = 1.0) -> list[Table]:
     if tiers:
         tables.append(cost)
     return tables
+
+
+def outcome(records, summary: Summary, model: str | None, served_models: list[str]) -> dict:
+    """What went wrong, in words a user can act on: the first failure with the server's own
+    message, and a model name the server did not answer with. Also kept in --summary-json
+    and the stored run (issue 15)."""
+    first = next((r for r in records if r.state == "failed"), None)
+    out: dict = {"served_models": list(served_models), "first_failure": None}
+    if first is not None:
+        out["first_failure"] = {
+            "error_kind": first.error_kind,
+            "http_status": first.http_status,
+            "message": (first.error_message or "")[:500],
+        }
+    if model and served_models and model not in served_models:
+        out["model_warning"] = (
+            f"asked for model {model!r}, the server answered as {', '.join(served_models)!r}"
+        )
+    return out
+
+
+def print_outcome(out: dict, summary: Summary) -> None:
+    from rich.markup import escape
+
+    first = out.get("first_failure")
+    if first is not None:
+        err_console.print(
+            f"[bold red]First failure[/] ({first['error_kind']}; {summary.failed:,} of "
+            f"{summary.completed + summary.failed:,} failed): {escape(first['message'])}"
+        )
+    if out.get("model_warning"):
+        err_console.print(f"[yellow]warning:[/] {escape(out['model_warning'])}")
+    if summary.completed == 0 and summary.failed:
+        err_console.print("[bold red]No request succeeded.[/]")

@@ -26,6 +26,8 @@ COUNT_TOKENIZER = "tokenizer"  # counted client-side with a tokenizer (imports, 
 ERR_HTTP_429 = "http_429"
 ERR_HTTP_4XX = "http_4xx"
 ERR_HTTP_5XX = "http_5xx"
+ERR_HTTP_3XX = "http_3xx"  # a redirect: tokenbench never follows one (wrong URL?)
+ERR_HTTP_OTHER = "http_other"  # any other status but 200 (1xx, 2xx without a body to stream)
 ERR_CONNECT = "connect_error"  # refused, unreachable, DNS
 ERR_RESET = "connection_reset"  # closed or reset before any response byte
 ERR_RESET_MID_STREAM = "reset_mid_stream"  # closed or reset after the stream began
@@ -33,6 +35,10 @@ ERR_MALFORMED = "malformed_sse"  # an event that is not valid JSON / not an SSE 
 ERR_STREAM_ERROR = "stream_error"  # the server sent an error object inside the stream
 ERR_TIMEOUT = "timeout"  # past --request-timeout
 ERR_NO_DONE = "no_done"  # the stream closed cleanly but without data: [DONE]
+ERR_NOT_SSE = "not_event_stream"  # a 200 that is not SSE: plain JSON, gzip, HTML
+ERR_BAD_FRAMING = "bad_framing"  # HTTP framing broken: a chunk size, Content-Length, head
+ERR_BAD_USAGE = "bad_usage"  # usage token counts that are not counts (a string, <0, 1e30)
+ERR_CLIENT = "client_error"  # decoding this response raised in tokenbench itself (a bug)
 ERR_CANCELLED = "cancelled"  # stopped by the user (Ctrl-C) or the run's end
 
 EMPTY_TIMES = np.zeros(0, dtype=np.int64)
@@ -65,6 +71,9 @@ class RequestRecord:
     error_message: str | None = None
     expected_input_len: int | None = None
     expected_output_len: int | None = None
+    # times the request was sent again because a reused keep-alive connection turned out to
+    # be closed before any response byte (it never reached the server); timed from the resend
+    retries: int = 0
 
     @property
     def ok(self) -> bool:

@@ -29,7 +29,8 @@ import numpy as np
 from bench.backends.capture import Capture, ReadStats, to_record
 from bench.backends.openai import CHAT, Dialect, build_body
 from bench.backends.transport import Transport, make_transport
-from bench.records import RequestRecord
+from bench.backends.urls import normalize_base_url
+from bench.records import FAILED, RequestRecord
 from bench.workload import RequestSpec, Workload
 
 LOOP_PROBE_INTERVAL_S = 0.005
@@ -95,6 +96,8 @@ class RunResult:
     late_read_share: float | None = None
     # share of tokens read together with the next one (ReadStats.merged_share)
     merged_token_share: float | None = None
+    # model names the server answered with (each stream's `model` field), sorted
+    served_models: list[str] = field(default_factory=list)
 
     def __repr__(self) -> str:
         # asyncio (uvloop) formats a finished task's result; the default dataclass repr
@@ -198,6 +201,7 @@ class _Engine:
         self.ready: dict[int, object] = {}  # prepared bytes of requests about to be sent
         self.backlog_ready = asyncio.Event()
         self.stats = ReadStats()
+        self.served: set[str] = set()
         # Bound once: every Capture in flight refers to these instead of its own closure.
         self.finished_cb = self.finished
         self.end_flow_cb = self.end_flow
@@ -245,13 +249,7 @@ class _Engine:
         if cap.sent_ns == 0:
             progress.sent -= 1  # stopped before it left the client: not sent, not counted
         else:
-            self._defer(cap)
-            if cap.cancelled:
-                pass  # neither completed nor failed: stopped by the user
-            elif cap.error_kind is None and cap.status == 200:
-                progress.completed += 1
-            else:
-                progress.failed += 1
+            self._defer(cap)  # completed or failed once decoded (_record), as the summary
         then, cap.then = cap.then, None
         try:
             while self.waiting and not self.stop.is_set() and progress.in_flight < self.limit:
@@ -338,7 +336,14 @@ class _Engine:
             expected_input_len=spec.input_len,
             expected_output_len=spec.output_len,
             stats=self.stats,
+            served=self.served,
         )
+        # Counted from the decoded record, so live progress says what the summary will: a
+        # 200 whose stream breaks (no [DONE], bad usage, not SSE) is a failure in both.
+        if rec.ok:
+            self.progress.completed += 1
+        elif rec.state == FAILED:
+            self.progress.failed += 1
         if rec.ok and rec.ttft_ns is not None:
             recent = self.progress.recent_ttft_ms
             recent.append(rec.ttft_ns / 1e6)
@@ -594,6 +599,7 @@ async def execute(
         loop_cpu_share=cpu_s / max(1e-9, (end_ns - engine.t0_ns) / 1e9),
         late_read_share=engine.stats.late_share,
         merged_token_share=engine.stats.merged_share,
+        served_models=sorted(engine.served),
     )
 
 
@@ -690,7 +696,7 @@ def plan_from_scenario(
             n = 1_000_000  # bounded by the duration instead
         specs = workload.specs(n)
     return RunPlan(
-        base_url=target.base_url.rstrip("/"),
+        base_url=normalize_base_url(target.base_url),
         endpoint=target.endpoint,
         dialect=get_dialect(target.backend),
         model=target.model or "",
@@ -712,12 +718,20 @@ def plan_from_scenario(
 
 def discover_model(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> str | None:
     """The first model the server lists at /v1/models, as vLLM's client does when none is given."""
+    models = list_models(base_url, api_key, timeout_s)
+    return models[0] if models else None
+
+
+def list_models(
+    base_url: str, api_key: str | None = None, timeout_s: float = 5.0
+) -> list[str] | None:
+    """The model ids the server lists at /v1/models; None when it lists none it can say."""
     import httpx
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         r = httpx.get(f"{base_url.rstrip('/')}/v1/models", headers=headers, timeout=timeout_s)
         data = r.json().get("data") or []
-        return data[0]["id"] if data else None
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, AttributeError):
+        return [str(m["id"]) for m in data] or None
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bench import arrivals
+from bench.backends.urls import normalize_base_url
 from bench.metrics import DEFAULT_PERCENTILES, parse_goodput
 from bench.workload import LengthDist, Workload, load_jsonl_prompts, load_sharegpt
 
@@ -34,6 +35,11 @@ class Target(_Strict):
     backend: str = "vllm"
     model: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, v: str | None) -> str | None:
+        return None if v is None else normalize_base_url(v)
 
     @field_validator("endpoint")
     @classmethod

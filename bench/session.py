@@ -319,7 +319,7 @@ def run_and_store(
         telemetry=telemetry,
     )
     load = scenario.load
-    status, summary = "failed", None
+    status, summary, extra = "failed", None, None
     try:
         result, summary = session.point(
             plan,
@@ -329,8 +329,11 @@ def run_and_store(
             concurrency=plan.concurrency or plan.max_concurrency,
         )
         status = "interrupted" if result.interrupted else "completed"
+        if summary.completed == 0 and summary.failed and not result.interrupted:
+            status = "failed"  # every request failed: no figure here measures the server
+        extra = {"served_models": result.served_models}
     finally:
-        session.finish(status, summary)
+        session.finish(status, summary, extra)
     return result, summary, session.run_id
 
 

@@ -45,6 +45,7 @@ class Config:
         self.sends_log = args.sends_log
         self.usage = not args.no_usage
         self.count = 0
+        self.reset_body: bytes | None = None
         self.sends: list[list[int]] = []
 
     def fault_for(self, n: int) -> str | None:
@@ -104,12 +105,19 @@ class Handler(asyncio.Protocol):
         except ValueError:
             self.send_json(400, {"error": {"message": "body is not JSON"}})
             return
+        if body == self.cfg.reset_body:
+            # The client's one resend of a request reset on a reused connection (it cannot
+            # tell that from a stale keep-alive): reset it again, not counted twice.
+            self.cfg.reset_body = None
+            self.abort()
+            return
         self.cfg.count += 1
         fault = self.cfg.fault_for(self.cfg.count)
         if fault in ("http_500", "http_429", "http_400"):
             self.send_json(int(fault[5:]), {"error": {"message": f"injected {fault}"}})
             return
         if fault == "reset_before":
+            self.cfg.reset_body = body
             self.abort()
             return
         self.stream(req, path.endswith("chat/completions"), fault, arrived)

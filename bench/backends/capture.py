@@ -26,9 +26,13 @@ from bench.records import (
     CANCELLED,
     COUNT_CHUNKS,
     COUNT_USAGE,
+    ERR_CLIENT,
+    ERR_HTTP_3XX,
     ERR_HTTP_4XX,
     ERR_HTTP_5XX,
     ERR_HTTP_429,
+    ERR_HTTP_OTHER,
+    ERR_NOT_SSE,
     ERR_RESET,
     ERR_RESET_MID_STREAM,
     FAILED,
@@ -55,6 +59,7 @@ class Capture:
         "error_kind",
         "error_message",
         "cancelled",
+        "retries",
     )
 
     def __init__(self) -> None:
@@ -74,6 +79,7 @@ class Capture:
         self.error_kind: str | None = None
         self.error_message: str | None = None
         self.cancelled = False
+        self.retries = 0  # resent once after a reused connection closed before answering
 
 
 def mark_closed(cap: Capture, detail: str) -> None:
@@ -173,7 +179,11 @@ def arrival_times(cap: Capture) -> tuple[np.ndarray, np.ndarray | None]:
 def http_error_kind(status: int) -> str:
     if status == 429:
         return ERR_HTTP_429
-    return ERR_HTTP_5XX if status >= 500 else ERR_HTTP_4XX
+    if status >= 500:
+        return ERR_HTTP_5XX
+    if status >= 400:
+        return ERR_HTTP_4XX
+    return ERR_HTTP_3XX if 300 <= status < 400 else ERR_HTTP_OTHER
 
 
 def to_record(
@@ -187,12 +197,50 @@ def to_record(
     expected_input_len: int | None = None,
     expected_output_len: int | None = None,
     stats: ReadStats | None = None,
+    served: set[str] | None = None,
 ) -> RequestRecord:
     """Decode a finished capture into a record; times become ns since the run start t0_ns.
 
     Token times are arrival times (`arrival_times`); `stats`, when given, collects how long
-    the reads waited to be read.
+    the reads waited to be read; `served` collects the model names the server answered with.
+    Whatever the response held, this returns a record: a response that breaks decoding is
+    one failed request (client_error, with the exception), never a failed run.
     """
+    try:
+        return _to_record(
+            cap, index, intended_ns, t0_ns, load_point, turn,
+            expected_input_len, expected_output_len, stats, served,
+        )  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - one bad response fails one request
+        rec = RequestRecord(
+            index=index,
+            load_point=load_point,
+            turn=turn,
+            intended_ns=intended_ns - t0_ns,
+            sent_ns=cap.sent_ns - t0_ns,
+            end_ns=None if cap.end_ns is None else cap.end_ns - t0_ns,
+            http_status=cap.status,
+            expected_input_len=expected_input_len,
+            expected_output_len=expected_output_len,
+            retries=cap.retries,
+        )
+        rec.state, rec.error_kind = FAILED, ERR_CLIENT
+        rec.error_message = f"tokenbench could not decode this response: {exc!r}"[:500]
+        return rec
+
+
+def _to_record(
+    cap: Capture,
+    index: int,
+    intended_ns: int,
+    t0_ns: int,
+    load_point: int,
+    turn: int,
+    expected_input_len: int | None,
+    expected_output_len: int | None,
+    stats: ReadStats | None,
+    served: set[str] | None,
+) -> RequestRecord:
     arrived, waits = arrival_times(cap)
     if stats is not None:
         stats.add(waits)
@@ -213,6 +261,7 @@ def to_record(
         http_status=cap.status,
         expected_input_len=expected_input_len,
         expected_output_len=expected_output_len,
+        retries=cap.retries,
     )
     if cap.cancelled:
         rec.state, rec.error_kind, rec.error_message = CANCELLED, "cancelled", "run stopped"
@@ -224,6 +273,8 @@ def to_record(
         return rec
 
     result = decode_stream(cap)
+    if served is not None and result.model is not None and len(served) < 16:
+        served.add(result.model)
     if stats is not None:
         stats.add_tokens(result.content_reads)
     if result.content_reads:
@@ -251,14 +302,36 @@ def decode_stream(cap: Capture) -> StreamResult:
     """What the captured body says; the fast path first, the general SSE parser if needed."""
     if not cap.body:
         return interpret([])
+    not_sse = _not_an_event_stream(cap.body)
+    if not_sse is not None:
+        return StreamResult(error_kind=ERR_NOT_SSE, error_message=not_sse)
     ends = read_columns(cap)[:, 1]
     fast = split_simple(cap.body, ends)
     if fast is not None:
         array, reads, done = fast
         try:
             objects = _loads(array)
-        except ValueError:
+        except (ValueError, RecursionError):
             objects = None  # let the general path name the bad event
         if objects is not None and len(objects) == len(reads):
             return interpret_objects(objects, reads, done)
     return interpret(split_events(cap.body, ends.tolist()))
+
+
+def _not_an_event_stream(body: bytearray) -> str | None:
+    """Why a 200 body cannot be a stream of events, or None when it may be one.
+
+    An SSE body starts with a field (`data:`, `event:`, `id:`) or a `:` comment; a reply
+    that starts like JSON, gzip or HTML is the server ignoring `stream: true` or compressing
+    against `Accept-Encoding: identity`, which deserves its own name rather than no_done.
+    """
+    head = bytes(body[:512])
+    if head[:2] == b"\x1f\x8b":
+        return "the response is gzip-compressed though the request asked for identity encoding"
+    start = head.lstrip()[:1]
+    if start in (b"{", b"["):
+        text = head.decode("utf-8", "replace").strip()
+        return f"the server answered with plain JSON, not an event stream: {text[:300]}"
+    if start == b"<":
+        return f"the server answered with HTML, not an event stream: {head[:120]!r}"
+    return None

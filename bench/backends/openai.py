@@ -11,7 +11,11 @@ import json
 from dataclasses import dataclass, field
 
 from bench.backends.sse import SSEEvent
-from bench.records import ERR_MALFORMED, ERR_NO_DONE, ERR_STREAM_ERROR
+from bench.records import ERR_BAD_USAGE, ERR_MALFORMED, ERR_NO_DONE, ERR_STREAM_ERROR
+
+# The most tokens one response's usage may claim and still be believed: far above any
+# context window, far below what breaks an int64 column or a sum over a run.
+MAX_USAGE_TOKENS = 100_000_000
 
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
@@ -100,6 +104,7 @@ class StreamResult:
     done: bool = False
     error_kind: str | None = None
     error_message: str | None = None
+    model: str | None = None  # the model name the server answered with, if it said one
 
 
 def interpret(events: list[SSEEvent]) -> StreamResult:
@@ -123,7 +128,7 @@ def interpret(events: list[SSEEvent]) -> StreamResult:
         reads.append(ev.read_index)
     try:
         objects = json.loads(b"[" + b",".join(payloads) + b"]") if payloads else []
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested 100k deep
         objects = _decode_each(payloads, result)
         if objects is None:
             result.done = done
@@ -139,7 +144,7 @@ def interpret_objects(objects: list, reads: list[int], done: bool) -> StreamResu
     """
     try:
         return _interpret_objects(objects, reads, done)
-    except (AttributeError, TypeError) as exc:  # e.g. a choice that is not an object
+    except (AttributeError, TypeError, RecursionError) as exc:  # e.g. a choice not an object
         result = StreamResult(done=done)
         result.error_kind = ERR_MALFORMED
         result.error_message = f"event does not have the OpenAI shape: {exc}"
@@ -165,6 +170,9 @@ def _interpret_objects(objects: list, reads: list[int], done: bool) -> StreamRes
         if usage.__class__ is dict:
             result.prompt_tokens = usage.get("prompt_tokens", result.prompt_tokens)
             result.completion_tokens = usage.get("completion_tokens", result.completion_tokens)
+        if result.model is None:
+            model = obj.get("model")
+            result.model = model if model.__class__ is str else None
         for choice in obj.get("choices") or ():
             # completions' text inline (the common case), else chat's delta
             text = choice.get("text") if "text" in choice else _delta_text(choice)
@@ -173,10 +181,30 @@ def _interpret_objects(objects: list, reads: list[int], done: bool) -> StreamRes
                 chars += len(text)
                 break
     result.content_chars = chars
+    _check_usage(result)
     if not result.done and result.error_kind is None:
         result.error_kind = ERR_NO_DONE
         result.error_message = "stream closed without data: [DONE]"
     return result
+
+
+def _check_usage(result: StreamResult) -> None:
+    """Usage counts that are not token counts (a string, a negative, 1e30) fail the request
+    as bad_usage and are dropped, so that nothing downstream sums or stores them."""
+    bad = []
+    for name in ("prompt_tokens", "completion_tokens"):
+        value = getattr(result, name)
+        if value is None:
+            continue
+        if value.__class__ is float and value.is_integer():
+            value = int(value)
+        if value.__class__ is not int or not 0 <= value <= MAX_USAGE_TOKENS:
+            bad.append(f"usage.{name} = {str(value)[:40]!r}")
+            value = None
+        setattr(result, name, value)
+    if bad and result.error_kind is None:
+        result.error_kind = ERR_BAD_USAGE
+        result.error_message = f"{', '.join(bad)} is not a token count"
 
 
 def _delta_text(choice: dict) -> str:
@@ -190,7 +218,7 @@ def _decode_each(payloads: list[bytes], result: StreamResult) -> list | None:
     for i, data in enumerate(payloads):
         try:
             objects.append(json.loads(data))
-        except ValueError:
+        except (ValueError, RecursionError):
             result.error_kind = ERR_MALFORMED
             result.error_message = f"event {i} is not valid JSON: {data[:120]!r}"
             return None

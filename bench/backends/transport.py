@@ -28,12 +28,13 @@ import ssl
 import struct
 import sys
 from collections.abc import Callable
+from itertools import repeat
 from time import perf_counter_ns
 from typing import Protocol
 from urllib.parse import urlsplit
 
 from bench.backends.capture import Capture, mark_closed
-from bench.records import ERR_CONNECT, ERR_RESET, ERR_TIMEOUT
+from bench.records import ERR_BAD_FRAMING, ERR_CONNECT, ERR_TIMEOUT
 
 TRANSPORTS = ("raw", "httpx")
 
@@ -75,6 +76,14 @@ def _host_port(base_url: str) -> tuple[str, int, str]:
 _HEAD, _BODY_LENGTH, _BODY_CHUNKED, _BODY_CLOSE, _DONE = range(5)
 
 READ_SIZE = 65536
+HEAD_MAX = 65536  # a response head longer than this is not HTTP
+CHUNK_LINE_MAX = 1024  # nor a chunk-size line longer than this
+# Whole chunks are unframed a window of this many bytes at a time with C-level passes
+# (split, map(int), map(len)); a window that yields fewer than BULK_MIN chunks is not worth
+# it, and the next BULK_PAUSE chunk heads are read one by one (see _whole_chunks).
+BULK_WINDOW = 16384
+BULK_MIN = 4
+BULK_PAUSE = 32
 # SO_TIMESTAMPNS hands back a struct timespec (two 64-bit fields) per read on 64-bit Linux;
 # elsewhere reads are stamped with perf_counter_ns only.
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
@@ -89,6 +98,10 @@ def _ask_for_stamps(sock: socket.socket) -> None:
     if KERNEL_STAMPS:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+
+
+class _FramingError(ValueError):
+    """The response's HTTP framing is broken: a head, chunk size or Content-Length."""
 
 
 class _Connection:
@@ -111,6 +124,8 @@ class _Connection:
         "tls",
         "tls_in",
         "tls_out",
+        "served",
+        "request",
     )
 
     def __init__(self, sock: socket.socket | None, pool: RawTransport | None) -> None:
@@ -130,6 +145,8 @@ class _Connection:
         self.tls: ssl.SSLObject | None = None
         self.tls_in: ssl.MemoryBIO | None = None
         self.tls_out: ssl.MemoryBIO | None = None
+        self.served = 0  # requests begun on this connection; > 1 means it was reused
+        self.request: bytes | None = None  # the request being served, kept for one resend
 
     def expect(self, cap: Capture, done: Done | None = None) -> None:
         """Get ready to read the response to a request about to be written."""
@@ -161,6 +178,16 @@ class _Connection:
         cap = self.cap
         if cap is None:
             return  # bytes after the response (a trailing CRLF) or that nobody asked for
+        try:
+            self._feed(data, cap, t, stamp)
+        except Exception as exc:  # noqa: BLE001 - one bad response fails one request
+            # Raised in an event-loop callback, this would reach no one and the request
+            # would sit until its timeout: end it now, named, and drop the connection.
+            if self.cap is not cap:
+                raise  # it came from after the request ended (the done callback)
+            self._broken(cap, exc, t)
+
+    def _feed(self, data: bytes, cap: Capture, t: int, stamp: bytes) -> None:
         if self.state == _BODY_CHUNKED and not (self.pending or self.remaining or self.crlf):
             # The common case, one whole chunk per read (a server flushing each event): one
             # find, one int and one slice, without the general path below.
@@ -204,6 +231,29 @@ class _Connection:
         if self.state == _DONE:
             cap.end_ns = t
             self.release()
+
+    def _broken(self, cap: Capture, exc: Exception, t: int) -> None:
+        cap.error_kind = ERR_BAD_FRAMING
+        if isinstance(exc, _FramingError):
+            cap.error_message = f"bad HTTP framing: {exc}"
+        else:
+            cap.error_message = f"tokenbench could not parse the response: {exc!r}"[:500]
+        cap.end_ns = t
+        self.keep_alive = False
+        self.state = _DONE
+        self.release()
+
+    def alive(self) -> bool:
+        """Whether an idle connection can carry a request: False once the peer has closed
+        it (EOF) or it broke, even if the loop has not yet read the EOF. Bytes waiting
+        (a TLS ticket, a stray CRLF) do not make it unusable."""
+        try:
+            data = self.sock.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            return False
+        return bool(data)
 
     def write(self, data: bytes) -> None:
         """Hand request bytes to the socket; what it cannot take now waits for writable."""
@@ -262,6 +312,16 @@ class _Connection:
         """The connection went away: end the request it was serving as its framing says."""
         self.lost = True
         cap = self.cap
+        if cap is not None and self._resendable(cap):
+            # The request went out on a reused connection that the server had already
+            # closed (llama-server closes after each stream while promising keep-alive):
+            # no byte came back, so it never reached the server. Send it again, once, on a
+            # new connection; it is counted once and timed from the resend.
+            done, request = self.done, self.request
+            self.cap = self.done = None
+            self.pool.put_back(self, False)
+            self.pool.resend(request, cap, self.timeout_s, done)
+            return
         if cap is not None:
             t = perf_counter_ns()
             if self.state == _BODY_CLOSE:
@@ -271,6 +331,16 @@ class _Connection:
                 mark_closed(cap, str(exc or "EOF"))
             self.state = _DONE
         self.release()
+
+    def _resendable(self, cap: Capture) -> bool:
+        return (
+            self.served > 1
+            and cap.retries == 0
+            and cap.first_byte_ns is None
+            and self.state == _HEAD
+            and self.pool is not None
+            and self.request is not None
+        )
 
     # -- parsing helpers, called from feed
     def _head(self, data: bytes, cap: Capture, t: int) -> bytes | None:
@@ -282,29 +352,35 @@ class _Connection:
             cap.first_byte_ns = t
         end = data.find(b"\r\n\r\n")
         if end < 0:
+            if len(data) > HEAD_MAX:
+                raise _FramingError(f"no end of the response head in {HEAD_MAX} bytes")
             self.pending = data
             return None
         self.pending = b""
         lines = data[:end].split(b"\r\n")
+        version, _, rest = lines[0].partition(b" ")
         try:
-            cap.status = int(lines[0].split(b" ", 2)[1])
-        except (IndexError, ValueError):
-            cap.error_kind = ERR_RESET
-            cap.error_message = f"not an HTTP response: {lines[0][:80]!r}"
-            self.keep_alive = False
-            self.state = _DONE
-            return b""
+            if not version.startswith(b"HTTP/"):
+                raise ValueError
+            cap.status = int(rest[:3])
+        except ValueError:
+            raise _FramingError(f"not an HTTP response: {lines[0][:80]!r}") from None
         length = None
         chunked = False
+        connection = b""
         for line in lines[1:]:
             name, _, value = line.partition(b":")
             name = name.strip().lower()
             if name == b"content-length":
-                length = int(value.strip())
+                length = _content_length(value, length)
             elif name == b"transfer-encoding" and b"chunked" in value.lower():
                 chunked = True
-            elif name == b"connection" and b"close" in value.lower():
-                self.keep_alive = False
+            elif name == b"connection":
+                connection = value.strip().lower()
+        # HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 closes unless told
+        # to keep it.
+        if b"close" in connection or (version == b"HTTP/1.0" and b"keep-alive" not in connection):
+            self.keep_alive = False
         if chunked:
             self.state = _BODY_CHUNKED
         elif length is not None:
@@ -314,9 +390,12 @@ class _Connection:
         return data[end + 4 :]
 
     def _chunked_general(self, data: bytes, cap: Capture) -> None:
+        """Unframe chunks; many small chunks in one read are unframed together, so that a
+        server sending 1-byte chunks costs C-level passes per read, not Python per chunk."""
         if self.pending:
             data, self.pending = self.pending + data, b""
         pos, n = 0, len(data)
+        pause = 0  # chunk heads to read one by one before trying a bulk window again
         while pos < n:
             if self.remaining:
                 take = min(self.remaining, n - pos)
@@ -326,15 +405,28 @@ class _Connection:
                 if not self.remaining:
                     self.crlf = 2
             elif self.crlf:
-                skip = min(self.crlf, n - pos)
-                pos += skip
-                self.crlf -= skip
+                expected = b"\r\n"[2 - self.crlf :]
+                got = data[pos : pos + len(expected)]
+                if not expected.startswith(got):
+                    raise _FramingError(f"chunk data not followed by CRLF: {got!r}")
+                pos += len(got)
+                self.crlf -= len(got)
             else:
+                if pause == 0 and n - pos > BULK_MIN * 6:
+                    payloads, pos_after = _whole_chunks(data, pos)
+                    if len(payloads) >= BULK_MIN:
+                        cap.body += b"".join(payloads)
+                        pos = pos_after
+                        continue
+                    pause = BULK_PAUSE
+                pause = max(0, pause - 1)
                 eol = data.find(b"\r\n", pos)
                 if eol < 0:
+                    if n - pos > CHUNK_LINE_MAX:
+                        raise _FramingError(f"no chunk size in {n - pos} bytes")
                     self.pending = data[pos:]
                     return
-                size = int(data[pos:eol].split(b";", 1)[0], 16)
+                size = _chunk_size(data[pos:eol])
                 pos = eol + 2
                 if size == 0:
                     self.state = _DONE  # trailers / final CRLF are skipped at the next head
@@ -345,6 +437,7 @@ class _Connection:
         """The request is over: give the connection back (or close it), then say done."""
         cap, done = self.cap, self.done
         self.cap = self.done = None
+        self.request = None
         if self.pool is not None:
             self.pool.put_back(self, cap is None or cap.error_kind is None)
         if cap is not None and done is not None:
@@ -361,6 +454,54 @@ class _Connection:
         self.lost = True
         self.sock.close()
         self.sock = None
+
+
+def _content_length(value: bytes, previous: int | None) -> int:
+    try:
+        length = int(value.strip())
+    except ValueError:
+        raise _FramingError(f"Content-Length {value.strip()[:40]!r} is not a number") from None
+    if length < 0 or (previous is not None and previous != length):
+        raise _FramingError(f"Content-Length {length} (after {previous}) is not a length")
+    return length
+
+
+def _chunk_size(line: bytes) -> int:
+    text = line.split(b";", 1)[0].strip()
+    try:
+        size = int(text, 16)
+    except ValueError:
+        raise _FramingError(f"chunk size {text[:40]!r} is not hexadecimal") from None
+    if size < 0 or text[:1] in (b"+", b"-"):
+        raise _FramingError(f"chunk size {text[:40]!r} is not a size")
+    return size
+
+
+def _whole_chunks(data: bytes, pos: int) -> tuple[list[bytes], int]:
+    """The payloads of the whole chunks starting at data[pos] (a chunk head), and where
+    they end, found in one window with C-level passes instead of a Python step per chunk.
+
+    Splitting at CRLF gives head, payload, head, payload, ... as long as no payload holds a
+    CRLF; such a payload's first piece is shorter than its head says, so comparing sizes
+    with lengths stops exactly before it. Also stops before the last chunk (size 0) and a
+    head that is not plain hex (an extension, or garbage for the general path to name).
+    """
+    parts = data[pos : pos + BULK_WINDOW].split(b"\r\n")
+    pairs = (len(parts) - 1) // 2  # the last part is not followed by a CRLF in the window
+    heads = parts[0 : 2 * pairs : 2]
+    bodies = parts[1 : 2 * pairs : 2]
+    try:
+        sizes = list(map(int, heads, repeat(16)))
+    except ValueError:
+        return [], pos
+    lengths = list(map(len, bodies))
+    k = sizes.index(0) if 0 in sizes else pairs
+    if sizes[:k] != lengths[:k]:
+        k = next(i for i in range(k) if sizes[i] != lengths[i])
+    if k == 0:
+        return [], pos
+    consumed = sum(map(len, heads[:k])) + sum(lengths[:k]) + 4 * k
+    return bodies[:k], pos + consumed
 
 
 class _Readers:
@@ -505,9 +646,20 @@ class RawTransport:
         """Send on an idle connection now, or open one first (off the caller's path)."""
         while self._idle:
             conn = self._idle.pop()
-            if not conn.lost:
+            if not conn.lost and conn.alive():
                 self._begin(conn, prepared, cap, timeout_s, done)
                 return
+            self.put_back(conn, False)  # closed by the peer while idle: drop it
+        self._open_then_begin(prepared, cap, timeout_s, done)
+
+    def resend(self, prepared: bytes, cap: Capture, timeout_s: float, done: Done) -> None:
+        """Send a request again on a new connection (the reused one was dead: see
+        _Connection.close_lost); the record keeps the count in `retries`."""
+        cap.retries += 1
+        cap.sent_ns = 0
+        self._open_then_begin(prepared, cap, timeout_s, done)
+
+    def _open_then_begin(self, prepared: bytes, cap: Capture, timeout_s: float, done: Done):
         task = asyncio.ensure_future(self._connect_then_begin(prepared, cap, timeout_s, done))
         self._connecting.add(task)
         task.add_done_callback(self._connecting.discard)
@@ -533,6 +685,8 @@ class RawTransport:
         self, conn: _Connection, prepared: bytes, cap: Capture, timeout_s: float, done: Done
     ) -> None:
         conn.expect(cap, done)
+        conn.served += 1
+        conn.request = prepared
         cap.sent_ns = perf_counter_ns()
         conn.timeout_s = timeout_s
         conn.write(prepared)
@@ -678,39 +832,59 @@ class HttpxTransport:
         request = self.client.build_request(
             "POST", path, content=body, headers={"Content-Type": "application/json"}
         )
-        try:
-            async with asyncio.timeout(timeout_s):
-                cap.sent_ns = perf_counter_ns()
-                response = await self.client.send(request, stream=True)
-                try:
-                    cap.first_byte_ns = perf_counter_ns()
-                    cap.status = response.status_code
-                    async for chunk in response.aiter_raw():
-                        cap.body += chunk
-                        reads = cap.reads
-                        reads.append(perf_counter_ns())
-                        reads.append(len(cap.body))
-                        reads.frombytes(_NO_STAMP)
-                finally:
-                    await response.aclose()
-            cap.end_ns = cap.reads[-4] if cap.reads else perf_counter_ns()
-        except TimeoutError:
-            cap.end_ns = perf_counter_ns()
-            cap.error_kind = ERR_TIMEOUT
-            cap.error_message = f"no complete response within --request-timeout {timeout_s:g} s"
-        except asyncio.CancelledError:
-            cap.cancelled = True
-            cap.end_ns = perf_counter_ns()
-        except httpx.ConnectError as exc:
-            cap.end_ns = perf_counter_ns()
-            cap.error_kind = ERR_CONNECT
-            cap.error_message = f"cannot connect to {self.client.base_url}: {exc}"
-        except (httpx.TransportError, httpx.StreamError) as exc:
-            cap.end_ns = perf_counter_ns()
-            mark_closed(cap, repr(exc))
+        while True:
+            try:
+                await self._attempt(request, cap, timeout_s)
+            except TimeoutError:
+                cap.end_ns = perf_counter_ns()
+                cap.error_kind = ERR_TIMEOUT
+                cap.error_message = f"no complete response within --request-timeout {timeout_s:g} s"
+            except asyncio.CancelledError:
+                cap.cancelled = True
+                cap.end_ns = perf_counter_ns()
+            except httpx.ConnectError as exc:
+                cap.end_ns = perf_counter_ns()
+                cap.error_kind = ERR_CONNECT
+                cap.error_message = f"cannot connect to {self.client.base_url}: {exc}"
+            except (httpx.TransportError, httpx.StreamError) as exc:
+                if cap.first_byte_ns is None and cap.retries == 0:
+                    # No response byte: a kept-alive connection the server had closed
+                    # ("Server disconnected without sending a response"). Once, again.
+                    cap.retries += 1
+                    continue
+                cap.end_ns = perf_counter_ns()
+                if isinstance(exc, httpx.RemoteProtocolError) and not _closed(exc):
+                    cap.error_kind = ERR_BAD_FRAMING
+                    cap.error_message = f"bad HTTP framing: {exc}"
+                else:
+                    mark_closed(cap, repr(exc))
+            break
         done(cap)
+
+    async def _attempt(self, request, cap: Capture, timeout_s: float) -> None:
+        async with asyncio.timeout(timeout_s):
+            cap.sent_ns = perf_counter_ns()
+            response = await self.client.send(request, stream=True)
+            try:
+                cap.first_byte_ns = perf_counter_ns()
+                cap.status = response.status_code
+                async for chunk in response.aiter_raw():
+                    cap.body += chunk
+                    reads = cap.reads
+                    reads.append(perf_counter_ns())
+                    reads.append(len(cap.body))
+                    reads.frombytes(_NO_STAMP)
+            finally:
+                await response.aclose()
+        cap.end_ns = cap.reads[-4] if cap.reads else perf_counter_ns()
 
     async def aclose(self) -> None:
         self.cancel_all()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.client.aclose()
+
+
+def _closed(exc: BaseException) -> bool:
+    """Whether an httpx protocol error says the peer closed (vs. sent something broken)."""
+    text = str(exc).lower()
+    return "closed" in text or "disconnected" in text

@@ -45,7 +45,11 @@ INT_FIELDS: tuple[tuple[str, str], ...] = (
     ("http_status", "http_status"),
     ("expected_input_len", "expected_input_len"),
     ("expected_output_len", "expected_output_len"),
+    ("retries", "retries"),
 )
+# Columns added after format v1 was first written, and the value older batches mean by
+# their absence (a batch stored before `retries` existed had no retries).
+LATER_INTS: dict[str, int] = {"retries": 0}
 STR_FIELDS: tuple[str, ...] = ("state", "error_kind", "token_count_source", "error_message")
 
 # Column order of a `requests` SQL row, after run_id and load_point.
@@ -71,9 +75,22 @@ SQL_COLUMNS: tuple[str, ...] = (
 
 
 def _int_column(records: Sequence[RequestRecord], attr: str) -> np.ndarray:
-    return np.fromiter(
-        (NULL if (v := getattr(r, attr)) is None else v for r in records), np.int64, len(records)
-    )
+    try:
+        return np.fromiter(
+            (NULL if (v := getattr(r, attr)) is None else v for r in records),
+            np.int64,
+            len(records),
+        )
+    except (OverflowError, TypeError, ValueError):
+        # A value that is no int64 (a server's usage of 1e30 or "16" that got this far):
+        # store NULL for it rather than lose the batch (one bad response never fails a run).
+        return np.fromiter((_int64_or_null(getattr(r, attr)) for r in records), np.int64)
+
+
+def _int64_or_null(value) -> int:
+    if type(value) is bool or not isinstance(value, (int, np.integer)):
+        return NULL
+    return int(value) if NULL < value <= np.iinfo(np.int64).max else NULL
 
 
 def _chunks(records: Sequence[RequestRecord]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -203,7 +220,10 @@ def decode_batches(
         header, cols = _decode_one(blob)
         lps.append(np.full(header["n"], load_point, dtype=np.int64))
         for name in ints:
-            ints[name].append(cols[name])
+            col = cols.get(name)
+            if col is None:  # a batch written before this column existed
+                col = np.full(header["n"], LATER_INTS.get(name, NULL), dtype=np.int64)
+            ints[name].append(col)
         for name in codes:
             table = vocab[name]
             remap = np.array(

@@ -16,6 +16,24 @@ run of N requests is exact. Fault kinds:
   no_done                      stream every token, then close without data: [DONE]
   noisy                        not a failure: comments, keep-alives, role-only and empty
                                deltas, CRLF line ends, usage in a separate final chunk
+  usage_string usage_negative usage_huge
+                               usage.completion_tokens "16", -5 or 1e30
+  deep_json                    stream 2 tokens, then an event nested 200,000 deep
+  bad_chunk_size               stream 2 tokens, then a chunk whose size is not hex
+  bad_chunk_crlf               stream 2 tokens, then a chunk not followed by CRLF
+  bad_length                   a 400 whose Content-Length is not a number
+  redirect                     302 to another path
+  gzip_reply                   200 with a gzip-compressed body
+  json_reply                   200 with one plain JSON completion (stream ignored)
+  close_reused                 a request that is not its connection's first: the
+                               connection closes without a response (a stale keep-alive
+                               the client could not see); the resend is served normally
+
+Connection behaviour (`--connection`): `keep` (default); `eof`: close after every response
+while promising keep-alive, as llama-server does; `close`: send `Connection: close` and then
+ignore further requests on that connection; `http10`: answer HTTP/1.0 without keep-alive and
+ignore further requests. `--tiny-chunks` sends every body byte as its own 1-byte chunk.
+GET /stats answers {"requests": N}: how many completion requests the server received.
 
 `--sends-log PATH` writes, at exit, the server's own send time of every token (ns since the
 request's arrival) so benchmarks can compare a client's figures against the truth.
@@ -25,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import json
 import signal
 import sys
@@ -46,6 +65,8 @@ class Config:
         self.usage = not args.no_usage
         self.count = 0
         self.reset_body: bytes | None = None
+        self.connection = args.connection
+        self.tiny_chunks = args.tiny_chunks
         self.sends: list[list[int]] = []
 
     def fault_for(self, n: int) -> str | None:
@@ -62,6 +83,8 @@ class Handler(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.timers: list[asyncio.TimerHandle] = []
         self.busy = False
+        self.served = 0  # responses begun on this connection
+        self.held: list[str] | None = None  # HTTP/1.0: the head and events, sent at the end
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -89,10 +112,16 @@ class Handler(asyncio.Protocol):
             body = self.buf[end + 4 : end + 4 + length]
             self.buf = self.buf[end + 4 + length :]
             method, path, _ = head[0].split(" ", 2)
+            if self.served and self.cfg.connection in ("close", "http10"):
+                continue  # it said it would close: a client that reuses it waits forever
+            self.served += 1
             self.handle(method, path, body, arrived)
 
     # ------------------------------------------------------------ routing
     def handle(self, method: str, path: str, body: bytes, arrived: int) -> None:
+        if method == "GET" and path == "/stats":
+            self.send_json(200, {"requests": self.cfg.count})
+            return
         if method == "GET" and path in ("/v1/models", "/health"):
             payload = {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
             self.send_json(200, payload)
@@ -111,10 +140,16 @@ class Handler(asyncio.Protocol):
             self.cfg.reset_body = None
             self.abort()
             return
+        if self.served > 1 and any(kind == "close_reused" for _, kind in self.cfg.faults):
+            self.abort()  # never counted: as if the connection had closed before it came
+            return
         self.cfg.count += 1
         fault = self.cfg.fault_for(self.cfg.count)
         if fault in ("http_500", "http_429", "http_400"):
             self.send_json(int(fault[5:]), {"error": {"message": f"injected {fault}"}})
+            return
+        if fault in WHOLE_REPLIES:
+            self.transport.write(WHOLE_REPLIES[fault])
             return
         if fault == "reset_before":
             self.cfg.reset_body = body
@@ -126,11 +161,23 @@ class Handler(asyncio.Protocol):
         data = json.dumps(payload).encode()
         reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests"}
         head = (
-            f"HTTP/1.1 {status} {reason.get(status, 'Error')}\r\n"
+            f"{self.version()} {status} {reason.get(status, 'Error')}\r\n"
+            f"{self.connection_header()}"
             "Content-Type: application/json\r\n"
             f"Content-Length: {len(data)}\r\n\r\n"
         )
         self.transport.write(head.encode() + data)
+        if self.cfg.connection == "eof":
+            self.transport.close()
+
+    def version(self) -> str:
+        return "HTTP/1.0" if self.cfg.connection == "http10" else "HTTP/1.1"
+
+    def connection_header(self) -> str:
+        return {
+            "close": "Connection: close\r\n",
+            "eof": "Keep-Alive: timeout=5, max=100\r\n",  # and closes all the same
+        }.get(self.cfg.connection, "")
 
     def abort(self) -> None:
         self.transport.abort()
@@ -143,9 +190,17 @@ class Handler(asyncio.Protocol):
         prompt_tokens = _count_prompt(prompt)
         include_usage = cfg.usage and bool((req.get("stream_options") or {}).get("include_usage"))
         self.busy = True
-        head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-        head += "Transfer-Encoding: chunked\r\n\r\n" if cfg.chunked else "Connection: close\r\n\r\n"
-        self.transport.write(head.encode())
+        head = f"{self.version()} 200 OK\r\nContent-Type: text/event-stream\r\n"
+        head += f"Cache-Control: no-cache\r\n{self.connection_header()}"
+        if cfg.connection == "http10":
+            # HTTP/1.0 has no chunks: the body is held and sent whole with its length, and
+            # the connection stays open (a client that reuses it is never answered).
+            self.held = [head]
+        else:
+            head += (
+                "Transfer-Encoding: chunked\r\n\r\n" if cfg.chunked else "Connection: close\r\n\r\n"
+            )
+            self.transport.write(head.encode())
         loop = asyncio.get_running_loop()
         t_arrive = loop.time() - (time.perf_counter_ns() - arrived) / 1e9
         sends: list[int] = []
@@ -157,7 +212,8 @@ class Handler(asyncio.Protocol):
                 self.write_event(_chat_chunk({"role": "assistant", "content": ""}) + eol)
         elif chat:
             self.write_event(_chat_chunk({"role": "assistant"}))
-        cut = {"reset_mid": 3, "malformed": 2, "stream_error": 2, "stall": 2}.get(fault, n_out)
+        cut = {"reset_mid": 3, "malformed": 2, "stream_error": 2, "stall": 2, "deep_json": 2,
+               "bad_chunk_size": 2, "bad_chunk_crlf": 2}.get(fault, n_out)  # fmt: skip
         emitted = min(cut, n_out)
         end = (fault, include_usage, prompt_tokens, n_out, chat, eol)
         for i in range(emitted):
@@ -173,10 +229,14 @@ class Handler(asyncio.Protocol):
 
     def write_event(self, text: str) -> None:
         data = text.encode()
-        if self.cfg.chunked:
-            self.transport.write(b"%x\r\n%s\r\n" % (len(data), data))
-        else:
+        if self.held is not None:
+            self.held.append(text)
+        elif not self.cfg.chunked:
             self.transport.write(data)
+        elif self.cfg.tiny_chunks:  # one write, one 1-byte chunk per byte
+            self.transport.write(b"".join(b"1\r\n%c\r\n" % byte for byte in data))
+        else:
+            self.transport.write(b"%x\r\n%s\r\n" % (len(data), data))
 
     def emit_token(
         self, i: int, last: bool, chat: bool, eol: str, sends: list, arrived: int, then=None
@@ -203,6 +263,14 @@ class Handler(asyncio.Protocol):
             return
         if fault == "stall":
             return
+        if fault == "deep_json":
+            self.write_event("data: " + "[" * 200_000 + "]" * 200_000 + "\n\n")
+        if fault == "bad_chunk_size":
+            self.transport.write(b"zz\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
+            return
+        if fault == "bad_chunk_crlf":
+            self.transport.write(b"5\r\nhelloXX0\r\n\r\n")
+            return
         if fault == "malformed":
             self.write_event("data: {not json\n\n")
         if fault == "stream_error":
@@ -212,9 +280,10 @@ class Handler(asyncio.Protocol):
         if fault == "noisy" and chat:
             self.write_event(_chat_chunk({}, None) + eol)  # an empty delta
         if include_usage:
+            completion = {"usage_string": str(n_out), "usage_negative": -5, "usage_huge": 1e30}
             usage = {
                 "prompt_tokens": prompt_tokens,
-                "completion_tokens": n_out,
+                "completion_tokens": completion.get(fault, n_out),
                 "total_tokens": prompt_tokens + n_out,
             }
             obj = {
@@ -229,14 +298,42 @@ class Handler(asyncio.Protocol):
             self.write_event(event)
         if fault != "no_done":
             self.write_event("data: [DONE]\n\n")
-        if self.cfg.chunked:
+        if self.held is not None:
+            head, body = self.held[0], "".join(self.held[1:]).encode()
+            self.held = None
+            self.transport.write(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        elif self.cfg.chunked:
             self.transport.write(b"0\r\n\r\n")
+            if self.cfg.connection == "eof":
+                self.transport.close()
+                return
             self.busy = False
             self.timers.clear()
             if self.buf:
                 self.data_received(b"")
         else:
             self.transport.close()
+
+
+def _whole(status: str, headers: str, body: bytes) -> bytes:
+    return f"HTTP/1.1 {status}\r\n{headers}Content-Length: {len(body)}\r\n\r\n".encode() + body
+
+
+_COMPLETION = json.dumps(
+    {"id": "cmpl-x", "object": "text_completion", "model": "fake-model",
+     "choices": [{"index": 0, "text": "tok0 tok1", "finish_reason": "length"}],
+     "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}}
+).encode()  # fmt: skip
+# Whole responses written at once, for the faults that are one bad reply.
+WHOLE_REPLIES = {
+    "redirect": _whole("302 Found", "Location: /elsewhere/v1/completions\r\n", b""),
+    "gzip_reply": _whole(
+        "200 OK", "Content-Type: text/event-stream\r\nContent-Encoding: gzip\r\n",
+        gzip.compress(b'data: {"choices": [{"text": "x"}]}\n\ndata: [DONE]\n\n'),
+    ),
+    "json_reply": _whole("200 OK", "Content-Type: application/json\r\n", _COMPLETION),
+    "bad_length": b"HTTP/1.1 400 Bad Request\r\nContent-Length: ten\r\n\r\n{}",
+}  # fmt: skip
 
 
 def _text_chunk(text: str, finish: str | None) -> str:
@@ -277,6 +374,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-chunked", action="store_true", help="close-delimited bodies")
     p.add_argument("--no-usage", action="store_true", help="never send a usage chunk")
     p.add_argument("--sends-log", help="write per-token send times (JSON) here at exit")
+    p.add_argument("--connection", choices=("keep", "eof", "close", "http10"), default="keep")
+    p.add_argument("--tiny-chunks", action="store_true", help="1-byte HTTP chunks")
     p.add_argument("--tls-cert", help="serve HTTPS with this PEM certificate (and --tls-key)")
     p.add_argument("--tls-key")
     args = p.parse_args(argv)

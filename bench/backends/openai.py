@@ -193,13 +193,13 @@ def _check_usage(result: StreamResult) -> None:
     as bad_usage and are dropped, so that nothing downstream sums or stores them."""
     bad = []
     for name in ("prompt_tokens", "completion_tokens"):
-        value = getattr(result, name)
+        given = value = getattr(result, name)
         if value is None:
             continue
-        if value.__class__ is float and value.is_integer():
+        if value.__class__ is float and value.is_integer() and abs(value) < 2**53:
             value = int(value)
         if value.__class__ is not int or not 0 <= value <= MAX_USAGE_TOKENS:
-            bad.append(f"usage.{name} = {str(value)[:40]!r}")
+            bad.append(f"usage.{name} = {json.dumps(given)[:40]}")
             value = None
         setattr(result, name, value)
     if bad and result.error_kind is None:

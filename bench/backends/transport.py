@@ -28,7 +28,6 @@ import ssl
 import struct
 import sys
 from collections.abc import Callable
-from itertools import repeat
 from time import perf_counter_ns
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -185,7 +184,7 @@ class _Connection:
             # would sit until its timeout: end it now, named, and drop the connection.
             if self.cap is not cap:
                 raise  # it came from after the request ended (the done callback)
-            self._broken(cap, exc, t)
+            self._broken(cap, exc, t, stamp)
 
     def _feed(self, data: bytes, cap: Capture, t: int, stamp: bytes) -> None:
         if self.state == _BODY_CHUNKED and not (self.pending or self.remaining or self.crlf):
@@ -232,7 +231,11 @@ class _Connection:
             cap.end_ns = t
             self.release()
 
-    def _broken(self, cap: Capture, exc: Exception, t: int) -> None:
+    def _broken(self, cap: Capture, exc: Exception, t: int, stamp: bytes) -> None:
+        reads = cap.reads  # the bytes taken before the break belong to this read
+        reads.append(t)
+        reads.append(len(cap.body))
+        reads.frombytes(stamp)
         cap.error_kind = ERR_BAD_FRAMING
         if isinstance(exc, _FramingError):
             cap.error_message = f"bad HTTP framing: {exc}"
@@ -486,22 +489,24 @@ def _whole_chunks(data: bytes, pos: int) -> tuple[list[bytes], int]:
     with lengths stops exactly before it. Also stops before the last chunk (size 0) and a
     head that is not plain hex (an extension, or garbage for the general path to name).
     """
-    parts = data[pos : pos + BULK_WINDOW].split(b"\r\n")
+    window = data[pos : pos + BULK_WINDOW]
+    parts = window.split(b"\r\n")
     pairs = (len(parts) - 1) // 2  # the last part is not followed by a CRLF in the window
     heads = parts[0 : 2 * pairs : 2]
     bodies = parts[1 : 2 * pairs : 2]
-    try:
-        sizes = list(map(int, heads, repeat(16)))
+    try:  # a server repeats a few sizes: parse each distinct head once
+        size_of = {head: int(head, 16) for head in set(heads)}
     except ValueError:
         return [], pos
+    sizes = list(map(size_of.__getitem__, heads))
     lengths = list(map(len, bodies))
-    k = sizes.index(0) if 0 in sizes else pairs
+    k = sizes.index(0) if 0 in size_of.values() else pairs
     if sizes[:k] != lengths[:k]:
         k = next(i for i in range(k) if sizes[i] != lengths[i])
     if k == 0:
         return [], pos
-    consumed = sum(map(len, heads[:k])) + sum(lengths[:k]) + 4 * k
-    return bodies[:k], pos + consumed
+    rest = b"\r\n".join(parts[2 * k :])  # short, unless a mismatch stopped early
+    return bodies[:k], pos + len(window) - len(rest)
 
 
 class _Readers:

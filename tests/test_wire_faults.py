@@ -1,0 +1,310 @@
+"""The wire against faults (issue 15 items 1, 7, 8; issue 18 item 10), with the fake server.
+
+Connections: a stale keep-alive is resent once, counted once, timed from the resend;
+`Connection: close` and HTTP/1.0 are honoured. Bad responses: each is one failed request
+under its own kind, reported at once (never a 600 s timeout), and storable. Base URLs: /v1,
+a prefix or no scheme. Tiny chunks: the cost is per read, not per chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+from bench.backends.capture import Capture, http_error_kind
+from bench.backends.transport import _Connection
+from bench.backends.urls import normalize_base_url
+from bench.metrics import summarize
+from bench.records import (
+    ERR_BAD_FRAMING,
+    ERR_BAD_USAGE,
+    ERR_HTTP_3XX,
+    ERR_HTTP_4XX,
+    ERR_MALFORMED,
+    ERR_NOT_SSE,
+    ERR_TIMEOUT,
+)
+from bench.runner import Progress, run_blocking
+from bench.store import list_runs, load_records
+from tests.test_runner import plan
+
+
+def server_requests(url: str) -> int:
+    """How many completion requests the fake server received (its own count)."""
+    with urllib.request.urlopen(f"{url}/stats", timeout=5) as resp:
+        return json.loads(resp.read())["requests"]
+
+
+# ---------------------------------------------------------------- connections
+
+
+@pytest.mark.parametrize("transport", ["raw", "httpx"])
+def test_a_stale_reused_connection_is_resent_once_and_counted_once(server_factory, transport):
+    """The server closes every connection at its second request without answering (what a
+    client sees when it writes onto a keep-alive connection whose FIN is still in flight):
+    each such request is resent once on a new connection, succeeds, and says so."""
+    server = server_factory("--ttft-ms", "5", "--itl-ms", "1", "--fault", "1000000:close_reused")
+    progress = Progress()
+    result = run_blocking(
+        plan(server.url, 24, out_len=4, rate=None, concurrency=3, transport=transport),
+        progress=progress,
+        handle_sigint=False,
+    )
+    s = summarize(result.records)
+    assert (s.completed, s.failed) == (24, 0), s.errors
+    assert server_requests(server.url) == 24  # each request reached the server once
+    retried = [r for r in result.records if r.retries]
+    assert retried and all(r.retries == 1 for r in result.records if r.retries)
+    if transport == "raw":  # every connection after the first request on it is stale
+        assert len(retried) == 24 - 3
+    # Timed from the resend: the send stamp is the new connection's, so TTFT is the
+    # server's 5 ms, not the dead connection's wait.
+    assert max(r.ttft_ns for r in retried) / 1e6 < 200
+    assert (progress.completed, progress.failed, progress.sent) == (24, 0, 24)
+
+
+@pytest.mark.parametrize("mode", ["eof", "close", "http10"])
+def test_connections_the_server_closes_or_will_not_reuse(server_factory, mode):
+    """eof: closes after each response while promising keep-alive (llama-server);
+    close: says `Connection: close`; http10: answers HTTP/1.0. In the last two the server
+    never answers a second request on the connection, so reusing it would time out."""
+    server = server_factory("--ttft-ms", "5", "--itl-ms", "1", "--connection", mode)
+    result = run_blocking(
+        plan(server.url, 30, out_len=4, rate=None, concurrency=4, request_timeout_s=5.0),
+        handle_sigint=False,
+    )
+    s = summarize(result.records)
+    assert (s.completed, s.failed) == (30, 0), s.errors
+    assert server_requests(server.url) == 30
+    assert all(r.output_tokens == 4 for r in result.records)
+
+
+# ---------------------------------------------------------------- bad responses
+
+BAD = {
+    2: ("usage_string", ERR_BAD_USAGE),
+    3: ("usage_negative", ERR_BAD_USAGE),
+    5: ("usage_huge", ERR_BAD_USAGE),
+    7: ("deep_json", ERR_MALFORMED),
+    11: ("bad_chunk_size", ERR_BAD_FRAMING),
+    13: ("bad_chunk_crlf", ERR_BAD_FRAMING),
+    17: ("bad_length", ERR_BAD_FRAMING),
+    19: ("redirect", ERR_HTTP_3XX),
+    23: ("gzip_reply", ERR_NOT_SSE),
+    29: ("json_reply", ERR_NOT_SSE),
+}
+
+
+def test_each_bad_response_fails_one_request_under_its_own_kind(server_factory, tmp_path):
+    args = [a for every, (kind, _) in BAD.items() for a in ("--fault", f"{every}:{kind}")]
+    server = server_factory("--ttft-ms", "2", "--itl-ms", "1", *args)
+    n = 60
+    expected: dict[str, int] = {}
+    for k in range(1, n + 1):
+        kind = next((name for every, (_, name) in BAD.items() if k % every == 0), None)
+        if kind is not None:
+            expected[kind] = expected.get(kind, 0) + 1
+    progress = Progress()
+    started = time.monotonic()
+    # One user, so request k is the server's k-th; a 600 s timeout would show as a hang.
+    result = run_blocking(
+        plan(server.url, n, out_len=4, rate=None, concurrency=1, request_timeout_s=600),
+        progress=progress,
+        handle_sigint=False,
+    )
+    assert time.monotonic() - started < 60  # no response waited for its timeout
+    s = summarize(result.records)
+    assert ERR_TIMEOUT not in s.errors
+    assert s.errors == expected
+    assert s.completed == n - sum(expected.values())
+    # Live progress says what the summary says (a 200 that breaks is a failure in both).
+    assert (progress.completed, progress.failed) == (s.completed, s.failed)
+    messages = {r.error_kind: r.error_message for r in result.records if not r.ok}
+    assert "usage.completion_tokens" in messages[ERR_BAD_USAGE]
+    assert "gzip" in messages[ERR_NOT_SSE] or "plain JSON" in messages[ERR_NOT_SSE]
+    assert "HTTP 302" in messages[ERR_HTTP_3XX]
+    bad_usage = [r for r in result.records if r.error_kind == ERR_BAD_USAGE]
+    assert all(r.output_tokens == 4 for r in bad_usage)  # counted from chunks instead
+
+
+def test_bad_responses_are_stored_and_do_not_fail_the_run(server_factory, tmp_path):
+    """End to end through storage: usage 1e30 and a 200k-deep JSON event in one run."""
+    server = server_factory(
+        "--ttft-ms", "2", "--itl-ms", "1", "--fault", "3:usage_huge", "--fault", "4:deep_json",
+        "--fault", "5:bad_chunk_size",
+    )  # fmt: skip
+    db = f"sqlite:///{tmp_path / 'tb.db'}"
+    out = tmp_path / "s.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "run", "--base-url", server.url, "--concurrency", "2",
+         "--num-prompts", "20", "--random-input-len", "8", "--random-output-len", "4",
+         "--db", db, "--summary-json", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(out.read_text())
+    assert summary["completed"] + summary["failed"] == 20
+    assert set(summary["errors"]) <= {ERR_BAD_USAGE, ERR_MALFORMED, ERR_BAD_FRAMING}
+    (run,) = list_runs(db)
+    assert run.status == "completed"
+    assert len(load_records(run.id, db=db)) == 20
+
+
+def test_malformed_framing_fails_at_once_not_at_the_timeout():
+    """A parse error raised inside the reader callback ends the request, named."""
+    for head, body in [
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"xyz\r\nhello\r\n"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: -3\r\n\r\n", b""),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", b"ab"),
+        (b"SSH-2.0-OpenSSH\r\n\r\n", b""),
+    ]:
+        conn = _Connection(None, None)
+        cap = Capture()
+        ended = []
+        conn.expect(cap, ended.append)
+        conn.feed(head + body, 1)
+        assert ended == [cap] and cap.error_kind == ERR_BAD_FRAMING, (head, cap.error_message)
+        assert not conn.keep_alive
+
+
+def test_status_kinds():
+    assert http_error_kind(302) == ERR_HTTP_3XX
+    assert http_error_kind(404) == ERR_HTTP_4XX
+    assert http_error_kind(429) == "http_429"
+    assert http_error_kind(503) == "http_5xx"
+    assert http_error_kind(204) == "http_other"
+
+
+# ---------------------------------------------------------------- say what went wrong
+
+
+def test_base_url_forms():
+    assert normalize_base_url("http://h:8000/v1") == "http://h:8000"
+    assert normalize_base_url("http://h:8000/v1/") == "http://h:8000"
+    assert normalize_base_url("h:8000") == "http://h:8000"
+    assert normalize_base_url("https://gw.example.com/openai/v1") == "https://gw.example.com/openai"
+    assert normalize_base_url("https://gw.example.com/openai") == "https://gw.example.com/openai"
+    assert normalize_base_url("http://h:8000/v1/completions") == "http://h:8000"
+    for bad in ("ftp://h/", "http://:80", "http://h:port", "http://h:1/?x=1"):
+        with pytest.raises(ValueError, match="base URL"):
+            normalize_base_url(bad)
+
+
+def tokenbench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bench", "run", "--num-prompts", "3", "--random-input-len", "8",
+         "--random-output-len", "4", *args],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_base_url_with_v1_or_without_scheme_reaches_the_endpoint(server_factory):
+    server = server_factory("--ttft-ms", "2", "--itl-ms", "1")
+    for url in (f"{server.url}/v1", f"127.0.0.1:{server.port}", f"{server.url}/v1/"):
+        before = server_requests(server.url)
+        proc = tokenbench("--base-url", url, "--no-store")
+        assert proc.returncode == 0, proc.stderr
+        assert server_requests(server.url) - before == 3
+
+
+def test_no_success_exits_1_with_the_servers_message(server_factory, tmp_path):
+    server = server_factory("--fault", "1:http_400")
+    db = f"sqlite:///{tmp_path / 'tb.db'}"
+    proc = tokenbench("--base-url", server.url, "--db", db)
+    assert proc.returncode == 1
+    text = " ".join(proc.stderr.split())
+    assert "First failure (http_4xx; 3 of 3 failed): HTTP 400:" in text, text
+    assert "injected http_400" in text and "No request succeeded" in text
+    (run,) = list_runs(db)
+    assert run.status == "failed"
+
+
+def test_a_model_the_server_does_not_list_is_warned_about(server_factory, tmp_path):
+    server = server_factory("--ttft-ms", "2", "--itl-ms", "1")
+    out = tmp_path / "s.json"
+    proc = tokenbench(
+        "--base-url", server.url, "--model", "llama-70b", "--no-store", "--summary-json", str(out)
+    )
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stderr.split())
+    assert "--model 'llama-70b' is not among the models" in text, text
+    assert "the server answered as 'fake-model'" in text
+    assert json.loads(out.read_text())["served_models"] == ["fake-model"]
+
+
+# ---------------------------------------------------------------- tiny chunks (issue 18)
+
+
+def chunked(payload: bytes, sizes: list[int], ext: bool = False) -> bytes:
+    out, pos = [], 0
+    for size in sizes:
+        part = payload[pos : pos + size]
+        pos += size
+        out.append(b"%x%s\r\n%s\r\n" % (len(part), b";x=y" if ext else b"", part))
+    return b"".join(out) + b"0\r\n\r\n"
+
+
+def feed_all(data: bytes, read_sizes) -> tuple[_Connection, Capture]:
+    conn = _Connection(None, None)
+    cap = Capture()
+    conn.expect(cap, None)
+    pos = 0
+    for size in read_sizes:
+        if pos >= len(data):
+            break
+        conn.feed(data[pos : pos + size], pos + 1)
+        pos += size
+    return conn, cap
+
+
+def test_chunked_bodies_unframe_exactly_however_they_are_cut():
+    """Random chunk sizes (1-byte runs, payloads holding CRLF, extensions) in random reads:
+    the body is the payload, every read is accounted for, and the response ends."""
+    rng = random.Random(7)
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    for trial in range(200):
+        payload = bytes(rng.choice(b"ab\r\n:{}") for _ in range(rng.randrange(1, 3000)))
+        sizes, left = [], len(payload)
+        while left:
+            size = min(left, rng.choice([1, 1, 1, 2, 3, 17, 400]))
+            sizes.append(size)
+            left -= size
+        data = head + chunked(payload, sizes, ext=trial % 10 == 0)
+        reads = [rng.choice([1, 7, 100, 5000, 65536]) for _ in range(len(data))]
+        conn, cap = feed_all(data, reads)
+        assert bytes(cap.body) == payload, trial
+        assert cap.error_kind is None and cap.end_ns is not None, (trial, cap.error_message)
+        ends = np.frombuffer(cap.reads, dtype=np.int64).reshape(-1, 4)[:, 1]
+        assert (np.diff(ends) >= 0).all() and ends[-1] == len(payload)
+
+
+def test_one_byte_chunks_cost_per_read_not_per_chunk():
+    """1.7 MB of SSE in 1-byte chunks (10 MB on the wire) in 64 KB reads: 1.5 s of CPU when
+    each chunk took a Python step; unframed a window at a time, ~0.13 s."""
+    event = b'data: {"choices": [{"text": "' + b"x" * 40 + b'"}]}\n\n'
+    payload = event * (1_700_000 // len(event))
+    data = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(
+        payload, [1] * len(payload)
+    )
+    started = time.process_time()
+    _conn, cap = feed_all(data, [65536] * (len(data) // 65536 + 1))
+    cpu = time.process_time() - started
+    assert bytes(cap.body) == payload and cap.end_ns is not None
+    assert cpu < 0.6, cpu
+
+
+def test_tiny_chunks_end_to_end(server_factory):
+    """Every byte its own chunk: the same tokens and timings as ordinary chunks."""
+    server = server_factory("--ttft-ms", "20", "--itl-ms", "5", "--tiny-chunks")
+    result = run_blocking(plan(server.url, 10, out_len=20, rate=100.0), handle_sigint=False)
+    s = summarize(result.records)
+    assert (s.completed, s.failed) == (10, 0), s.errors
+    assert all(r.output_tokens == 20 and len(r.chunk_times_ns) == 20 for r in result.records)
+    assert s.metrics["tpot"].percentiles["p50"] == pytest.approx(5.0, abs=1.0)

@@ -25,6 +25,8 @@ run of N requests is exact. Fault kinds:
   redirect                     302 to another path
   gzip_reply                   200 with a gzip-compressed body
   json_reply                   200 with one plain JSON completion (stream ignored)
+  huge_tiny                    not a failure: 1.7 MB of SSE comments in 1-byte chunks
+                               (10 MB on the wire) before the first token
   close_reused                 a request that is not its connection's first: the
                                connection closes without a response (a stale keep-alive
                                the client could not see); the resend is served normally
@@ -201,6 +203,8 @@ class Handler(asyncio.Protocol):
                 "Transfer-Encoding: chunked\r\n\r\n" if cfg.chunked else "Connection: close\r\n\r\n"
             )
             self.transport.write(head.encode())
+        if fault == "huge_tiny":
+            self.transport.write(_huge_tiny())
         loop = asyncio.get_running_loop()
         t_arrive = loop.time() - (time.perf_counter_ns() - arrived) / 1e9
         sends: list[int] = []
@@ -315,6 +319,18 @@ class Handler(asyncio.Protocol):
             self.transport.close()
 
 
+_HUGE_TINY: list[bytes] = []
+
+
+def _huge_tiny() -> bytes:
+    """1.7 MB of SSE comments, every byte its own chunk; built once (it costs ~1 s)."""
+    if not _HUGE_TINY:
+        data = b": " + b"p" * 60 + b"\n\n"
+        data *= 1_700_000 // len(data)
+        _HUGE_TINY.append(b"".join(b"1\r\n%c\r\n" % byte for byte in data))
+    return _HUGE_TINY[0]
+
+
 def _whole(status: str, headers: str, body: bytes) -> bytes:
     return f"HTTP/1.1 {status}\r\n{headers}Content-Length: {len(body)}\r\n\r\n".encode() + body
 
@@ -386,6 +402,8 @@ def main(argv: list[str] | None = None) -> None:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(args.tls_cert, args.tls_key)
     cfg = Config(args)
+    if any(kind == "huge_tiny" for _, kind in cfg.faults):
+        _huge_tiny()  # built before listening, not on the loop while it times others
     try:
         import uvloop
 

@@ -308,3 +308,25 @@ def test_tiny_chunks_end_to_end(server_factory):
     assert (s.completed, s.failed) == (10, 0), s.errors
     assert all(r.output_tokens == 20 and len(r.chunk_times_ns) == 20 for r in result.records)
     assert s.metrics["tpot"].percentiles["p50"] == pytest.approx(5.0, abs=1.0)
+
+
+def test_a_tiny_chunk_flood_leaves_the_other_streams_timed_right(server_factory, tmp_path):
+    """Every 10th response carries 1.7 MB of SSE comments in 1-byte chunks (10 MB on the
+    wire) before its first token. The client keeps up (CPU per read, not per chunk) and the
+    other streams' first tokens are timed when the server sent them. Before: 7 s of client
+    CPU for 4 such responses and the others' TTFT off by 12-34 ms at the median."""
+    log = tmp_path / "sends.json"
+    server = server_factory(
+        "--ttft-ms", "20", "--itl-ms", "10", "--fault", "10:huge_tiny", "--sends-log", str(log)
+    )
+    started = time.process_time()
+    result = run_blocking(plan(server.url, 40, out_len=10, rate=20.0), handle_sigint=False)
+    cpu = time.process_time() - started
+    server.stop()
+    truth = json.loads(log.read_text())  # per request in arrival order: token send times
+    records = sorted(result.records, key=lambda r: r.sent_ns)
+    assert all(r.ok for r in records) and len(records) == 40
+    others = [i for i in range(40) if (i + 1) % 10]
+    error_ms = [records[i].ttft_ns / 1e6 - truth[i][0] / 1e6 for i in others]
+    assert cpu < 2.5, cpu
+    assert abs(float(np.median(error_ms))) < 5.0, error_ms

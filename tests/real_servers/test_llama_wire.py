@@ -104,16 +104,21 @@ def test_closed_loop_of_4_users_completes_40_of_40(llama_server: LlamaServer, tm
     assert summary["served_models"] == [llama_server.model_name]
 
 
-def test_open_loop_counts_every_request_the_server_finished(llama_server: LlamaServer, tmp_path):
+@pytest.mark.parametrize(
+    "load", [("--request-rate", "40"), ("--request-rate", "inf", "--max-concurrency", "16")]
+)
+def test_open_loop_counts_every_request_the_server_finished(
+    llama_server: LlamaServer, tmp_path, load
+):
+    """A Poisson open loop, and all at once under a cap of 16 (8 of 32 lost before)."""
     window = ServerWindow(llama_server)
     proc = tokenbench(
-        "run", *run_args(llama_server, tmp_path, "--request-rate", "40", "--num-prompts", "40"),
-        "--seed", "11",
+        "run", *run_args(llama_server, tmp_path, *load, "--num-prompts", "32"), "--seed", "11",
     )  # fmt: skip
     window.close()
     assert proc.returncode == 0, proc.stderr
     _run, records = stored_records(tmp_path)
-    assert len(records) == 40
+    assert len(records) == 32
     check_against_server(records, window)
 
 

@@ -330,3 +330,25 @@ def test_a_tiny_chunk_flood_leaves_the_other_streams_timed_right(server_factory,
     error_ms = [records[i].ttft_ns / 1e6 - truth[i][0] / 1e6 for i in others]
     assert cpu < 2.5, cpu
     assert abs(float(np.median(error_ms))) < 5.0, error_ms
+
+
+def test_storage_takes_values_no_int64_holds_and_old_batches_without_retries():
+    from bench.records import RequestRecord
+    from bench.store import codec
+
+    records = [
+        RequestRecord(index=0, output_tokens=10**30, prompt_tokens=-(10**20), retries=1),
+        RequestRecord(index=1, output_tokens=16, prompt_tokens="32"),
+    ]
+    blob, rows = codec.encode_batch(records)
+    d = codec.decode_batches([(0, blob)])
+    assert d.ints["output_tokens"].tolist() == [codec.NULL, 16]
+    assert d.ints["prompt_tokens"].tolist() == [codec.NULL, codec.NULL]
+    assert d.ints["retries"].tolist() == [1, 0]
+    # A batch written before `retries` existed reads back as no retries.
+    header, cols = codec._decode_one(blob)
+    header["cols"] = [c for c in header["cols"] if c[0] != "retries"]
+    kept = b"".join(cols[name].tobytes() for name, _, _ in header["cols"])
+    text = json.dumps(header).encode()
+    old = codec.MAGIC + len(text).to_bytes(4, "little") + text + kept
+    assert codec.decode_batches([(0, old)]).ints["retries"].tolist() == [0, 0]

@@ -197,7 +197,13 @@ def outcome(records, summary: Summary, model: str | None, served_models: list[st
     message, and a model name the server did not answer with. Also kept in --summary-json
     and the stored run (issue 15)."""
     first = next((r for r in records if r.state == "failed"), None)
-    out: dict = {"served_models": list(served_models), "first_failure": None}
+    out: dict = {
+        "served_models": list(served_models),
+        "first_failure": None,
+        # requests resent once after a kept-alive connection turned out closed (records'
+        # `retries`): not failures, but a server that drops idle connections says so here
+        "resent": sum(1 for r in records if r.retries),
+    }
     if first is not None:
         out["first_failure"] = {
             "error_kind": first.error_kind,
@@ -219,6 +225,11 @@ def print_outcome(out: dict, summary: Summary) -> None:
         err_console.print(
             f"[bold red]First failure[/] ({first['error_kind']}; {summary.failed:,} of "
             f"{summary.completed + summary.failed:,} failed): {escape(first['message'])}"
+        )
+    if out.get("resent"):
+        err_console.print(
+            f"note: {out['resent']:,} requests were resent once on a new connection: the "
+            "server had closed the kept-alive one before they reached it (not failures)"
         )
     if out.get("model_warning"):
         err_console.print(f"[yellow]warning:[/] {escape(out['model_warning'])}")

@@ -101,6 +101,7 @@ def test_closed_loop_of_4_users_completes_40_of_40(llama_server: LlamaServer, tm
     check_against_server(records, window)
     # The stale connections were resent, once each, and the record says so.
     assert all(r.retries in (0, 1) for r in records)
+    assert summary["resent"] == sum(r.retries for r in records)
     assert summary["served_models"] == [llama_server.model_name]
 
 

@@ -123,7 +123,7 @@ class _Connection:
         "tls",
         "tls_in",
         "tls_out",
-        "served",
+        "pooled",
         "request",
     )
 
@@ -144,7 +144,9 @@ class _Connection:
         self.tls: ssl.SSLObject | None = None
         self.tls_in: ssl.MemoryBIO | None = None
         self.tls_out: ssl.MemoryBIO | None = None
-        self.served = 0  # requests begun on this connection; > 1 means it was reused
+        # the request now served was sent on a connection taken from the idle pool (kept
+        # alive after a response, or opened ahead by warm()), which the server may have closed
+        self.pooled = False
         self.request: bytes | None = None  # the request being served, kept for one resend
 
     def expect(self, cap: Capture, done: Done | None = None) -> None:
@@ -337,7 +339,7 @@ class _Connection:
 
     def _resendable(self, cap: Capture) -> bool:
         return (
-            self.served > 1
+            self.pooled
             and cap.retries == 0
             and cap.first_byte_ns is None
             and self.state == _HEAD
@@ -652,6 +654,7 @@ class RawTransport:
         while self._idle:
             conn = self._idle.pop()
             if not conn.lost and conn.alive():
+                conn.pooled = True
                 self._begin(conn, prepared, cap, timeout_s, done)
                 return
             self.put_back(conn, False)  # closed by the peer while idle: drop it
@@ -684,13 +687,13 @@ class RawTransport:
             cap.error_message = f"cannot connect to {self.host}:{self.port}: {exc}"
             done(cap)
             return
+        conn.pooled = False
         self._begin(conn, prepared, cap, timeout_s, done)
 
     def _begin(
         self, conn: _Connection, prepared: bytes, cap: Capture, timeout_s: float, done: Done
     ) -> None:
         conn.expect(cap, done)
-        conn.served += 1
         conn.request = prepared
         cap.sent_ns = perf_counter_ns()
         conn.timeout_s = timeout_s

@@ -35,7 +35,8 @@ Connection behaviour (`--connection`): `keep` (default); `eof`: close after ever
 while promising keep-alive, as llama-server does; `close`: send `Connection: close` and then
 ignore further requests on that connection; `http10`: answer HTTP/1.0 without keep-alive and
 ignore further requests. `--tiny-chunks` sends every body byte as its own 1-byte chunk.
-GET /stats answers {"requests": N}: how many completion requests the server received.
+GET /stats answers {"requests": N, "finished": M}: completion requests received, and
+streams whose last token was sent.
 
 `--sends-log PATH` writes, at exit, the server's own send time of every token (ns since the
 request's arrival) so benchmarks can compare a client's figures against the truth.
@@ -66,6 +67,7 @@ class Config:
         self.sends_log = args.sends_log
         self.usage = not args.no_usage
         self.count = 0
+        self.finished = 0  # streams whose last token was sent
         self.reset_body: bytes | None = None
         self.connection = args.connection
         self.tiny_chunks = args.tiny_chunks
@@ -121,8 +123,8 @@ class Handler(asyncio.Protocol):
 
     # ------------------------------------------------------------ routing
     def handle(self, method: str, path: str, body: bytes, arrived: int) -> None:
-        if method == "GET" and path == "/stats":
-            self.send_json(200, {"requests": self.cfg.count})
+        if method == "GET" and path == "/stats":  # the tests' view of what the server did
+            self.send_json(200, {"requests": self.cfg.count, "finished": self.cfg.finished})
             return
         if method == "GET" and path in ("/v1/models", "/health"):
             payload = {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
@@ -262,6 +264,7 @@ class Handler(asyncio.Protocol):
     def finish(self, fault, include_usage, prompt_tokens, n_out, chat, eol) -> None:
         if self.transport is None or self.transport.is_closing():
             return
+        self.cfg.finished += 1
         if fault == "reset_mid":
             self.abort()
             return

@@ -86,6 +86,20 @@ def test_connections_the_server_closes_or_will_not_reuse(server_factory, mode):
     assert all(r.output_tokens == 4 for r in result.records)
 
 
+def test_an_idle_connection_the_server_closed_is_noticed_before_reuse(server_factory):
+    """The server closes after each response; with 100 ms between a user's requests the
+    close has arrived before the next send, so no request is written onto a dead socket
+    (none needs a resend)."""
+    server = server_factory("--ttft-ms", "2", "--itl-ms", "1", "--connection", "eof")
+    result = run_blocking(
+        plan(server.url, 6, out_len=4, rate=None, concurrency=1, think_time_s=0.1),
+        handle_sigint=False,
+    )
+    assert all(r.ok for r in result.records) and len(result.records) == 6
+    assert [r.retries for r in result.records] == [0] * 6
+    assert server_requests(server.url) == 6
+
+
 # ---------------------------------------------------------------- bad responses
 
 BAD = {

@@ -70,16 +70,20 @@ def test_a_stale_reused_connection_is_resent_once_and_counted_once(server_factor
     assert (progress.completed, progress.failed, progress.sent) == (24, 0, 24)
 
 
+@pytest.mark.parametrize("transport", ["raw", "httpx"])
 @pytest.mark.parametrize("mode", ["eof", "close", "http10"])
-def test_connections_the_server_closes_or_will_not_reuse(server_factory, mode):
+def test_connections_the_server_closes_or_will_not_reuse(server_factory, mode, transport):
     """eof: closes after each response while promising keep-alive (llama-server);
     close: says `Connection: close`; http10: answers HTTP/1.0. In the last two the server
     never answers a second request on the connection, so reusing it would time out."""
     server = server_factory("--ttft-ms", "5", "--itl-ms", "1", "--connection", mode)
     result = run_blocking(
-        plan(server.url, 30, out_len=4, rate=None, concurrency=4, request_timeout_s=5.0),
+        plan(
+            server.url, 30, out_len=4, rate=None, concurrency=4, request_timeout_s=5.0,
+            transport=transport,
+        ),
         handle_sigint=False,
-    )
+    )  # fmt: skip
     s = summarize(result.records)
     assert (s.completed, s.failed) == (30, 0), s.errors
     assert server_requests(server.url) == 30

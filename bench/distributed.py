@@ -852,6 +852,8 @@ def run_distributed_and_store(
                 summary_json={**summary.to_json(), **detail},
             )
         status = "interrupted" if result.interrupted else "completed"
+        if summary.completed == 0 and summary.failed and not result.interrupted:
+            status = "failed"  # every request failed, as bench.session.run_and_store says
     finally:
         session.finish(status, summary, detail)
     return result, summary, session.run_id

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bench.metrics import Threshold, parse_goodput, summarize
+from bench.metrics import Threshold, meets_slo, parse_goodput, summarize
 
 # Consistent colours on every chart: B200 green, H100 blue (InferenceMAX-like), peers distinct.
 GPU_COLOURS = {
@@ -84,7 +84,7 @@ class CurvePoint:
         return self.latency(rest.removesuffix("_ms"), stat)
 
     def meets(self, slo: Sequence[Threshold]) -> bool:
-        return self.completed > 0 and all(t.passes(self.value(t.metric)) for t in slo)
+        return meets_slo(slo, self.value, self.completed, self.error_rate)
 
 
 @dataclass

@@ -9,7 +9,7 @@ This module is the only place these definitions are computed.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -447,6 +447,25 @@ class Threshold:
 
     def holds(self, summary: Summary) -> bool:
         return self.passes(summary.value(self.metric))
+
+
+# A load point whose requests failed more often than this does not meet an SLO that says
+# nothing about errors: the percentiles of the requests that survived would flatter it (a
+# sweep once said "every load met the SLO" with 8 of 16 requests failed). An SLO that names
+# error_rate sets its own bound.
+SLO_DEFAULT_MAX_ERROR_RATE = 0.01
+
+
+def meets_slo(
+    slo: Sequence[Threshold], value: Callable[[str], float | None], completed: int,
+    error_rate: float,
+) -> bool:  # fmt: skip
+    """Whether a load point meets every threshold: the one rule for sweeps and curves."""
+    if completed <= 0:
+        return False
+    if error_rate > SLO_DEFAULT_MAX_ERROR_RATE and not any(t.metric == "error_rate" for t in slo):
+        return False
+    return all(t.passes(value(t.metric)) for t in slo)
 
 
 def parse_thresholds(spec: str | None, *, flag: str = "--fail-on") -> list[Threshold]:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from bench.metrics import Summary, Threshold
+from bench.metrics import Summary, Threshold, meets_slo
 from bench.runner import RunPlan, plan_from_scenario
 
 RATE_SHAPES = ("poisson", "constant", "gamma")
@@ -148,7 +148,7 @@ def knee(points: Sequence[PointResult], metric: str = "p99_e2el_ms") -> PointRes
 
 
 def meets(summary: Summary, slo: Sequence[Threshold]) -> bool:
-    return summary.completed > 0 and all(t.holds(summary) for t in slo)
+    return meets_slo(slo, summary.value, summary.completed, summary.error_rate)
 
 
 def stop_reason(summary: Summary, slo: Sequence[Threshold], max_error_rate: float) -> str | None:

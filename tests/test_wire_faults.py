@@ -370,3 +370,23 @@ def test_storage_takes_values_no_int64_holds_and_old_batches_without_retries():
     text = json.dumps(header).encode()
     old = codec.MAGIC + len(text).to_bytes(4, "little") + text + kept
     assert codec.decode_batches([(0, old)]).ints["retries"].tolist() == [0, 0]
+
+
+def test_a_point_whose_requests_failed_does_not_meet_a_latency_slo():
+    """Half the requests failed and the survivors were fast: that is not a load the server
+    handles (issue 15: a sweep said "every load met the SLO" with 8 of 16 failed)."""
+    from bench.metrics import parse_thresholds
+    from bench.records import FAILED, RequestRecord
+    from bench.sweep import meets
+
+    ok = [
+        RequestRecord(index=i, first_token_ns=1_000_000, end_ns=3_000_000, output_tokens=3)
+        for i in range(8)
+    ]
+    bad = [
+        RequestRecord(index=8 + i, state=FAILED, error_kind="connection_reset") for i in range(8)
+    ]
+    s = summarize(ok + bad)
+    assert not meets(s, parse_thresholds("p99_ttft_ms<500", flag="--slo"))
+    assert meets(s, parse_thresholds("p99_ttft_ms<500,error_rate<0.6", flag="--slo"))
+    assert meets(summarize(ok), parse_thresholds("p99_ttft_ms<500", flag="--slo"))

@@ -24,9 +24,9 @@ _DATA = b"data: "
 _DONE_EVENT = b"data: [DONE]"
 _DATA_ARR = np.frombuffer(_DATA, dtype=np.uint8)
 _SPAN6 = np.arange(6)
-_SPAN8 = np.arange(8)
-_OPEN = np.frombuffer(b"[     ", dtype=np.uint8)  # replaces the first "data: "
-_SEP = np.frombuffer(b",       ", dtype=np.uint8)  # replaces each "\n\ndata: "
+_SPAN2 = np.arange(2)
+_COLON, _SPACE, _BRACKET_OPEN = ord(":"), ord(" "), ord("[")
+_COMMA = np.frombuffer(b", ", dtype=np.uint8)  # replaces each payload's "\n\n" but the last
 _CLOSE = np.frombuffer(b"] ", dtype=np.uint8)  # replaces the last payload's "\n\n"
 
 
@@ -94,15 +94,18 @@ def split_simple(body: bytes | bytearray, read_ends) -> tuple[bytes, list[int], 
     """Fast path for the shape vLLM, SGLang, TensorRT-LLM and OpenAI all stream.
 
     When every event is exactly one `data: <payload>` line ended by a blank line (LF only,
-    no comments, other fields or empty blocks) and `data: [DONE]`, if present, is the last
-    event, return (a JSON array of all payloads, each payload's read index, whether [DONE]
-    came). The array is made by overwriting each separator `\\n\\ndata: ` in a copy of the
-    body with a comma and spaces, so the work is a handful of numpy operations over the whole
-    body and one json.loads, never a Python step per event: decoding must stay cheaper than
-    receiving (issue 10). Anything else returns None, and split_events handles it.
+    no other fields or empty blocks; one-line `:` comments, such as keep-alive pings, are
+    allowed) and `data: [DONE]`, if present, is the last event, return (a JSON array of all
+    payloads, each payload's read index, whether [DONE] came). The array is made from a copy
+    of the body by overwriting each `data: ` with spaces, each event's blank line with a
+    comma and every comment with spaces (JSON whitespace), so the work is a handful of numpy
+    operations over the whole body and one json.loads, never a Python step per event:
+    decoding must stay cheaper than receiving (issue 10), and a stream padded with
+    thousands of comments must not hold the loop either (issue 18). Anything else returns
+    None, and split_events handles it.
     """
     n = len(body)
-    if n < 8 or body[:6] != _DATA or body[-2:] != b"\n\n":
+    if n < 8 or body[:1] not in (b"d", b":") or body[-2:] != b"\n\n":
         return None
     arr = np.frombuffer(bytes(body), dtype=np.uint8)
     nl = np.flatnonzero(arr == 10)
@@ -112,21 +115,34 @@ def split_simple(body: bytes | bytearray, read_ends) -> tuple[bytes, list[int], 
     ends = nl[1::2] + 1  # just past each event's blank line
     starts = np.empty_like(ends)
     starts[0], starts[1:] = 0, ends[:-1]
-    heads = arr[np.minimum(starts[:, None] + _SPAN6, n - 1)]
+    comment = arr[starts] == _COLON
+    data_starts, data_ends = starts[~comment], ends[~comment]
+    if data_starts.size == 0:
+        return b"[]", [], False
+    heads = arr[np.minimum(data_starts[:, None] + _SPAN6, n - 1)]
     if not (heads == _DATA_ARR).all():
         return None
-    lengths = ends - starts
-    done = lengths[-1] == len(_DONE_EVENT) + 2 and body[-14:-2] == _DONE_EVENT
+    lengths = data_ends - data_starts
+    last = data_starts[-1]
+    done = lengths[-1] == len(_DONE_EVENT) + 2 and body[last : last + 12] == _DONE_EVENT
     for k in np.flatnonzero(lengths[:-1] == len(_DONE_EVENT) + 2):
-        if body[starts[k] : ends[k] - 2] == _DONE_EVENT:
+        if body[data_starts[k] : data_ends[k] - 2] == _DONE_EVENT:
             return None  # [DONE] before the end: the general parser stops there
-    m = len(ends) - 1 if done else len(ends)
+    m = len(data_ends) - 1 if done else len(data_ends)
     if m == 0:
         return b"[]", [], bool(done)
-    out = arr[: ends[m - 1]].copy()
-    out[:6] = _OPEN
-    out[(ends[: m - 1] - 2)[:, None] + _SPAN8] = _SEP
-    out[-2:] = _CLOSE
+    stop = data_ends[m - 1]
+    out = arr[:stop].copy()
+    if comment.any():
+        inside = np.zeros(stop + 1, dtype=np.int32)  # +1 where a comment starts, -1 after
+        first, past = starts[comment], ends[comment]
+        inside[first[first < stop]] += 1
+        inside[np.minimum(past[first < stop], stop)] -= 1
+        out[np.cumsum(inside[:-1]) > 0] = _SPACE
+    out[data_starts[:m, None] + _SPAN6] = _SPACE
+    out[data_starts[0]] = _BRACKET_OPEN
+    out[(data_ends[: m - 1] - 2)[:, None] + _SPAN2] = _COMMA
+    out[stop - 2 : stop] = _CLOSE
     reads = np.asarray(read_ends, dtype=np.int64) if len(read_ends) else np.array([n])
-    index = np.minimum(np.searchsorted(reads, ends[:m], side="left"), len(reads) - 1)
+    index = np.minimum(np.searchsorted(reads, data_ends[:m], side="left"), len(reads) - 1)
     return out.tobytes(), index.tolist(), bool(done)

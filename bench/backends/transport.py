@@ -816,6 +816,11 @@ class HttpxTransport:
             base_url=base_url.rstrip("/"), headers=headers, limits=limits, timeout=None
         )
         self._tasks: set[asyncio.Task] = set()
+        # Resends go through a client that keeps no connection alive, so that each is sent
+        # on a new connection rather than on another idle one that may be stale too.
+        self._fresh = httpx.AsyncClient(
+            limits=httpx.Limits(max_keepalive_connections=0), timeout=None
+        )
 
     def prepare(self, path: str, body: bytes) -> tuple[str, bytes]:
         return path, body
@@ -840,9 +845,10 @@ class HttpxTransport:
         request = self.client.build_request(
             "POST", path, content=body, headers={"Content-Type": "application/json"}
         )
+        client = self.client
         while True:
             try:
-                await self._attempt(request, cap, timeout_s)
+                await self._attempt(client, request, cap, timeout_s)
             except TimeoutError:
                 cap.end_ns = perf_counter_ns()
                 cap.error_kind = ERR_TIMEOUT
@@ -859,6 +865,7 @@ class HttpxTransport:
                     # No response byte: a kept-alive connection the server had closed
                     # ("Server disconnected without sending a response"). Once, again.
                     cap.retries += 1
+                    client = self._fresh
                     continue
                 cap.end_ns = perf_counter_ns()
                 if isinstance(exc, httpx.RemoteProtocolError) and not _closed(exc):
@@ -869,10 +876,10 @@ class HttpxTransport:
             break
         done(cap)
 
-    async def _attempt(self, request, cap: Capture, timeout_s: float) -> None:
+    async def _attempt(self, client, request, cap: Capture, timeout_s: float) -> None:
         async with asyncio.timeout(timeout_s):
             cap.sent_ns = perf_counter_ns()
-            response = await self.client.send(request, stream=True)
+            response = await client.send(request, stream=True)
             try:
                 cap.first_byte_ns = perf_counter_ns()
                 cap.status = response.status_code
@@ -890,6 +897,7 @@ class HttpxTransport:
         self.cancel_all()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.client.aclose()
+        await self._fresh.aclose()
 
 
 def _closed(exc: BaseException) -> bool:

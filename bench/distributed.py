@@ -445,7 +445,7 @@ class _Driver:
         if records:
             self.records.extend(records)
             st.received += len(records)
-            self.lags[k].append(np.array([r.sent_ns - r.intended_ns for r in records]))
+            self.lags[k].append(np.array([r.send_lag_ns for r in records]))
             first = min(r.sent_ns for r in records) / 1e6
             st.first_send_ms = first if st.first_send_ms is None else min(first, st.first_send_ms)
             recent = self.progress.recent_ttft_ms

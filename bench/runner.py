@@ -255,7 +255,9 @@ class _Engine:
         then, cap.then = cap.then, None
         try:
             while self.waiting and not self.stop.is_set() and progress.in_flight < self.limit:
-                self._send(self.waiting.popleft())
+                waited = self.waiting.popleft()
+                waited.released_ns = perf_counter_ns()
+                self._send(waited)
             then(cap)
         except Exception as exc:  # a bug or bad input in what follows: stop, report it
             self.fail(exc)
@@ -339,6 +341,8 @@ class _Engine:
             expected_output_len=spec.output_len,
             stats=self.stats,
         )
+        if cap.released_ns:
+            rec.slot_wait_ns = max(0, cap.released_ns - cap.intended_ns)
         if rec.ok and rec.ttft_ns is not None:
             recent = self.progress.recent_ttft_ms
             recent.append(rec.ttft_ns / 1e6)
@@ -670,7 +674,7 @@ def plan_from_scenario(
     target, load = scenario.target, scenario.load
     if not target.base_url:
         raise ValueError("no endpoint: give --base-url (or target.base_url in the scenario)")
-    workload = scenario.workload_plan(base_dir)
+    workload = scenario.workload_plan(base_dir, load_point)
     offsets = scenario.offsets(base_dir)
     if offsets is not None:
         n_sessions = len(offsets)

@@ -55,6 +55,7 @@ class Capture:
         "error_kind",
         "error_message",
         "cancelled",
+        "released_ns",
     )
 
     def __init__(self) -> None:
@@ -74,6 +75,7 @@ class Capture:
         self.error_kind: str | None = None
         self.error_message: str | None = None
         self.cancelled = False
+        self.released_ns = 0  # when a --max-concurrency slot let it go (0: it never waited)
 
 
 def mark_closed(cap: Capture, detail: str) -> None:
@@ -232,6 +234,7 @@ def to_record(
     if result.completion_tokens is not None:
         rec.output_tokens = int(result.completion_tokens)
         rec.prompt_tokens = result.prompt_tokens
+        rec.cached_prompt_tokens = result.cached_prompt_tokens
         rec.token_count_source = COUNT_USAGE
     else:
         rec.output_tokens = len(result.content_reads)

@@ -97,6 +97,7 @@ class StreamResult:
     content_chars: int = 0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_prompt_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
     done: bool = False
     error_kind: str | None = None
     error_message: str | None = None
@@ -165,6 +166,9 @@ def _interpret_objects(objects: list, reads: list[int], done: bool) -> StreamRes
         if usage.__class__ is dict:
             result.prompt_tokens = usage.get("prompt_tokens", result.prompt_tokens)
             result.completion_tokens = usage.get("completion_tokens", result.completion_tokens)
+            details = usage.get("prompt_tokens_details")
+            if details.__class__ is dict:
+                result.cached_prompt_tokens = _token_count(details.get("cached_tokens"))
         for choice in obj.get("choices") or ():
             # completions' text inline (the common case), else chat's delta
             text = choice.get("text") if "text" in choice else _delta_text(choice)
@@ -177,6 +181,13 @@ def _interpret_objects(objects: list, reads: list[int], done: bool) -> StreamRes
         result.error_kind = ERR_NO_DONE
         result.error_message = "stream closed without data: [DONE]"
     return result
+
+
+def _token_count(value: object) -> int | None:
+    """A token count a server reported, or None when it is not a plausible one."""
+    if value.__class__ is int and 0 <= value <= 1 << 31:
+        return value
+    return None
 
 
 def _delta_text(choice: dict) -> str:

@@ -45,7 +45,11 @@ INT_FIELDS: tuple[tuple[str, str], ...] = (
     ("http_status", "http_status"),
     ("expected_input_len", "expected_input_len"),
     ("expected_output_len", "expected_output_len"),
+    ("cached_prompt_tokens", "cached_prompt_tokens"),  # added in schema 0002; NULL before
+    ("slot_wait_ns", "slot_wait_ns"),  # added in schema 0002; NULL (no wait known) before
 )
+# Columns that batches written before they existed lack: decoded as NULL.
+LATER_INT_FIELDS: tuple[str, ...] = ("cached_prompt_tokens", "slot_wait_ns")
 STR_FIELDS: tuple[str, ...] = ("state", "error_kind", "token_count_source", "error_message")
 
 # Column order of a `requests` SQL row, after run_id and load_point.
@@ -67,6 +71,8 @@ SQL_COLUMNS: tuple[str, ...] = (
     "error_message",
     "expected_input_len",
     "expected_output_len",
+    "cached_prompt_tokens",
+    "slot_wait_ns",
 )
 
 
@@ -203,7 +209,10 @@ def decode_batches(
         header, cols = _decode_one(blob)
         lps.append(np.full(header["n"], load_point, dtype=np.int64))
         for name in ints:
-            ints[name].append(cols[name])
+            if name not in cols and name in LATER_INT_FIELDS:
+                ints[name].append(np.full(header["n"], NULL, np.int64))
+            else:
+                ints[name].append(cols[name])
         for name in codes:
             table = vocab[name]
             remap = np.array(

@@ -198,6 +198,8 @@ class _Engine:
         self.ready: dict[int, object] = {}  # prepared bytes of requests about to be sent
         self.backlog_ready = asyncio.Event()
         self.stats = ReadStats()
+        tokenizer = plan.workload.tokenizer
+        self.count_tokens = None if tokenizer is None else tokenizer.count
         # Bound once: every Capture in flight refers to these instead of its own closure.
         self.finished_cb = self.finished
         self.end_flow_cb = self.end_flow
@@ -340,7 +342,16 @@ class _Engine:
             expected_input_len=spec.input_len,
             expected_output_len=spec.output_len,
             stats=self.stats,
+            count_tokens=self.count_tokens,
         )
+        if (
+            rec.prompt_tokens is None
+            and self.count_tokens is not None
+            and spec.text is None
+            and spec.turn == 0
+            and self.plan.endpoint != CHAT  # a chat template adds tokens of its own
+        ):
+            rec.prompt_tokens = spec.input_len  # rendered to exactly this many tokens
         if cap.released_ns:
             rec.slot_wait_ns = max(0, cap.released_ns - cap.intended_ns)
         if rec.ok and rec.ttft_ns is not None:

@@ -26,6 +26,7 @@ from pydantic import (
 
 from bench import arrivals
 from bench.metrics import DEFAULT_PERCENTILES, parse_goodput
+from bench.tokenizer import TokenizerError, load_tokenizer
 from bench.workload import LengthDist, Workload, load_jsonl_prompts, load_sharegpt
 
 
@@ -131,6 +132,9 @@ class WorkloadSpec(_Strict):
     turns: int = Field(default=1, ge=1)
     prompt_format: Literal["text", "token_ids"] = "text"
     ignore_eos: bool = True
+    # A local Hugging Face tokenizer (a folder with tokenizer.json, or the file): prompts of
+    # exactly input.mean tokens, and output tokens counted when a server sends no usage.
+    tokenizer: str | None = None
 
 
 class GPUInfo(_Strict):
@@ -248,7 +252,14 @@ class Scenario(_Strict):
                 raise ScenarioError(f"workload.dataset {w.dataset!r} needs workload.dataset_path")
             path = _resolve(w.dataset_path, base_dir)
             dataset = load_sharegpt(path) if w.dataset == "sharegpt" else load_jsonl_prompts(path)
+        tokenizer = None
+        if w.tokenizer:
+            try:
+                tokenizer = load_tokenizer(_resolve(w.tokenizer, base_dir))
+            except TokenizerError as exc:
+                raise ScenarioError(str(exc)) from None
         return Workload(
+            tokenizer=tokenizer,
             seed=self.point_seed(load_point),
             input=w.input.to_dist(),
             output=w.output.to_dist(),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from array import array
+from collections.abc import Callable
 from time import perf_counter_ns
 
 import numpy as np
@@ -25,6 +26,7 @@ from bench.backends.sse import split_events, split_simple
 from bench.records import (
     CANCELLED,
     COUNT_CHUNKS,
+    COUNT_TOKENIZER,
     COUNT_USAGE,
     ERR_HTTP_4XX,
     ERR_HTTP_5XX,
@@ -189,11 +191,13 @@ def to_record(
     expected_input_len: int | None = None,
     expected_output_len: int | None = None,
     stats: ReadStats | None = None,
+    count_tokens: Callable[[str], int] | None = None,
 ) -> RequestRecord:
     """Decode a finished capture into a record; times become ns since the run start t0_ns.
 
     Token times are arrival times (`arrival_times`); `stats`, when given, collects how long
-    the reads waited to be read.
+    the reads waited to be read. `count_tokens` (a tokenizer's) counts the output tokens of
+    a stream whose server sent no usage; without it each content chunk counts as one.
     """
     arrived, waits = arrival_times(cap)
     if stats is not None:
@@ -236,6 +240,9 @@ def to_record(
         rec.prompt_tokens = result.prompt_tokens
         rec.cached_prompt_tokens = result.cached_prompt_tokens
         rec.token_count_source = COUNT_USAGE
+    elif count_tokens is not None:
+        rec.output_tokens = count_tokens("".join(result.content_text))
+        rec.token_count_source = COUNT_TOKENIZER
     else:
         rec.output_tokens = len(result.content_reads)
         rec.token_count_source = COUNT_CHUNKS

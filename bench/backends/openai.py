@@ -95,6 +95,7 @@ class StreamResult:
 
     content_reads: list[int] = field(default_factory=list)  # read index of each content event
     content_chars: int = 0
+    content_text: list[str] = field(default_factory=list)  # to count tokens without usage
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_prompt_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
@@ -150,6 +151,7 @@ def interpret_objects(objects: list, reads: list[int], done: bool) -> StreamResu
 def _interpret_objects(objects: list, reads: list[int], done: bool) -> StreamResult:
     result = StreamResult(done=done)
     content_reads = result.content_reads
+    texts = result.content_text
     chars = 0
     for obj, read_index in zip(objects, reads, strict=True):
         if type(obj) is not dict:
@@ -174,6 +176,7 @@ def _interpret_objects(objects: list, reads: list[int], done: bool) -> StreamRes
             text = choice.get("text") if "text" in choice else _delta_text(choice)
             if text:
                 content_reads.append(read_index)
+                texts.append(text)
                 chars += len(text)
                 break
     result.content_chars = chars

@@ -26,7 +26,7 @@ CLIENT_LIMIT_SEND_LAG_MS = 5.0
 # load was not the one scheduled) and TTFT (lag p99 over this share of the median TTFT
 # means "TTFT from schedule" is off by that much, issue 15).
 CLIENT_LIMIT_LAG_OF_GAP = 0.25
-CLIENT_LIMIT_LAG_OF_TTFT = 0.25
+CLIENT_LIMIT_LAG_OF_TTFT = 0.5
 CLIENT_LIMIT_LOOP_LAG_MS = 5.0
 # Above this share of one core used by the event loop, reads queue behind each other long
 # enough to move token timestamps by milliseconds (benchmarks/loadgen.py, README). With

@@ -93,8 +93,32 @@ def import_file(
         run = importer(doc, path)
     except (KeyError, TypeError, IndexError, AttributeError) as exc:
         raise ImportFormatError(f"{path}: not a {fmt} result file as expected ({exc!r})") from None
+    _require_timings(run, fmt, path)
     run.setdefault("name", name or path.stem)
     return _write(run, fmt, db)
+
+
+_NO_TIMINGS_HINT = {
+    "vllm": "vllm bench serve writes per-request timings only with --save-detailed: rerun it "
+    "with --save-result --save-detailed",
+    "guidellm": "expected per-request request_start_time / time_to_first_token_ms or "
+    "info.timings under benchmarks[i].requests (guidellm 0.8 writes them to benchmarks.json)",
+    "aiperf": "the aggregate export has no per-request data: give profile_export.jsonl, "
+    "which aiperf writes beside it",
+}
+
+
+def _require_timings(run: dict[str, Any], fmt: str, path: Path) -> None:
+    """Refuse a file in which no request has a timing: a run stored without latencies
+    would look like a success and say nothing (issue 15)."""
+    records: list[RequestRecord] = run.get("records") or []
+    # A failed request is a result too; an "ok" one without a single time is not.
+    timed = [r for r in records if r.end_ns is not None or r.first_token_ns is not None]
+    if not timed and not any(r.state == FAILED for r in records):
+        found = f"{len(records)} requests, none with a timing" if records else "no requests"
+        raise ImportFormatError(
+            f"{path}: found {found}, so nothing was imported; {_NO_TIMINGS_HINT[fmt]}"
+        )
 
 
 def _write(run: dict[str, Any], source: str, db: str | Engine | None) -> str:
@@ -127,23 +151,32 @@ def _from_epoch(seconds: float | None) -> datetime | None:
 
 
 def _vllm(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`vllm bench serve --save-result --save-detailed`: per request `ttfts`, `itls`,
+    `latencies` (E2EL) and `start_times` (perf_counter seconds, any origin) in seconds,
+    `queue_times` (the wait for a --max-concurrency slot), `input_lens`, `output_lens` and
+    `errors` ("" when it succeeded), as vLLM's serve.py writes them."""
     ttfts = doc.get("ttfts") or []
+    n = len(ttfts)
     itls = doc.get("itls") or [[] for _ in ttfts]
-    in_lens = doc.get("input_lens") or [None] * len(ttfts)
-    out_lens = doc.get("output_lens") or [None] * len(ttfts)
-    errors = doc.get("errors") or [""] * len(ttfts)
-    starts = doc.get("start_times")  # present in some versions; seconds, any origin
+    in_lens = doc.get("input_lens") or [None] * n
+    out_lens = doc.get("output_lens") or [None] * n
+    errors = doc.get("errors") or [""] * n
+    latencies = doc.get("latencies") or [None] * n
+    queues = doc.get("queue_times") or [None] * n
+    starts = doc.get("start_times")  # present since vLLM 0.10; seconds, any origin
     t0 = min(starts) if starts else 0.0
     records = []
     for i, ttft in enumerate(ttfts):
         sent = _ns(starts[i] - t0) if starts else 0
+        wait = (_ns(queues[i]) if i < len(queues) else None) or 0
         error = errors[i] if i < len(errors) else ""
         if error:
             records.append(
                 RequestRecord(
                     index=i,
                     sent_ns=sent,
-                    intended_ns=sent,
+                    intended_ns=sent - wait,
+                    slot_wait_ns=wait,
                     state=FAILED,
                     error_kind="imported_error",
                     error_message=str(error),
@@ -155,13 +188,16 @@ def _vllm(doc: dict[str, Any], path: Path) -> dict[str, Any]:
         first = sent + _ns(ttft)
         gaps = np.round(np.asarray(itls[i], dtype=np.float64) * S).astype(np.int64)
         times = first + np.concatenate([[0], np.cumsum(gaps)]).astype(np.int64)
+        latency = latencies[i] if i < len(latencies) else None
         records.append(
             RequestRecord(
                 index=i,
-                intended_ns=sent,
+                intended_ns=sent - wait,
                 sent_ns=sent,
+                slot_wait_ns=wait,
                 first_token_ns=first,
-                end_ns=int(times[-1]),
+                # vLLM's own E2EL when it wrote one, else the last token's arrival
+                end_ns=sent + _ns(latency) if latency else int(times[-1]),
                 chunk_times_ns=times,
                 prompt_tokens=in_lens[i],
                 output_tokens=out_lens[i],

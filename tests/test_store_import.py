@@ -83,3 +83,36 @@ def test_unknown_format_is_a_clear_error(tmp_path, db):
 def test_detect_format():
     assert detect_format({"benchmarks": []}) == "guidellm"
     assert detect_format({"ttfts": [], "itls": []}) == "vllm"
+
+
+def test_vllm_detailed_file_of_the_current_format(db):
+    # tests/data/vllm_bench_serve_detailed.json: written from vLLM's serve.py result dict
+    # (README there): start_times on perf_counter, latencies (E2EL), queue_times (the wait
+    # for a --max-concurrency slot), one failed request.
+    run = get_run(import_file(DATA / "vllm_bench_serve_detailed.json", db=db), db)
+    assert (run.model, run.request_count, run.load_points[0].concurrency) == ("tiny-llama", 4, 2)
+    s, src = run.summary_json, run.extra_json["source_summary"]
+    assert (s["completed"], s["failed"]) == (src["completed"], src["failed"]) == (3, 1)
+    for metric in ("ttft", "tpot", "itl", "e2el"):
+        for stat, theirs in (("mean", "mean"), ("p50", "median"), ("p99", "p99")):
+            assert s["metrics"][f"{metric}_ms"][stat] == pytest.approx(
+                src[f"{theirs}_{metric}_ms"], rel=1e-6
+            ), (metric, stat)
+    assert s["throughput"]["output_tokens_per_s"] == pytest.approx(src["output_throughput"])
+    records = load_records(run.id, db=db)
+    assert records[2].slot_wait_ns == 82_100_000  # queue_times, seconds
+    assert records[2].sent_ns - records[2].intended_ns == 82_100_000
+    assert s["slot_wait_ms"]["max"] == pytest.approx(86.5)
+    assert s["send_lag_ms"]["max"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_an_import_without_timings_says_so_and_stores_nothing(db, tmp_path):
+    from bench.store import list_runs
+
+    with pytest.raises(ImportFormatError, match="--save-detailed"):
+        import_file(DATA / "vllm_bench_serve_aggregates.json", db=db)
+    empty = tmp_path / "benchmarks.json"
+    empty.write_text('{"benchmarks": [{"config": {"strategy": {"type_": "synchronous"}}}]}')
+    with pytest.raises(ImportFormatError, match="nothing was imported"):
+        import_file(empty, db=db)
+    assert list_runs(db) == []

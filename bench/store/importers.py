@@ -246,65 +246,116 @@ def _vllm(doc: dict[str, Any], path: Path) -> dict[str, Any]:
 
 
 def _guidellm(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    """guidellm's benchmarks.json. 0.8 writes per request `info.timings` (epoch seconds:
+    targeted_start, request_start, first_token_iteration, last_token_iteration,
+    request_end) with `request_start_time` and `time_to_first_token_ms` beside them, and a
+    benchmark's strategy under `config.strategy`; earlier releases wrote `start_time`,
+    `first_token_time`, `end_time`, `scheduler_info` and `args.strategy`. Both are read."""
     benchmarks = doc["benchmarks"]
-    starts = [b.get("start_time") or b.get("run_stats", {}).get("start_time") for b in benchmarks]
-    t0 = min(s for s in starts if s is not None)
+    requests = [
+        req
+        for bench in benchmarks
+        for key in ("successful", "errored", "incomplete")
+        for req in (bench.get("requests") or {}).get(key) or []
+    ]
+    starts = [_guidellm_times(req)[1] for req in requests]
+    starts += [_guidellm_bounds(b)[0] for b in benchmarks]
+    starts = [t for t in starts if t is not None]
+    t0 = min(starts) if starts else 0.0
     records: list[RequestRecord] = []
     load_points = []
-    worker: dict[str, Any] = {}
     for lp, bench in enumerate(benchmarks):
-        worker = bench.get("worker") or worker
+        config = bench.get("config") or {}
         args = bench.get("args") or {}
-        strategy = args.get("strategy") or bench.get("strategy") or {}
-        start = bench.get("start_time") or bench.get("run_stats", {}).get("start_time")
-        end = bench.get("end_time") or bench.get("run_stats", {}).get("end_time")
+        strategy = config.get("strategy") or args.get("strategy") or bench.get("strategy") or {}
+        start, end = _guidellm_bounds(bench)
         load_points.append(
             {
                 "load_point": lp,
                 "mode": strategy.get("type_"),
                 "target_rate": strategy.get("rate"),
-                "concurrency": strategy.get("streams"),
+                "concurrency": strategy.get("streams") or strategy.get("max_concurrency"),
                 "started_ns": _ns(start - t0) if start else None,
                 "ended_ns": _ns(end - t0) if end else None,
                 "warmup_s": args.get("warmup_duration"),
                 "cooldown_s": args.get("cooldown_duration"),
             }
         )
-        requests = bench.get("requests") or {}
+        groups = bench.get("requests") or {}
         for state, key in ((OK, "successful"), (FAILED, "errored"), (CANCELLED, "incomplete")):
-            for req in requests.get(key) or []:
+            for req in groups.get(key) or []:
                 records.append(_guidellm_request(req, state, lp, len(records), t0))
+    target, model, backend = _guidellm_target(doc, benchmarks)
     return {
-        "endpoint": worker.get("backend_target"),
-        "backend": worker.get("backend_type"),
-        "model": worker.get("backend_model"),
-        "created_at": _from_epoch(t0),
+        "endpoint": target,
+        "backend": backend,
+        "model": model,
+        "created_at": _from_epoch(t0) if starts else None,
         "records": records,
         "load_points": load_points,
         "source_summary": {
             "benchmarks": [
-                {"strategy": (b.get("args") or {}).get("strategy"), "metrics": b.get("metrics")}
+                {
+                    "strategy": (b.get("config") or {}).get("strategy")
+                    or (b.get("args") or {}).get("strategy"),
+                    "metrics": b.get("metrics"),
+                }
                 for b in benchmarks
             ]
         },
     }
 
 
-def _guidellm_request(req: dict, state: str, lp: int, index: int, t0: float) -> RequestRecord:
+def _guidellm_bounds(bench: dict) -> tuple[float | None, float | None]:
+    """A benchmark's start and end (epoch s), wherever this release keeps them."""
+    for holder in (bench, bench.get("run_stats") or {}, bench.get("scheduler_state") or {}):
+        start, end = holder.get("start_time"), holder.get("end_time")
+        if start is not None:
+            return start, end
+    return None, None
+
+
+def _guidellm_target(doc: dict, benchmarks: list[dict]) -> tuple[str | None, ...]:
+    """(target URL, model, backend type) from the report's args (0.8) or a worker (older)."""
+    args = doc.get("args") or {}
+    worker: dict[str, Any] = {}
+    for bench in benchmarks:
+        worker = bench.get("worker") or worker
+    backend_kwargs = args.get("backend_kwargs") or {}
+    target = args.get("target") or backend_kwargs.get("target") or worker.get("backend_target")
+    model = args.get("model") or backend_kwargs.get("model") or worker.get("backend_model")
+    backend = args.get("backend") or args.get("backend_type") or worker.get("backend_type")
+    if isinstance(backend, dict):
+        backend = backend.get("kind") or backend.get("type_")
+    return target, model, backend
+
+
+def _guidellm_times(req: dict) -> tuple[float | None, ...]:
+    """(targeted start, request start, first token, end) of one request, epoch seconds."""
+    timings = (req.get("info") or {}).get("timings") or {}
     info = req.get("scheduler_info") or {}
-    start = req.get("start_time") or info.get("request_start")
+    start = timings.get("request_start") or req.get("request_start_time") or req.get("start_time")
+    start = start or info.get("request_start")
+    targeted = timings.get("targeted_start") or info.get("targeted_start_time")
+    first = timings.get("first_token_iteration") or req.get("first_token_time")
+    if first is None and start is not None and req.get("time_to_first_token_ms") is not None:
+        first = start + req["time_to_first_token_ms"] / 1000
+    end = timings.get("request_end") or req.get("end_time") or info.get("request_end")
+    return targeted, start, first, end
+
+
+def _guidellm_request(req: dict, state: str, lp: int, index: int, t0: float) -> RequestRecord:
+    targeted, start, first, end = _guidellm_times(req)
     sent = _ns(start - t0) if start is not None else 0
-    targeted = info.get("targeted_start_time")
-    first = req.get("first_token_time")
-    end = req.get("end_time") or info.get("request_end")
-    error = req.get("error")
+    intended = _ns(targeted - t0) if targeted is not None else sent
+    error = req.get("error") or (req.get("info") or {}).get("error")
     return RequestRecord(
         index=index,
         load_point=lp,
-        intended_ns=_ns(targeted - t0) if targeted else sent,
+        intended_ns=min(intended, sent),
         sent_ns=sent,
-        first_token_ns=_ns(first - t0) if first else None,
-        end_ns=_ns(end - t0) if end else None,
+        first_token_ns=_ns(first - t0) if first is not None else None,
+        end_ns=_ns(end - t0) if end is not None else None,
         prompt_tokens=req.get("prompt_tokens"),
         output_tokens=req.get("output_tokens"),
         token_count_source=COUNT_USAGE,

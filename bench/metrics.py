@@ -110,7 +110,7 @@ class Summary:
     @property
     def largely_cached(self) -> bool:
         share = self.cached_share
-        return share is not None and share > CACHED_PROMPT_SHARE_WARN
+        return bool(share is not None and share > CACHED_PROMPT_SHARE_WARN)
 
     @property
     def sent(self) -> int:
@@ -484,7 +484,7 @@ def prompt_cache(cols: Columns) -> dict | None:
     said = np.isfinite(cached)
     if not said.any():
         return None
-    prompt = np.nansum(cols.prompt_tokens[ok][said])
+    prompt = float(np.nansum(cols.prompt_tokens[ok][said]))
     total = float(np.nansum(cached[said]))
     return {
         "requests": int(said.sum()),

@@ -116,3 +116,53 @@ def test_an_import_without_timings_says_so_and_stores_nothing(db, tmp_path):
     with pytest.raises(ImportFormatError, match="nothing was imported"):
         import_file(empty, db=db)
     assert list_runs(db) == []
+
+
+def test_guidellm_0_8_1_real_file_imports_with_the_latencies_guidellm_printed(db):
+    # Made by guidellm 0.8.1 itself (tests/data/README.md): `guidellm run` against a real
+    # llama-server, concurrent@4, 24 requests; console.txt is what it printed:
+    # | concurrent@4 | 0.2 ± 0.03 | 0.1 | 0.3* | 42.4 ± 26.0 | 17.8 | 196.2* | ... | 7.1 | 6.9 | ...
+    import json
+
+    path = DATA / "guidellm_0.8.1" / "benchmarks.json"
+    theirs = json.loads(path.read_text())["benchmarks"][0]["metrics"]
+    run = get_run(import_file(path, db=db), db)
+    assert (run.imported_from, run.model, run.endpoint) == (
+        "guidellm",
+        "tiny-llama",
+        "http://127.0.0.1:18431",
+    )
+    lp = run.load_points[0]
+    assert (lp.mode, lp.concurrency, run.request_count) == ("concurrent", 4, 24)
+    s = run.summary_json
+    assert (s["completed"], s["failed"]) == (24, 0)
+    ttft = theirs["time_to_first_token_ms"]["successful"]
+    assert s["metrics"]["ttft_ms"]["mean"] == pytest.approx(ttft["mean"], rel=1e-6)
+    assert round(s["metrics"]["ttft_ms"]["mean"], 1) == 42.4  # as printed
+    # The same 24 samples; the percentile methods differ at an even count: guidellm takes
+    # the lower middle sample (17.8 printed), tokenbench (like vLLM, numpy) interpolates.
+    records = load_records(run.id, db=db)
+    ttfts = sorted(r.ttft_ns / 1e6 for r in records)
+    assert ttft["median"] == pytest.approx(ttfts[11], abs=1e-3)
+    assert round(ttft["median"], 1) == 17.8
+    middle = (ttfts[11] + ttfts[12]) / 2
+    assert s["metrics"]["ttft_ms"]["p50"] == pytest.approx(middle, rel=1e-6)
+    e2e = theirs["request_latency"]["successful"]
+    assert s["metrics"]["e2el_ms"]["mean"] == pytest.approx(e2e["mean"] * 1000, rel=1e-6)
+    # guidellm's "ITL" is each request's (last token - first token) / (tokens - 1): TPOT as
+    # vLLM and tokenbench define it, (E2EL - TTFT) / (tokens - 1), but from the last token
+    # rather than the stream's end (~2 ms later here, the usage event and [DONE]). It has
+    # no per-chunk times, so tokenbench's ITL is empty rather than made up.
+    reqs = json.loads(path.read_text())["benchmarks"][0]["requests"]["successful"]
+    timings = [q["info"]["timings"] for q in reqs]
+    ours = [(t["request_end"] - t["first_token_iteration"]) * 1000 / 15 for t in timings]
+    assert s["metrics"]["tpot_ms"]["mean"] == pytest.approx(sum(ours) / len(ours), rel=1e-6)
+    itl = theirs["inter_token_latency_ms"]["successful"]["mean"]
+    assert round(itl, 1) == 7.1  # as printed
+    assert 0 < s["metrics"]["tpot_ms"]["mean"] - itl < 0.25
+    assert s["metrics"]["itl_ms"]["mean"] is None
+    assert {(r.prompt_tokens, r.output_tokens) for r in records} == {(65, 16)}
+    assert sum(r.cached_prompt_tokens for r in records) == sum(
+        q["cached_tokens"]
+        for q in json.loads(path.read_text())["benchmarks"][0]["requests"]["successful"]
+    )

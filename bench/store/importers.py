@@ -258,7 +258,7 @@ def _guidellm(doc: dict[str, Any], path: Path) -> dict[str, Any]:
         for key in ("successful", "errored", "incomplete")
         for req in (bench.get("requests") or {}).get(key) or []
     ]
-    starts = [_guidellm_times(req)[1] for req in requests]
+    starts = [t for req in requests for t in _guidellm_times(req)[:2]]
     starts += [_guidellm_bounds(b)[0] for b in benchmarks]
     starts = [t for t in starts if t is not None]
     t0 = min(starts) if starts else 0.0
@@ -317,14 +317,25 @@ def _guidellm_bounds(bench: dict) -> tuple[float | None, float | None]:
 
 def _guidellm_target(doc: dict, benchmarks: list[dict]) -> tuple[str | None, ...]:
     """(target URL, model, backend type) from the report's args (0.8) or a worker (older)."""
+    spec = ((doc.get("config") or {}).get("spec") or {}).get("backend") or {}  # 0.8
     args = doc.get("args") or {}
     worker: dict[str, Any] = {}
     for bench in benchmarks:
         worker = bench.get("worker") or worker
     backend_kwargs = args.get("backend_kwargs") or {}
-    target = args.get("target") or backend_kwargs.get("target") or worker.get("backend_target")
-    model = args.get("model") or backend_kwargs.get("model") or worker.get("backend_model")
-    backend = args.get("backend") or args.get("backend_type") or worker.get("backend_type")
+    target = (
+        spec.get("target")
+        or args.get("target")
+        or backend_kwargs.get("target")
+        or worker.get("backend_target")
+    )
+    model = (
+        spec.get("model")
+        or args.get("model")
+        or backend_kwargs.get("model")
+        or worker.get("backend_model")
+    )
+    backend = spec.get("kind") or args.get("backend") or worker.get("backend_type")
     if isinstance(backend, dict):
         backend = backend.get("kind") or backend.get("type_")
     return target, model, backend
@@ -358,6 +369,7 @@ def _guidellm_request(req: dict, state: str, lp: int, index: int, t0: float) -> 
         end_ns=_ns(end - t0) if end is not None else None,
         prompt_tokens=req.get("prompt_tokens"),
         output_tokens=req.get("output_tokens"),
+        cached_prompt_tokens=req.get("cached_tokens"),  # 0.8: the server's usage said so
         token_count_source=COUNT_USAGE,
         state=state,
         error_kind=None if state == OK else ("imported_error" if state == FAILED else "cancelled"),

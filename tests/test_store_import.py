@@ -166,3 +166,38 @@ def test_guidellm_0_8_1_real_file_imports_with_the_latencies_guidellm_printed(db
         q["cached_tokens"]
         for q in json.loads(path.read_text())["benchmarks"][0]["requests"]["successful"]
     )
+
+
+@pytest.mark.parametrize("name", ["profile_export_aiperf.json", "profile_export.jsonl"])
+def test_aiperf_0_13_real_files_import_with_the_latencies_aiperf_printed(db, name):
+    # Made by aiperf 0.13.0 itself against a real llama-server (tests/data/README.md);
+    # console.txt is what it printed: TTFT avg 57.12, p50 25.64, p99 170.13; Request
+    # Latency avg 121.63, p50 126.19, p99 202.60 (ms).
+    import json
+
+    folder = DATA / "aiperf_0.13.0"
+    theirs = json.loads((folder / "profile_export_aiperf.json").read_text())
+    run = get_run(import_file(folder / name, db=db), db)
+    assert (run.model, run.endpoint, run.load_points[0].concurrency) == (
+        "tiny-llama",
+        "http://127.0.0.1:18431",
+        4,
+    )
+    s = run.summary_json
+    assert (s["completed"], s["failed"]) == (16, 0)
+    for ours, key in (("ttft_ms", "time_to_first_token"), ("e2el_ms", "request_latency")):
+        for stat, their_stat in (("mean", "avg"), ("p50", "p50"), ("p99", "p99")):
+            assert s["metrics"][ours][stat] == pytest.approx(theirs[key][their_stat], rel=1e-6)
+    chunk = theirs["inter_chunk_latency"]
+    assert s["metrics"]["itl_ms"]["mean"] == pytest.approx(chunk["avg"], rel=1e-6)
+    assert s["metrics"]["itl_ms"]["p99"] == pytest.approx(chunk["p99"], rel=1e-6)
+    assert round(s["metrics"]["ttft_ms"]["p99"], 2) == 170.13  # as printed
+    # Token counts are the server's usage (16 out per request, as asked with ignore_eos),
+    # not aiperf's own tokenizer's (8.44 on average here, which it warned about).
+    records = load_records(run.id, db=db)
+    assert {r.output_tokens for r in records} == {16}
+    assert sum(r.output_tokens for r in records) == theirs["total_usage_completion_tokens"]["avg"]
+    assert (
+        sum(r.cached_prompt_tokens for r in records)
+        == theirs["total_usage_prompt_cache_read_tokens"]["avg"]
+    )

@@ -70,7 +70,9 @@ def detect_format(doc: Any) -> str:
             return "guidellm"
         if "ttfts" in doc or ("request_throughput" in doc and "mean_ttft_ms" in doc):
             return "vllm"
-        if "records" in doc and ("input_config" in doc or "time_to_first_token" in str(doc)[:5000]):
+        if "aiperf_version" in doc or (
+            "records" in doc and ("input_config" in doc or "time_to_first_token" in str(doc)[:5000])
+        ):
             return "aiperf"
     raise ImportFormatError(
         "cannot tell which tool wrote this file; pass --format vllm, guidellm or aiperf"
@@ -393,11 +395,16 @@ def _aiperf(doc: Any, path: Path) -> dict[str, Any]:
             aggregate = json.loads(sibling.read_text())
     config = aggregate.get("input_config") or {}
     endpoint = config.get("endpoint") or {}
-    loadgen = config.get("loadgen") or {}
-    models = endpoint.get("model_names") or []
+    # 0.13 keeps the load in input_config.phases and the models under models.items; older
+    # releases in loadgen and endpoint.model_names
+    phases = [p for p in config.get("phases") or [] if p.get("kind") != "warmup"]
+    loadgen = config.get("loadgen") or (phases[0] if phases else {})
+    models = endpoint.get("model_names") or [
+        m.get("name") for m in (config.get("models") or {}).get("items") or []
+    ]
     records = _aiperf_records(lines or [])
     ends = [r.end_ns for r in records if r.end_ns is not None]
-    url = endpoint.get("url")
+    url = endpoint.get("url") or next(iter(endpoint.get("urls") or []), None)
     if url and "://" not in url:
         url = f"http://{url}"
     return {
@@ -457,11 +464,20 @@ def _aiperf_records(lines: Iterable[dict]) -> list[RequestRecord]:
                 intended_ns=sent,
                 sent_ns=sent,
                 first_token_ns=first,
-                end_ns=None if end is None else end - t0,
+                # aiperf's own E2E latency where it kept one, else the record's end stamp
+                end_ns=sent + _ns(latency, MS)
+                if (latency := _metric(metrics, "request_latency")) is not None
+                else (None if end is None else end - t0),
                 chunk_times_ns=times,
-                prompt_tokens=_metric(metrics, "input_sequence_length"),
-                output_tokens=_metric(metrics, "output_sequence_length"),
-                token_count_source=COUNT_TOKENIZER,
+                # the server's usage where aiperf kept it (0.13), else aiperf's tokenizer's
+                prompt_tokens=_metric(metrics, "usage_prompt_tokens")
+                or _metric(metrics, "input_sequence_length"),
+                output_tokens=_metric(metrics, "usage_completion_tokens")
+                or _metric(metrics, "output_sequence_length"),
+                cached_prompt_tokens=_metric(metrics, "usage_prompt_cache_read_tokens"),
+                token_count_source=COUNT_USAGE
+                if _metric(metrics, "usage_completion_tokens") is not None
+                else COUNT_TOKENIZER,
                 state=state,
                 http_status=(error or {}).get("code") if isinstance(error, dict) else None,
                 error_kind=None

@@ -562,6 +562,7 @@ def sweep_progress(point, remaining) -> None:
         f"[bold]point {point.index + 1}[/] {point.spec.title}: {s.requests_per_s:.2f} req/s, "
         f"{s.output_tokens_per_s:,.0f} out tok/s, p99 TTFT {s.value('p99_ttft_ms') or 0:,.0f} ms, "
         f"p99 TPOT {s.value('p99_tpot_ms') or 0:,.1f} ms, failed {s.failed}{left}"
+        + (f"  [yellow]CACHED PROMPTS {s.cached_share:.0%}[/]" if s.largely_cached else "")
     )
 
 

@@ -10,6 +10,7 @@ prefill, decode, prompt caching, streaming and metrics.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def write_tiny_llama(gguf_py: Path, vocab_file: Path, out: Path, seed: int = 0) 
     ]
     n_vocab = len(tokens)
 
-    tmp = out.with_suffix(".tmp")
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")  # concurrent writers never share a file
     writer = gguf.GGUFWriter(str(tmp), "llama")
     writer.add_name("tokenbench-tiny-llama")
     writer.add_context_length(N_CTX_TRAIN)

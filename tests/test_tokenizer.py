@@ -113,3 +113,14 @@ def test_output_tokens_counted_with_the_tokenizer_when_the_server_sends_no_usage
     # Prompt lengths are exact, so no "approximate" note; without --tokenizer there is one.
     assert not any("approximate" in n for n in summary["notes"])
     assert "prompt lengths are approximate" not in proc.stdout
+
+
+def test_a_plan_with_a_tokenizer_travels_to_worker_processes(tokenizer_dir):
+    # Distributed runs pickle the plan: the tokenizer goes as its path and is loaded there.
+    import pickle
+
+    w = Workload(seed=2, input=LengthDist(mean=50), tokenizer=PromptTokenizer(tokenizer_dir))
+    copy = pickle.loads(pickle.dumps(w))
+    spec = w.specs(1)[0]
+    assert copy.render(spec)[0] == w.render(spec)[0]
+    assert copy.tokenizer.count(copy.render(spec)[0]) == 50

@@ -83,6 +83,7 @@ def flag_overrides(
     random_range_ratio=None,
     dataset_name=None,
     dataset_path=None,
+    tokenizer=None,
     percentile_metrics=None,
     metric_percentiles=None,
     goodput=None,
@@ -135,6 +136,7 @@ def flag_overrides(
             put(f"workload.{side}.range_ratio", random_range_ratio)
     put("workload.dataset", dataset_name)
     put("workload.dataset_path", dataset_path)
+    put("workload.tokenizer", tokenizer)
     if percentile_metrics is not None:
         put("percentile_metrics", [m.strip() for m in percentile_metrics.split(",") if m.strip()])
     put("percentiles", _csv_floats(metric_percentiles, "--metric-percentiles"))
@@ -236,6 +238,13 @@ DatasetNameOpt = Annotated[
     str | None, typer.Option("--dataset-name", help="random, sharegpt or jsonl")
 ]
 DatasetPathOpt = Annotated[str | None, typer.Option("--dataset-path")]
+TokenizerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tokenizer",
+        help="Local tokenizer (folder with tokenizer.json, or the file): exact prompt lengths",
+    ),
+]
 MetricPercentilesOpt = Annotated[
     str | None, typer.Option("--metric-percentiles", help="e.g. 50,90,99,99.9")
 ]
@@ -337,6 +346,7 @@ def run_command(
     random_range_ratio: RangeRatioOpt = None,
     dataset_name: DatasetNameOpt = None,
     dataset_path: DatasetPathOpt = None,
+    tokenizer: TokenizerOpt = None,
     percentile_metrics: Annotated[
         str | None, typer.Option("--percentile-metrics", help="e.g. ttft,tpot,itl,e2el")
     ] = None,
@@ -385,7 +395,7 @@ def run_command(
         max_concurrency=max_concurrency, concurrency=concurrency, think_time=think_time,
         duration=duration, ramp_up=ramp_up, random_input_len=random_input_len,
         random_output_len=random_output_len, random_range_ratio=random_range_ratio,
-        dataset_name=dataset_name, dataset_path=dataset_path,
+        dataset_name=dataset_name, dataset_path=dataset_path, tokenizer=tokenizer,
         percentile_metrics=percentile_metrics, metric_percentiles=metric_percentiles,
         goodput=goodput, seed=seed, ignore_eos=ignore_eos, request_timeout=request_timeout,
         gpu=gpu, num_gpus=num_gpus, label=label,
@@ -481,6 +491,7 @@ def sweep_command(
     random_range_ratio: RangeRatioOpt = None,
     dataset_name: DatasetNameOpt = None,
     dataset_path: DatasetPathOpt = None,
+    tokenizer: TokenizerOpt = None,
     metric_percentiles: MetricPercentilesOpt = None,
     goodput: GoodputOpt = None,
     seed: SeedOpt = None,
@@ -524,7 +535,7 @@ def sweep_command(
         base_url=base_url, endpoint=endpoint, backend=backend, model=model,
         num_prompts=num_prompts, random_input_len=random_input_len,
         random_output_len=random_output_len, random_range_ratio=random_range_ratio,
-        dataset_name=dataset_name, dataset_path=dataset_path,
+        dataset_name=dataset_name, dataset_path=dataset_path, tokenizer=tokenizer,
         metric_percentiles=metric_percentiles, goodput=goodput, seed=seed,
         ignore_eos=ignore_eos, request_timeout=request_timeout, gpu=gpu, num_gpus=num_gpus,
         label=label,
@@ -561,6 +572,7 @@ def sweep_progress(point, remaining) -> None:
         f"[bold]point {point.index + 1}[/] {point.spec.title}: {s.requests_per_s:.2f} req/s, "
         f"{s.output_tokens_per_s:,.0f} out tok/s, p99 TTFT {s.value('p99_ttft_ms') or 0:,.0f} ms, "
         f"p99 TPOT {s.value('p99_tpot_ms') or 0:,.1f} ms, failed {s.failed}{left}"
+        + (f"  [yellow]CACHED PROMPTS {s.cached_share:.0%}[/]" if s.largely_cached else "")
     )
 
 

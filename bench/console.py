@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from bench.metrics import LATENCY_METRICS, Summary
@@ -41,6 +42,18 @@ def summary_tables(
         "Send lag p50 / p99 / max (ms)",
         f"{_fmt(lag['p50'])} / {_fmt(lag['p99'])} / {_fmt(lag['max'])}",
     )
+    wait = summary.slot_wait_ms
+    if wait.get("max") is not None:
+        head.add_row(
+            "Wait for a concurrency slot p50 / p99 / max (ms)",
+            f"{_fmt(wait['p50'])} / {_fmt(wait['p99'])} / {_fmt(wait['max'])}",
+        )
+    usage = summary.prompt_cache.get("usage")
+    if usage and usage.get("share") is not None:
+        head.add_row("Prompt tokens served from cache (usage)", f"{usage['share']:.1%}")
+    server = summary.prompt_cache.get("server")
+    if server and server.get("share") is not None:
+        head.add_row("Prompt tokens served from cache (server)", f"{server['share']:.1%}")
 
     lat = Table(title="Latency (ms)", title_justify="left")
     lat.add_column("metric")
@@ -75,9 +88,20 @@ def print_summary(summary: Summary, *, title: str = "Results", metrics=LATENCY_M
     if summary.client_limited:
         console.print(
             "[bold red]CLIENT-LIMITED: the load generator itself limited this result.[/] "
-            + "; ".join(summary.client_limited_reasons)
+            + escape("; ".join(summary.client_limited_reasons))
             + ". Lower the load, use --workers, or move the client to a bigger machine."
         )
+    elif summary.self_check.startswith("not judged"):
+        console.print(f"Self-check {escape(summary.self_check)}.")
+    if summary.largely_cached:
+        console.print(
+            f"[bold yellow]CACHED PROMPTS: {summary.cached_share:.0%} of prompt tokens were "
+            "answered from the server's prefix cache[/], so TTFT is a cached prefill's, not a "
+            "full one's. Fresh prompts: leave --seed out (each run and load point then draws "
+            "its own)."
+        )
+    for note in summary.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
 
 
 def sweep_table(points, *, gpus: int = 1, title: str = "Sweep") -> Table:

@@ -445,7 +445,7 @@ class _Driver:
         if records:
             self.records.extend(records)
             st.received += len(records)
-            self.lags[k].append(np.array([r.sent_ns - r.intended_ns for r in records]))
+            self.lags[k].append(np.array([r.send_lag_ns for r in records]))
             first = min(r.sent_ns for r in records) / 1e6
             st.first_send_ms = first if st.first_send_ms is None else min(first, st.first_send_ms)
             recent = self.progress.recent_ttft_ms
@@ -816,7 +816,7 @@ def run_distributed_and_store(
     status, so a partial run (a worker died) is stored as 'interrupted'; its summary JSON
     (run and load point) carries `partial: true` and per-worker detail under `distributed`.
     """
-    from bench.session import RunSession, progress_bar, window_summary
+    from bench.session import RunSession, annotate, progress_bar, window_summary
 
     backend = "processes" if ray_address is None else "ray"
     session = RunSession(
@@ -844,6 +844,7 @@ def run_distributed_and_store(
         else:
             result = run_distributed(plan, **run)
         summary = window_summary(result, scenario)
+        annotate(summary, scenario, plan, None)  # fixed seed, approximate prompt lengths
         detail = result.detail_json()
         if writer is not None:
             writer.end_load_point(

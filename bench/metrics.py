@@ -18,8 +18,15 @@ from bench.records import CANCELLED, FAILED, OK, RequestRecord
 
 DEFAULT_PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
 LATENCY_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
-# A load generator whose send lag p99 exceeds this has limited the result (issue 2).
+# Send lag (actual send - intended send, minus any wait for a --max-concurrency slot) below
+# this is scheduler jitter on any busy host and never a verdict by itself.
 CLIENT_LIMIT_SEND_LAG_MS = 5.0
+# Above the floor, lag is judged by what it does to the figures: the schedule's spacing
+# (lag p99 over this share of the median gap between scheduled sends means the offered
+# load was not the one scheduled) and TTFT (lag p99 over this share of the median TTFT
+# means "TTFT from schedule" is off by that much, issue 15).
+CLIENT_LIMIT_LAG_OF_GAP = 0.25
+CLIENT_LIMIT_LAG_OF_TTFT = 0.5
 CLIENT_LIMIT_LOOP_LAG_MS = 5.0
 # Above this share of one core used by the event loop, reads queue behind each other long
 # enough to move token timestamps by milliseconds (benchmarks/loadgen.py, README). With
@@ -34,6 +41,9 @@ CLIENT_LIMIT_LOOP_CPU_SHARE_STAMPED = 0.95
 # in the socket, means the client itself merged them, and the p99 gap is off.
 CLIENT_LIMIT_MERGED_SHARE = 0.01
 CLIENT_LIMIT_LATE_READ_SHARE = 0.01
+# A summary whose requests had more than this share of their prompt tokens answered from the
+# server's prefix cache says so: its TTFT is a cached prefill's, not a full one's.
+CACHED_PROMPT_SHARE_WARN = 0.5
 _NO_GAPS = np.zeros(0, dtype=np.int64)
 
 
@@ -77,6 +87,30 @@ class Summary:
     client_limited_reasons: list[str] = field(default_factory=list)
     interrupted: bool = False
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+    # "ok", "client-limited", or "not judged: ..." (nothing completed to judge by)
+    self_check: str = "ok"
+    slot_wait_ms: dict[str, float | None] = field(default_factory=dict)
+    # What the server said it answered from its prefix cache (bench.metrics.prompt_cache);
+    # the session adds what the server's own counters said ("server").
+    prompt_cache: dict = field(default_factory=dict)
+    # Things the reader must know to read the figures right (fixed seed, approximate
+    # prompt lengths, cached prompts), said in the console and the JSON.
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def cached_share(self) -> float | None:
+        """Share of prompt tokens served from the server's prefix cache: the server's own
+        counters when scraped, else what requests reported in usage; None if unknown."""
+        for source in ("server", "usage"):
+            part = self.prompt_cache.get(source)
+            if part and part.get("share") is not None:
+                return part["share"]
+        return None
+
+    @property
+    def largely_cached(self) -> bool:
+        share = self.cached_share
+        return bool(share is not None and share > CACHED_PROMPT_SHARE_WARN)
 
     @property
     def sent(self) -> int:
@@ -114,7 +148,8 @@ class Summary:
         return table[stat]
 
     def to_json(self) -> dict:
-        """The --summary-json contract (issue 2): keys and nesting must not change."""
+        """The --summary-json contract (issue 2): keys and nesting must not change (keys are
+        only ever added)."""
         return {
             "interrupted": self.interrupted,
             "completed": self.completed,
@@ -130,6 +165,11 @@ class Summary:
             "goodput_requests_per_s": self.goodput_requests_per_s,
             "send_lag_ms": dict(self.send_lag_ms),
             "client_limited": self.client_limited,
+            "client_limited_reasons": list(self.client_limited_reasons),
+            "self_check": self.self_check,
+            "slot_wait_ms": dict(self.slot_wait_ms),
+            "prompt_cache": {**self.prompt_cache, "largely_cached": self.largely_cached},
+            "notes": list(self.notes),
         }
 
 
@@ -187,6 +227,12 @@ class Columns:
     output_tokens: np.ndarray
     itl_ns: np.ndarray  # all ITL gaps of completed requests, concatenated
     gap_counts: np.ndarray | None = None  # ITL gaps each row owns in itl_ns (0 unless ok)
+    slot_wait_ns: np.ndarray | None = None  # waits for a --max-concurrency slot (0 = none)
+    cached_prompt_tokens: np.ndarray | None = None  # NaN where the server did not say
+
+    def _optional(self, name: str, mask: np.ndarray) -> np.ndarray | None:
+        values = getattr(self, name)
+        return None if values is None else values[mask]
 
     def select(self, mask: np.ndarray) -> Columns:
         """The rows where mask is True (and their ITL gaps), e.g. a load point's window."""
@@ -204,6 +250,8 @@ class Columns:
             output_tokens=self.output_tokens[mask],
             itl_ns=self.itl_ns[gap_mask],
             gap_counts=self.gap_counts[mask],
+            slot_wait_ns=self._optional("slot_wait_ns", mask),
+            cached_prompt_tokens=self._optional("cached_prompt_tokens", mask),
         )
 
     def window(self, start_ns: float | None = None, end_ns: float | None = None) -> Columns:
@@ -235,6 +283,8 @@ class Columns:
             output_tokens=col(lambda r: r.output_tokens),
             itl_ns=itl.astype(np.float64),
             gap_counts=np.array([len(g) for g in gaps], dtype=np.int64),
+            slot_wait_ns=col(lambda r: r.slot_wait_ns),
+            cached_prompt_tokens=col(lambda r: r.cached_prompt_tokens),
         )
 
 
@@ -296,23 +346,102 @@ def summarize(
             good &= np.isnan(values) | (values <= limit_ms * 1e6)
         goodput_rps = per_s(float(good.sum()))
 
-    lag = cols.sent_ns - cols.intended_ns
-    lag = lag[np.isfinite(lag)]
-    if lag.size:
-        send_lag = {
-            "p50": float(np.percentile(lag, 50) / 1e6),
-            "p99": float(np.percentile(lag, 99) / 1e6),
-            "max": float(lag.max() / 1e6),
-        }
-    else:
-        send_lag = {"p50": None, "p99": None, "max": None}
+    waits = cols.slot_wait_ns if cols.slot_wait_ns is not None else np.zeros(cols.sent_ns.shape)
+    waits = np.nan_to_num(waits)
+    send_lag = _lag_stats(cols.sent_ns - cols.intended_ns - waits)
+    slot_wait = _lag_stats(waits) if waits.any() else {"p50": None, "p99": None, "max": None}
+    verdict, reasons = self_check(
+        completed=completed,
+        send_lag_p99_ms=send_lag["p99"],
+        ttft_p50_ms=metrics["ttft"].percentiles.get("p50") or _median_ms(ttft),
+        schedule_gap_p50_ms=_median_gap_ms(cols.intended_ns),
+        loop_lag_p99_ms=loop_lag_p99_ms,
+        loop_cpu_share=loop_cpu_share,
+        late_read_share=late_read_share,
+        merged_token_share=merged_token_share,
+    )
 
+    return Summary(
+        completed=completed,
+        failed=failed,
+        cancelled=cancelled,
+        errors=errors,
+        duration_s=duration_s,
+        requests_per_s=per_s(completed),
+        output_tokens_per_s=per_s(total_out),
+        total_tokens_per_s=per_s(total_out + total_in),
+        total_input_tokens=total_in,
+        total_output_tokens=total_out,
+        metrics=metrics,
+        ttft_from_intended=stats_ms(ttft_intended, percentiles),
+        goodput_requests_per_s=goodput_rps,
+        send_lag_ms=send_lag,
+        client_limited=verdict == "client-limited",
+        client_limited_reasons=reasons,
+        interrupted=interrupted,
+        percentiles=percentiles,
+        self_check=verdict,
+        slot_wait_ms=slot_wait,
+        prompt_cache={"usage": prompt_cache(cols)},
+    )
+
+
+def _lag_stats(lag_ns: np.ndarray) -> dict[str, float | None]:
+    lag = lag_ns[np.isfinite(lag_ns)]
+    if not lag.size:
+        return {"p50": None, "p99": None, "max": None}
+    return {
+        "p50": float(np.percentile(lag, 50) / 1e6),
+        "p99": float(np.percentile(lag, 99) / 1e6),
+        "max": float(lag.max() / 1e6),
+    }
+
+
+def _median_ms(values_ns: np.ndarray) -> float | None:
+    values = values_ns[np.isfinite(values_ns)]
+    return float(np.median(values) / 1e6) if values.size else None
+
+
+def _median_gap_ms(intended_ns: np.ndarray) -> float | None:
+    """The median gap between successive scheduled sends; None when all were due at once
+    (rate inf) or in a closed loop's back-to-back waves, where there is no spacing to keep."""
+    times = np.sort(intended_ns[np.isfinite(intended_ns)])
+    gaps = np.diff(times)
+    gaps = gaps[gaps > 0]
+    return float(np.median(gaps) / 1e6) if gaps.size * 2 >= max(1, times.size - 1) else None
+
+
+def self_check(
+    *,
+    completed: int,
+    send_lag_p99_ms: float | None,
+    ttft_p50_ms: float | None = None,
+    schedule_gap_p50_ms: float | None = None,
+    loop_lag_p99_ms: float | None = None,
+    loop_cpu_share: float | None = None,
+    late_read_share: float | None = None,
+    merged_token_share: float | None = None,
+) -> tuple[str, list[str]]:
+    """Did the client itself limit the figures? ("ok" | "client-limited" | "not judged: ...",
+    the reasons). Each rule judges what the client's lateness does to the figures measured,
+    not a fixed bar alone: a 6 ms send lag is harmless beside 1 s between requests and a
+    120 ms TTFT, and decisive beside 2 ms gaps."""
+    if completed == 0:
+        return "not judged: no request completed, so there is no figure to judge", []
     reasons = []
-    if send_lag["p99"] is not None and send_lag["p99"] > CLIENT_LIMIT_SEND_LAG_MS:
-        reasons.append(
-            f"send lag p99 {send_lag['p99']:.1f} ms > {CLIENT_LIMIT_SEND_LAG_MS:g} ms: "
-            "requests left the client later than scheduled"
-        )
+    lag = send_lag_p99_ms
+    if lag is not None and lag > CLIENT_LIMIT_SEND_LAG_MS:
+        gap, ttft = schedule_gap_p50_ms, ttft_p50_ms
+        if gap is not None and lag > CLIENT_LIMIT_LAG_OF_GAP * gap:
+            reasons.append(
+                f"send lag p99 {lag:.1f} ms is over {CLIENT_LIMIT_LAG_OF_GAP:.0%} of the median "
+                f"{gap:.1f} ms between scheduled sends: the load offered was not the one scheduled"
+            )
+        elif ttft is not None and lag > CLIENT_LIMIT_LAG_OF_TTFT * ttft:
+            reasons.append(
+                f"send lag p99 {lag:.1f} ms is over {CLIENT_LIMIT_LAG_OF_TTFT:.0%} of the median "
+                f"TTFT {ttft:.1f} ms: requests left the client late enough to change the figures"
+            )
     # With kernel arrival stamps (late_read_share is known) a late loop no longer makes token
     # times late: what is left to check is tokens merged while reads waited, and a loop so
     # busy that it may cap the throughput. Without stamps a late loop shifts every time.
@@ -340,27 +469,27 @@ def summarize(
             f"event-loop lag p99 {loop_lag_p99_ms:.1f} ms > {CLIENT_LIMIT_LOOP_LAG_MS:g} ms: "
             "token timestamps may be late"
         )
+    return ("client-limited" if reasons else "ok"), reasons
 
-    return Summary(
-        completed=completed,
-        failed=failed,
-        cancelled=cancelled,
-        errors=errors,
-        duration_s=duration_s,
-        requests_per_s=per_s(completed),
-        output_tokens_per_s=per_s(total_out),
-        total_tokens_per_s=per_s(total_out + total_in),
-        total_input_tokens=total_in,
-        total_output_tokens=total_out,
-        metrics=metrics,
-        ttft_from_intended=stats_ms(ttft_intended, percentiles),
-        goodput_requests_per_s=goodput_rps,
-        send_lag_ms=send_lag,
-        client_limited=bool(reasons),
-        client_limited_reasons=reasons,
-        interrupted=interrupted,
-        percentiles=percentiles,
-    )
+
+def prompt_cache(cols: Columns) -> dict | None:
+    """What completed requests said about prompt tokens served from the server's prefix
+    cache (usage.prompt_tokens_details.cached_tokens); None when none said anything."""
+    if cols.cached_prompt_tokens is None:
+        return None
+    ok = cols.state == OK
+    cached = cols.cached_prompt_tokens[ok]
+    said = np.isfinite(cached)
+    if not said.any():
+        return None
+    prompt = float(np.nansum(cols.prompt_tokens[ok][said]))
+    total = float(np.nansum(cached[said]))
+    return {
+        "requests": int(said.sum()),
+        "cached_tokens": int(total),
+        "prompt_tokens": int(prompt),
+        "share": total / prompt if prompt > 0 else None,
+    }
 
 
 def _per_request_mean_itl(cols: Columns) -> np.ndarray:

@@ -74,6 +74,12 @@ class RequestRecord:
     # times the request was sent again because a reused keep-alive connection turned out to
     # be closed before any response byte (it never reached the server); timed from the resend
     retries: int = 0
+    # Prompt tokens the server answered from its prefix cache, as it reported them
+    # (usage.prompt_tokens_details.cached_tokens); None when it did not say.
+    cached_prompt_tokens: int | None = None
+    # Time spent waiting for a --max-concurrency slot between the intended send time and
+    # the send: the cap working, not the client lagging (so not part of the send lag).
+    slot_wait_ns: int = 0
 
     @property
     def ok(self) -> bool:
@@ -100,7 +106,8 @@ class RequestRecord:
 
     @property
     def send_lag_ns(self) -> int:
-        return self.sent_ns - self.intended_ns
+        """How late the client sent it: after its intended time and any slot wait."""
+        return self.sent_ns - self.intended_ns - self.slot_wait_ns
 
     @property
     def tpot_ns(self) -> float | None:

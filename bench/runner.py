@@ -203,6 +203,8 @@ class _Engine:
         self.backlog_ready = asyncio.Event()
         self.stats = ReadStats()
         self.served: set[str] = set()
+        tokenizer = plan.workload.tokenizer
+        self.count_tokens = None if tokenizer is None else tokenizer.count
         # Bound once: every Capture in flight refers to these instead of its own closure.
         self.finished_cb = self.finished
         self.end_flow_cb = self.end_flow
@@ -254,7 +256,9 @@ class _Engine:
         then, cap.then = cap.then, None
         try:
             while self.waiting and not self.stop.is_set() and progress.in_flight < self.limit:
-                self._send(self.waiting.popleft())
+                waited = self.waiting.popleft()
+                waited.released_ns = perf_counter_ns()
+                self._send(waited)
             then(cap)
         except Exception as exc:  # a bug or bad input in what follows: stop, report it
             self.fail(exc)
@@ -338,7 +342,18 @@ class _Engine:
             expected_output_len=spec.output_len,
             stats=self.stats,
             served=self.served,
+            count_tokens=self.count_tokens,
         )
+        if (
+            rec.prompt_tokens is None
+            and self.count_tokens is not None
+            and spec.text is None
+            and spec.turn == 0
+            and self.plan.endpoint != CHAT  # a chat template adds tokens of its own
+        ):
+            rec.prompt_tokens = spec.input_len  # rendered to exactly this many tokens
+        if cap.released_ns:
+            rec.slot_wait_ns = max(0, cap.released_ns - cap.intended_ns)
         # Counted from the decoded record, so live progress says what the summary will: a
         # 200 whose stream breaks (no [DONE], bad usage, not SSE) is a failure in both.
         if rec.ok:
@@ -693,7 +708,7 @@ def plan_from_scenario(
     target, load = scenario.target, scenario.load
     if not target.base_url:
         raise ValueError("no endpoint: give --base-url (or target.base_url in the scenario)")
-    workload = scenario.workload_plan(base_dir)
+    workload = scenario.workload_plan(base_dir, load_point)
     offsets = scenario.offsets(base_dir)
     if offsets is not None:
         n_sessions = len(offsets)

@@ -8,16 +8,26 @@ the value, e.g. `chat.yaml line 7: load.request_rate: Input should be greater th
 from __future__ import annotations
 
 import math
+import secrets
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from bench import arrivals
 from bench.backends.urls import normalize_base_url
 from bench.metrics import DEFAULT_PERCENTILES, parse_goodput
+from bench.tokenizer import TokenizerError, load_tokenizer
 from bench.workload import LengthDist, Workload, load_jsonl_prompts, load_sharegpt
 
 
@@ -128,6 +138,9 @@ class WorkloadSpec(_Strict):
     turns: int = Field(default=1, ge=1)
     prompt_format: Literal["text", "token_ids"] = "text"
     ignore_eos: bool = True
+    # A local Hugging Face tokenizer (a folder with tokenizer.json, or the file): prompts of
+    # exactly input.mean tokens, and output tokens counted when a server sends no usage.
+    tokenizer: str | None = None
 
 
 class GPUInfo(_Strict):
@@ -141,13 +154,17 @@ class Scenario(_Strict):
     target: Target = Field(default_factory=Target)
     load: Load = Field(default_factory=Load)
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
-    seed: int = 0
+    # None (the default): every run draws its own seed and every load point of a sweep its
+    # own prompts, so a server's prefix cache cannot answer them from an earlier run or
+    # point. A fixed seed repeats the same prompts (and schedule) run after run.
+    seed: int | None = None
     goodput: str | None = None
     percentiles: list[float] = Field(default_factory=lambda: list(DEFAULT_PERCENTILES))
     percentile_metrics: list[str] = Field(default_factory=lambda: ["ttft", "tpot", "itl", "e2el"])
     request_timeout_s: float = Field(default=600.0, gt=0)
     gpu: GPUInfo = Field(default_factory=GPUInfo)
     label: str | None = None
+    _drawn_seed: int | None = PrivateAttr(default=None)
 
     @field_validator("goodput")
     @classmethod
@@ -164,13 +181,34 @@ class Scenario(_Strict):
 
     # ------------------------------------------------------------ derived plans
 
+    @property
+    def seed_fixed(self) -> bool:
+        return self.seed is not None
+
+    def run_seed(self) -> int:
+        """The seed of this run: --seed when given, else one drawn once for this scenario
+        object (copies made for a sweep's points keep it), so it can be stored and replayed."""
+        if self.seed is not None:
+            return self.seed
+        if self._drawn_seed is None:
+            self._drawn_seed = secrets.randbits(32)
+        return self._drawn_seed
+
+    def point_seed(self, load_point: int = 0) -> int:
+        """The prompts' seed at one load point: the run seed when fixed (every point sends
+        the same prompts, as `vllm bench serve` does), else one of its own per point."""
+        seed = self.run_seed()
+        if self.seed_fixed or load_point == 0:
+            return seed
+        return int(np.random.SeedSequence([seed, load_point]).generate_state(1)[0])
+
     def num_requests(self) -> int | None:
         return self.load.num_prompts
 
     def offsets(self, base_dir: Path | None = None) -> np.ndarray | None:
         """Intended send offsets (s) for open-loop shapes; None for a closed loop."""
         load = self.load
-        rng = np.random.default_rng([self.seed, 0])
+        rng = np.random.default_rng([self.run_seed(), 0])
         n = load.num_prompts
         if load.shape == "closed":
             return None
@@ -212,7 +250,7 @@ class Scenario(_Strict):
             path, time_scale=spec.time_scale, max_requests=self.load.num_prompts
         )
 
-    def workload_plan(self, base_dir: Path | None = None) -> Workload:
+    def workload_plan(self, base_dir: Path | None = None, load_point: int = 0) -> Workload:
         w = self.workload
         dataset = None
         if w.dataset in ("sharegpt", "jsonl"):
@@ -220,8 +258,15 @@ class Scenario(_Strict):
                 raise ScenarioError(f"workload.dataset {w.dataset!r} needs workload.dataset_path")
             path = _resolve(w.dataset_path, base_dir)
             dataset = load_sharegpt(path) if w.dataset == "sharegpt" else load_jsonl_prompts(path)
+        tokenizer = None
+        if w.tokenizer:
+            try:
+                tokenizer = load_tokenizer(_resolve(w.tokenizer, base_dir))
+            except TokenizerError as exc:
+                raise ScenarioError(str(exc)) from None
         return Workload(
-            seed=self.seed,
+            tokenizer=tokenizer,
+            seed=self.point_seed(load_point),
             input=w.input.to_dist(),
             output=w.output.to_dist(),
             prefix_ratio=w.prefix_ratio,

@@ -30,6 +30,8 @@ from bench.telemetry import (
     Scraper,
     TelemetryConfig,
     digest,
+    prompt_cache,
+    recording_frame,
     save_recording,
     start_scraper,
 )
@@ -85,6 +87,49 @@ def window_summary(
         merged_token_share=result.merged_token_share,
         interrupted=result.interrupted,
     )
+
+
+def prompts_info(scenario, plan: RunPlan) -> dict:
+    """What the stored run keeps about its prompts: the seed actually used (so a run with
+    fresh prompts can be replayed with --seed), and whether their lengths were exact."""
+    workload = plan.workload
+    return {
+        "seed": scenario.run_seed(),
+        "seed_fixed": scenario.seed_fixed,
+        "fresh_per_load_point": not scenario.seed_fixed,
+        "tokenizer": getattr(workload, "tokenizer_path", None),
+        "lengths": prompt_lengths(plan),
+    }
+
+
+def prompt_lengths(plan: RunPlan) -> str:
+    """'exact' (rendered with a tokenizer, or token ids), 'dataset', or 'approximate'."""
+    workload = plan.workload
+    if workload.dataset is not None:
+        return "dataset"
+    if workload.prompt_format == "token_ids" or getattr(workload, "tokenizer", None) is not None:
+        return "exact"
+    return "approximate"
+
+
+def annotate(summary: Summary, scenario, plan: RunPlan, server_cache: dict | None) -> None:
+    """Add what the reader must know to read this point's figures right: the server's own
+    prompt-cache counters, a fixed seed, approximate prompt lengths."""
+    if server_cache is not None:
+        summary.prompt_cache["server"] = server_cache
+    if scenario.seed_fixed:
+        summary.notes.append(
+            f"--seed {scenario.seed} is fixed: this run sends the same prompts as every run "
+            "with that seed (and every load point of a sweep the same ones), which a server's "
+            "prefix cache can answer; leave --seed out for fresh prompts"
+        )
+    if prompt_lengths(plan) == "approximate" and summary.completed:
+        mean = summary.total_input_tokens / summary.completed
+        told = f" (the server counted {mean:,.1f} prompt tokens per request)" if mean else ""
+        summary.notes.append(
+            "prompt lengths are approximate: without --tokenizer, synthetic prompts are common "
+            f"words of about one token each{told}; give --tokenizer PATH for exact lengths"
+        )
 
 
 def run_stoppable(
@@ -154,6 +199,7 @@ class RunSession:
         self.errors: list[StoreError] = []
         self.kept: list[RequestRecord] = []
         self.writer = None
+        extra = {**(extra or {}), "prompts": prompts_info(scenario, plan)}
         if store:
             from bench.store.writer import RunWriter
 
@@ -224,8 +270,11 @@ class RunSession:
         finally:
             recording = scraper.stop() if scraper is not None else None
         summary = window_summary(result, self.scenario, warmup_s=warmup_s, cooldown_s=cooldown_s)
+        server_cache = None
         if recording is not None:
+            server_cache = prompt_cache(recording_frame(recording, result.t0_ns))
             self.keep_telemetry(plan.load_point, recording, result.t0_ns, result.duration_s)
+        annotate(summary, self.scenario, plan, server_cache)
         if self.writer is not None:
             self.writer.end_load_point(
                 plan.load_point,

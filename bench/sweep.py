@@ -96,6 +96,7 @@ def scenario_at(scenario, spec: PointSpec, *, point_duration_s: float | None = N
     Rates keep the scenario's shape: a bursty on/off scenario swept at 8 req/s stays bursty,
     with every rate scaled so its mean is 8 req/s.
     """
+    scenario.run_seed()  # drawn once, before copying, so every point's copy shares it
     sc = scenario.model_copy(deep=True)
     load = sc.load
     if spec.kind == "concurrency":

@@ -184,17 +184,22 @@ def parse_labels_text(text: str) -> dict[str, str]:
 
 # canonical name -> candidates (exposed name, required labels), first present one wins. One
 # engine often exposes two names for one thing (vLLM's gpu_cache_usage_perc, renamed
-# kv_cache_usage_perc); the first present is used and the other is kept raw.
+# kv_cache_usage_perc, the only one left in vLLM 0.32); the first present is used and the
+# other is kept raw. Names checked against the engines themselves: vLLM 0.32 (reference/
+# real-servers.md), llama.cpp's llama-server as built from llama-cpp-python 0.3.36's sdist
+# (tests/real_servers), SGLang and TensorRT-LLM from their docs.
 KNOWN_METRICS: dict[str, tuple[tuple[str, dict[str, str]], ...]] = {
     "requests_running": (
         ("vllm:num_requests_running", {}),
         ("sglang:num_running_reqs", {}),
         ("nv_trt_llm_request_metrics", {"request_type": "active"}),  # Triton TRT-LLM backend
+        ("llamacpp:requests_processing", {}),  # slots busy
     ),
     "requests_waiting": (
         ("vllm:num_requests_waiting", {}),
         ("sglang:num_queue_reqs", {}),
         ("nv_trt_llm_request_metrics", {"request_type": "waiting"}),
+        ("llamacpp:requests_deferred", {}),  # waiting for a free slot
     ),
     "kv_cache_usage": (  # fraction of the KV cache in use, 0..1
         ("vllm:kv_cache_usage_perc", {}),
@@ -203,14 +208,35 @@ KNOWN_METRICS: dict[str, tuple[tuple[str, dict[str, str]], ...]] = {
         ("trtllm_kv_cache_utilization", {}),  # trtllm-serve /prometheus/metrics
         ("trtllm:kv_cache_utilization", {}),  # the same through Dynamo
         ("nv_trt_llm_kv_cache_block_metrics", {"kv_cache_block_type": "fraction"}),
+        ("llamacpp:kv_cache_usage_ratio", {}),  # older llama-server builds only
     ),
+    # Every prompt token of every request, cached or not.
     "prompt_tokens_total": (
         ("vllm:prompt_tokens_total", {}),
         ("sglang:prompt_tokens_total", {}),
     ),
+    # Prompt tokens the engine computed, the cached ones left out (llama.cpp counts these).
+    "prompt_tokens_computed_total": (("llamacpp:prompt_tokens_total", {}),),
+    # Prompt tokens answered from the prefix cache.
+    "prompt_tokens_cached_total": (("llamacpp:prompt_tokens_cached_total", {}),),
+    # vLLM's prefix cache, in tokens: looked up, and found.
+    "prefix_cache_queries_total": (
+        ("vllm:prefix_cache_queries_total", {}),
+        ("vllm:gpu_prefix_cache_queries_total", {}),  # its name before vLLM 0.9
+    ),
+    "prefix_cache_hits_total": (
+        ("vllm:prefix_cache_hits_total", {}),
+        ("vllm:gpu_prefix_cache_hits_total", {}),
+    ),
+    # A recent hit rate, 0..1 (SGLang's gauge; vLLM's before the V1 engine).
+    "prefix_cache_hit_rate": (
+        ("sglang:cache_hit_rate", {}),
+        ("vllm:gpu_prefix_cache_hit_rate", {}),
+    ),
     "generation_tokens_total": (
         ("vllm:generation_tokens_total", {}),
         ("sglang:generation_tokens_total", {}),
+        ("llamacpp:tokens_predicted_total", {}),
     ),
     "preemptions_total": (("vllm:num_preemptions_total", {}),),
     "gpu_power_w": (("DCGM_FI_DEV_POWER_USAGE", {}),),
@@ -221,6 +247,24 @@ KNOWN_METRICS: dict[str, tuple[tuple[str, dict[str, str]], ...]] = {
         ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", {}),  # its name since DCGM 3.3
     ),
 }
+
+# Serving engines by the prefix of their metric names: a server /metrics that has none of
+# these is an engine tokenbench cannot read (said once, with this list).
+ENGINE_PREFIXES: dict[str, tuple[str, ...]] = {
+    "vLLM": ("vllm:",),
+    "SGLang": ("sglang:",),
+    "TensorRT-LLM": ("trtllm", "nv_trt_llm"),
+    "llama.cpp": ("llamacpp:",),
+}
+
+
+def engine_of(names: Iterable[str]) -> str | None:
+    """The serving engine whose metric names these are, or None for none tokenbench knows."""
+    for name in names:
+        for engine, prefixes in ENGINE_PREFIXES.items():
+            if name.startswith(prefixes):
+                return engine
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -448,6 +492,7 @@ class _SourceLog:
     ok: int = 0
     failed: int = 0
     dropped_series: int = 0
+    engine: str | None = None  # the serving engine its metric names belong to (server only)
 
 
 @dataclass
@@ -475,6 +520,7 @@ class Recording:
             t = [round((ns - t0_ns) / 1e9, 6) for ns in src.times_ns]
             out["sources"][src.name] = {
                 "where": src.where,
+                "engine": src.engine,
                 "scrapes": src.ok,
                 "failed": src.failed,
                 "t_s": t,
@@ -545,6 +591,20 @@ class Scraper:
             return
         self._record(slog, (before + perf_counter_ns()) // 2, points)
         slog.where = source.where
+        if source.name == "server" and slog.ok == 1:
+            self._check_engine(slog, points)
+
+    def _check_engine(self, slog: _SourceLog, points: list[Point]) -> None:
+        """Name the engine behind a server's /metrics; warn once when it is none we know, as
+        then queue depth, KV-cache and prompt-cache figures cannot be read from it."""
+        slog.engine = engine_of(p.name for p in points)
+        if slog.engine is None:
+            known = ", ".join(ENGINE_PREFIXES)
+            self._warn(
+                f"telemetry (server): {slog.where} answers with {len(points)} samples but none "
+                f"from an engine tokenbench knows ({known}); they are stored raw, and queue "
+                "depth, KV-cache and prompt-cache figures are not available for this run"
+            )
 
     def _record(self, slog: _SourceLog, t_ns: int, points: list[Point]) -> None:
         if self._full:
@@ -890,12 +950,64 @@ def energy_per_output_token(run_id: str, db: Any = None, catalogue: Any = None) 
     return pd.DataFrame(rows, columns=ENERGY_COLUMNS)
 
 
+def _growth(df: pd.DataFrame, metric: str) -> float | None:
+    """How much a server counter grew over the samples given (summed over label sets);
+    None when it is absent or went down (a restarted server)."""
+    sub = df[(df["source"] == "server") & (df["metric"] == metric)]
+    if sub.empty:
+        return None
+    grew = sub.sort_values("t_s").groupby("labels")["value"].agg(lambda v: v.iloc[-1] - v.iloc[0])
+    total = float(grew.sum())
+    return total if total >= 0 else None
+
+
+def prompt_cache(df: pd.DataFrame) -> dict | None:
+    """What the server's own counters say about its prefix cache over one load point:
+    {"counters", "cached_tokens", "prompt_tokens", "share"}, or None when it exposes none.
+
+    llama.cpp counts cached and computed prompt tokens apart; vLLM counts prefix-cache
+    lookups and hits in tokens; SGLang only has a recent hit-rate gauge (its mean is used).
+    """
+    cached = _growth(df, "prompt_tokens_cached_total")
+    computed = _growth(df, "prompt_tokens_computed_total")
+    if cached is not None and computed is not None:
+        total = cached + computed
+        return _cache_figures("llama.cpp prompt_tokens_cached/prompt_tokens", cached, total)
+    hits = _growth(df, "prefix_cache_hits_total")
+    queries = _growth(df, "prefix_cache_queries_total")
+    if hits is not None and queries is not None:
+        return _cache_figures("vLLM prefix_cache_hits/queries", hits, queries)
+    rate = df[(df["source"] == "server") & (df["metric"] == "prefix_cache_hit_rate")]
+    if not rate.empty:
+        return {
+            "counters": f"{rate['name'].iloc[0]} (mean of the gauge)",
+            "cached_tokens": None,
+            "prompt_tokens": None,
+            "share": float(rate["value"].mean()),
+        }
+    return None
+
+
+def _cache_figures(counters: str, cached: float, total: float) -> dict:
+    return {
+        "counters": counters,
+        "cached_tokens": int(cached),
+        "prompt_tokens": int(total),
+        "share": cached / total if total > 0 else None,
+    }
+
+
+def recording_frame(recording: Recording, t0_ns: int) -> pd.DataFrame:
+    """A Recording (one load point) as load_telemetry's long DataFrame."""
+    return frame_from_payloads([recording.to_payload(t0_ns, 0)])
+
+
 # ---------------------------------------------------------------- a digest for the terminal
 
 
 def digest(recording: Recording, t0_ns: int, duration_s: float) -> str | None:
     """One line about a load point's telemetry ("server: waiting max 12, KV max 93%, ...")."""
-    df = frame_from_payloads([recording.to_payload(t0_ns, 0)])
+    df = recording_frame(recording, t0_ns)
     if df.empty:
         return None
     bits = []
@@ -911,6 +1023,10 @@ def digest(recording: Recording, t0_ns: int, duration_s: float) -> str | None:
     if not pre.empty:
         grew = pre.groupby("labels")["value"].agg(lambda v: v.iloc[-1] - v.iloc[0]).sum()
         bits.append(f"preemptions +{grew:,.0f}")
+    cache = prompt_cache(df)
+    if cache is not None and cache["share"] is not None:
+        of = f" of {cache['prompt_tokens']:,} prompt tokens" if cache["prompt_tokens"] else ""
+        bits.append(f"prompt cache {cache['share']:.0%}{of}")
     power = power_w(df)
     if not power.empty:
         means = [

@@ -6,9 +6,11 @@ the same prompts whatever the order requests are rendered in, and a million-requ
 not hold a million prompts in memory.
 
 Without a tokenizer, synthetic prompts are made of common English words that are one token
-each in Llama/Qwen/GPT tokenizers, so `input_len` words ≈ `input_len` tokens; the server's
-usage field reports the true count, and `prompt_format: token_ids` sends exact token ids to
-servers that accept them on /v1/completions (vLLM, SGLang).
+each in Llama/Qwen/GPT tokenizers, so `input_len` words ≈ `input_len` tokens (approximate:
+the server's usage field reports the true count). With `tokenizer` (bench/tokenizer.py,
+`--tokenizer PATH`) the same words are cut to exactly `input_len` tokens. `prompt_format:
+token_ids` sends exact token ids to servers that accept them on /v1/completions (vLLM,
+SGLang).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from bench.tokenizer import PromptTokenizer, words_for
 
 _WORDS = (  # noqa: SIM905 - one readable block of words
     "the of and to in is it you that he was for on are with as his they be at one have this "
@@ -95,6 +99,11 @@ class Workload:
     turns: int = 1  # multi-turn conversations: requests per session
     prompt_format: str = "text"  # or "token_ids" (completions only)
     dataset: list[tuple[str | list[dict], int | None]] | None = None  # (prompt, output_len)
+    tokenizer: PromptTokenizer | None = None  # exact lengths; None: words ~ one token each
+
+    @property
+    def tokenizer_path(self) -> str | None:
+        return None if self.tokenizer is None else self.tokenizer.path
 
     def specs(self, n: int) -> list[RequestSpec]:
         """The first n requests, in send order (sessions' turns are consecutive)."""
@@ -125,7 +134,9 @@ class Workload:
             specs.append(
                 RequestSpec(
                     i,
-                    input_len=estimate_tokens(text),
+                    input_len=self.tokenizer.count(text)
+                    if self.tokenizer
+                    else estimate_tokens(text),
                     output_len=int(out_len) if out_len else int(outs[i]),
                     text=text,
                     messages=messages,
@@ -144,7 +155,7 @@ class Workload:
             # Earlier turns of this session, re-rendered identically from their own seeds.
             earlier = spec.index - spec.turn + turn
             history.append({"role": "user", "content": self._user_text(earlier, spec.input_len)})
-            history.append({"role": "assistant", "content": _words(rng, spec.output_len)})
+            history.append({"role": "assistant", "content": self._text(rng, spec.output_len)})
         user = self._user_text(spec.index, spec.input_len, rng)
         messages = [*history, {"role": "user", "content": user}]
         if self.prompt_format == "token_ids":
@@ -157,12 +168,19 @@ class Workload:
     def _user_text(self, index: int, length: int, rng: np.random.Generator | None = None) -> str:
         rng = rng or np.random.default_rng([self.seed, 2, index])
         shared = int(length * self.prefix_ratio)
-        parts = []
+        prefix = ""
         if shared:
             group = index % max(1, self.num_prefixes)
-            parts.append(_words(np.random.default_rng([self.seed, 4, group]), shared))
-        parts.append(_words(rng, length - shared))
-        return " ".join(p for p in parts if p)
+            prefix = self._text(np.random.default_rng([self.seed, 4, group]), shared)
+        if self.tokenizer is not None:  # exact: the seam after the prefix is counted too
+            return self.tokenizer.render(words_for(rng, _WORD_ARRAY, length), length, prefix)
+        return " ".join(p for p in (prefix, _words(rng, length - shared)) if p)
+
+    def _text(self, rng: np.random.Generator, n: int) -> str:
+        """n tokens of words: exactly n with a tokenizer, about n without."""
+        if self.tokenizer is None:
+            return _words(rng, n)
+        return self.tokenizer.render(words_for(rng, _WORD_ARRAY, n), n)
 
 
 def _words(rng: np.random.Generator, n: int) -> str:

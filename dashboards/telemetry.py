@@ -100,6 +100,16 @@ def telemetry_figure(
             fig.add_trace(
                 _step(g["t_s"], g["power_w"], f"GPU {gpu} power", colour, run_id), row=4, col=1
             )
+    if kv.dropna(subset=["kv_cache_usage"]).empty and not queue.empty:
+        fig.add_annotation(
+            text="this server exposes no KV-cache usage (llama.cpp's llama-server has none)",
+            xref="x3 domain",
+            yref="y3 domain",
+            x=0.5,
+            y=0.5,
+            showarrow=False,
+            font={"color": "#7f7f7f"},
+        )
     if queue.empty and kv.empty:
         fig.add_annotation(
             text="no server telemetry recorded for this run",

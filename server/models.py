@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -55,6 +55,19 @@ class SummaryOut(BaseModel):
     goodput_requests_per_s: float | None = None
     send_lag_ms: dict[str, float | None] = Field(default_factory=dict)
     client_limited: bool = False
+    client_limited_reasons: list[str] = Field(default_factory=list)
+    self_check: str | None = Field(
+        default=None, description='"ok", "client-limited" or "not judged: ..." (issue 15)'
+    )
+    slot_wait_ms: dict[str, float | None] = Field(
+        default_factory=dict, description="waits for a --max-concurrency slot (not send lag)"
+    )
+    prompt_cache: dict[str, Any] = Field(
+        default_factory=dict,
+        description="prompt tokens served from the server's cache: per-request usage and the "
+        "server's counters, and largely_cached",
+    )
+    notes: list[str] = Field(default_factory=list)
 
     @classmethod
     def from_json(cls, data: dict | None) -> SummaryOut | None:

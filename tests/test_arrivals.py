@@ -154,3 +154,27 @@ def test_sharegpt_and_jsonl_datasets(tmp_path):
     jl.write_text('{"nope": 1}\n')
     with pytest.raises(ValueError, match="line 1: needs a 'prompt'"):
         load_jsonl_prompts(jl)
+
+
+def test_prompts_are_fresh_per_run_and_per_load_point_unless_the_seed_is_fixed():
+    from bench.runner import plan_from_scenario
+    from bench.scenario import parse_scenario
+    from bench.sweep import PointSpec, scenario_at
+
+    text = "target: {base_url: 'http://x'}\nload: {num_prompts: 3}\nworkload: {input: {mean: 20}}"
+
+    def prompts(sc, load_point=0):
+        plan = plan_from_scenario(sc, load_point=load_point)
+        return [plan.workload.render(s)[0] for s in plan.specs]
+
+    a, b = parse_scenario(text), parse_scenario(text)
+    assert not a.seed_fixed and a.run_seed() != b.run_seed()  # 1 in 2**32 to collide
+    assert prompts(a) != prompts(b)  # two runs: fresh prompts
+    assert prompts(a) == prompts(a)  # one run's plan is stable (its seed is drawn once)
+    # A sweep's points share the run seed (stored once) but draw prompts of their own.
+    p0, p1 = scenario_at(a, PointSpec("rate", 1.0)), scenario_at(a, PointSpec("rate", 2.0))
+    assert p0.run_seed() == p1.run_seed() == a.run_seed()
+    assert prompts(p0, 0) != prompts(p1, 1)
+    # --seed fixed: the same prompts every run and at every point, as vLLM does.
+    c, d = parse_scenario(text + "\nseed: 7"), parse_scenario(text + "\nseed: 7")
+    assert c.seed_fixed and prompts(c) == prompts(d) == prompts(c, 3)

@@ -23,6 +23,13 @@ SUMMARY_KEYS = {
     "goodput_requests_per_s",
     "send_lag_ms",
     "client_limited",
+    # issue 15, added (never renamed): the self-check's verdict and reasons, waits for a
+    # --max-concurrency slot, prompt-cache figures, notes on how to read the figures
+    "client_limited_reasons",
+    "self_check",
+    "slot_wait_ms",
+    "prompt_cache",
+    "notes",
 }
 STAT_KEYS = {"mean", "std", "p50", "p90", "p95", "p99", "p99.9"}
 
@@ -65,6 +72,11 @@ def test_summary_json_contract_and_goodput(server_factory, tmp_path, db):
     assert s["completed"] == 30 and s["failed"] == 0 and s["errors"] == {}
     assert s["interrupted"] is False
     assert isinstance(s["client_limited"], bool)  # its truth is tested in test_client_limited
+    assert s["self_check"] in ("ok", "client-limited") and isinstance(
+        s["client_limited_reasons"], list
+    )
+    assert s["prompt_cache"]["largely_cached"] is False  # the fake server reports no cache
+    assert any("approximate" in note for note in s["notes"])  # no --tokenizer given
     # TPOT against the server's own send times (10 ms apart when idle; a loaded machine
     # makes the server itself late, so the truth is what it did, not what it was asked to).
     server.stop()

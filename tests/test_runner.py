@@ -206,8 +206,10 @@ def test_max_concurrency_queues_and_shows_in_ttft_from_schedule(fake_server):
     assert s.metrics["ttft"].percentiles["p50"] == pytest.approx(TTFT_MS, abs=5)
     # 4 waves of 50 + 4 * 10 = 90 ms: the last wave waited ~270 ms before it was sent.
     assert s.ttft_from_intended.percentiles["p99"] > 250
-    assert s.send_lag_ms["max"] > 250
-    assert s.client_limited  # send lag far above 5 ms is reported, never hidden
+    # That wait is the cap working, reported as the wait for a slot, not as send lag.
+    assert s.slot_wait_ms["max"] > 250
+    assert s.send_lag_ms["max"] < s.slot_wait_ms["max"] / 10
+    assert not any("send lag" in r for r in s.client_limited_reasons)
 
 
 def test_poisson_schedule_is_followed(fake_server):

@@ -236,3 +236,39 @@ def test_every_new_database_gets_its_schema_even_when_engines_are_recycled(tmp_p
         del engine
         dispose_all()
         gc.collect()
+
+
+def test_batches_and_databases_from_before_schema_0002_still_read(tmp_path, monkeypatch):
+    from alembic import command
+    from sqlalchemy import create_engine, inspect
+
+    from bench.store import codec
+    from bench.store.migrations import alembic_config, current_revision, upgrade
+
+    records = make_records(5)
+    records[0].cached_prompt_tokens, records[0].slot_wait_ns = 7, 1234
+    # A batch written by the codec before the two columns existed ...
+    with monkeypatch.context() as m:
+        m.setattr(codec, "INT_FIELDS", tuple(
+            f for f in codec.INT_FIELDS if f[0] not in codec.LATER_INT_FIELDS
+        ))  # fmt: skip
+        m.setattr(codec, "SQL_COLUMNS", tuple(
+            c for c in codec.SQL_COLUMNS if c not in codec.LATER_INT_FIELDS
+        ))  # fmt: skip
+        old_blob, _ = codec.encode_batch(records)
+    new_blob, _ = codec.encode_batch(records)
+    # ... decodes beside a new one: the old rows say nothing (NULL), the new ones keep theirs.
+    d = codec.decode_batches([(0, old_blob), (1, new_blob)])
+    assert (d.ints["cached_prompt_tokens"][:5] == codec.NULL).all()
+    assert d.ints["cached_prompt_tokens"][5] == 7 and d.ints["slot_wait_ns"][5] == 1234
+    # A database at revision 0001 upgrades to 0002 with both columns added.
+    engine = create_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    config = alembic_config()
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0001")
+    assert current_revision(engine) == "0001"
+    assert upgrade(engine) == "0002"
+    columns = {c["name"] for c in inspect(engine).get_columns("requests")}
+    assert {"cached_prompt_tokens", "slot_wait_ns"} <= columns
+    engine.dispose()

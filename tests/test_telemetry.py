@@ -471,3 +471,120 @@ def test_figure_without_telemetry_says_so_and_labels_simulated():
     texts = [a.text for a in fig.layout.annotations]
     assert "SIMULATED" in texts and "no server telemetry recorded for this run" in texts
     assert list(fig.data[0].x) == [0.5, 1.5]  # client values at the middle of their second
+
+
+# ---------------------------------------------------------------- llama.cpp, vLLM 0.32, unknown
+
+# Scraped from llama-server (llama-cpp-python 0.3.36's llama.cpp) while 8 slots were busy
+# and 8 requests deferred; HELP lines left out.
+LLAMACPP_TEXT = """\
+# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total 3080
+# TYPE llamacpp:prompt_tokens_cached_total counter
+llamacpp:prompt_tokens_cached_total 16
+# TYPE llamacpp:prompt_seconds_total counter
+llamacpp:prompt_seconds_total 0.412
+# TYPE llamacpp:tokens_predicted_total counter
+llamacpp:tokens_predicted_total 384
+# TYPE llamacpp:n_decode_total counter
+llamacpp:n_decode_total 71
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 8
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 8
+# TYPE llamacpp:n_busy_slots_per_decode gauge
+llamacpp:n_busy_slots_per_decode 5.2
+"""
+
+
+def _points(text: str) -> dict[str, float]:
+    return {p.metric: p.value for p in canonicalize(parse_prometheus(text))}
+
+
+def test_llama_cpp_metrics_map_to_queue_depth_tokens_and_cache():
+    got = _points(LLAMACPP_TEXT)
+    assert got["requests_running"] == 8 and got["requests_waiting"] == 8
+    assert got["generation_tokens_total"] == 384
+    # llama.cpp's prompt_tokens_total leaves cached tokens out: not vLLM's prompt_tokens_total
+    assert got["prompt_tokens_computed_total"] == 3080 and "prompt_tokens_total" not in got
+    assert got["prompt_tokens_cached_total"] == 16
+    assert got["llamacpp:n_decode_total"] == 71  # unknown names are kept raw
+    older = _points("llamacpp:kv_cache_usage_ratio 0.25\nllamacpp:kv_cache_tokens 512\n")
+    assert older["kv_cache_usage"] == 0.25  # builds that still have the gauge
+
+
+def test_vllm_0_32_names_including_its_prefix_cache_counters():
+    # vLLM 0.32 (reference/real-servers.md): kv_cache_usage_perc only, prefix-cache
+    # counters in tokens (prometheus_client adds _total to counters).
+    got = _points(
+        'vllm:num_requests_running{engine="0",model_name="m"} 3\n'
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 1\n'
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.12\n'
+        'vllm:prefix_cache_queries_total{engine="0",model_name="m"} 4096\n'
+        'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 3968\n'
+        'vllm:prompt_tokens_total{engine="0",model_name="m"} 4096\n'
+    )
+    assert got["requests_running"] == 3 and got["kv_cache_usage"] == 0.12
+    assert got["prefix_cache_queries_total"] == 4096 and got["prefix_cache_hits_total"] == 3968
+    assert got["prompt_tokens_total"] == 4096
+    assert _points("sglang:cache_hit_rate 0.75\n")["prefix_cache_hit_rate"] == 0.75
+
+
+class _Stub:
+    """A Source that answers with fixed Prometheus texts, one per read (the last repeats)."""
+
+    name = "server"
+    where = "http://stub/metrics"
+
+    def __init__(self, *texts: str) -> None:
+        self.texts = list(texts)
+
+    def read(self):
+        text = self.texts.pop(0) if len(self.texts) > 1 else self.texts[0]
+        return canonicalize(parse_prometheus(text))
+
+    def close(self) -> None:
+        pass
+
+
+def _record(*texts: str) -> tuple[list[str], object]:
+    warned: list[str] = []
+    scraper = Scraper([_Stub(*texts)], on_warning=warned.append)
+    for _ in texts:
+        scraper.tick()
+    return warned, scraper.stop()
+
+
+def test_a_metrics_endpoint_of_no_known_engine_is_one_warning_naming_those_known():
+    warned, recording = _record(
+        "myengine_queue_len 3\nmyengine_tokens_total 10\n", "myengine_queue_len 4\n"
+    )
+    assert len(warned) == 1
+    for engine in ("vLLM", "SGLang", "TensorRT-LLM", "llama.cpp"):
+        assert engine in warned[0]
+    assert "stored raw" in warned[0]
+    assert recording.sources[0].engine is None
+    known, recording = _record(LLAMACPP_TEXT)
+    assert known == [] and recording.sources[0].engine == "llama.cpp"
+    assert recording.to_payload(0, 0)["sources"]["server"]["engine"] == "llama.cpp"
+
+
+def test_prompt_cache_share_from_each_engines_counters():
+    from bench.telemetry import prompt_cache, recording_frame
+
+    def share(*texts: str) -> dict | None:
+        return prompt_cache(recording_frame(_record(*texts)[1], 0))
+
+    llama = share(
+        "llamacpp:prompt_tokens_total 100\nllamacpp:prompt_tokens_cached_total 10\n",
+        "llamacpp:prompt_tokens_total 116\nllamacpp:prompt_tokens_cached_total 2058\n",
+    )
+    assert (llama["cached_tokens"], llama["prompt_tokens"]) == (2048, 2064)
+    assert llama["share"] == pytest.approx(2048 / 2064)
+    vllm = share(
+        "vllm:prefix_cache_queries_total 0\nvllm:prefix_cache_hits_total 0\n",
+        "vllm:prefix_cache_queries_total 4096\nvllm:prefix_cache_hits_total 1024\n",
+    )
+    assert vllm["share"] == 0.25 and vllm["prompt_tokens"] == 4096
+    assert share("sglang:cache_hit_rate 0.5\n", "sglang:cache_hit_rate 0.7\n")["share"] == 0.6
+    assert share("vllm:num_requests_running 1\n") is None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from array import array
+from collections.abc import Callable
 from time import perf_counter_ns
 
 import numpy as np
@@ -25,6 +26,7 @@ from bench.backends.sse import split_events, split_simple
 from bench.records import (
     CANCELLED,
     COUNT_CHUNKS,
+    COUNT_TOKENIZER,
     COUNT_USAGE,
     ERR_CLIENT,
     ERR_HTTP_3XX,
@@ -60,6 +62,7 @@ class Capture:
         "error_message",
         "cancelled",
         "retries",
+        "released_ns",
     )
 
     def __init__(self) -> None:
@@ -80,6 +83,7 @@ class Capture:
         self.error_message: str | None = None
         self.cancelled = False
         self.retries = 0  # resent once after a reused connection closed before answering
+        self.released_ns = 0  # when a --max-concurrency slot let it go (0: it never waited)
 
 
 def mark_closed(cap: Capture, detail: str) -> None:
@@ -198,18 +202,21 @@ def to_record(
     expected_output_len: int | None = None,
     stats: ReadStats | None = None,
     served: set[str] | None = None,
+    count_tokens: Callable[[str], int] | None = None,
 ) -> RequestRecord:
     """Decode a finished capture into a record; times become ns since the run start t0_ns.
 
     Token times are arrival times (`arrival_times`); `stats`, when given, collects how long
     the reads waited to be read; `served` collects the model names the server answered with.
+    `count_tokens` (a tokenizer's) counts the output tokens of a stream whose server sent no
+    usage; without it each content chunk counts as one.
     Whatever the response held, this returns a record: a response that breaks decoding is
     one failed request (client_error, with the exception), never a failed run.
     """
     try:
         return _to_record(
             cap, index, intended_ns, t0_ns, load_point, turn,
-            expected_input_len, expected_output_len, stats, served,
+            expected_input_len, expected_output_len, stats, served, count_tokens,
         )  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - one bad response fails one request
         rec = RequestRecord(
@@ -240,6 +247,7 @@ def _to_record(
     expected_output_len: int | None,
     stats: ReadStats | None,
     served: set[str] | None,
+    count_tokens: Callable[[str], int] | None,
 ) -> RequestRecord:
     arrived, waits = arrival_times(cap)
     if stats is not None:
@@ -283,7 +291,11 @@ def _to_record(
     if result.completion_tokens is not None:
         rec.output_tokens = int(result.completion_tokens)
         rec.prompt_tokens = result.prompt_tokens
+        rec.cached_prompt_tokens = result.cached_prompt_tokens
         rec.token_count_source = COUNT_USAGE
+    elif count_tokens is not None:
+        rec.output_tokens = count_tokens("".join(result.content_text))
+        rec.token_count_source = COUNT_TOKENIZER
     else:
         rec.output_tokens = len(result.content_reads)
         rec.token_count_source = COUNT_CHUNKS

@@ -99,8 +99,10 @@ class StreamResult:
 
     content_reads: list[int] = field(default_factory=list)  # read index of each content event
     content_chars: int = 0
+    content_text: list[str] = field(default_factory=list)  # to count tokens without usage
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_prompt_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
     done: bool = False
     error_kind: str | None = None
     error_message: str | None = None
@@ -154,6 +156,7 @@ def interpret_objects(objects: list, reads: list[int], done: bool) -> StreamResu
 def _interpret_objects(objects: list, reads: list[int], done: bool) -> StreamResult:
     result = StreamResult(done=done)
     content_reads = result.content_reads
+    texts = result.content_text
     chars = 0
     for obj, read_index in zip(objects, reads, strict=True):
         if type(obj) is not dict:
@@ -170,6 +173,9 @@ def _interpret_objects(objects: list, reads: list[int], done: bool) -> StreamRes
         if usage.__class__ is dict:
             result.prompt_tokens = usage.get("prompt_tokens", result.prompt_tokens)
             result.completion_tokens = usage.get("completion_tokens", result.completion_tokens)
+            details = usage.get("prompt_tokens_details")
+            if details.__class__ is dict:
+                result.cached_prompt_tokens = _token_count(details.get("cached_tokens"))
         if result.model is None:
             model = obj.get("model")
             result.model = model if model.__class__ is str else None
@@ -178,6 +184,7 @@ def _interpret_objects(objects: list, reads: list[int], done: bool) -> StreamRes
             text = choice.get("text") if "text" in choice else _delta_text(choice)
             if text:
                 content_reads.append(read_index)
+                texts.append(text)
                 chars += len(text)
                 break
     result.content_chars = chars
@@ -205,6 +212,13 @@ def _check_usage(result: StreamResult) -> None:
     if bad and result.error_kind is None:
         result.error_kind = ERR_BAD_USAGE
         result.error_message = f"{', '.join(bad)} is not a token count"
+
+
+def _token_count(value: object) -> int | None:
+    """A token count a server reported, or None when it is not a plausible one."""
+    if value.__class__ is int and 0 <= value <= MAX_USAGE_TOKENS:
+        return value
+    return None
 
 
 def _delta_text(choice: dict) -> str:

@@ -118,6 +118,12 @@ def show_command(
                 duration_s=lp.duration_s if lp else None,
                 interrupted=info.status == "interrupted",
             )
+            # What the records cannot say again: the server's cache counters, the notes.
+            stored = (lp.summary_json if lp else None) or info.summary_json or {}
+            server_cache = (stored.get("prompt_cache") or {}).get("server")
+            if server_cache:
+                summary.prompt_cache["server"] = server_cache
+            summary.notes = list(stored.get("notes") or [])
             title = (
                 "run"
                 if index is None
@@ -150,6 +156,10 @@ def show_command(
             out.print(f"{title}: nothing stored")
         elif "metrics" in summary and isinstance(summary.get("throughput"), dict):
             out.print(_summary_table(title, summary))
+            if (summary.get("prompt_cache") or {}).get("largely_cached"):
+                out.print("[yellow]CACHED PROMPTS: most prompt tokens came from the server's cache")
+            for note in summary.get("notes") or []:
+                out.print(f"note: {note}", highlight=False, markup=False)
         else:
             out.print(title)
             out.print_json(json.dumps(summary, default=str))

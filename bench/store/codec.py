@@ -46,10 +46,13 @@ INT_FIELDS: tuple[tuple[str, str], ...] = (
     ("expected_input_len", "expected_input_len"),
     ("expected_output_len", "expected_output_len"),
     ("retries", "retries"),
+    ("cached_prompt_tokens", "cached_prompt_tokens"),  # added in schema 0002; NULL before
+    ("slot_wait_ns", "slot_wait_ns"),  # added in schema 0002; NULL (no wait known) before
 )
 # Columns added after format v1 was first written, and the value older batches mean by
-# their absence (a batch stored before `retries` existed had no retries).
-LATER_INTS: dict[str, int] = {"retries": 0}
+# their absence (a batch stored before `retries` existed had no retries; one stored before
+# schema 0002 does not say what was cached or how long a request waited for a slot).
+LATER_INTS: dict[str, int] = {"retries": 0, "cached_prompt_tokens": NULL, "slot_wait_ns": NULL}
 STR_FIELDS: tuple[str, ...] = ("state", "error_kind", "token_count_source", "error_message")
 
 # Column order of a `requests` SQL row, after run_id and load_point.
@@ -71,6 +74,8 @@ SQL_COLUMNS: tuple[str, ...] = (
     "error_message",
     "expected_input_len",
     "expected_output_len",
+    "cached_prompt_tokens",
+    "slot_wait_ns",
 )
 
 

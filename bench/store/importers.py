@@ -70,7 +70,9 @@ def detect_format(doc: Any) -> str:
             return "guidellm"
         if "ttfts" in doc or ("request_throughput" in doc and "mean_ttft_ms" in doc):
             return "vllm"
-        if "records" in doc and ("input_config" in doc or "time_to_first_token" in str(doc)[:5000]):
+        if "aiperf_version" in doc or (
+            "records" in doc and ("input_config" in doc or "time_to_first_token" in str(doc)[:5000])
+        ):
             return "aiperf"
     raise ImportFormatError(
         "cannot tell which tool wrote this file; pass --format vllm, guidellm or aiperf"
@@ -93,8 +95,32 @@ def import_file(
         run = importer(doc, path)
     except (KeyError, TypeError, IndexError, AttributeError) as exc:
         raise ImportFormatError(f"{path}: not a {fmt} result file as expected ({exc!r})") from None
+    _require_timings(run, fmt, path)
     run.setdefault("name", name or path.stem)
     return _write(run, fmt, db)
+
+
+_NO_TIMINGS_HINT = {
+    "vllm": "vllm bench serve writes per-request timings only with --save-detailed: rerun it "
+    "with --save-result --save-detailed",
+    "guidellm": "expected per-request request_start_time / time_to_first_token_ms or "
+    "info.timings under benchmarks[i].requests (guidellm 0.8 writes them to benchmarks.json)",
+    "aiperf": "the aggregate export has no per-request data: give profile_export.jsonl, "
+    "which aiperf writes beside it",
+}
+
+
+def _require_timings(run: dict[str, Any], fmt: str, path: Path) -> None:
+    """Refuse a file in which no request has a timing: a run stored without latencies
+    would look like a success and say nothing (issue 15)."""
+    records: list[RequestRecord] = run.get("records") or []
+    # A failed request is a result too; an "ok" one without a single time is not.
+    timed = [r for r in records if r.end_ns is not None or r.first_token_ns is not None]
+    if not timed and not any(r.state == FAILED for r in records):
+        found = f"{len(records)} requests, none with a timing" if records else "no requests"
+        raise ImportFormatError(
+            f"{path}: found {found}, so nothing was imported; {_NO_TIMINGS_HINT[fmt]}"
+        )
 
 
 def _write(run: dict[str, Any], source: str, db: str | Engine | None) -> str:
@@ -127,23 +153,32 @@ def _from_epoch(seconds: float | None) -> datetime | None:
 
 
 def _vllm(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`vllm bench serve --save-result --save-detailed`: per request `ttfts`, `itls`,
+    `latencies` (E2EL) and `start_times` (perf_counter seconds, any origin) in seconds,
+    `queue_times` (the wait for a --max-concurrency slot), `input_lens`, `output_lens` and
+    `errors` ("" when it succeeded), as vLLM's serve.py writes them."""
     ttfts = doc.get("ttfts") or []
+    n = len(ttfts)
     itls = doc.get("itls") or [[] for _ in ttfts]
-    in_lens = doc.get("input_lens") or [None] * len(ttfts)
-    out_lens = doc.get("output_lens") or [None] * len(ttfts)
-    errors = doc.get("errors") or [""] * len(ttfts)
-    starts = doc.get("start_times")  # present in some versions; seconds, any origin
+    in_lens = doc.get("input_lens") or [None] * n
+    out_lens = doc.get("output_lens") or [None] * n
+    errors = doc.get("errors") or [""] * n
+    latencies = doc.get("latencies") or [None] * n
+    queues = doc.get("queue_times") or [None] * n
+    starts = doc.get("start_times")  # present since vLLM 0.10; seconds, any origin
     t0 = min(starts) if starts else 0.0
     records = []
     for i, ttft in enumerate(ttfts):
         sent = _ns(starts[i] - t0) if starts else 0
+        wait = (_ns(queues[i]) if i < len(queues) else None) or 0
         error = errors[i] if i < len(errors) else ""
         if error:
             records.append(
                 RequestRecord(
                     index=i,
                     sent_ns=sent,
-                    intended_ns=sent,
+                    intended_ns=sent - wait,
+                    slot_wait_ns=wait,
                     state=FAILED,
                     error_kind="imported_error",
                     error_message=str(error),
@@ -155,13 +190,16 @@ def _vllm(doc: dict[str, Any], path: Path) -> dict[str, Any]:
         first = sent + _ns(ttft)
         gaps = np.round(np.asarray(itls[i], dtype=np.float64) * S).astype(np.int64)
         times = first + np.concatenate([[0], np.cumsum(gaps)]).astype(np.int64)
+        latency = latencies[i] if i < len(latencies) else None
         records.append(
             RequestRecord(
                 index=i,
-                intended_ns=sent,
+                intended_ns=sent - wait,
                 sent_ns=sent,
+                slot_wait_ns=wait,
                 first_token_ns=first,
-                end_ns=int(times[-1]),
+                # vLLM's own E2EL when it wrote one, else the last token's arrival
+                end_ns=sent + _ns(latency) if latency else int(times[-1]),
                 chunk_times_ns=times,
                 prompt_tokens=in_lens[i],
                 output_tokens=out_lens[i],
@@ -210,67 +248,130 @@ def _vllm(doc: dict[str, Any], path: Path) -> dict[str, Any]:
 
 
 def _guidellm(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    """guidellm's benchmarks.json. 0.8 writes per request `info.timings` (epoch seconds:
+    targeted_start, request_start, first_token_iteration, last_token_iteration,
+    request_end) with `request_start_time` and `time_to_first_token_ms` beside them, and a
+    benchmark's strategy under `config.strategy`; earlier releases wrote `start_time`,
+    `first_token_time`, `end_time`, `scheduler_info` and `args.strategy`. Both are read."""
     benchmarks = doc["benchmarks"]
-    starts = [b.get("start_time") or b.get("run_stats", {}).get("start_time") for b in benchmarks]
-    t0 = min(s for s in starts if s is not None)
+    requests = [
+        req
+        for bench in benchmarks
+        for key in ("successful", "errored", "incomplete")
+        for req in (bench.get("requests") or {}).get(key) or []
+    ]
+    starts = [t for req in requests for t in _guidellm_times(req)[:2]]
+    starts += [_guidellm_bounds(b)[0] for b in benchmarks]
+    starts = [t for t in starts if t is not None]
+    t0 = min(starts) if starts else 0.0
     records: list[RequestRecord] = []
     load_points = []
-    worker: dict[str, Any] = {}
     for lp, bench in enumerate(benchmarks):
-        worker = bench.get("worker") or worker
+        config = bench.get("config") or {}
         args = bench.get("args") or {}
-        strategy = args.get("strategy") or bench.get("strategy") or {}
-        start = bench.get("start_time") or bench.get("run_stats", {}).get("start_time")
-        end = bench.get("end_time") or bench.get("run_stats", {}).get("end_time")
+        strategy = config.get("strategy") or args.get("strategy") or bench.get("strategy") or {}
+        start, end = _guidellm_bounds(bench)
         load_points.append(
             {
                 "load_point": lp,
                 "mode": strategy.get("type_"),
                 "target_rate": strategy.get("rate"),
-                "concurrency": strategy.get("streams"),
+                "concurrency": strategy.get("streams") or strategy.get("max_concurrency"),
                 "started_ns": _ns(start - t0) if start else None,
                 "ended_ns": _ns(end - t0) if end else None,
                 "warmup_s": args.get("warmup_duration"),
                 "cooldown_s": args.get("cooldown_duration"),
             }
         )
-        requests = bench.get("requests") or {}
+        groups = bench.get("requests") or {}
         for state, key in ((OK, "successful"), (FAILED, "errored"), (CANCELLED, "incomplete")):
-            for req in requests.get(key) or []:
+            for req in groups.get(key) or []:
                 records.append(_guidellm_request(req, state, lp, len(records), t0))
+    target, model, backend = _guidellm_target(doc, benchmarks)
     return {
-        "endpoint": worker.get("backend_target"),
-        "backend": worker.get("backend_type"),
-        "model": worker.get("backend_model"),
-        "created_at": _from_epoch(t0),
+        "endpoint": target,
+        "backend": backend,
+        "model": model,
+        "created_at": _from_epoch(t0) if starts else None,
         "records": records,
         "load_points": load_points,
         "source_summary": {
             "benchmarks": [
-                {"strategy": (b.get("args") or {}).get("strategy"), "metrics": b.get("metrics")}
+                {
+                    "strategy": (b.get("config") or {}).get("strategy")
+                    or (b.get("args") or {}).get("strategy"),
+                    "metrics": b.get("metrics"),
+                }
                 for b in benchmarks
             ]
         },
     }
 
 
-def _guidellm_request(req: dict, state: str, lp: int, index: int, t0: float) -> RequestRecord:
+def _guidellm_bounds(bench: dict) -> tuple[float | None, float | None]:
+    """A benchmark's start and end (epoch s), wherever this release keeps them."""
+    for holder in (bench, bench.get("run_stats") or {}, bench.get("scheduler_state") or {}):
+        start, end = holder.get("start_time"), holder.get("end_time")
+        if start is not None:
+            return start, end
+    return None, None
+
+
+def _guidellm_target(doc: dict, benchmarks: list[dict]) -> tuple[str | None, ...]:
+    """(target URL, model, backend type) from the report's args (0.8) or a worker (older)."""
+    spec = ((doc.get("config") or {}).get("spec") or {}).get("backend") or {}  # 0.8
+    args = doc.get("args") or {}
+    worker: dict[str, Any] = {}
+    for bench in benchmarks:
+        worker = bench.get("worker") or worker
+    backend_kwargs = args.get("backend_kwargs") or {}
+    target = (
+        spec.get("target")
+        or args.get("target")
+        or backend_kwargs.get("target")
+        or worker.get("backend_target")
+    )
+    model = (
+        spec.get("model")
+        or args.get("model")
+        or backend_kwargs.get("model")
+        or worker.get("backend_model")
+    )
+    backend = spec.get("kind") or args.get("backend") or worker.get("backend_type")
+    if isinstance(backend, dict):
+        backend = backend.get("kind") or backend.get("type_")
+    return target, model, backend
+
+
+def _guidellm_times(req: dict) -> tuple[float | None, ...]:
+    """(targeted start, request start, first token, end) of one request, epoch seconds."""
+    timings = (req.get("info") or {}).get("timings") or {}
     info = req.get("scheduler_info") or {}
-    start = req.get("start_time") or info.get("request_start")
+    start = timings.get("request_start") or req.get("request_start_time") or req.get("start_time")
+    start = start or info.get("request_start")
+    targeted = timings.get("targeted_start") or info.get("targeted_start_time")
+    first = timings.get("first_token_iteration") or req.get("first_token_time")
+    if first is None and start is not None and req.get("time_to_first_token_ms") is not None:
+        first = start + req["time_to_first_token_ms"] / 1000
+    end = timings.get("request_end") or req.get("end_time") or info.get("request_end")
+    return targeted, start, first, end
+
+
+def _guidellm_request(req: dict, state: str, lp: int, index: int, t0: float) -> RequestRecord:
+    targeted, start, first, end = _guidellm_times(req)
     sent = _ns(start - t0) if start is not None else 0
-    targeted = info.get("targeted_start_time")
-    first = req.get("first_token_time")
-    end = req.get("end_time") or info.get("request_end")
-    error = req.get("error")
+    intended = _ns(targeted - t0) if targeted is not None else sent
+    error = req.get("error") or (req.get("info") or {}).get("error")
     return RequestRecord(
         index=index,
         load_point=lp,
-        intended_ns=_ns(targeted - t0) if targeted else sent,
+        intended_ns=min(intended, sent),
         sent_ns=sent,
-        first_token_ns=_ns(first - t0) if first else None,
-        end_ns=_ns(end - t0) if end else None,
+        first_token_ns=_ns(first - t0) if first is not None else None,
+        end_ns=_ns(end - t0) if end is not None else None,
         prompt_tokens=req.get("prompt_tokens"),
         output_tokens=req.get("output_tokens"),
+        cached_prompt_tokens=req.get("cached_tokens"),  # 0.8: the server's usage said so
         token_count_source=COUNT_USAGE,
         state=state,
         error_kind=None if state == OK else ("imported_error" if state == FAILED else "cancelled"),
@@ -294,11 +395,16 @@ def _aiperf(doc: Any, path: Path) -> dict[str, Any]:
             aggregate = json.loads(sibling.read_text())
     config = aggregate.get("input_config") or {}
     endpoint = config.get("endpoint") or {}
-    loadgen = config.get("loadgen") or {}
-    models = endpoint.get("model_names") or []
+    # 0.13 keeps the load in input_config.phases and the models under models.items; older
+    # releases in loadgen and endpoint.model_names
+    phases = [p for p in config.get("phases") or [] if p.get("kind") != "warmup"]
+    loadgen = config.get("loadgen") or (phases[0] if phases else {})
+    models = endpoint.get("model_names") or [
+        m.get("name") for m in (config.get("models") or {}).get("items") or []
+    ]
     records = _aiperf_records(lines or [])
     ends = [r.end_ns for r in records if r.end_ns is not None]
-    url = endpoint.get("url")
+    url = endpoint.get("url") or next(iter(endpoint.get("urls") or []), None)
     if url and "://" not in url:
         url = f"http://{url}"
     return {
@@ -358,11 +464,20 @@ def _aiperf_records(lines: Iterable[dict]) -> list[RequestRecord]:
                 intended_ns=sent,
                 sent_ns=sent,
                 first_token_ns=first,
-                end_ns=None if end is None else end - t0,
+                # aiperf's own E2E latency where it kept one, else the record's end stamp
+                end_ns=sent + _ns(latency, MS)
+                if (latency := _metric(metrics, "request_latency")) is not None
+                else (None if end is None else end - t0),
                 chunk_times_ns=times,
-                prompt_tokens=_metric(metrics, "input_sequence_length"),
-                output_tokens=_metric(metrics, "output_sequence_length"),
-                token_count_source=COUNT_TOKENIZER,
+                # the server's usage where aiperf kept it (0.13), else aiperf's tokenizer's
+                prompt_tokens=_metric(metrics, "usage_prompt_tokens")
+                or _metric(metrics, "input_sequence_length"),
+                output_tokens=_metric(metrics, "usage_completion_tokens")
+                or _metric(metrics, "output_sequence_length"),
+                cached_prompt_tokens=_metric(metrics, "usage_prompt_cache_read_tokens"),
+                token_count_source=COUNT_USAGE
+                if _metric(metrics, "usage_completion_tokens") is not None
+                else COUNT_TOKENIZER,
                 state=state,
                 http_status=(error or {}).get("code") if isinstance(error, dict) else None,
                 error_kind=None

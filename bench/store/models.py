@@ -130,6 +130,10 @@ class Request(Base):
     error_message: Mapped[str | None] = mapped_column(Text)
     expected_input_len: Mapped[int | None]
     expected_output_len: Mapped[int | None]
+    # schema 0002: prompt tokens the server said it served from its prefix cache, and the
+    # wait for a --max-concurrency slot (not send lag)
+    cached_prompt_tokens: Mapped[int | None]
+    slot_wait_ns: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (Index("ix_requests_run_load_point", "run_id", "load_point"),)
 

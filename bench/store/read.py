@@ -200,6 +200,8 @@ _COLUMNS_FIELDS = (
     "state",
     "error_kind",
     "gaps",
+    "slot_wait_ns",
+    "cached_prompt_tokens",
 )
 
 
@@ -244,6 +246,8 @@ def columns_from_decoded(d: codec.Decoded) -> Columns:
         output_tokens=d.as_float("output_tokens"),
         itl_ns=d.gaps[_gap_mask(d, ok)].astype(np.float64),
         gap_counts=np.where(ok, np.maximum(d.ints["n_chunks"] - 1, 0), 0),
+        slot_wait_ns=np.nan_to_num(d.as_float("slot_wait_ns")),
+        cached_prompt_tokens=d.as_float("cached_prompt_tokens"),
     )
 
 
@@ -275,14 +279,14 @@ def load_records(
             np.cumsum(d.gaps[start:end], out=times[1:])
             times[1:] += first
         start = end
-        records.append(
-            RequestRecord(
-                chunk_times_ns=times,
-                load_point=int(d.load_point[i]),
-                **{attr: ints[name][i] for name, attr in codec.INT_FIELDS},
-                **{name: texts[name][i] for name in codec.STR_FIELDS},
-            )
+        rec = RequestRecord(
+            chunk_times_ns=times,
+            load_point=int(d.load_point[i]),
+            **{attr: ints[name][i] for name, attr in codec.INT_FIELDS},
+            **{name: texts[name][i] for name in codec.STR_FIELDS},
         )
+        rec.slot_wait_ns = rec.slot_wait_ns or 0  # unknown in runs stored before schema 0002
+        records.append(rec)
     return records
 
 

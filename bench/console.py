@@ -2,13 +2,41 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
-from bench.metrics import LATENCY_METRICS, Summary
+if TYPE_CHECKING:
+    from bench.metrics import Summary
 
-console = Console(stderr=False, highlight=False)
-err_console = Console(stderr=True, highlight=False)
+
+class PipeSafeConsole(Console):
+    """A Console whose tables are never cut when the output is not a terminal.
+
+    Rich lays out piped output at 80 columns and squeezes wide tables with "…", which cut
+    numbers and run ids. Piped, a table is printed at its natural width instead (a terminal
+    still gets tables fitted, and wrapped, to its width).
+    """
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        tables = [o for o in objects if isinstance(o, Table)]
+        if self.is_terminal or not tables or "width" in kwargs:
+            super().print(*objects, **kwargs)
+            return
+        wide = self.options.update_width(100_000)
+        natural = max(Measurement.get(self, wide, t).maximum for t in tables)
+        saved = self._width
+        self.width = max(self.width, natural)
+        try:
+            super().print(*objects, **kwargs)
+        finally:
+            self._width = saved
+
+
+console = PipeSafeConsole(stderr=False, highlight=False)
+err_console = PipeSafeConsole(stderr=True, highlight=False)
 
 _NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
 
@@ -18,9 +46,12 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 
 def summary_tables(
-    summary: Summary, *, title: str = "Results", metrics: tuple[str, ...] = LATENCY_METRICS
+    summary: Summary, *, title: str = "Results", metrics: tuple[str, ...] | None = None
 ) -> list[Table]:
     """The results table (counts, throughput) and the latency table (ms)."""
+    from bench.metrics import LATENCY_METRICS
+
+    metrics = metrics or LATENCY_METRICS
     head = Table(title=title, show_header=False, title_justify="left")
     head.add_column("what")
     head.add_column("value", justify="right")
@@ -67,7 +98,7 @@ def summary_tables(
     return [head, lat]
 
 
-def print_summary(summary: Summary, *, title: str = "Results", metrics=LATENCY_METRICS) -> None:
+def print_summary(summary: Summary, *, title: str = "Results", metrics=None) -> None:
     for table in summary_tables(summary, title=title, metrics=metrics):
         console.print(table)
     if summary.interrupted:

@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 
 from bench.cost import Catalogue, PriceCatalogueError, load_catalogue
 from bench.curves import RunCurve, gpu_colour, run_curve
+from bench.extras import MissingExtraError
 from bench.store.engine import get_engine
 from bench.store.errors import RunNotFoundError, StoreError
 from bench.store.models import RUNNING
@@ -182,6 +183,10 @@ def create_app(
     @app.exception_handler(RunNotFoundError)
     async def _not_found(_request: Request, exc: RunNotFoundError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(MissingExtraError)
+    async def _missing_extra(_request: Request, exc: MissingExtraError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=400)
 
     @app.exception_handler(StoreError)
     async def _store(_request: Request, exc: StoreError) -> JSONResponse:

@@ -22,6 +22,17 @@ SUMMARY_KEYS = {
     "goodput_requests_per_s",
     "send_lag_ms",
     "client_limited",
+    # what a CI job needs to know what was measured (issue 14)
+    "run_id",
+    "model",
+    "base_url",
+    "endpoint",
+    "backend",
+    "load",
+    "total_input_tokens",
+    "total_output_tokens",
+    "client_limited_reasons",
+    "failure_examples",
 }
 STAT_KEYS = {"mean", "std", "p50", "p90", "p95", "p99", "p99.9"}
 
@@ -48,7 +59,7 @@ def test_summary_json_contract_and_goodput(fake_server, tmp_path, db):
     proc = tokenbench(
         "run", "--base-url", fake_server.url, "--num-prompts", "30", "--request-rate", "60",
         "--random-input-len", "20", "--random-output-len", "11", "--goodput", "ttft:500",
-        "--goodput", "tpot:5", "--summary-json", str(out), "--db", db,
+        "tpot:5", "--summary-json", str(out), "--db", db,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     s = json.loads(out.read_text())
@@ -61,6 +72,13 @@ def test_summary_json_contract_and_goodput(fake_server, tmp_path, db):
     assert s["interrupted"] is False
     assert isinstance(s["client_limited"], bool)  # its truth is tested in test_client_limited
     assert s["metrics"]["tpot_ms"]["p50"] == pytest.approx(10, abs=0.5)
+    assert s["base_url"] == fake_server.url and s["model"] == "fake-model"
+    assert s["run_id"] and s["run_id"] in proc.stdout
+    assert s["load"]["shape"] == "poisson" and s["load"]["request_rate"] == 60
+    assert s["load"]["num_prompts"] == 30 and s["load"]["max_concurrency"] is None
+    assert s["total_output_tokens"] == 30 * 11
+    assert s["client_limited_reasons"] == [] or s["client_limited"] is True
+    assert s["failure_examples"] == {}
     # TPOT 10 ms breaks the 5 ms goodput SLO for every request.
     assert s["goodput_requests_per_s"] == 0.0
     assert "Output token throughput" in proc.stdout and "TTFT" in proc.stdout

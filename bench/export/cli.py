@@ -36,11 +36,15 @@ def default_out(fmt: str) -> Path:
 
 def write(report, fmt: str, out: Path) -> Path:
     """Render `report` in `fmt` to `out`; returns what was written (file or folder)."""
+    from bench.extras import require
+
     if fmt == "pptx":
+        require("pptx", "PowerPoint export")
         from bench.export.pptx import write_pptx
 
         return write_pptx(report, out)
     if fmt == "xlsx":
+        require("openpyxl", "Excel export")
         from bench.export.xlsx import write_xlsx
 
         return write_xlsx(report, out)
@@ -53,6 +57,7 @@ def write(report, fmt: str, out: Path) -> Path:
 
         return write_html(report, out)
     if fmt in ("png", "svg"):
+        require("kaleido", f"{fmt.upper()} export")
         from bench.export.images import write_images
 
         write_images(report, out, fmt)

@@ -11,16 +11,13 @@ import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from bench.sim.profiles import ProfileError, efficiency_sources, load_gpus, load_models
-from bench.sim.roofline import Deployment
+from bench.console import console
 
 sim_app = typer.Typer(
     help="The simulated GPU endpoint (results are simulated).", no_args_is_help=True
 )
-console = Console()
 
 
 @sim_app.command()
@@ -40,6 +37,7 @@ def serve(
     ),
 ) -> None:
     """Run an OpenAI-compatible server that emits tokens at their simulated times."""
+    from bench.sim.profiles import ProfileError
     from bench.sim.server import run_server
     from bench.sim.virtual import build_engine
 
@@ -80,6 +78,7 @@ def run(
     """Run a scenario in virtual time (no HTTP, far faster than real time), stored as simulated."""
     from bench.cli import fail, flag_overrides, resolve_scenario
     from bench.console import sweep_table
+    from bench.sim.profiles import ProfileError
     from bench.sim.virtual import run_virtual_sweep
     from bench.store.errors import StoreError
     from bench.sweep import PointResult, PointSpec, mean_rate, parse_values
@@ -113,6 +112,8 @@ def run(
 @sim_app.command()
 def gpus() -> None:
     """List the GPU profiles (gpus.yaml) and the efficiency parameters with their sources."""
+    from bench.sim.profiles import efficiency_sources, load_gpus
+
     table = Table(title="GPU profiles (bench/sim/profiles/gpus.yaml)")
     for col in [
         "name",
@@ -149,6 +150,9 @@ def gpus() -> None:
 @sim_app.command()
 def models() -> None:
     """List the model profiles (models.yaml) with derived weight and KV sizes."""
+    from bench.sim.profiles import load_models
+    from bench.sim.roofline import Deployment
+
     table = Table(title="Model profiles (bench/sim/profiles/models.yaml)")
     for col in [
         "name",

@@ -169,6 +169,10 @@ def create_app(
         state.jobs.shutdown()
 
     app = FastAPI(
+        # /docs is served by server/pages.py with Swagger UI's assets vendored (no CDN);
+        # ReDoc has no vendored copy, so it is off rather than blank offline.
+        docs_url=None,
+        redoc_url=None,
         title="tokenbench",
         version=_version(),
         summary="LLM inference benchmarks: throughput-vs-latency curves and $/Mtok per GPU tier",

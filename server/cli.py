@@ -11,19 +11,26 @@ from typing import Annotated
 
 import typer
 
+# Not 8000: that is vLLM's (and trtllm-serve's) default, where the endpoint under test runs.
+DEFAULT_PORT = 8300
+
 
 def serve_command(
     db: Annotated[
         str | None,
         typer.Option(
-            "--db", help="SQLAlchemy URL; default $TOKENBENCH_DB or results/tokenbench.db"
+            "--db",
+            help="SQLAlchemy URL or SQLite path; default $TOKENBENCH_DB, else "
+            "results/tokenbench.db under the current folder",
         ),
     ] = None,
     host: Annotated[
         str,
         typer.Option(help="Address to listen on; beyond loopback, reads need the token too"),
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535)] = 8000,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port to listen on (not vLLM's 8000)")
+    ] = DEFAULT_PORT,
     allow_host: Annotated[
         list[str] | None,
         typer.Option(
@@ -42,7 +49,9 @@ def serve_command(
         Path | None,
         typer.Option("--prices-file", help="Your prices YAML; tiers added via the API go here"),
     ] = None,
-    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="uvicorn's: critical, error, warning, info, debug")
+    ] = "info",
 ) -> None:
     """Serve the REST API (/api, /docs) and the dashboard comparing runs (B200 beside H100)."""
     import uvicorn

@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from bench.console import console
+from bench.console import console, err_console
 
 sim_app = typer.Typer(
     help="The simulated GPU endpoint (results are simulated).", no_args_is_help=True
@@ -45,15 +45,28 @@ def serve(
     try:
         engine = build_engine(gpu, model, precision, tp, max_num_seqs, max_num_batched_tokens)
     except (ProfileError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc
     dep = engine.dep
-    console.print(
-        f"[bold]SIMULATED[/bold] {dep.label}: KV cache {engine.capacity_tokens:,} tokens, "
-        f"batch-1 decode step {dep.step_time(1, 1, 0, 0) * 1e3:.1f} ms; "
-        f"http://{host}:{port}/v1  (Ctrl-C to stop)"
-    )
-    run_server(engine, dep.model.name, host, port, default_max_tokens)
+
+    def banner(bound: int) -> None:
+        console.print(
+            f"[bold]SIMULATED[/bold] {dep.label}: KV cache {engine.capacity_tokens:,} tokens, "
+            f"batch-1 decode step {dep.step_time(1, 1, 0, 0) * 1e3:.1f} ms; "
+            f"http://{host}:{bound}/v1  (Ctrl-C to stop)"
+        )
+
+    try:
+        run_server(engine, dep.model.name, host, port, default_max_tokens, ready=banner)
+    except OSError as exc:
+        err_console.print(
+            f"[red]error:[/red] cannot listen on {host}:{port}: {exc.strerror or exc}"
+            + ("; is another server on that port? Pick another with --port" if port else ""),
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(2) from None
+    console.print("stopped")
 
 
 @sim_app.command("run")

@@ -27,6 +27,8 @@ app = typer.Typer(
         "else in results/tokenbench.db under the current folder; --db overrides both."
     ),
     pretty_exceptions_enable=False,
+    # Plain help: rich's tables cut flag names and URLs at 80 columns ("--random-input-l…").
+    rich_markup_mode=None,
 )
 
 

@@ -16,12 +16,14 @@ class PipeSafeConsole(Console):
     """A Console whose tables are never cut when the output is not a terminal.
 
     Rich lays out piped output at 80 columns and squeezes wide tables with "…", which cut
-    numbers and run ids. Piped, a table is printed at its natural width instead (a terminal
-    still gets tables fitted, and wrapped, to its width).
+    numbers and run ids. Piped, a table is printed at its natural width instead, and a line
+    of text stays one line (a terminal still gets both fitted, and wrapped, to its width).
     """
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         tables = [o for o in objects if isinstance(o, Table)]
+        if not self.is_terminal and not tables:
+            kwargs.setdefault("soft_wrap", True)  # a line stays one line: ids are never split
         if self.is_terminal or not tables or "width" in kwargs:
             super().print(*objects, **kwargs)
             return

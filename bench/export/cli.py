@@ -105,9 +105,18 @@ def export_command(
     utilisation: Annotated[
         float, typer.Option("--utilisation", min=0.01, max=1.0, help="Fleet utilisation")
     ] = 1.0,
-    prices_file: Annotated[Path | None, typer.Option("--prices-file")] = None,
+    prices_file: Annotated[
+        Path | None, typer.Option("--prices-file", help="Your own price tiers (YAML)")
+    ] = None,
     price: Annotated[list[str] | None, typer.Option("--price", help="GPU:tier=USD")] = None,
-    db: Annotated[str | None, typer.Option("--db")] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            help="SQLAlchemy URL or SQLite path; default $TOKENBENCH_DB, else "
+            "results/tokenbench.db under the current folder",
+        ),
+    ] = None,
 ) -> None:
     """Export runs for a procurement deck: PowerPoint, Excel, CSV, HTML, PNG or SVG."""
     from bench.cost import PriceCatalogueError, load_catalogue

@@ -79,13 +79,19 @@ def run(
     request_rates: str | None = typer.Option(
         None, "--request-rates", help="sweep: mean rates, e.g. 1,2,4,8 (default: the scenario's)"
     ),
-    num_prompts: int | None = typer.Option(None, "--num-prompts", min=1),
+    num_prompts: int | None = typer.Option(
+        None, "--num-prompts", min=1, help="requests per point (default 1000)"
+    ),
     point_duration: float | None = typer.Option(
         None, "--point-duration", help="seconds of (virtual) traffic per point"
     ),
-    random_input_len: int | None = typer.Option(None, "--random-input-len", min=1),
-    random_output_len: int | None = typer.Option(None, "--random-output-len", min=1),
-    seed: int | None = typer.Option(None),
+    random_input_len: int | None = typer.Option(
+        None, "--random-input-len", min=1, help="prompt tokens per request"
+    ),
+    random_output_len: int | None = typer.Option(
+        None, "--random-output-len", min=1, help="output tokens per request"
+    ),
+    seed: int | None = typer.Option(None, help="same seed, same schedule and prompts"),
     db: str | None = typer.Option(None, "--db", help="SQLAlchemy URL of the results database"),
 ) -> None:
     """Run a scenario in virtual time (no HTTP, far faster than real time), stored as simulated."""

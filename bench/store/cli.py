@@ -135,7 +135,7 @@ def runs_command(
         out.print(f"no runs stored yet in {where}", highlight=False, soft_wrap=True)
         return
     out.print(table)
-    out.print(f"{len(runs)} runs from {where}", highlight=False, soft_wrap=True)
+    out.print(f"{len(runs)} run{'' if len(runs) == 1 else 's'} from {where}", highlight=False)
 
 
 @_clean_errors

@@ -952,7 +952,7 @@ app.add_typer(sim_app, name="sim", help="The simulated GPU endpoint (no GPU need
 def demo_command(
     db: Annotated[str | None, typer.Option("--db", help="Where to store the two runs")] = None,
 ) -> None:
-    """B200 beside H100 on simulated endpoints: a short bursty-chat sweep of each (~2 min)."""
+    """B200 beside H100 on simulated endpoints: a short bursty-chat sweep of each (about 70 s)."""
     from bench.sim.demo import run_demo
     from bench.store.errors import StoreError
 

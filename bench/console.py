@@ -25,6 +25,10 @@ class PipeSafeConsole(Console):
         if not self.is_terminal and not tables:
             kwargs.setdefault("soft_wrap", True)  # a line stays one line: ids are never split
         if self.is_terminal or not tables or "width" in kwargs:
+            for table in tables:  # too narrow a terminal wraps a cell, never cuts it to "…"
+                for column in table.columns:
+                    if column.overflow == "ellipsis":
+                        column.overflow = "fold"
             super().print(*objects, **kwargs)
             return
         wide = self.options.update_width(100_000)

@@ -135,3 +135,26 @@ def test_sim_serve_busy_port_and_ctrl_c_are_clean():
     for noise in ("Traceback", "Event loop is closed", "Task was destroyed", "KeyboardInterrupt"):
         assert noise not in err, err
     assert "SIMULATED" in out and "stopped" in out
+
+
+def test_tables_wrap_on_a_narrow_terminal_and_widen_when_piped():
+    import io
+
+    from rich.table import Table
+
+    from bench.console import PipeSafeConsole
+
+    def table() -> Table:
+        t = Table("throughput", "run", "note")
+        t.add_row("1,086,123.45", "abcdef0123456789", "x" * 30)
+        return t
+
+    terminal = io.StringIO()
+    PipeSafeConsole(file=terminal, force_terminal=True, width=40, color_system=None).print(table())
+    assert "…" not in terminal.getvalue()
+    assert max(len(line) for line in terminal.getvalue().splitlines()) <= 40
+    assert "1,086,123." in terminal.getvalue() and "abcdef0123" in terminal.getvalue()
+    piped = io.StringIO()
+    PipeSafeConsole(file=piped, width=40).print(table())
+    assert "1,086,123.45" in piped.getvalue() and "abcdef0123456789" in piped.getvalue()
+    assert "x" * 30 in piped.getvalue() and "…" not in piped.getvalue()

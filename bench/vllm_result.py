@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.metrics import Summary, percentile_key, summarize
+from bench.metrics import Summary, percentile_key, stats_ms, summarize
 from bench.records import OK, RequestRecord
 
 VLLM_DEFAULT_PERCENTILE_METRICS = ("ttft", "tpot", "itl")
@@ -158,9 +158,19 @@ def vllm_result(
             "rtfx": 0.0,
         }
     )
+    ok = [r for r in sent if r.state == OK]
+    # vLLM's two client-side queue metrics: the wait for a --max-concurrency slot (our send
+    # lag: actual - intended send) and E2EL including it, over completed requests.
+    queue_ns = {
+        "client_queue_time": [r.send_lag_ns for r in ok],
+        "e2el_including_client_queue": [r.e2el_ns + r.send_lag_ns for r in ok],
+    }
     for name in metrics:
-        s = stats.metrics.get(name)
-        if s is None:
+        if name in queue_ns:
+            s = stats_ms(np.asarray(queue_ns[name], dtype=np.float64), (50.0, *percentiles))
+        elif name in stats.metrics:
+            s = stats.metrics[name]
+        else:
             continue
         result[f"mean_{name}_ms"] = s.mean
         result[f"median_{name}_ms"] = s.percentiles[percentile_key(50.0)]

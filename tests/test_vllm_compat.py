@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 
 from bench.vllm_compat import spread_multi_values
@@ -116,6 +117,7 @@ def test_concurrency_with_a_rate_caps_in_flight_requests(fake_server, tmp_path):
         "run", "--base-url", fake_server.url, "--concurrency", "4", "--request-rate", "200",
         "--num-prompts", "24", "--random-output-len", "5", "--summary-json", str(out),
         "--save-result", "--save-detailed", "--result-filename", str(tmp_path / "v.json"),
+        "--percentile-metrics", "ttft,client_queue_time,e2el_including_client_queue",
         "--no-store",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -127,6 +129,12 @@ def test_concurrency_with_a_rate_caps_in_flight_requests(fake_server, tmp_path):
     assert v["max_concurrent_requests"] <= 4
     # at 200 req/s with at most 4 in flight (each ~90 ms), requests waited in the client
     assert max(v["queue_times"]) > 0.05
+    assert v["p99_client_queue_time_ms"] == pytest.approx(
+        float(np.percentile(v["queue_times"], 99)) * 1e3, rel=1e-6
+    )
+    assert v["mean_e2el_including_client_queue_ms"] == pytest.approx(
+        (np.mean(v["latencies"]) + np.mean(v["queue_times"])) * 1e3, rel=1e-6
+    )
     conflict = tokenbench(
         "run", "--base-url", fake_server.url, "--concurrency", "4", "--request-rate", "2",
         "--max-concurrency", "8", "--no-store",

@@ -9,6 +9,7 @@ missing fails with one line naming the pip command, never a ModuleNotFoundError 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 # module -> (extra, the pip distribution that provides it)
@@ -37,10 +38,23 @@ def install_hint(module: str) -> str:
     return f"pip install 'tokenbench[{extra}]'"
 
 
+def missing_message(module: str, feature: str) -> str:
+    """'<feature> needs <dist>: pip install 'tokenbench[<extra>]''."""
+    _, dist = EXTRAS[module]
+    return f"{feature} needs {dist}: {install_hint(module)}"
+
+
+def available(module: str) -> bool:
+    """Whether `module` can be imported, without importing it (for pages that offer it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: sys.modules[module] is None
+        return False
+
+
 def require(module: str, feature: str) -> ModuleType:
     """Import `module` or raise MissingExtraError: '<feature> needs <dist>: pip install ...'."""
     try:
         return importlib.import_module(module)
     except ImportError:
-        _, dist = EXTRAS[module]
-        raise MissingExtraError(f"{feature} needs {dist}: {install_hint(module)}") from None
+        raise MissingExtraError(missing_message(module, feature)) from None

@@ -266,7 +266,21 @@ def compare_page(
         chart_names=charts[1],
         run_query="&".join(f"run={quote(c.run_id)}" for c in curves),
         cheapest=_cheapest,
+        unavailable=unavailable_downloads(),
     )
+
+
+def unavailable_downloads() -> dict[str, str]:
+    """Download formats whose optional extra is not installed -> what to install, so the
+    page shows the hint instead of a link that answers 400."""
+    from bench.export.cli import NEEDS
+    from bench.extras import available, missing_message
+
+    return {
+        fmt: missing_message(*NEEDS[fmt])
+        for fmt in ("pptx", "xlsx")
+        if not available(NEEDS[fmt][0])
+    }
 
 
 def _cheapest(rows):

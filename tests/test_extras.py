@@ -89,6 +89,9 @@ async def test_the_dashboard_download_without_the_extra_is_a_400(stored_run, mon
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://test"
         ) as client:
+            installed = await client.get(f"/compare?run={run}")
+            assert f"/api/export?run={run}&format=pptx" in installed.text
+            assert "missing-extras" not in installed.text
             for module, fmt, dist in (("pptx", "pptx", "python-pptx"), ("openpyxl", "xlsx",
                                                                         "openpyxl")):  # fmt: skip
                 monkeypatch.setitem(sys.modules, module, None)
@@ -96,5 +99,11 @@ async def test_the_dashboard_download_without_the_extra_is_a_400(stored_run, mon
                 assert r.status_code == 400, r.text
                 assert dist in r.json()["detail"]
                 assert "pip install 'tokenbench[export]'" in r.json()["detail"]
+            # the compare page offers the hint instead of a link that answers 400
+            page = await client.get(f"/compare?run={run}")
+            assert page.status_code == 200
+            assert f"/api/export?run={run}&format=pptx" not in page.text
+            assert "format=html" in page.text
+            assert "Excel export needs openpyxl: pip install" in page.text
     finally:
         app.state.tb.jobs.shutdown()

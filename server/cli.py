@@ -61,6 +61,16 @@ def serve_command(
     from server.app import create_app
     from server.auth import TOKEN_ENV, is_loopback, resolve_token
 
+    try:
+        sock = listen(host, port)
+    except OSError as exc:
+        typer.echo(
+            f"error: cannot listen on {host}:{port}: {exc.strerror or exc}"
+            + ("; is another server on that port? Pick another with --port" if port else ""),
+            err=True,
+        )
+        raise typer.Exit(2) from None
+    port = sock.getsockname()[1]
     token, generated = resolve_token()
     reads_open = open_reads or is_loopback(host)
     try:
@@ -72,6 +82,7 @@ def serve_command(
             prices_file=prices_file,
         )
     except (StoreError, ValueError) as exc:
+        sock.close()
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     shown = f"[{host}]" if ":" in host else host
@@ -82,4 +93,13 @@ def serve_command(
         typer.echo(f"API token: from ${TOKEN_ENV}")
     typer.echo("reads: open" if reads_open else "reads: need the token (--open-reads to open them)")
     typer.echo(f"background runs may target: {app.state.tb.allow.describe()}")
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    uvicorn.Server(uvicorn.Config(app, log_level=log_level)).run(sockets=[sock])
+
+
+def listen(host: str, port: int):
+    """The listening socket, bound before anything is printed: a busy port is one line,
+    not a banner followed by uvicorn's error."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=2048)

@@ -158,3 +158,22 @@ def test_tables_wrap_on_a_narrow_terminal_and_widen_when_piped():
     PipeSafeConsole(file=piped, width=40).print(table())
     assert "1,086,123.45" in piped.getvalue() and "abcdef0123456789" in piped.getvalue()
     assert "x" * 30 in piped.getvalue() and "…" not in piped.getvalue()
+
+
+def test_serve_on_a_busy_port_is_one_line_before_any_banner(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = tokenbench("serve", "--port", str(port), "--db", f"sqlite:///{tmp_path / 'x.db'}")
+    assert proc.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr and "--port" in proc.stderr
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+
+
+def test_serve_defaults_to_a_port_other_than_vllms():
+    from server.cli import DEFAULT_PORT
+
+    assert DEFAULT_PORT != 8000
+    text = " ".join(tokenbench("serve", "--help").stdout.split())
+    assert f"[default: {DEFAULT_PORT};" in text

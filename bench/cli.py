@@ -295,11 +295,11 @@ GoodputOpt = Annotated[
 ]
 TokenizerOpt = Annotated[
     str | None,
-    typer.Option("--tokenizer", help="Hugging Face tokenizer (name or path) to render prompts"),
+    typer.Option(
+        "--tokenizer", help="Hugging Face tokenizer (tokenizer.json or its folder) for prompts"
+    ),
 ]
-SeedOpt = Annotated[
-    int | None, typer.Option("--seed", help="Same seed, same schedule and prompts (default 0)")
-]
+SeedOpt = Annotated[int | None, typer.Option("--seed", help="Same seed, same schedule and prompts")]
 IgnoreEosOpt = Annotated[
     bool | None,
     typer.Option("--ignore-eos/--no-ignore-eos", help="Force exactly the requested output length"),

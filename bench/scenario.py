@@ -122,7 +122,8 @@ class WorkloadSpec(_Strict):
     turns: int = Field(default=1, ge=1)
     prompt_format: Literal["text", "token_ids"] = "text"
     ignore_eos: bool = True
-    # Hugging Face tokenizer (name or path) to render prompts with, like vLLM's --tokenizer
+    # A local Hugging Face tokenizer (a folder with tokenizer.json, or the file): prompts of
+    # exactly input.mean tokens, and output tokens counted when a server sends no usage.
     tokenizer: str | None = None
 
 

@@ -364,7 +364,7 @@ SummaryJsonOpt = Annotated[
 ]
 
 
-@app.command("run", cls=VllmCommand)
+@app.command("run", cls=VllmCommand, short_help="One load point (like vllm bench serve).")
 def run_command(
     base_url: BaseUrlOpt = None,
     endpoint: EndpointOpt = None,
@@ -637,7 +637,7 @@ def save_vllm_result(options, sc, plan, summary, records, run_id: str | None) ->
     console.print(f"vLLM result JSON: {path}", highlight=False, soft_wrap=True)
 
 
-@app.command("sweep", cls=VllmCommand)
+@app.command("sweep", cls=VllmCommand, short_help="Many load points: a latency curve.")
 def sweep_command(
     base_url: BaseUrlOpt = None,
     endpoint: EndpointOpt = None,
@@ -886,12 +886,14 @@ __all__ = ["app", "fail", "flag_overrides", "resolve_scenario"]
 # ---------------------------------------------------------------- other rooms' commands
 from bench.cost_cli import prices_command  # noqa: E402
 
-app.command("prices", help="List the GPU pricing catalogue ($/GPU-hour per tier, with sources).")(
-    prices_command
-)
+app.command(
+    "prices",
+    help="List the GPU pricing catalogue ($/GPU-hour per tier, with sources).",
+    short_help="GPU prices per tier, with sources.",
+)(prices_command)
 
 
-@app.command("compare")
+@app.command("compare", short_help="Runs side by side: capacity, P99s, $/Mtok.")
 def compare_command(
     runs: Annotated[list[str], typer.Argument(help="Run ids (or unique prefixes or names)")],
     slo: Annotated[
@@ -948,7 +950,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(sim_app, name="sim", help="The simulated GPU endpoint (no GPU needed).")
 
 
-@app.command("demo")
+@app.command("demo", short_help="B200 beside H100, simulated (about 70 s).")
 def demo_command(
     db: Annotated[str | None, typer.Option("--db", help="Where to store the two runs")] = None,
 ) -> None:

@@ -49,6 +49,13 @@ def test_help_at_80_columns_shows_every_flag_name_whole():
                     assert name in proc.stdout, (path, name)
 
 
+def test_command_lists_at_80_columns_are_not_cut():
+    for group in ([], ["sim"], ["db"]):
+        text = tokenbench(*group, "--help", env={"COLUMNS": "80"}).stdout
+        cut = [line for line in text.splitlines() if line.rstrip().endswith("...")]
+        assert [line for line in cut if not line.startswith("Usage:")] == [], text
+
+
 def test_root_help_says_where_runs_are_stored():
     proc = tokenbench("--help", env={"COLUMNS": "80"})
     assert "$TOKENBENCH_DB" in proc.stdout and "results/tokenbench.db" in proc.stdout

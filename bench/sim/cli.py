@@ -20,7 +20,7 @@ sim_app = typer.Typer(
 )
 
 
-@sim_app.command()
+@sim_app.command(short_help="An OpenAI-compatible simulated endpoint.")
 def serve(
     gpu: str = typer.Option("B200", help="GPU profile or alias (see `sim gpus`)"),
     model: str = typer.Option("llama-3.3-70b", help="model profile (see `sim models`)"),
@@ -69,7 +69,7 @@ def serve(
     console.print("stopped")
 
 
-@sim_app.command("run")
+@sim_app.command("run", short_help="A scenario in virtual time, stored.")
 def run(
     gpu: str = typer.Option("B200", help="GPU profile or alias (see `sim gpus`)"),
     model: str = typer.Option("llama-3.3-70b", help="model profile (see `sim models`)"),
@@ -128,7 +128,7 @@ def run(
                   f"{time.monotonic() - started:.1f} s. `tokenbench show {run_id[:8]}`")  # fmt: skip
 
 
-@sim_app.command()
+@sim_app.command(short_help="GPU profiles and efficiency sources.")
 def gpus() -> None:
     """List the GPU profiles (gpus.yaml) and the efficiency parameters with their sources."""
     from bench.sim.profiles import efficiency_sources, load_gpus
@@ -166,7 +166,7 @@ def gpus() -> None:
     console.print(eff)
 
 
-@sim_app.command()
+@sim_app.command(short_help="Model profiles: weights and KV sizes.")
 def models() -> None:
     """List the model profiles (models.yaml) with derived weight and KV sizes."""
     from bench.sim.profiles import load_models

@@ -142,7 +142,8 @@ def vllm_result(
             "request_goodput": stats.goodput_requests_per_s if goodput else None,
             "output_throughput": summary.output_tokens_per_s,
             "total_token_throughput": summary.total_tokens_per_s,
-            "input_lens": [r.prompt_tokens or 0 for r in sent],
+            # a failed request's prompt length is the one asked for, as vLLM lists it
+            "input_lens": [r.prompt_tokens or r.expected_input_len or 0 for r in sent],
             "output_lens": [(r.output_tokens or 0) if r.state == OK else 0 for r in sent],
             "ttfts": [_s(r.ttft_ns) if r.state == OK else 0.0 for r in sent],
             "itls": [[_s(g) for g in r.itl_ns().tolist()] if r.state == OK else [] for r in sent],

@@ -1,6 +1,8 @@
 """The `tokenbench` command: each sub-command is a thin shell over a library call.
 
-Flag names follow `vllm bench serve` where one exists, so users can carry their commands over.
+Flag names follow `vllm bench serve` where one exists, so users can carry their commands over
+(bench/vllm_compat.py: several values after one flag, vLLM flags we name differently).
+Imports are lazy: `tokenbench --help` must not pay for numpy, pandas, SQLAlchemy or plotly.
 """
 
 from __future__ import annotations
@@ -13,20 +15,20 @@ from typing import Annotated
 
 import typer
 
-from bench.console import console, err_console, outcome, print_outcome, print_summary
-from bench.metrics import (
-    broken_thresholds,
-    parse_goodput,
-    parse_thresholds,
-    summarize,
-)
-from bench.scenario import ScenarioError, deep_merge, parse_scenario
+from bench.console import console, err_console
+from bench.vllm_compat import VllmCommand
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
-    help="Benchmark LLM inference endpoints: TTFT, TPOT, ITL, P99 under bursty load, $/Mtok.",
+    help=(
+        "Benchmark LLM inference endpoints: TTFT, TPOT, ITL, P99 under bursty load, $/Mtok. "
+        "Runs are stored in $TOKENBENCH_DB (a SQLAlchemy URL or SQLite path) when it is set, "
+        "else in results/tokenbench.db under the current folder; --db overrides both."
+    ),
     pretty_exceptions_enable=False,
+    # Plain help: rich's tables cut flag names and URLs at 80 columns ("--random-input-l…").
+    rich_markup_mode=None,
 )
 
 
@@ -37,7 +39,9 @@ def _root() -> None:
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print one clear line (no traceback) and return the Exit to raise."""
-    err_console.print(f"[bold red]error:[/] {message}")
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -119,7 +123,22 @@ def flag_overrides(
     if burstiness is not None and rate is None:
         put("load.shape", "gamma")
     put("load.max_concurrency", max_concurrency)
-    if concurrency is not None:
+    if concurrency is not None and rate is not None:
+        # aiperf's meaning of both: requests at the rate, at most `concurrency` in flight.
+        if max_concurrency is not None and max_concurrency != concurrency:
+            raise fail(
+                f"--concurrency {concurrency} with --request-rate caps in-flight requests, as "
+                f"--max-concurrency {max_concurrency} does: give one of them"
+            )
+        put("load.max_concurrency", concurrency)
+        err_console.print(
+            f"note: --request-rate {request_rate} with --concurrency {concurrency}: an open "
+            f"loop at that rate with at most {concurrency} requests in flight (aiperf's "
+            "meaning; vLLM's --max-concurrency)",
+            highlight=False,
+            soft_wrap=True,
+        )
+    elif concurrency is not None:
         put("load.shape", "closed")
         put("load.concurrency", concurrency)
     put("load.think_time_s", think_time)
@@ -141,6 +160,12 @@ def flag_overrides(
         put("percentile_metrics", [m.strip() for m in percentile_metrics.split(",") if m.strip()])
     put("percentiles", _csv_floats(metric_percentiles, "--metric-percentiles"))
     if goodput:
+        from bench.metrics import parse_goodput
+
+        try:
+            parse_goodput(goodput)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
         put("goodput", " ".join(goodput))
     put("seed", seed)
     put("workload.ignore_eos", ignore_eos)
@@ -153,6 +178,8 @@ def flag_overrides(
 
 def resolve_scenario(scenario_file: Path | None, overrides: dict, defaults: dict | None = None):
     """Scenario file (if any) < flags. Errors name the file line or the flag."""
+    from bench.scenario import ScenarioError, deep_merge, parse_scenario
+
     text, source = "", "<flags>"
     if scenario_file is not None:
         try:
@@ -231,13 +258,41 @@ ScenarioOpt = Annotated[
 NumPromptsOpt = Annotated[
     int | None, typer.Option("--num-prompts", min=1, help="Requests (per point in a sweep)")
 ]
-InputLenOpt = Annotated[int | None, typer.Option("--random-input-len", min=1)]
-OutputLenOpt = Annotated[int | None, typer.Option("--random-output-len", min=1)]
-RangeRatioOpt = Annotated[float | None, typer.Option("--random-range-ratio", min=0, max=0.999)]
+InputLenOpt = Annotated[
+    int | None,
+    typer.Option("--random-input-len", "--input-len", min=1, help="Prompt tokens per request"),
+]
+OutputLenOpt = Annotated[
+    int | None,
+    typer.Option("--random-output-len", "--output-len", min=1, help="Output tokens per request"),
+]
+RangeRatioOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--random-range-ratio",
+        min=0,
+        max=0.999,
+        help="Lengths uniform in mean x [1-r, 1+r]; 0 = every request the same",
+    ),
+]
 DatasetNameOpt = Annotated[
     str | None, typer.Option("--dataset-name", help="random, sharegpt or jsonl")
 ]
-DatasetPathOpt = Annotated[str | None, typer.Option("--dataset-path")]
+DatasetPathOpt = Annotated[
+    str | None,
+    typer.Option("--dataset-path", help="ShareGPT JSON or JSONL prompts file (--dataset-name)"),
+]
+PercentileMetricsOpt = Annotated[
+    str | None,
+    typer.Option("--percentile-metrics", help="Metrics to show, e.g. ttft,tpot,itl,e2el"),
+]
+MetricPercentilesOpt = Annotated[
+    str | None, typer.Option("--metric-percentiles", help="e.g. 50,90,99,99.9")
+]
+GoodputOpt = Annotated[
+    list[str] | None,
+    typer.Option("--goodput", help="SLOs in ms, one or more after the flag: ttft:500 tpot:50"),
+]
 TokenizerOpt = Annotated[
     str | None,
     typer.Option(
@@ -245,14 +300,7 @@ TokenizerOpt = Annotated[
         help="Local tokenizer (folder with tokenizer.json, or the file): exact prompt lengths",
     ),
 ]
-MetricPercentilesOpt = Annotated[
-    str | None, typer.Option("--metric-percentiles", help="e.g. 50,90,99,99.9")
-]
-GoodputOpt = Annotated[
-    list[str] | None,
-    typer.Option("--goodput", help="SLO per metric in ms, e.g. ttft:500 tpot:50"),
-]
-SeedOpt = Annotated[int | None, typer.Option("--seed")]
+SeedOpt = Annotated[int | None, typer.Option("--seed", help="Same seed, same schedule and prompts")]
 IgnoreEosOpt = Annotated[
     bool | None,
     typer.Option("--ignore-eos/--no-ignore-eos", help="Force exactly the requested output length"),
@@ -268,11 +316,17 @@ TransportOpt = Annotated[str, typer.Option("--transport", help="raw (default, le
 GpuOpt = Annotated[
     str | None, typer.Option("--gpu", help="GPU type served (for $/Mtok), e.g. H100-SXM")
 ]
-NumGpusOpt = Annotated[int | None, typer.Option("--num-gpus", min=1)]
+NumGpusOpt = Annotated[
+    int | None, typer.Option("--num-gpus", min=1, help="GPUs behind the endpoint (for $/Mtok)")
+]
 LabelOpt = Annotated[str | None, typer.Option("--label", help="A name for this run")]
 DbOpt = Annotated[
     str | None,
-    typer.Option("--db", help="SQLAlchemy URL; default $TOKENBENCH_DB or results/tokenbench.db"),
+    typer.Option(
+        "--db",
+        help="SQLAlchemy URL or SQLite path; default $TOKENBENCH_DB, else "
+        "results/tokenbench.db under the current folder",
+    ),
 ]
 NoStoreOpt = Annotated[bool, typer.Option("--no-store", help="Do not write to the database")]
 ScrapeOpt = Annotated[bool, SCRAPE_OPT]
@@ -311,7 +365,13 @@ def resolve_target(sc, api_key: str | None) -> str | None:
     return key
 
 
-@app.command("run")
+SummaryJsonOpt = Annotated[
+    Path | None,
+    typer.Option("--summary-json", help="Write the summary JSON contract (for CI) here"),
+]
+
+
+@app.command("run", cls=VllmCommand, short_help="One load point (like vllm bench serve).")
 def run_command(
     base_url: BaseUrlOpt = None,
     endpoint: EndpointOpt = None,
@@ -326,10 +386,17 @@ def run_command(
         float | None,
         typer.Option("--burstiness", help="Gamma shape: 1 = Poisson, <1 burstier, >1 steadier"),
     ] = None,
-    max_concurrency: Annotated[int | None, typer.Option("--max-concurrency", min=1)] = None,
+    max_concurrency: Annotated[
+        int | None,
+        typer.Option("--max-concurrency", min=1, help="Open loop: at most N requests in flight"),
+    ] = None,
     concurrency: Annotated[
         int | None,
-        typer.Option("--concurrency", min=1, help="Closed loop: this many users, back to back"),
+        typer.Option(
+            "--concurrency",
+            min=1,
+            help="Closed loop: N users back to back; with --request-rate, a cap of N in flight",
+        ),
     ] = None,
     think_time: Annotated[
         float | None, typer.Option("--think-time", min=0, help="Closed loop: s between requests")
@@ -347,9 +414,7 @@ def run_command(
     dataset_name: DatasetNameOpt = None,
     dataset_path: DatasetPathOpt = None,
     tokenizer: TokenizerOpt = None,
-    percentile_metrics: Annotated[
-        str | None, typer.Option("--percentile-metrics", help="e.g. ttft,tpot,itl,e2el")
-    ] = None,
+    percentile_metrics: PercentileMetricsOpt = None,
     metric_percentiles: MetricPercentilesOpt = None,
     goodput: GoodputOpt = None,
     seed: SeedOpt = None,
@@ -357,13 +422,34 @@ def run_command(
     request_timeout: RequestTimeoutOpt = None,
     api_key: ApiKeyOpt = None,
     transport: TransportOpt = "raw",
-    summary_json: Annotated[
-        Path | None, typer.Option("--summary-json", help="Write the summary JSON contract here")
-    ] = None,
+    summary_json: SummaryJsonOpt = None,
     fail_on: Annotated[
         str | None,
         typer.Option("--fail-on", help="e.g. 'p99_ttft_ms<800,error_rate<0.01': exit 1 if broken"),
     ] = None,
+    save_result: Annotated[
+        bool, typer.Option("--save-result", help="Also write vLLM's result JSON (vllm bench serve)")
+    ] = False,
+    save_detailed: Annotated[
+        bool,
+        typer.Option("--save-detailed", help="vLLM result JSON: add per-request lists"),
+    ] = False,
+    result_dir: Annotated[
+        str | None, typer.Option("--result-dir", help="Folder of the vLLM result JSON")
+    ] = None,
+    result_filename: Annotated[
+        str | None,
+        typer.Option(
+            "--result-filename", help="Its name; default as vLLM's ({label}-{rate}qps-...)"
+        ),
+    ] = None,
+    metadata: Annotated[
+        list[str] | None,
+        typer.Option("--metadata", help="KEY=VALUE ... copied into the vLLM result JSON"),
+    ] = None,
+    disable_tqdm: Annotated[
+        bool, typer.Option("--disable-tqdm", help="No progress bar (vLLM's flag)")
+    ] = False,
     workers: Annotated[
         int, typer.Option("--workers", min=1, help="Split the load over N processes")
     ] = 1,
@@ -383,12 +469,17 @@ def run_command(
     nvml: NvmlOpt = False,
 ) -> None:
     """Benchmark one endpoint at one load point (like `vllm bench serve`)."""
+    from bench.metrics import broken_thresholds, parse_thresholds
     from bench.runner import plan_from_scenario
 
     try:
         thresholds = parse_thresholds(fail_on)
     except ValueError as exc:
         raise fail(str(exc)) from None
+    vllm_options = vllm_result_options(
+        save_result, save_detailed, result_dir, result_filename, metadata,
+        percentile_metrics, metric_percentiles, tokenizer,
+    )  # fmt: skip
     overrides = flag_overrides(
         base_url=base_url, endpoint=endpoint, backend=backend, model=model,
         num_prompts=num_prompts, request_rate=request_rate, burstiness=burstiness,
@@ -415,17 +506,20 @@ def run_command(
     try:
         if workers > 1 or ray is not None:
             result, summary, run_id = run_distributed_and_store(
-                sc, plan, workers=workers, ray_address=ray, db_url=db, store=not no_store
-            )
+                sc, plan, workers=workers, ray_address=ray, db_url=db, store=not no_store,
+                show_progress=not disable_tqdm,
+            )  # fmt: skip
             for line in result.warnings:
                 err_console.print(f"[yellow]warning:[/] {line}")
         else:
             result, summary, run_id = run_and_store(
-                sc, plan, db_url=db, store=not no_store,
+                sc, plan, db_url=db, store=not no_store, show_progress=not disable_tqdm,
                 telemetry=telemetry_config(scrape_metrics, metrics_url, metrics_interval, dcgm_url, nvml),
             )  # fmt: skip
     except (StoreError, DistributedError) as exc:
         raise fail(str(exc)) from None
+    from bench.console import outcome, print_outcome, print_summary
+
     print_summary(
         summary,
         title=f"Results: {sc.name} → {sc.target.base_url}",
@@ -436,8 +530,9 @@ def run_command(
     if run_id:
         console.print(f"Stored as run [bold]{run_id}[/]  (tokenbench show {run_id})")
     if summary_json is not None:
-        summary_json.parent.mkdir(parents=True, exist_ok=True)
-        summary_json.write_text(json.dumps({**summary.to_json(), **said}, indent=2))
+        write_json(summary_json, {**summary_document(summary, sc, result.records, run_id), **said})
+    if vllm_options is not None:
+        save_vllm_result(vllm_options, sc, plan, summary, result.records, run_id)
     broken = broken_thresholds(summary, thresholds)
     for line in broken:
         err_console.print(f"[bold red]FAIL[/] {line}")
@@ -449,7 +544,111 @@ def run_command(
         raise typer.Exit(1)  # nothing measured: a script must not take this for a result
 
 
-@app.command("sweep")
+def write_json(path: Path, doc: dict) -> None:
+    """Write a JSON document a script will read; a bad path is one line, not a traceback."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=2))
+    except OSError as exc:
+        raise fail(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def failure_examples(records) -> dict[str, str]:
+    """One example message per failure kind: the first one seen, as the server said it."""
+    examples: dict[str, str] = {}
+    for r in records:
+        kind = r.error_kind or (None if r.state == "ok" else r.state)
+        if kind and kind not in examples:
+            examples[kind] = r.error_message or kind
+    return examples
+
+
+def summary_document(summary, sc, records, run_id: str | None) -> dict:
+    """The --summary-json contract: the Summary's keys (unchanged) plus what a CI job needs
+    to know what was measured: run id, target, load settings, token totals, the self-check's
+    reasons and one example message per failure kind."""
+    load = sc.load
+    return {
+        **summary.to_json(),
+        "run_id": run_id,
+        "model": sc.target.model,
+        "base_url": sc.target.base_url,
+        "endpoint": sc.target.endpoint,
+        "backend": sc.target.backend,
+        "load": {
+            "shape": load.shape,
+            "request_rate": load.request_rate if math.isfinite(load.request_rate) else "inf",
+            "burstiness": load.burstiness,
+            "max_concurrency": load.max_concurrency,
+            "concurrency": load.concurrency,
+            "num_prompts": load.num_prompts,
+            "duration_s": load.duration_s,
+        },
+        "total_input_tokens": summary.total_input_tokens,
+        "total_output_tokens": summary.total_output_tokens,
+        "client_limited_reasons": list(summary.client_limited_reasons),
+        "failure_examples": failure_examples(records),
+    }
+
+
+def vllm_result_options(
+    save_result, save_detailed, result_dir, result_filename, metadata,
+    percentile_metrics, metric_percentiles, tokenizer,
+):  # fmt: skip
+    """vLLM's result-file flags as VllmResultOptions, or None when no file is asked for.
+    --result-dir, --result-filename or --save-detailed alone also ask for one (vLLM would
+    silently write nothing)."""
+    if not (save_result or save_detailed or result_dir or result_filename):
+        if metadata:
+            raise fail("--metadata goes into the vLLM result JSON: add --save-result")
+        return None
+    from bench.vllm_result import VllmResultOptions, parse_metadata
+
+    try:
+        parse_metadata(metadata or [])
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    metrics = [m.strip() for m in (percentile_metrics or "").split(",") if m.strip()]
+    return VllmResultOptions(
+        result_dir=result_dir,
+        result_filename=result_filename,
+        save_detailed=save_detailed,
+        metadata=list(metadata or []),
+        percentile_metrics=metrics or None,
+        metric_percentiles=_csv_floats(metric_percentiles, "--metric-percentiles"),
+        tokenizer=tokenizer,
+    )
+
+
+def save_vllm_result(options, sc, plan, summary, records, run_id: str | None) -> None:
+    """Write vLLM's result JSON for this run and say where."""
+    from bench.metrics import parse_goodput
+    from bench.vllm_result import vllm_result, write_vllm_result
+
+    load = sc.load
+    closed = plan.offsets_s is None
+    doc = vllm_result(
+        records=records,
+        summary=summary,
+        backend=sc.target.backend,
+        model_id=sc.target.model or "default",
+        num_prompts=len(plan.specs),
+        request_rate=math.inf if closed else load.request_rate,
+        burstiness=load.burstiness,
+        max_concurrency=plan.concurrency if closed else plan.max_concurrency,
+        goodput=parse_goodput(sc.goodput) if sc.goodput else None,
+        options=options,
+        label=sc.label,
+        run_id=run_id,
+    )
+    try:
+        path = write_vllm_result(doc, options)
+    except OSError as exc:
+        raise fail(f"cannot write the vLLM result JSON: {exc.strerror or exc}") from None
+    console.print(f"vLLM result JSON: {path}", highlight=False, soft_wrap=True)
+
+
+@app.command("sweep", cls=VllmCommand, short_help="Many load points: a latency curve.")
 def sweep_command(
     base_url: BaseUrlOpt = None,
     endpoint: EndpointOpt = None,
@@ -499,6 +698,14 @@ def sweep_command(
     request_timeout: RequestTimeoutOpt = None,
     api_key: ApiKeyOpt = None,
     transport: TransportOpt = "raw",
+    summary_json: SummaryJsonOpt = None,
+    fail_on: Annotated[
+        str | None,
+        typer.Option(
+            "--fail-on",
+            help="e.g. 'p99_ttft_ms<800,error_rate<0.01': exit 1 if any load point breaks it",
+        ),
+    ] = None,
     gpu: GpuOpt = None,
     num_gpus: NumGpusOpt = None,
     label: LabelOpt = None,
@@ -514,6 +721,7 @@ def sweep_command(
     nvml: NvmlOpt = False,
 ) -> None:
     """Measure the throughput-versus-latency curve: many load points in one stored run."""
+    from bench.metrics import parse_thresholds
     from bench.sweep import PointSpec, parse_values
 
     modes = [m for m in (request_rates, concurrency, auto) if m is not None]
@@ -521,6 +729,7 @@ def sweep_command(
         raise fail("give exactly one of --request-rates, --concurrency or --auto N")
     try:
         thresholds = parse_thresholds(slo, flag="--slo")
+        gates = parse_thresholds(fail_on)
         if request_rates is not None:
             specs = [PointSpec("rate", v) for v in parse_values(request_rates, "--request-rates")]
         elif concurrency is not None:
@@ -560,8 +769,64 @@ def sweep_command(
     except (ValueError, StoreError) as exc:
         raise fail(str(exc)) from None
     print_sweep_result(result, sc, catalogue, utilisation)
+    broken = sweep_gates(result, gates)
+    if summary_json is not None:
+        write_json(summary_json, sweep_document(result, sc, db, broken))
+    for line in broken:
+        err_console.print(f"[bold red]FAIL[/] {line}", highlight=False, soft_wrap=True)
+    if broken:
+        raise typer.Exit(1)
     if result.interrupted:
         raise typer.Exit(130)
+
+
+def sweep_gates(result, gates) -> list[str]:
+    """--fail-on on a sweep: every measured load point must hold every threshold."""
+    from bench.metrics import broken_thresholds
+
+    return [
+        f"point {p.index + 1} ({p.spec.title}): {line}"
+        for p in result.points
+        for line in broken_thresholds(p.summary, gates)
+    ]
+
+
+def sweep_document(result, sc, db: str | None, broken: list[str]) -> dict:
+    """`sweep --summary-json`: the run, its target and settings, and per load point the
+    same summary contract as `run --summary-json` (with its failure examples, read back
+    from the store), plus the knee, the SLO capacity and the --fail-on verdict."""
+    points = []
+    for p in result.points:
+        records = _stored_failures(result.run_id, p.index, db) if p.summary.failed else []
+        doc = summary_document(p.summary, sc, records, result.run_id)
+        doc["load"] = {**doc["load"], "point": p.spec.title}
+        points.append({"index": p.index, "role": p.role, "meets_slo": p.meets_slo, **doc})
+    return {
+        "run_id": result.run_id,
+        "model": sc.target.model,
+        "base_url": sc.target.base_url,
+        "endpoint": sc.target.endpoint,
+        "backend": sc.target.backend,
+        "interrupted": result.interrupted,
+        "stopped_early": result.stopped_early,
+        "knee_point": result.knee.index if result.knee else None,
+        "capacity_point": result.capacity.index if result.capacity else None,
+        "capacity_note": result.capacity_note,
+        "failed_gates": broken,
+        "points": points,
+    }
+
+
+def _stored_failures(run_id: str | None, load_point: int, db: str | None) -> list:
+    if run_id is None:
+        return []
+    from bench.store.errors import StoreError
+    from bench.store.read import load_records
+
+    try:
+        return [r for r in load_records(run_id, load_point, db) if r.state != "ok"]
+    except StoreError:
+        return []
 
 
 def sweep_progress(point, remaining) -> None:
@@ -627,35 +892,41 @@ def main() -> None:  # pragma: no cover - console entry point
     app()
 
 
-__all__ = ["app", "fail", "flag_overrides", "parse_goodput", "resolve_scenario", "summarize"]
+__all__ = ["app", "fail", "flag_overrides", "resolve_scenario"]
 
 
 # ---------------------------------------------------------------- other rooms' commands
 from bench.cost_cli import prices_command  # noqa: E402
 
-app.command("prices", help="List the GPU pricing catalogue ($/GPU-hour per tier, with sources).")(
-    prices_command
-)
+app.command(
+    "prices",
+    help="List the GPU pricing catalogue ($/GPU-hour per tier, with sources).",
+    short_help="GPU prices per tier, with sources.",
+)(prices_command)
 
 
-@app.command("compare")
+@app.command("compare", short_help="Runs side by side: capacity, P99s, $/Mtok.")
 def compare_command(
     runs: Annotated[list[str], typer.Argument(help="Run ids (or unique prefixes or names)")],
     slo: Annotated[
-        str | None, typer.Option("--slo", help="e.g. 'p99_ttft_ms<=500,p99_tpot_ms<=50'")
+        str | None,
+        typer.Option("--slo", help="e.g. 'p99_ttft_ms<=500,p99_tpot_ms<=50': capacity at it"),
     ] = None,
-    utilisation: Annotated[float, typer.Option("--utilisation", min=0.01, max=1.0)] = 1.0,
-    prices_file: Annotated[Path | None, typer.Option("--prices-file")] = None,
-    price: Annotated[list[str] | None, typer.Option("--price")] = None,
-    db: Annotated[str | None, typer.Option("--db")] = None,
+    utilisation: UtilisationOpt = 1.0,
+    prices_file: PricesFileOpt = None,
+    price: PriceOpt = None,
+    db: DbOpt = None,
 ) -> None:
     """Side by side: capacity at SLO, P99s at matched load, $/Mtok per tier, the ratio."""
     from bench.console import comparison_tables
     from bench.curves import compare_runs, ratio_sentence, run_curves
+    from bench.metrics import parse_thresholds
+    from bench.store.cli import existing_database
     from bench.store.errors import StoreError
 
     try:
         thresholds = parse_thresholds(slo, flag="--slo")
+        existing_database(db)
         curves = run_curves(runs, db)
     except (ValueError, StoreError, KeyError) as exc:
         raise fail(str(exc)) from None
@@ -691,11 +962,11 @@ app.add_typer(db_app, name="db")
 app.add_typer(sim_app, name="sim", help="The simulated GPU endpoint (no GPU needed).")
 
 
-@app.command("demo")
+@app.command("demo", short_help="B200 beside H100, simulated (about 70 s).")
 def demo_command(
     db: Annotated[str | None, typer.Option("--db", help="Where to store the two runs")] = None,
 ) -> None:
-    """B200 beside H100 on simulated endpoints: a short bursty-chat sweep of each (~2 min)."""
+    """B200 beside H100 on simulated endpoints: a short bursty-chat sweep of each (about 70 s)."""
     from bench.sim.demo import run_demo
     from bench.store.errors import StoreError
 

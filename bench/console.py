@@ -2,14 +2,48 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
-from bench.metrics import LATENCY_METRICS, Summary
+if TYPE_CHECKING:
+    from bench.metrics import Summary
 
-console = Console(stderr=False, highlight=False)
-err_console = Console(stderr=True, highlight=False)
+
+class PipeSafeConsole(Console):
+    """A Console whose tables are never cut when the output is not a terminal.
+
+    Rich lays out piped output at 80 columns and squeezes wide tables with "…", which cut
+    numbers and run ids. Piped, a table is printed at its natural width instead, and a line
+    of text stays one line (a terminal still gets both fitted, and wrapped, to its width).
+    """
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        tables = [o for o in objects if isinstance(o, Table)]
+        if not self.is_terminal and not tables:
+            kwargs.setdefault("soft_wrap", True)  # a line stays one line: ids are never split
+        if self.is_terminal or not tables or "width" in kwargs:
+            for table in tables:  # too narrow a terminal wraps a cell, never cuts it to "…"
+                for column in table.columns:
+                    if column.overflow == "ellipsis":
+                        column.overflow = "fold"
+            super().print(*objects, **kwargs)
+            return
+        wide = self.options.update_width(100_000)
+        natural = max(Measurement.get(self, wide, t).maximum for t in tables)
+        saved = self._width
+        self.width = max(self.width, natural)
+        try:
+            super().print(*objects, **kwargs)
+        finally:
+            self._width = saved
+
+
+console = PipeSafeConsole(stderr=False, highlight=False)
+err_console = PipeSafeConsole(stderr=True, highlight=False)
 
 _NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
 
@@ -19,9 +53,12 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 
 def summary_tables(
-    summary: Summary, *, title: str = "Results", metrics: tuple[str, ...] = LATENCY_METRICS
+    summary: Summary, *, title: str = "Results", metrics: tuple[str, ...] | None = None
 ) -> list[Table]:
     """The results table (counts, throughput) and the latency table (ms)."""
+    from bench.metrics import LATENCY_METRICS
+
+    metrics = metrics or LATENCY_METRICS
     head = Table(title=title, show_header=False, title_justify="left")
     head.add_column("what")
     head.add_column("value", justify="right")
@@ -80,7 +117,7 @@ def summary_tables(
     return [head, lat]
 
 
-def print_summary(summary: Summary, *, title: str = "Results", metrics=LATENCY_METRICS) -> None:
+def print_summary(summary: Summary, *, title: str = "Results", metrics=None) -> None:
     for table in summary_tables(summary, title=title, metrics=metrics):
         console.print(table)
     if summary.interrupted:

@@ -5,19 +5,22 @@ A thin shell over bench.cost; the lead mounts it with ``app.command("prices")(pr
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from bench.cost import Catalogue, PriceCatalogueError, load_catalogue, price_per_gpu_hour
+from bench.console import console
+
+if TYPE_CHECKING:
+    from bench.cost import Catalogue
 
 
 def catalogue_table(catalogue: Catalogue, gpu: str | None = None) -> Table:
     """A rich table of tiers: GPU, tier, kind, $/GPU-h (computed for TCO and derived), source, date."""
+    from bench.cost import PriceCatalogueError, price_per_gpu_hour
+
     table = Table(title="GPU pricing tiers (USD per GPU-hour)")
     for col in ("GPU", "tier", "kind", "$/GPU-h", "source", "date"):
         table.add_column(
@@ -54,14 +57,16 @@ def prices_command(
     ] = None,
 ) -> None:
     """List the GPU pricing catalogue: every tier with its $/GPU-hour, source and date."""
+    from bench.cost import PriceCatalogueError, load_catalogue
+
     try:
         catalogue = load_catalogue(prices_file, price or [])
         table = catalogue_table(catalogue, gpu)
     except PriceCatalogueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=2) from None
-    # Piped or captured output would otherwise wrap at 80 columns and fold every source.
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    # Piped or captured output is printed at the table's natural width (bench.console).
+    console.print(table)
 
 
 app = typer.Typer(help="GPU pricing catalogue.", no_args_is_help=True)

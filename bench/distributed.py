@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.extras import install_hint
 from bench.metrics import CLIENT_LIMIT_LOOP_LAG_MS, CLIENT_LIMIT_SEND_LAG_MS
 from bench.records import RequestRecord
 from bench.runner import Progress, RunPlan, RunResult, execute, new_event_loop, sessions_of
@@ -66,7 +67,7 @@ LOCAL_START_DELAY_S = 0.5  # start delay broadcast to processes on this host
 RAY_START_DELAY_S = 2.0  # start delay broadcast to Ray actors (RPC fan-out across machines)
 SETUP_S_PER_SPEC = 2e-6  # the runner's own setup (sessions, gc) after the start: ~0.7 s/500k
 LATE_START_MS = 50.0  # a worker whose first request leaves later than this is reported
-RAY_INSTALL_HINT = "pip install 'tokenbench[ray]'"
+RAY_INSTALL_HINT = install_hint("ray")
 
 
 class DistributedError(RuntimeError):

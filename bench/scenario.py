@@ -346,9 +346,40 @@ def _format_errors(exc: ValidationError, node: Any, source: str) -> str:
         shown = "" if isinstance(value, dict) or value is None else f" (got {value!r})"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = "unknown field; check the spelling against scenarios/README or docs"
+            msg = "unknown field; " + _nearest_fields(loc)
         lines.append(f"{source}{where}: {field}: {msg}{shown}")
     return "\n".join(lines)
+
+
+def _nearest_fields(loc: list) -> str:
+    """'did you mean X?' for a misspelt field, from the fields of the model at `loc`."""
+    import difflib
+
+    model: Any = Scenario
+    for key in loc[:-1]:
+        info = model.model_fields.get(str(key)) if isinstance(key, str) else None
+        found = _model_in(getattr(info, "annotation", None))
+        if found is None:
+            if isinstance(key, int):
+                continue
+            break
+        model = found
+    fields = list(model.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), fields, n=1, cutoff=0.5)
+    where = ".".join(str(p) for p in loc[:-1] if isinstance(p, str)) or "a scenario"
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"{hint}fields of {where}: {', '.join(fields)}"
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside an annotation: Model, Model | None, list[Model]."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def _line_of(node: Any, loc: list) -> int | None:

@@ -46,10 +46,12 @@ from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter_ns
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where frames are built, not by every run
+    import pandas as pd
 
 log = logging.getLogger("tokenbench.telemetry")
 
@@ -378,7 +380,7 @@ class NvmlSource:
             import pynvml
         except ImportError:
             raise TelemetryError(
-                "--nvml needs nvidia-ml-py (pip install nvidia-ml-py); no GPU telemetry"
+                "--nvml needs nvidia-ml-py (pip install 'tokenbench[gpu]'); no GPU telemetry"
             ) from None
         self.name = name
         self.where = "NVML"
@@ -750,6 +752,8 @@ COLUMNS = ["load_point", "t_s", "source", "metric", "labels", "value", "name", "
 
 def frame_from_payloads(payloads: Iterable[dict]) -> pd.DataFrame:
     """Long format, one row per sample; NaN (series absent from a scrape) left out."""
+    import pandas as pd
+
     parts: list[pd.DataFrame] = []
     for p in payloads:
         for source, src in p.get("sources", {}).items():
@@ -810,6 +814,8 @@ def telemetry_warnings(run_id: str, db: Any = None) -> dict[int, list[str]]:
 
 def _per_scrape(df: pd.DataFrame, metrics: Sequence[str], how: str) -> pd.DataFrame:
     """Server samples of the given metrics aggregated over labels, one row per scrape."""
+    import pandas as pd
+
     sub = df[(df["source"] == "server") & df["metric"].isin(metrics)]
     cols = ["load_point", "t_s", *metrics]
     if sub.empty:
@@ -849,6 +855,8 @@ def power_w(df: pd.DataFrame) -> pd.DataFrame:
     When both a DCGM exporter and NVML report, DCGM is used (one source per load point,
     so the same board is never counted twice).
     """
+    import pandas as pd
+
     sub = df[(df["metric"] == "gpu_power_w") & df["source"].isin(["dcgm", "nvml"])]
     cols = ["load_point", "t_s", "source", "gpu", "power_w"]
     if sub.empty:
@@ -902,6 +910,8 @@ def energy_per_output_token(run_id: str, db: Any = None, catalogue: Any = None) 
     with the measured power (so $/kWh and PUE are the catalogue's). Empty when no GPU power
     was recorded: callers then fall back to energy_estimate's profile-TDP figure.
     """
+    import pandas as pd
+
     from bench.cost import energy_estimate
     from bench.records import OK
     from bench.store.read import get_run, load_columns

@@ -273,7 +273,11 @@ EXPORT_TYPES = {
 
 @router.get(
     "/export",
-    responses={**NOT_FOUND, 200: {"content": {t: {} for t in EXPORT_TYPES.values()}}},
+    responses={
+        **NOT_FOUND,
+        400: {"model": ErrorOut, "description": "pptx/xlsx need pip install 'tokenbench[export]'"},
+        200: {"content": {t: {} for t in EXPORT_TYPES.values()}},
+    },
     response_class=Response,
 )
 def export(

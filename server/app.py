@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 
 from bench.cost import Catalogue, PriceCatalogueError, load_catalogue
 from bench.curves import RunCurve, gpu_colour, run_curve
+from bench.extras import MissingExtraError
 from bench.store.engine import get_engine
 from bench.store.errors import RunNotFoundError, StoreError
 from bench.store.models import RUNNING
@@ -168,6 +169,10 @@ def create_app(
         state.jobs.shutdown()
 
     app = FastAPI(
+        # /docs is served by server/pages.py with Swagger UI's assets vendored (no CDN);
+        # ReDoc has no vendored copy, so it is off rather than blank offline.
+        docs_url=None,
+        redoc_url=None,
         title="tokenbench",
         version=_version(),
         summary="LLM inference benchmarks: throughput-vs-latency curves and $/Mtok per GPU tier",
@@ -182,6 +187,10 @@ def create_app(
     @app.exception_handler(RunNotFoundError)
     async def _not_found(_request: Request, exc: RunNotFoundError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(MissingExtraError)
+    async def _missing_extra(_request: Request, exc: MissingExtraError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=400)
 
     @app.exception_handler(StoreError)
     async def _store(_request: Request, exc: StoreError) -> JSONResponse:

@@ -11,19 +11,26 @@ from typing import Annotated
 
 import typer
 
+# Not 8000: that is vLLM's (and trtllm-serve's) default, where the endpoint under test runs.
+DEFAULT_PORT = 8300
+
 
 def serve_command(
     db: Annotated[
         str | None,
         typer.Option(
-            "--db", help="SQLAlchemy URL; default $TOKENBENCH_DB or results/tokenbench.db"
+            "--db",
+            help="SQLAlchemy URL or SQLite path; default $TOKENBENCH_DB, else "
+            "results/tokenbench.db under the current folder",
         ),
     ] = None,
     host: Annotated[
         str,
         typer.Option(help="Address to listen on; beyond loopback, reads need the token too"),
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535)] = 8000,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port to listen on (not vLLM's 8000)")
+    ] = DEFAULT_PORT,
     allow_host: Annotated[
         list[str] | None,
         typer.Option(
@@ -42,7 +49,9 @@ def serve_command(
         Path | None,
         typer.Option("--prices-file", help="Your prices YAML; tiers added via the API go here"),
     ] = None,
-    log_level: Annotated[str, typer.Option("--log-level")] = "info",
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="uvicorn's: critical, error, warning, info, debug")
+    ] = "info",
 ) -> None:
     """Serve the REST API (/api, /docs) and the dashboard comparing runs (B200 beside H100)."""
     import uvicorn
@@ -52,6 +61,16 @@ def serve_command(
     from server.app import create_app
     from server.auth import TOKEN_ENV, is_loopback, resolve_token
 
+    try:
+        sock = listen(host, port)
+    except OSError as exc:
+        typer.echo(
+            f"error: cannot listen on {host}:{port}: {exc.strerror or exc}"
+            + ("; is another server on that port? Pick another with --port" if port else ""),
+            err=True,
+        )
+        raise typer.Exit(2) from None
+    port = sock.getsockname()[1]
     token, generated = resolve_token()
     reads_open = open_reads or is_loopback(host)
     try:
@@ -63,6 +82,7 @@ def serve_command(
             prices_file=prices_file,
         )
     except (StoreError, ValueError) as exc:
+        sock.close()
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     shown = f"[{host}]" if ":" in host else host
@@ -73,4 +93,13 @@ def serve_command(
         typer.echo(f"API token: from ${TOKEN_ENV}")
     typer.echo("reads: open" if reads_open else "reads: need the token (--open-reads to open them)")
     typer.echo(f"background runs may target: {app.state.tb.allow.describe()}")
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    uvicorn.Server(uvicorn.Config(app, log_level=log_level)).run(sockets=[sock])
+
+
+def listen(host: str, port: int):
+    """The listening socket, bound before anything is printed: a busy port is one line,
+    not a banner followed by uvicorn's error."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=2048)

@@ -99,6 +99,39 @@ def plotly_js() -> FileResponse:
     )
 
 
+# Swagger UI for /docs, vendored from the npm package swagger-ui-dist (no CDN: /docs works
+# offline). dashboards/static/vendor/README.md says which version and how to update it.
+VENDOR = STATIC / "vendor"
+SWAGGER_FILES = {
+    "swagger-ui-bundle.js": "text/javascript",
+    "swagger-ui.css": "text/css",
+    "swagger-ui-favicon-32x32.png": "image/png",
+}
+
+
+@static_router.get("/vendor/{name}")
+def vendor_file(name: str) -> Response:
+    if name not in SWAGGER_FILES:
+        return Response("not found", status_code=404, media_type="text/plain")
+    return FileResponse(
+        VENDOR / name, media_type=SWAGGER_FILES[name], headers={"Cache-Control": "no-cache"}
+    )
+
+
+@router.get("/docs")
+def swagger_docs(request: Request) -> HTMLResponse:
+    """FastAPI's Swagger UI page, with its script and styles served by this app."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    return get_swagger_ui_html(
+        openapi_url=request.app.openapi_url,
+        title=f"{request.app.title} API",
+        swagger_js_url="/static/vendor/swagger-ui-bundle.js",
+        swagger_css_url="/static/vendor/swagger-ui.css",
+        swagger_favicon_url="/static/vendor/swagger-ui-favicon-32x32.png",
+    )
+
+
 @static_router.get("/{name}")
 def static_file(name: str) -> Response:
     path = (STATIC / name).resolve()
@@ -233,7 +266,21 @@ def compare_page(
         chart_names=charts[1],
         run_query="&".join(f"run={quote(c.run_id)}" for c in curves),
         cheapest=_cheapest,
+        unavailable=unavailable_downloads(),
     )
+
+
+def unavailable_downloads() -> dict[str, str]:
+    """Download formats whose optional extra is not installed -> what to install, so the
+    page shows the hint instead of a link that answers 400."""
+    from bench.export.cli import NEEDS
+    from bench.extras import available, missing_message
+
+    return {
+        fmt: missing_message(*NEEDS[fmt])
+        for fmt in ("pptx", "xlsx")
+        if not available(NEEDS[fmt][0])
+    }
 
 
 def _cheapest(rows):

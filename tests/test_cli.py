@@ -30,6 +30,16 @@ SUMMARY_KEYS = {
     "slot_wait_ms",
     "prompt_cache",
     "notes",
+    # what a CI job needs to know what was measured (issue 14)
+    "run_id",
+    "model",
+    "base_url",
+    "endpoint",
+    "backend",
+    "load",
+    "total_input_tokens",
+    "total_output_tokens",
+    "failure_examples",
 }
 STAT_KEYS = {"mean", "std", "p50", "p90", "p95", "p99", "p99.9"}
 
@@ -58,7 +68,7 @@ def test_summary_json_contract_and_goodput(server_factory, tmp_path, db):
     proc = tokenbench(
         "run", "--base-url", server.url, "--num-prompts", "30", "--request-rate", "60",
         "--random-input-len", "20", "--random-output-len", "11", "--goodput", "ttft:500",
-        "--goodput", "tpot:5", "--summary-json", str(out), "--db", db,
+        "tpot:5", "--summary-json", str(out), "--db", db,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     s = json.loads(out.read_text())
@@ -82,6 +92,13 @@ def test_summary_json_contract_and_goodput(server_factory, tmp_path, db):
     server.stop()
     truth = [(s[-1] - s[0]) / 1e6 / (len(s) - 1) for s in json.loads(sends_log.read_text())]
     assert s["metrics"]["tpot_ms"]["p50"] == pytest.approx(float(np.median(truth)), abs=0.5)
+    assert s["base_url"] == server.url and s["model"] == "fake-model"
+    assert s["run_id"] and s["run_id"] in proc.stdout
+    assert s["load"]["shape"] == "poisson" and s["load"]["request_rate"] == 60
+    assert s["load"]["num_prompts"] == 30 and s["load"]["max_concurrency"] is None
+    assert s["total_output_tokens"] == 30 * 11
+    assert bool(s["client_limited_reasons"]) == s["client_limited"]
+    assert s["failure_examples"] == {}
     # TPOT 10 ms breaks the 5 ms goodput SLO for every request.
     assert s["goodput_requests_per_s"] == 0.0
     assert "Output token throughput" in proc.stdout and "TTFT" in proc.stdout

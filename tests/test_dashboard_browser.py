@@ -176,3 +176,35 @@ def test_run_page_and_start_form(live, fake_server):
 
 def test_chromium_is_debians():
     assert shutil.which("chromium") == CHROMIUM or Path(CHROMIUM).exists()
+
+
+def test_api_docs_render_offline_from_vendored_swagger_ui(live):
+    """/docs with every request that leaves the app blocked, as on a machine offline."""
+    server, _, _ = live
+    with sync_playwright() as p:
+        browser = launch(p)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            outside: list[str] = []
+            errors: list[str] = []
+
+            def only_local(route):
+                if route.request.url.startswith(server.url):
+                    route.continue_()
+                else:
+                    outside.append(route.request.url)
+                    route.abort()
+
+            page.route("**/*", only_local)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"{server.url}/docs")
+            page.wait_for_selector(".opblock-summary-path", timeout=30_000)
+            paths = page.locator(".opblock-summary-path").all_text_contents()
+            title = page.text_content(".information-container .title")
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOTS / "docs.png"), full_page=False)
+        finally:
+            browser.close()
+    assert outside == [] and errors == []
+    assert "/api/runs" in [p.replace("\u200b", "") for p in paths]
+    assert title and "tokenbench" in title

@@ -57,8 +57,13 @@ def test_error_names_file_line_field_and_value(tmp_path):
 
 
 def test_unknown_field_and_missing_shape_fields():
-    with pytest.raises(ScenarioError, match=r"line 3: workload.inptu: unknown field"):
+    with pytest.raises(ScenarioError, match=r"line 3: workload.inptu: unknown field") as err:
         parse_scenario("name: x\nworkload:\n  inptu: {mean: 3}\n")
+    # the nearest field, and the fields there are, instead of pointing at docs
+    assert "did you mean 'input'?" in str(err.value) and "docs" not in str(err.value)
+    assert "fields of workload: dataset, dataset_path, input, output" in str(err.value)
+    with pytest.raises(ScenarioError, match=r"load.steps.0.duraton_s: unknown field; did you mea"):
+        parse_scenario("load:\n  shape: steps\n  steps:\n  - {rate: 1, duraton_s: 3}\n")
     with pytest.raises(ScenarioError, match="shape 'on_off' needs burst, quiet"):
         parse_scenario("load:\n  shape: on_off\n")
     with pytest.raises(ScenarioError, match="not valid YAML"):

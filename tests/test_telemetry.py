@@ -372,7 +372,7 @@ def test_nvml_missing_is_a_clear_warning(monkeypatch):
     scraper = start_scraper(
         TelemetryConfig(scrape_metrics=False, nvml=True), "http://127.0.0.1:1", said.append
     )
-    assert said == ["--nvml needs nvidia-ml-py (pip install nvidia-ml-py); no GPU telemetry"]
+    assert said == ["--nvml needs nvidia-ml-py (pip install 'tokenbench[gpu]'); no GPU telemetry"]
     assert scraper is not None and scraper.sources == []
     assert scraper.stop().warnings == said
 

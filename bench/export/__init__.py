@@ -4,8 +4,16 @@ Every format renders the one `Report` that `bench.export.report.build_report` co
 from bench.curves, so all of them show the same numbers.
 """
 
-from bench.export.report import Report, build_report
-
 FORMATS = ("pptx", "xlsx", "csv", "html", "png", "svg")
+
+
+def __getattr__(name: str):
+    # Imported on first use, so mounting `tokenbench export` does not import numpy and plotly.
+    if name in ("Report", "build_report"):
+        from bench.export import report
+
+        return getattr(report, name)
+    raise AttributeError(f"module 'bench.export' has no attribute {name!r}")
+
 
 __all__ = ["FORMATS", "Report", "build_report"]

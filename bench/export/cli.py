@@ -34,8 +34,26 @@ def default_out(fmt: str) -> Path:
     return Path("results") / (f"report-{fmt}" if fmt in ("csv", "png", "svg") else f"report.{fmt}")
 
 
+# format -> (module of its optional extra, what the user asked for)
+NEEDS = {
+    "pptx": ("pptx", "PowerPoint export"),
+    "xlsx": ("openpyxl", "Excel export"),
+    "png": ("kaleido", "PNG export"),
+    "svg": ("kaleido", "SVG export"),
+}
+
+
+def require_extra(fmt: str) -> None:
+    """Raise MissingExtraError (one line naming the pip extra) if fmt's extra is missing."""
+    if fmt in NEEDS:
+        from bench.extras import require
+
+        require(*NEEDS[fmt])
+
+
 def write(report, fmt: str, out: Path) -> Path:
     """Render `report` in `fmt` to `out`; returns what was written (file or folder)."""
+    require_extra(fmt)
     if fmt == "pptx":
         from bench.export.pptx import write_pptx
 
@@ -87,14 +105,24 @@ def export_command(
     utilisation: Annotated[
         float, typer.Option("--utilisation", min=0.01, max=1.0, help="Fleet utilisation")
     ] = 1.0,
-    prices_file: Annotated[Path | None, typer.Option("--prices-file")] = None,
+    prices_file: Annotated[
+        Path | None, typer.Option("--prices-file", help="Your own price tiers (YAML)")
+    ] = None,
     price: Annotated[list[str] | None, typer.Option("--price", help="GPU:tier=USD")] = None,
-    db: Annotated[str | None, typer.Option("--db")] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            help="SQLAlchemy URL or SQLite path; default $TOKENBENCH_DB, else "
+            "results/tokenbench.db under the current folder",
+        ),
+    ] = None,
 ) -> None:
     """Export runs for a procurement deck: PowerPoint, Excel, CSV, HTML, PNG or SVG."""
     from bench.cost import PriceCatalogueError, load_catalogue
     from bench.export.images import ImageExportError
     from bench.export.report import build_report
+    from bench.store.cli import existing_database
     from bench.store.errors import StoreError
 
     refs = [r.strip() for r in runs.split(",") if r.strip()]
@@ -109,12 +137,16 @@ def export_command(
     if price:
         label += " + --price " + ", ".join(price)
     try:
+        require_extra(fmt)
+        existing_database(db)
         catalogue = load_catalogue(prices_file, price or ())
         report = build_report(refs, db, slo, catalogue, utilisation, catalogue_label=label)
         target = out or default_out(fmt)
         written = write(report, fmt, target)
     except (PriceCatalogueError, StoreError, ImageExportError, ValueError, KeyError) as exc:
-        raise _fail(str(exc).strip("'\"")) from None
+        # a KeyError's text is its repr, quoted; every other message is shown as it is
+        text = str(exc).strip("'\"") if isinstance(exc, KeyError) else str(exc)
+        raise _fail(text) from None
     except OSError as exc:
         raise _fail(f"cannot write {exc.filename or out}: {exc.strerror or exc}") from None
     for line in report.missing:

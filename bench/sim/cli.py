@@ -11,19 +11,16 @@ import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from bench.sim.profiles import ProfileError, efficiency_sources, load_gpus, load_models
-from bench.sim.roofline import Deployment
+from bench.console import console, err_console
 
 sim_app = typer.Typer(
     help="The simulated GPU endpoint (results are simulated).", no_args_is_help=True
 )
-console = Console()
 
 
-@sim_app.command()
+@sim_app.command(short_help="An OpenAI-compatible simulated endpoint.")
 def serve(
     gpu: str = typer.Option("B200", help="GPU profile or alias (see `sim gpus`)"),
     model: str = typer.Option("llama-3.3-70b", help="model profile (see `sim models`)"),
@@ -40,6 +37,7 @@ def serve(
     ),
 ) -> None:
     """Run an OpenAI-compatible server that emits tokens at their simulated times."""
+    from bench.sim.profiles import ProfileError
     from bench.sim.server import run_server
     from bench.sim.virtual import build_engine
 
@@ -47,18 +45,31 @@ def serve(
     try:
         engine = build_engine(gpu, model, precision, tp, max_num_seqs, max_num_batched_tokens)
     except (ProfileError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc
     dep = engine.dep
-    console.print(
-        f"[bold]SIMULATED[/bold] {dep.label}: KV cache {engine.capacity_tokens:,} tokens, "
-        f"batch-1 decode step {dep.step_time(1, 1, 0, 0) * 1e3:.1f} ms; "
-        f"http://{host}:{port}/v1  (Ctrl-C to stop)"
-    )
-    run_server(engine, dep.model.name, host, port, default_max_tokens)
+
+    def banner(bound: int) -> None:
+        console.print(
+            f"[bold]SIMULATED[/bold] {dep.label}: KV cache {engine.capacity_tokens:,} tokens, "
+            f"batch-1 decode step {dep.step_time(1, 1, 0, 0) * 1e3:.1f} ms; "
+            f"http://{host}:{bound}/v1  (Ctrl-C to stop)"
+        )
+
+    try:
+        run_server(engine, dep.model.name, host, port, default_max_tokens, ready=banner)
+    except OSError as exc:
+        err_console.print(
+            f"[red]error:[/red] cannot listen on {host}:{port}: {exc.strerror or exc}"
+            + ("; is another server on that port? Pick another with --port" if port else ""),
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(2) from None
+    console.print("stopped")
 
 
-@sim_app.command("run")
+@sim_app.command("run", short_help="A scenario in virtual time, stored.")
 def run(
     gpu: str = typer.Option("B200", help="GPU profile or alias (see `sim gpus`)"),
     model: str = typer.Option("llama-3.3-70b", help="model profile (see `sim models`)"),
@@ -68,18 +79,25 @@ def run(
     request_rates: str | None = typer.Option(
         None, "--request-rates", help="sweep: mean rates, e.g. 1,2,4,8 (default: the scenario's)"
     ),
-    num_prompts: int | None = typer.Option(None, "--num-prompts", min=1),
+    num_prompts: int | None = typer.Option(
+        None, "--num-prompts", min=1, help="requests per point (default 1000)"
+    ),
     point_duration: float | None = typer.Option(
         None, "--point-duration", help="seconds of (virtual) traffic per point"
     ),
-    random_input_len: int | None = typer.Option(None, "--random-input-len", min=1),
-    random_output_len: int | None = typer.Option(None, "--random-output-len", min=1),
-    seed: int | None = typer.Option(None),
+    random_input_len: int | None = typer.Option(
+        None, "--random-input-len", min=1, help="prompt tokens per request"
+    ),
+    random_output_len: int | None = typer.Option(
+        None, "--random-output-len", min=1, help="output tokens per request"
+    ),
+    seed: int | None = typer.Option(None, help="same seed, same schedule and prompts"),
     db: str | None = typer.Option(None, "--db", help="SQLAlchemy URL of the results database"),
 ) -> None:
     """Run a scenario in virtual time (no HTTP, far faster than real time), stored as simulated."""
     from bench.cli import fail, flag_overrides, resolve_scenario
     from bench.console import sweep_table
+    from bench.sim.profiles import ProfileError
     from bench.sim.virtual import run_virtual_sweep
     from bench.store.errors import StoreError
     from bench.sweep import PointResult, PointSpec, mean_rate, parse_values
@@ -110,9 +128,11 @@ def run(
                   f"{time.monotonic() - started:.1f} s. `tokenbench show {run_id[:8]}`")  # fmt: skip
 
 
-@sim_app.command()
+@sim_app.command(short_help="GPU profiles and efficiency sources.")
 def gpus() -> None:
     """List the GPU profiles (gpus.yaml) and the efficiency parameters with their sources."""
+    from bench.sim.profiles import efficiency_sources, load_gpus
+
     table = Table(title="GPU profiles (bench/sim/profiles/gpus.yaml)")
     for col in [
         "name",
@@ -146,9 +166,12 @@ def gpus() -> None:
     console.print(eff)
 
 
-@sim_app.command()
+@sim_app.command(short_help="Model profiles: weights and KV sizes.")
 def models() -> None:
     """List the model profiles (models.yaml) with derived weight and KV sizes."""
+    from bench.sim.profiles import load_models
+    from bench.sim.roofline import Deployment
+
     table = Table(title="Model profiles (bench/sim/profiles/models.yaml)")
     for col in [
         "name",

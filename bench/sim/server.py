@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import signal
 import threading
 import time
 import uuid
@@ -119,11 +120,14 @@ class SimServer:
         self._last_warn = 0.0
         self._task: asyncio.Task | None = None
         self.created = int(time.time())
+        self.connections: set[asyncio.BaseTransport] = set()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
+        for transport in list(self.connections):  # close clients too, so none outlives the loop
+            transport.abort()
         if self._task:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -341,8 +345,11 @@ class HTTPProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.sim.connections.add(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None:
+            self.sim.connections.discard(self.transport)
         if self.job is not None:
             self.sim.abort(self.job)
         self.transport = None
@@ -507,11 +514,14 @@ async def serve(
     ready: Callable[[int], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
-    """Serve until `stop` is set (or forever). `ready(port)` is called once listening."""
+    """Serve until `stop` is set (or forever). `ready(port)` is called once listening.
+
+    Binds before anything else starts, so a busy port raises OSError with nothing to undo.
+    """
     sim = SimServer(engine, model_name, default_max_tokens)
-    sim.start()
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: HTTPProtocol(sim), host, port, backlog=1024)
+    sim.start()
     bound = server.sockets[0].getsockname()[1]
     log.info("simulated %s listening on http://%s:%d", engine.dep.label, host, bound)
     if ready:
@@ -524,17 +534,41 @@ async def serve(
     finally:
         server.close()
         await sim.stop()
+        await server.wait_closed()
 
 
 def run_server(
-    engine: Engine, model_name: str, host: str, port: int, default_max_tokens: int = 256
+    engine: Engine,
+    model_name: str,
+    host: str,
+    port: int,
+    default_max_tokens: int = 256,
+    ready: Callable[[int], None] | None = None,
 ) -> None:
-    """Blocking entry point for `tokenbench sim serve`."""
+    """Blocking entry point for `tokenbench sim serve`. Ctrl-C or SIGTERM stop it cleanly:
+    the listener and every connection are closed and every task is finished before the loop
+    closes. Raises OSError when the address cannot be bound (a busy port)."""
     loop = _new_loop()
     asyncio.set_event_loop(loop)
-    with contextlib.suppress(KeyboardInterrupt):
-        loop.run_until_complete(serve(engine, model_name, host, port, default_max_tokens))
-    loop.close()
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, stop.set)
+        await serve(engine, model_name, host, port, default_max_tokens, ready, stop)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        asyncio.set_event_loop(None)
+        loop.close()
 
 
 def start_sim_server_in_thread(

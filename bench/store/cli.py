@@ -16,23 +16,25 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
+from rich.markup import escape
 from rich.table import Column, Table
 
-from bench.metrics import LATENCY_METRICS, summarize
-from bench.store.errors import StoreError
-from bench.store.importers import ImportFormatError
+from bench.console import console as out
+from bench.console import err_console as err
 
 F = TypeVar("F", bound=Callable[..., Any])
-DbOption = Annotated[
-    str | None,
-    typer.Option(
-        "--db",
-        help="Database URL or SQLite path (default $TOKENBENCH_DB or results/tokenbench.db).",
-    ),
-]
-out = Console()
-err = Console(stderr=True)
+DB_HELP = (
+    "Database URL or SQLite path (default: $TOKENBENCH_DB, else results/tokenbench.db "
+    "under the current folder)."
+)
+DbOption = Annotated[str | None, typer.Option("--db", help=DB_HELP)]
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from bench.store.errors import StoreError
+    from bench.store.importers import ImportFormatError
+
+    return (StoreError, ImportFormatError, FileNotFoundError, ValueError, OSError)
 
 
 def _clean_errors(func: F) -> F:
@@ -42,11 +44,43 @@ def _clean_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except (StoreError, ImportFormatError, FileNotFoundError, ValueError, OSError) as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False, markup=True, soft_wrap=True)
+        except Exception as exc:
+            if not isinstance(exc, _user_errors()):
+                raise
+            err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def existing_database(db: str | None) -> str:
+    """The database a read-only command will read, named for messages; raises
+    MissingDatabaseError (a StoreError) when it is a SQLite file that does not exist, so
+    that reading never creates a file or a results/ folder."""
+    from bench.store.engine import missing_sqlite_file, resolve_url, safe_url_text
+
+    url = resolve_url(db)
+    missing = missing_sqlite_file(url)
+    if missing is not None:
+        from bench.store.errors import MissingDatabaseError
+
+        raise MissingDatabaseError(
+            f"no database at {missing} ({where_from(db)}); give --db or set $TOKENBENCH_DB"
+        )
+    return safe_url_text(url)
+
+
+def where_from(db: str | None) -> str:
+    """Why this database: the --db flag, $TOKENBENCH_DB, or the default under this folder."""
+    import os
+
+    from bench.store.engine import ENV_VAR
+
+    if db:
+        return "from --db"
+    if os.environ.get(ENV_VAR):
+        return f"from ${ENV_VAR}"
+    return f"the default: results/tokenbench.db under {Path.cwd()}"
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -65,9 +99,15 @@ def runs_command(
     label: Annotated[str | None, typer.Option(help="Only runs whose label contains this.")] = None,
     limit: Annotated[int, typer.Option(help="Show at most this many runs.")] = 50,
 ) -> None:
-    """List stored runs, newest first."""
+    """List stored runs, newest first, and say which database was read."""
+    from bench.store.errors import MissingDatabaseError
     from bench.store.read import list_runs
 
+    try:
+        where = existing_database(db)
+    except MissingDatabaseError as exc:
+        out.print(f"no runs stored yet: {exc}", highlight=False, soft_wrap=True)
+        return
     runs = list_runs(db, gpu=gpu, model=model, label=label, limit=limit)
     table = Table(
         Column("id", no_wrap=True, min_width=8),
@@ -92,9 +132,10 @@ def runs_command(
             source,
         )
     if not runs:
-        out.print("no runs stored yet")
+        out.print(f"no runs stored yet in {where}", highlight=False, soft_wrap=True)
         return
     out.print(table)
+    out.print(f"{len(runs)} run{'' if len(runs) == 1 else 's'} from {where}", highlight=False)
 
 
 @_clean_errors
@@ -104,8 +145,10 @@ def show_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Print a run's summary, recomputed from its stored requests."""
+    from bench.metrics import summarize
     from bench.store.read import get_run, load_columns
 
+    existing_database(db)
     info = get_run(run, db)
     points = info.load_points or []
     sections: list[tuple[str, dict | None]] = []
@@ -166,6 +209,8 @@ def show_command(
 
 
 def _summary_table(title: str, summary: dict) -> Table:
+    from bench.metrics import LATENCY_METRICS
+
     tp = summary["throughput"]
     caption = (
         f"completed {summary['completed']}  failed {summary['failed']}  "
@@ -191,6 +236,7 @@ def rm_command(
     """Delete a run and all its requests."""
     from bench.store.read import delete_run, get_run
 
+    existing_database(db)
     info = get_run(run, db)
     if not yes and not typer.confirm(
         f"delete run {info.id} ({info.name or '-'}, {info.request_count} requests)?"
@@ -222,6 +268,7 @@ def export_raw_command(
     """Write every request of a run to a JSON, CSV or Parquet file."""
     from bench.store.raw_export import export_raw
 
+    existing_database(db)
     path = export_raw(run, fmt, out_path, load_point=load_point, db=db)
     out.print(f"wrote {path}", highlight=False)
 

@@ -55,6 +55,19 @@ def safe_url_text(url: str | URL) -> str:
     return parsed.render_as_string(hide_password=True)
 
 
+def missing_sqlite_file(url: URL) -> Path | None:
+    """The SQLite file `url` names when it does not exist yet, else None (other databases,
+    in-memory ones and existing files). Read-only commands check this so they never create
+    a database or its folder."""
+    if url.get_backend_name() != "sqlite":
+        return None
+    database = url.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    path = Path(database)
+    return None if path.exists() else path
+
+
 def describe(engine: Engine) -> str:
     """How error messages name a database: the SQLite file path or the redacted URL."""
     url = engine.url
@@ -68,6 +81,13 @@ def make_engine(
 ) -> Engine:
     """A new Engine for the URL/path (creating the SQLite file's folder); no schema check."""
     url = db if isinstance(db, URL) else resolve_url(db)
+    if url.drivername == "postgresql+psycopg":
+        from bench.extras import MissingExtraError, require
+
+        try:
+            require("psycopg", "a PostgreSQL database")
+        except MissingExtraError as exc:
+            raise StoreError(f"--db {safe_url_text(url)}: {exc}") from None
     try:
         return _make_engine(url, busy_timeout_s)
     except (ArgumentError, NoSuchModuleError, ImportError) as exc:

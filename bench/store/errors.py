@@ -17,3 +17,7 @@ class SchemaOutdatedError(StoreError):
 
 class RunNotFoundError(StoreError, LookupError):
     """No run matches the id, id prefix or name given (or more than one does)."""
+
+
+class MissingDatabaseError(StoreError):
+    """A read-only command was pointed at a SQLite file that does not exist (none is made)."""

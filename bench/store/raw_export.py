@@ -40,6 +40,10 @@ def export_raw(
     """Write the run's requests to `out` in fmt (json, csv or parquet); returns the path."""
     if fmt not in FORMATS:
         raise ValueError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    if fmt == "parquet":
+        from bench.extras import require
+
+        require("pyarrow", "Parquet export")
     info = get_run(run, db)
     frame = requests_dataframe(info.id, load_point, db, gaps=True)
     out = Path(out)

@@ -1,0 +1,132 @@
+"""Every command of the README's tour runs, so the README cannot drift from the CLI.
+
+The commands are read from README.md's "A tour" block as written. Each runs against the
+test suite's fake OpenAI server (TTFT 50 ms, 10 ms per token) instead of port 8000, with
+smaller sizes appended (the last value of a flag wins) so the whole tour takes about a
+minute; `RUN`, `RUN_A` and `RUN_B` become the ids of runs stored earlier in the tour, and
+`sim serve` gets a free port and is stopped with Ctrl-C once it answers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Appended to each kind of command: same flags, smaller sizes.
+SMALLER = {
+    "run": ["--num-prompts", "6", "--random-input-len", "16", "--random-output-len", "4"],
+    "sweep": [
+        "--num-prompts",
+        "6",
+        "--point-duration",
+        "1",
+        "--random-input-len",
+        "16",
+        "--random-output-len",
+        "4",
+    ],  # fmt: skip
+    "sim run": ["--num-prompts", "40"],
+}
+
+
+def tour_commands() -> list[list[str]]:
+    """The tour's commands as argument lists (continuations joined, comments dropped)."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## A tour", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    commands = []
+    for line in block.splitlines():
+        words: list[str] = []
+        for word in [*shlex.split(line, comments=True), ";"]:  # `a; b` is two commands
+            if word.endswith(";"):
+                words.append(word[:-1]) if word[:-1] else None
+                if words:
+                    assert words[0] == "tokenbench", f"not a tokenbench command: {line!r}"
+                    commands.append(words[1:])
+                words = []
+            else:
+                words.append(word)
+    return commands
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_tour_is_read_whole():
+    kinds = {" ".join(c[:2]) if c[0] == "sim" else c[0] for c in tour_commands()}
+    assert kinds == {"run", "sweep", "compare", "prices", "runs", "show", "rm", "export-raw",
+                     "import", "sim serve", "sim run", "sim gpus", "sim models"}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_every_tour_command_runs(fake_server, tmp_path):
+    (tmp_path / "scenarios").symlink_to(ROOT / "scenarios")
+    env = {**os.environ, "TOKENBENCH_DB": str(tmp_path / "tour.db"), "COLUMNS": "120",
+           "PYTHONPATH": str(ROOT)}  # fmt: skip
+    ids: dict[str, str] = {}
+    sweeps: list[str] = []
+    for words in tour_commands():
+        args = [fake_server.url if w in ("http://127.0.0.1:8000", "...") else w for w in words]
+        kind = " ".join(args[:2]) if args[0] == "sim" else args[0]
+        args = [ids.get(w, w) for w in args]
+        if kind == "sim serve":
+            check_sim_serve(args, env, tmp_path)
+            continue
+        args += SMALLER.get(kind, [])
+        if kind == "run" and "--ramp-up" in args:
+            args += ["--ramp-up", "0.2"]
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench", *args], cwd=tmp_path, env=env, input="y\n",
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        said = f"tokenbench {shlex.join(args)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        assert proc.returncode == 0, said
+        assert "Traceback" not in proc.stderr, said
+        if kind == "run":
+            ids.setdefault("RUN", re.search(r"Stored as run ([0-9a-f]{32})", proc.stdout)[1])
+        if kind == "sweep":
+            sweeps.append(re.search(r"\(run ([0-9a-f]{32})\)", proc.stdout)[1])
+            ids.update(RUN_A=sweeps[0], RUN_B=sweeps[-1])
+    assert (tmp_path / "out.json").is_file() and (tmp_path / "vllm-result.json").is_file()
+    assert len(list((tmp_path / "vllm-results").glob("vllm-10.0qps-concurrency64-*.json"))) == 1
+    assert (tmp_path / "run.parquet").is_file() and (tmp_path / "sweep.json").is_file()
+
+
+def check_sim_serve(args: list[str], env: dict, cwd: Path) -> None:
+    """`sim serve` as written, on a free port: it answers /v1/models, then Ctrl-C stops it."""
+    port = str(free_port())
+    args = [port if prev == "--port" else w for prev, w in zip(["", *args[:-1]], args, strict=True)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", *args], cwd=cwd, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", int(port))) == 0:
+                    break
+            time.sleep(0.1)
+        import httpx
+
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()
+        assert models["data"][0]["id"] == "llama-3.3-70b"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and "Traceback" not in err, err

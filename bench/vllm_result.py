@@ -149,7 +149,7 @@ def vllm_result(
             "itls": [[_s(g) for g in r.itl_ns().tolist()] if r.state == OK else [] for r in sent],
             "latencies": [_s(r.e2el_ns) if r.state == OK else 0.0 for r in sent],
             "start_times": [_s(r.sent_ns - t0) for r in sent],
-            "queue_times": [_s(r.send_lag_ns) for r in sent],
+            "queue_times": [_s(r.sent_ns - r.intended_ns) for r in sent],
             "generated_texts": ["" for _ in sent],
             "errors": [
                 "" if r.state == OK else (r.error_message or r.error_kind or r.state) for r in sent
@@ -161,10 +161,10 @@ def vllm_result(
     )
     ok = [r for r in sent if r.state == OK]
     # vLLM's two client-side queue metrics: the wait for a --max-concurrency slot (our send
-    # lag: actual - intended send) and E2EL including it, over completed requests.
+    # wait plus send lag: actual - intended send) and E2EL including it, over completed requests.
     queue_ns = {
-        "client_queue_time": [r.send_lag_ns for r in ok],
-        "e2el_including_client_queue": [r.e2el_ns + r.send_lag_ns for r in ok],
+        "client_queue_time": [r.sent_ns - r.intended_ns for r in ok],
+        "e2el_including_client_queue": [r.end_ns - r.intended_ns for r in ok],
     }
     for name in metrics:
         if name in queue_ns:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 from sqlalchemy import delete, func, select
 from sqlalchemy.engine import Engine
 
@@ -30,6 +31,7 @@ from bench.store.models import (
     Run,
     RunArtifact,
 )
+from bench.store.redact import repair_scenario_text, scenario_mapping
 
 STALE_AFTER_S = 15.0  # writers beat every 2 s; several missed beats mean the process died
 
@@ -96,6 +98,30 @@ class RunInfo:
     def short_id(self) -> str:
         return self.id[:8]
 
+    def scenario(self) -> dict:
+        """The stored scenario as a dict; {} when absent or unreadable (never raises)."""
+        return scenario_mapping(self.scenario_text)
+
+
+def readable_scenario_text(text: str | None) -> str | None:
+    """The stored scenario, repaired when an old redaction left it unparseable.
+
+    Repair happens at read time, so runs stored before the fix read back whole on every
+    path (API, pages, curves, export) without rewriting the database.
+    """
+    if not text:
+        return text
+    try:
+        yaml.safe_load(text)
+        return text
+    except yaml.YAMLError:
+        repaired = repair_scenario_text(text)
+    try:
+        yaml.safe_load(repaired)
+        return repaired
+    except yaml.YAMLError:
+        return text
+
 
 def effective_status(
     status: str, heartbeat_at: datetime | None, now: datetime | None = None
@@ -116,6 +142,7 @@ def _run_info(run: Run, load_points: list[LoadPoint] | None = None) -> RunInfo:
     for key in ("created_at", "finished_at", "heartbeat_at"):
         values[key] = _utc(values[key])
     values["status"] = effective_status(run.status, run.heartbeat_at)
+    values["scenario_text"] = readable_scenario_text(run.scenario_text)
     lps = [
         LoadPointInfo(**{f.name: getattr(lp, f.name) for f in fields(LoadPointInfo)})
         for lp in sorted(load_points or [], key=lambda lp: lp.load_point)

@@ -133,8 +133,9 @@ class RunWriter:
     ) -> None:
         """Insert the run row now (so a bad database fails before the run starts).
 
-        `scenario` is stored as given (text, or a dict stored as JSON); `secrets` (the API
-        key in use) are scrubbed from every stored string, as are credentials in the URL.
+        `scenario` is stored as given (text, or a dict stored as JSON), scrubbed field by field
+        (redact.Redactor.scenario) so it always parses back; `secrets` (the API key in use)
+        are scrubbed from every stored string, as are credentials in URLs.
         """
         self.engine = get_engine(db)
         self.run_id = run_id or uuid.uuid4().hex
@@ -151,18 +152,14 @@ class RunWriter:
         self._finished = False
         self._stopped = False
 
-        if isinstance(scenario, dict):
-            import json
-
-            scenario = json.dumps(scenario, indent=2, default=str)
         row = {
             "id": self.run_id,
-            "name": self.redact.maybe(name),
-            "label": self.redact.maybe(label),
+            "name": self.redact.maybe_known(name),
+            "label": self.redact.maybe_known(label),
             "created_at": created_at or now_utc(),
             "heartbeat_at": now_utc(),
             "status": RUNNING,
-            "scenario_text": self.redact.maybe(scenario),
+            "scenario_text": self.redact.scenario(scenario),
             "endpoint": self.redact.maybe(strip_url(endpoint)),
             "backend": backend,
             "model": model,

@@ -144,6 +144,7 @@ class RunSession:
         stop_event: threading.Event | None = None,
         on_tick: Callable[[RunProgress], None] | None = None,
         telemetry: TelemetryConfig | None = None,
+        run_id: str | None = None,
     ) -> None:
         self.scenario = scenario
         self.telemetry = telemetry
@@ -170,6 +171,7 @@ class RunSession:
                 simulated=simulated,
                 secrets=[plan.api_key],
                 extra=extra,
+                run_id=run_id,
             )
 
     @property
@@ -305,8 +307,14 @@ def run_and_store(
     stop_event: threading.Event | None = None,
     on_tick: Callable[[RunProgress], None] | None = None,
     telemetry: TelemetryConfig | None = None,
+    run_id: str | None = None,
+    extra: dict | None = None,
 ) -> tuple[RunResult, Summary, str | None]:
-    """`tokenbench run`: one load point, stored unless store=False. Returns the run id."""
+    """`tokenbench run`: one load point, stored unless store=False. Returns the run id.
+
+    `run_id` names the stored run in advance (the service's jobs: a run being written can
+    then never be deleted); `extra` is stored with the run (where it was measured).
+    """
     session = RunSession(
         scenario,
         plan,
@@ -317,6 +325,8 @@ def run_and_store(
         stop_event=stop_event,
         on_tick=on_tick,
         telemetry=telemetry,
+        run_id=run_id,
+        extra=extra,
     )
     load = scenario.load
     status, summary = "failed", None

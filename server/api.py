@@ -25,11 +25,13 @@ from bench.store.engine import get_engine
 from bench.store.models import Request as RequestRow
 from bench.store.read import delete_run, get_run, list_runs, resolve_run
 from dashboards.data import run_time_series
+from server.datafiles import DataFileError, TooLargeError, without_contents
 from server.jobs import SCENARIOS_DIR, JobPlan, QueueFullError
 from server.models import (
     CompareOut,
     ComparisonOut,
     CurveOut,
+    DataFileOut,
     DeletedOut,
     ErrorOut,
     JobIn,
@@ -396,6 +398,35 @@ def add_tier(request: Request, body: TierIn) -> TierOut:
     return _tier_out(cat.tier(body.gpu, body.name), cat)
 
 
+# ---------------------------------------------------------------- data folder
+
+
+@router.get("/data", response_model=list[DataFileOut])
+def data_files(request: Request) -> list[DataFileOut]:
+    """Files in the service's data folder: what scenarios sent here may read (trace, dataset)."""
+    return [DataFileOut(**f) for f in tb(request).data.listing()]
+
+
+@router.put(
+    "/data/{name}",
+    response_model=DataFileOut,
+    status_code=201,
+    dependencies=[Write],
+    responses={413: {"model": ErrorOut, "description": "over the per-file size limit"}},
+)
+async def upload_data(
+    request: Request, name: Annotated[str, Path(min_length=1, max_length=100)]
+) -> DataFileOut:
+    """Put a file (the raw body) in the data folder, replacing one of the same name."""
+    try:
+        _, size = await tb(request).data.save(name, request.stream())
+    except TooLargeError as exc:
+        raise HTTPException(413, detail=str(exc)) from None
+    except DataFileError as exc:
+        raise invalid(["path", "name"], str(exc)) from None
+    return DataFileOut(name=name, bytes=size)
+
+
 # ---------------------------------------------------------------- background runs
 
 
@@ -515,6 +546,7 @@ def build_plan(body: JobIn, state) -> JobPlan:
         raise invalid(["body", "scenario"], str(exc)) from None
     if sc.load.num_prompts is None and sc.load.duration_s is None:
         sc.load.num_prompts = DEFAULT_PROMPTS[body.kind]
+    files = _confine_files(sc, state.data, (SCENARIOS_DIR,) if base_dir else ())
     if sc.target.api_key_env != "OPENAI_API_KEY":
         raise invalid(
             ["body", "scenario"],
@@ -571,8 +603,29 @@ def build_plan(body: JobIn, state) -> JobPlan:
     try:
         plan_from_scenario(probe, base_dir=base_dir)
     except (ScenarioError, ValueError, OSError) as exc:
-        raise invalid(["body", "scenario"], str(exc)) from None
+        raise invalid(["body", "scenario"], without_contents(str(exc), files)) from None
     return plan
+
+
+def _confine_files(sc, data, extra_roots: tuple) -> list:
+    """Point the scenario's files at regular files in the data folder (server/datafiles.py).
+
+    Each path is replaced by the checked absolute one, so the job reads exactly that file.
+    """
+    files = []
+    trace = sc.load.trace
+    try:
+        if trace is not None:
+            path = data.resolve(trace.path, "load.trace.path", extra_roots)
+            trace.path = str(path)
+            files.append(path)
+        if sc.workload.dataset_path:
+            path = data.resolve(sc.workload.dataset_path, "workload.dataset_path", extra_roots)
+            sc.workload.dataset_path = str(path)
+            files.append(path)
+    except DataFileError as exc:
+        raise invalid(["body", "scenario"], str(exc)) from None
+    return files
 
 
 def _overrides(body: JobIn) -> dict:

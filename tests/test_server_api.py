@@ -31,7 +31,13 @@ def db(tmp_path_factory):
 
 
 def make_app(db, **kw):
-    options = {"api_token": TOKEN, "allow_hosts": [], "open_reads": True, **kw}
+    options = {
+        "api_token": TOKEN,
+        "allow_hosts": [],
+        "open_reads": True,
+        "server_names": ["test", "t"],  # the test clients' base URLs
+        **kw,
+    }
     return create_app(db, **options)
 
 

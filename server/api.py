@@ -51,7 +51,10 @@ SSE_POLL_S = 0.25
 SSE_KEEPALIVE_S = 15.0
 SSE_MAX_S = 24 * 3600.0  # a follower is cut off after a day, whatever happens
 REACH_TIMEOUT_S = 2.0
-DEFAULT_PROMPTS = {"run": 1000, "sweep": 200}  # as `tokenbench run` and `tokenbench sweep`
+DEFAULT_PROMPTS = {"run": 1000, "sweep": 200}
+MAX_ROW_ID = (
+    2**63 - 1
+)  # SQL BIGINT: a larger ?after= would overflow the driver (was a 500)  # as `tokenbench run` and `tokenbench sweep`
 
 RunRef = Annotated[
     str, Path(min_length=1, max_length=100, description="run id, unique id prefix or name")
@@ -160,7 +163,9 @@ def run_requests(
     ref: RunRef,
     load_point: Annotated[int | None, Query(ge=0, le=1_000_000)] = None,
     state: Literal["ok", "failed", "cancelled"] | None = None,
-    after: Annotated[int, Query(ge=0, description="row id to continue after (next_after)")] = 0,
+    after: Annotated[
+        int, Query(ge=0, le=MAX_ROW_ID, description="row id to continue after (next_after)")
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=5000)] = 500,
 ) -> RequestsPage:
     """A page of a run's requests, by load point then stored order (keyset paging).

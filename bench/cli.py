@@ -367,7 +367,9 @@ def run_command(
     nvml: NvmlOpt = False,
 ) -> None:
     """Benchmark one endpoint at one load point (like `vllm bench serve`)."""
-    from bench.runner import plan_from_scenario
+    from bench.runner import defer_termination, interrupted_exit_code, plan_from_scenario
+
+    defer_termination()  # SIGTERM stops like Ctrl-C: flush, mark interrupted, exit 143
 
     try:
         thresholds = parse_thresholds(fail_on)
@@ -426,7 +428,7 @@ def run_command(
     if broken:
         raise typer.Exit(1)
     if summary.interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(interrupted_exit_code())
 
 
 @app.command("sweep")
@@ -493,7 +495,10 @@ def sweep_command(
     nvml: NvmlOpt = False,
 ) -> None:
     """Measure the throughput-versus-latency curve: many load points in one stored run."""
+    from bench.runner import defer_termination, interrupted_exit_code
     from bench.sweep import PointSpec, parse_values
+
+    defer_termination()  # SIGTERM stops like Ctrl-C: flush, mark interrupted, exit 143
 
     modes = [m for m in (request_rates, concurrency, auto) if m is not None]
     if len(modes) != 1:
@@ -540,7 +545,7 @@ def sweep_command(
         raise fail(str(exc)) from None
     print_sweep_result(result, sc, catalogue, utilisation)
     if result.interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(interrupted_exit_code())
 
 
 def sweep_progress(point, remaining) -> None:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +80,61 @@ def get_run_id(db: str) -> str:
     from bench.store import list_runs
 
     return list_runs(db)[0].id
+
+
+def test_full_disk_counts_exactly_and_the_fallback_imports(fake_server, tmp_path):
+    """The database fills mid-run: the count of missing records is exact, and the fallback
+    file, holding every record, loads with `tokenbench import`."""
+    import re
+
+    from sqlalchemy import event, text
+
+    from bench.runner import plan_from_scenario
+    from bench.scenario import parse_scenario
+    from bench.session import run_and_store
+    from bench.store.engine import get_engine, make_engine
+    from bench.store.errors import StoreError
+    from bench.store.read import list_runs
+
+    full = tmp_path / "full.db"
+    engine = get_engine(make_engine(str(full)))
+    with engine.connect() as conn:
+        pages = conn.exec_driver_sql("PRAGMA page_count").scalar()
+
+    @event.listens_for(engine, "connect")
+    def cap(dbapi_conn, _record) -> None:  # noqa: ANN001 - a disk that fills up
+        dbapi_conn.execute(f"PRAGMA max_page_count = {pages + 10}")
+
+    engine.dispose()
+    sc = parse_scenario(
+        "load: {request_rate: 300, num_prompts: 800}\n"
+        "workload: {input: {mean: 16}, output: {mean: 4}}\n",
+        overrides={"target": {"base_url": fake_server.url, "model": "m"}, "label": "full"},
+    )
+    plan = plan_from_scenario(sc, api_key="sk-fallback-secret-123")
+    with pytest.raises(StoreError) as err:
+        run_and_store(sc, plan, db_url=engine, show_progress=False)
+    message = str(err.value)
+    m = re.search(r"(\d+) of the (\d+) records measured are not in the database", message)
+    assert m, message
+    with make_engine(str(full)).connect() as conn:
+        in_db = conn.execute(text("SELECT count(*) FROM requests")).scalar()
+    assert int(m.group(2)) == 800 and int(m.group(1)) == 800 - in_db and in_db < 800
+    assert "full" in message  # names the cause
+    path = re.search(r"saved to (\S+):", message).group(1)
+    lines = Path(path).read_text().splitlines()
+    assert len(lines) == 801 and "sk-fallback-secret-123" not in "".join(lines)
+
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "import", path, "--db", other],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    dispose_all()
+    run = get_run(list_runs(other)[0].id, other)
+    assert (run.request_count, run.label, run.status) == (800, "full", "completed")
+    assert run.imported_from == "tokenbench" and len(run.load_points) == 1
+    records = load_records(run.id, db=other)
+    assert sum(r.state == "ok" for r in records) == 800
+    assert all(len(r.chunk_times_ns) >= 1 for r in records)

@@ -218,9 +218,15 @@ def export_raw_command(
 
 @_clean_errors
 def import_command(
-    file: Annotated[Path, typer.Argument(help="A result file of vLLM, guidellm or aiperf.")],
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="A result file of vLLM, guidellm or aiperf, or tokenbench's own "
+            "tokenbench-unsaved-RUN.jsonl (written when the database failed mid-run)."
+        ),
+    ],
     fmt: Annotated[
-        str, typer.Option("--format", "-f", help="vllm, guidellm, aiperf or auto.")
+        str, typer.Option("--format", "-f", help="vllm, guidellm, aiperf, tokenbench or auto.")
     ] = "auto",
     name: Annotated[
         str | None, typer.Option(help="Name of the new run (default: file name).")

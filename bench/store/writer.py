@@ -363,6 +363,7 @@ class RunWriter:
                 self._error = StoreError(
                     f"{what}; {self.submitted - self.written} records of run {self.run_id} not saved"
                 )
+                self._error.reason = what  # without the count, which grows as a run goes on
                 self._unsaved = records
                 return
             deadline = time.monotonic() + self.flush_interval_s

@@ -20,10 +20,11 @@ from pathlib import Path
 import yaml
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DatabaseError
 
 from bench.cost import Catalogue, PriceCatalogueError, load_catalogue
 from bench.curves import RunCurve, gpu_colour, run_curve
-from bench.store.engine import get_engine
+from bench.store.engine import damaged_message, describe, get_engine
 from bench.store.errors import RunNotFoundError, StoreError
 from bench.store.models import RUNNING
 from bench.store.read import get_run
@@ -204,6 +205,17 @@ def create_app(
     @app.exception_handler(StoreError)
     async def _store(_request: Request, exc: StoreError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    @app.exception_handler(DatabaseError)
+    async def _database(_request: Request, exc: DatabaseError) -> JSONResponse:
+        """A database fault met while reading (a damaged page, a lost server): 503, said."""
+        engine = get_engine(db_url)
+        problem = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+        if "malformed" in problem or "not a database" in problem:
+            detail = damaged_message(engine, problem)
+        else:
+            detail = f"{describe(engine)}: {problem}"
+        return JSONResponse({"detail": detail}, status_code=503)
 
     app.include_router(api_router)
     app.include_router(static_router)

@@ -4,6 +4,7 @@ database. Each compares what was measured with what a server or the store says i
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -138,3 +139,77 @@ def test_full_disk_counts_exactly_and_the_fallback_imports(fake_server, tmp_path
     records = load_records(run.id, db=other)
     assert sum(r.state == "ok" for r in records) == 800
     assert all(len(r.chunk_times_ns) >= 1 for r in records)
+
+
+def damage_a_page(path: Path) -> None:
+    size = path.stat().st_size
+    with path.open("r+b") as f:
+        f.seek(4096 * (size // 4096 // 2))
+        f.write(bytes(range(256)) * 16)
+
+
+def test_a_page_corrupted_sqlite_file_is_refused_not_written(tmp_path):
+    from bench.store import RunWriter
+    from bench.store.errors import DamagedDatabaseError
+    from tests.test_dashboard_figures import store_sweep
+
+    path = tmp_path / "bad.db"
+    store_sweep(f"sqlite:///{path}", per_point=400)
+    dispose_all()
+    damage_a_page(path)
+    before = path.read_bytes()
+    with pytest.raises(DamagedDatabaseError, match=r"is damaged .*\.recover"):
+        RunWriter(str(path), name="more")
+    dispose_all()
+    assert path.read_bytes() == before, "nothing was written to the damaged file"
+
+
+async def test_the_service_says_a_database_is_damaged(tmp_path):
+    import httpx
+
+    from bench.store import list_runs
+    from server.app import create_app
+    from tests.test_dashboard_figures import store_sweep
+
+    path = tmp_path / "bad.db"
+    run_id = store_sweep(f"sqlite:///{path}", per_point=400)
+    dispose_all()
+    damage_a_page(path)
+    assert list_runs(str(path))  # the run list itself still reads
+    app = create_app(str(path), api_token="t" * 16, allow_hosts=[], open_reads=True)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+        statuses = set()
+        for lp in range(3):
+            r = await c.get(f"/api/runs/{run_id}/requests?load_point={lp}&limit=5000")
+            statuses.add(r.status_code)
+            if r.status_code != 200:
+                assert r.status_code == 503 and "damaged" in r.json()["detail"], r.text
+        assert 503 in statuses
+    app.state.tb.jobs.shutdown()
+
+
+def test_a_database_on_a_read_only_filesystem_can_be_read(tmp_path):
+    """Bind-mounted read-only in a private mount namespace (root only; skipped otherwise)."""
+    import shutil
+
+    from tests.test_dashboard_figures import store_sweep
+
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare to mount a read-only filesystem")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    run_id = store_sweep(f"sqlite:///{folder / 'runs.db'}", per_point=5)
+    dispose_all()
+    script = (
+        f"mount --bind {folder} {folder} && mount -o remount,bind,ro {folder} || exit 77; "
+        f"touch {folder}/probe 2>/dev/null && exit 78; "
+        f"{sys.executable} -m bench show {run_id} --db {folder / 'runs.db'}"
+    )
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120
+    )
+    if proc.returncode == 77:
+        pytest.skip(f"cannot mount here: {proc.stderr[-300:]}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert run_id[:8] in proc.stdout

@@ -17,3 +17,7 @@ class SchemaOutdatedError(StoreError):
 
 class RunNotFoundError(StoreError, LookupError):
     """No run matches the id, id prefix or name given (or more than one does)."""
+
+
+class DamagedDatabaseError(StoreError):
+    """The SQLite file is corrupt (a damaged page, a torn write); nothing is written to it."""

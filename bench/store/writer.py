@@ -34,7 +34,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from bench.records import RequestRecord
 from bench.store import codec
-from bench.store.engine import describe, get_engine
+from bench.store.engine import check_integrity, describe, get_engine
 from bench.store.errors import StoreError
 from bench.store.models import COMPLETED, RUN_STATUSES, RUNNING, LoadPoint, RequestBatch, Run
 from bench.store.redact import Redactor, strip_url
@@ -138,6 +138,7 @@ class RunWriter:
         are scrubbed from every stored string, as are credentials in URLs.
         """
         self.engine = get_engine(db)
+        check_integrity(self.engine)  # a damaged SQLite file is refused, not written to
         self.run_id = run_id or uuid.uuid4().hex
         self.redact = Redactor(secrets)
         self.flush_interval_s = flush_interval_s

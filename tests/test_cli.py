@@ -105,8 +105,12 @@ def test_ctrl_c_keeps_a_partial_summary_marked_interrupted(server_factory, tmp_p
          "--db", db],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    time.sleep(4)
-    proc.send_signal(signal.SIGINT)
+    from tests.test_durability import stored_count, wait_for
+
+    try:  # Ctrl-C once the run is storing requests (not while a loaded machine imports)
+        wait_for(lambda: stored_count(db) >= 15, 60, "15 stored requests")
+    finally:
+        proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     s = json.loads(out.read_text())

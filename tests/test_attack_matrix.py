@@ -328,3 +328,18 @@ async def test_background_runs_measure_in_their_own_process(live, fake_server):
     where = get_run(state["run_id"], live.db).extra_json["measured_in"]
     assert where["service_pid"] == os.getpid() and where["pid"] != os.getpid()
     assert where["separate_from_service"] is True
+
+
+async def test_a_yaml_alias_bomb_is_refused_at_once(client):
+    """Nine levels of nine aliases: 387M values once expanded (it used to hang a thread)."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    bomb = "\n".join([*lines, "name: *a8"])
+    t0 = time.monotonic()
+    r = await asyncio.wait_for(
+        client.post("/api/jobs", json={"kind": "run", "scenario": bomb, "simulate": SIM},
+                    headers=AUTH),
+        30,
+    )  # fmt: skip
+    assert r.status_code == 422 and "YAML aliases" in r.text
+    assert time.monotonic() - t0 < 5 and len(r.content) < 2000

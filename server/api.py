@@ -22,6 +22,7 @@ from bench.curves import compare_runs, cost_rows_at, ratio_sentence
 from bench.metrics import parse_thresholds
 from bench.scenario import ScenarioError, parse_scenario
 from bench.store.engine import get_engine
+from bench.store.errors import RunBusyError
 from bench.store.models import Request as RequestRow
 from bench.store.read import delete_run, get_run, list_runs, resolve_run
 from dashboards.data import run_time_series
@@ -240,7 +241,10 @@ def run_delete(request: Request, ref: RunRef) -> DeletedOut:
     run_id = resolve_run(ref, state.db_url)
     if run_id in state.jobs.active_run_ids():
         raise HTTPException(409, detail=f"run {run_id[:8]} is being written by a job; cancel it")
-    n = delete_run(run_id, state.db_url)
+    try:
+        n = delete_run(run_id, state.db_url)
+    except RunBusyError as exc:  # written by another process (a CLI run, another service)
+        raise HTTPException(409, detail=str(exc)) from None
     state.forget(run_id)
     return DeletedOut(run_id=run_id, deleted_requests=n)
 

@@ -343,3 +343,20 @@ async def test_a_yaml_alias_bomb_is_refused_at_once(client):
     )  # fmt: skip
     assert r.status_code == 422 and "YAML aliases" in r.text
     assert time.monotonic() - t0 < 5 and len(r.content) < 2000
+
+
+async def test_a_run_another_process_writes_cannot_be_deleted(live):
+    """A CLI run (or another service) writing the same database: 409 until it finishes."""
+    from bench.store import RunWriter
+    from tests.test_store_helpers import make_records
+
+    writer = RunWriter(live.db, name="busy")
+    writer.start_load_point(0)
+    for r in make_records(5):
+        writer.submit(r)
+    r = await live.delete(f"/api/runs/{writer.run_id}", headers=AUTH)
+    assert r.status_code == 409 and "still being written" in r.text
+    writer.finish("completed")
+    assert get_run(writer.run_id, live.db).request_count == 5
+    r = await live.delete(f"/api/runs/{writer.run_id}", headers=AUTH)
+    assert r.status_code == 200 and r.json()["deleted_requests"] == 5

@@ -177,6 +177,9 @@ def rm_command(
     run: Annotated[str, typer.Argument(help="Run id, unique id prefix or run name.")],
     db: DbOption = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Delete even a run a live process is writing.")
+    ] = False,
 ) -> None:
     """Delete a run and all its requests."""
     from bench.store.read import delete_run, get_run
@@ -187,7 +190,7 @@ def rm_command(
     ):
         err.print("not deleted")
         raise typer.Exit(1)
-    n = delete_run(info.id, db)
+    n = delete_run(info.id, db, force=force)
     out.print(f"deleted run {info.id} and its {n} requests")
 
 

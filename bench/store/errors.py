@@ -21,3 +21,7 @@ class RunNotFoundError(StoreError, LookupError):
 
 class DamagedDatabaseError(StoreError):
     """The SQLite file is corrupt (a damaged page, a torn write); nothing is written to it."""
+
+
+class RunBusyError(StoreError):
+    """The run is still being written by a live process; deleting it would break that run."""

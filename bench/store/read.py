@@ -21,7 +21,7 @@ from bench.metrics import Columns
 from bench.records import OK, RequestRecord
 from bench.store import codec
 from bench.store.engine import get_engine
-from bench.store.errors import RunNotFoundError
+from bench.store.errors import RunBusyError, RunNotFoundError
 from bench.store.models import (
     INTERRUPTED,
     RUNNING,
@@ -121,6 +121,10 @@ def readable_scenario_text(text: str | None) -> str | None:
         return repaired
     except yaml.YAMLError:
         return text
+
+
+def _age_s(when: datetime | None) -> float:
+    return (datetime.now(UTC) - _utc(when)).total_seconds() if when is not None else 0.0
 
 
 def effective_status(
@@ -348,12 +352,23 @@ def requests_dataframe(
     return frame
 
 
-def delete_run(run_id: str, db: str | Engine | None = None) -> int:
-    """Delete a run and everything it owns; returns how many requests went with it."""
+def delete_run(run_id: str, db: str | Engine | None = None, *, force: bool = False) -> int:
+    """Delete a run and everything it owns; returns how many requests went with it.
+
+    A run still being written (status running, heartbeat fresh) is refused with
+    RunBusyError unless `force`: its writer would fail on its next batch and lose it.
+    """
     engine = get_engine(db)
     with engine.begin() as conn:
-        if not conn.execute(select(Run.id).where(Run.id == run_id)).first():
+        found = conn.execute(select(Run.status, Run.heartbeat_at).where(Run.id == run_id)).first()
+        if found is None:
             raise RunNotFoundError(f"no run {run_id!r}")
+        if not force and effective_status(found.status, found.heartbeat_at) == RUNNING:
+            raise RunBusyError(
+                f"run {run_id[:8]} is still being written (its writer beat "
+                f"{_age_s(found.heartbeat_at):.0f} s ago); stop its run first, or wait "
+                f"{STALE_AFTER_S:.0f} s after its process died"
+            )
         n = conn.execute(
             select(func.count()).select_from(Request).where(Request.run_id == run_id)
         ).scalar_one()

@@ -314,7 +314,7 @@ async def test_cancel_stops_gently_and_keeps_the_data(client, server_factory, db
         "label": "to cancel",
     }
     job = (await client.post("/api/jobs", json=body, headers=AUTH)).json()
-    for _ in range(100):  # until some requests finished
+    for _ in range(600):  # until some requests finished (the job's process starts first)
         state = (await client.get(f"/api/jobs/{job['id']}")).json()
         if state["progress"] and state["progress"]["completed"] >= 5:
             break

@@ -52,10 +52,8 @@ SSE_POLL_S = 0.25
 SSE_KEEPALIVE_S = 15.0
 SSE_MAX_S = 24 * 3600.0  # a follower is cut off after a day, whatever happens
 REACH_TIMEOUT_S = 2.0
-DEFAULT_PROMPTS = {"run": 1000, "sweep": 200}
-MAX_ROW_ID = (
-    2**63 - 1
-)  # SQL BIGINT: a larger ?after= would overflow the driver (was a 500)  # as `tokenbench run` and `tokenbench sweep`
+DEFAULT_PROMPTS = {"run": 1000, "sweep": 200}  # as `tokenbench run` and `tokenbench sweep`
+MAX_ROW_ID = 2**63 - 1  # SQL BIGINT: a larger ?after= overflowed the driver (a 500)
 
 RunRef = Annotated[
     str, Path(min_length=1, max_length=100, description="run id, unique id prefix or name")

@@ -236,7 +236,10 @@ class JobManager:
         )
         proc.start()
         sender.close()
-        job.touch(pid=proc.pid, points_planned=1 if job.plan.kind == "run" else None)
+        if job.plan.kind == "run":
+            job.touch(pid=proc.pid, points_planned=1, point_title=job.plan.scenario.name)
+        else:
+            job.touch(pid=proc.pid)
         outcome: tuple[str, object] | None = None
         try:
             while outcome is None:
@@ -277,9 +280,6 @@ class JobManager:
 
 class JobFailedError(RuntimeError):
     """The job's process reported a failure; the message is its own."""
-
-    def __str__(self) -> str:
-        return self.args[0] if self.args else ""
 
 
 def _value(summary, name: str) -> float | None:

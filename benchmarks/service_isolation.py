@@ -147,11 +147,11 @@ def run_job(url: str, target: str, db: str, n_readers: int) -> dict:
     return {
         "readers": n_readers,
         "reads_done": counts[0],
-        "p50_ttft_ms": lp["metrics"]["ttft_ms"]["p50"],
-        "p99_ttft_ms": lp["metrics"]["ttft_ms"]["p99"],
+        "p50_ttft_ms": round(lp["metrics"]["ttft_ms"]["p50"], 1),
+        "p99_ttft_ms": round(lp["metrics"]["ttft_ms"]["p99"], 1),
+        "client_limited": lp.get("client_limited"),
         "completed": lp["completed"],
         "measured_in": (run.get("extra") or {}).get("measured_in"),
-        "self_check": lp.get("self_check") or lp.get("warnings"),
     }
 
 

@@ -197,6 +197,13 @@ def test_a_database_on_a_read_only_filesystem_can_be_read(tmp_path):
     folder.mkdir()
     run_id = store_sweep(f"sqlite:///{folder / 'runs.db'}", per_point=5)
     dispose_all()
+    # A commit still in the WAL (not checkpointed) must be read too.
+    import sqlite3
+
+    keep = sqlite3.connect(folder / "runs.db")
+    keep.execute("PRAGMA wal_autocheckpoint = 0")
+    keep.execute("UPDATE runs SET name = 'walrun'")
+    keep.commit()
     script = (
         f"mount --bind {folder} {folder} && mount -o remount,bind,ro {folder} || exit 77; "
         f"touch {folder}/probe 2>/dev/null && exit 78; "
@@ -205,7 +212,8 @@ def test_a_database_on_a_read_only_filesystem_can_be_read(tmp_path):
     proc = subprocess.run(
         ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120
     )
+    keep.close()
     if proc.returncode == 77:
         pytest.skip(f"cannot mount here: {proc.stderr[-300:]}")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert run_id[:8] in proc.stdout
+    assert run_id[:8] in proc.stdout and "walrun" in proc.stdout

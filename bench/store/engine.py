@@ -79,9 +79,13 @@ def _make_engine(url: URL, busy_timeout_s: float) -> Engine:
         database = url.database or ""
         is_file = database and database != ":memory:" and not database.startswith("file:")
         if is_file and read_only_place(Path(database)):
-            # WAL needs a -shm file beside the database; where nothing can be written SQLite
+            # WAL needs a -shm file beside the database; where none can be created SQLite
             # cannot even read without immutable=1 (nobody can change the file there anyway).
-            url = url.set(database=f"file:{database}?mode=ro&immutable=1", query={"uri": "true"})
+            # With both -wal and -shm present, read-only mode reads the WAL's commits too.
+            wal, shm = Path(database + "-wal"), Path(database + "-shm")
+            has_wal = wal.is_file() and wal.stat().st_size > 0 and shm.is_file()
+            mode = "mode=ro" if has_wal else "mode=ro&immutable=1"
+            url = url.set(database=f"file:{database}?{mode}", query={"uri": "true"})
         elif is_file:
             Path(database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(

@@ -178,6 +178,12 @@ DOOR_ATTACKS = [
     ("unauthenticated oversized write", "POST", "/api/jobs", {}, b"x" * (2 << 20), 401),
     ("authenticated oversized write", "POST", "/api/jobs", AUTH, b"x" * (2 << 20), 413),
     ("oversized login form", "POST", "/login", {}, b"token=" + b"x" * (32 << 10), 413),
+    ("write token in a cookie only", "POST", "/api/jobs/x/cancel",
+     {"Cookie": f"tokenbench_token={TOKEN}"}, None, 401),
+    ("write token in the query string", "POST", f"/api/jobs/x/cancel?token={TOKEN}",
+     {}, None, 401),
+    ("write token as Basic", "POST", "/api/jobs/x/cancel",
+     {"Authorization": f"Basic {TOKEN}"}, None, 401),
     ("20-digit ?after=", "GET", "/api/runs/synthetic-H100-SXM/requests?after=" + "9" * 20,
      {}, None, 422),
 ]  # fmt: skip
@@ -189,6 +195,26 @@ async def test_front_door(client, attack, method, path, headers, body, status):
     assert r.status_code == status, (attack, r.text[:300])
     if status >= 400:
         assert "detail" in r.json()
+
+
+# Targets a job may not send load to (the allow-list is loopback only here): 403, no load.
+TARGET_ATTACKS = [
+    "http://10.0.0.1:8000",
+    "http://0x0a000001:8000",  # hex form of 10.0.0.1
+    "http://167772161:8000",  # decimal form of 10.0.0.1
+    "http://127.0.0.1@10.0.0.1:8000",  # userinfo that looks like loopback
+    "http://10.0.0.1:8000#@127.0.0.1",
+    "http://localhost.evil.example:8000",
+    "http://[::ffff:10.0.0.1]:8000",
+]
+
+
+@pytest.mark.parametrize("url", TARGET_ATTACKS)
+async def test_targets_outside_the_allow_list_are_refused(client, url):
+    body = {"kind": "run", "scenario": "load: {num_prompts: 2}", "target": {"base_url": url}}
+    r = await client.post("/api/jobs", json=body, headers=AUTH)
+    assert r.status_code == 403, (url, r.text)
+    assert client.started == []
 
 
 async def _asgi_call(app, method: str, path: str, headers: dict, body_chunks: list[bytes]):

@@ -11,6 +11,7 @@ one-way pipe as (kind, payload) tuples: ("progress", dict), ("point", PointDone)
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from typing import Any
 
@@ -31,23 +32,45 @@ def main(plan, db_url: str | None, run_id: str, conn, stop, service_pid: int) ->
     """The child's entry point: measure the plan, store it as run_id, report over conn."""
     stop_event = threading.Event()
     done = threading.Event()
+    # Ctrl-C on the service reaches its whole process group: the service stops its jobs
+    # gently itself. SIGTERM (a service manager stopping everything) stops this run gently.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: stop_event.set())
 
     def relay_stop() -> None:
+        """Stop when the service asks, or when it is gone (killed: nobody would follow)."""
         while not done.is_set():
-            if stop.wait(STOP_POLL_S):
+            if stop.wait(STOP_POLL_S) or os.getppid() != service_pid:
                 stop_event.set()
                 return
 
     threading.Thread(target=relay_stop, name="tokenbench-job-stop", daemon=True).start()
     try:
-        status = _execute(plan, db_url, run_id, conn, stop_event, service_pid)
-        conn.send(("done", status))
+        status = _execute(
+            plan, db_url, run_id, _Reporter(conn, stop_event), stop_event, service_pid
+        )
+        message = ("done", status)
     except BaseException as exc:  # noqa: BLE001 - a job's failure is reported, not raised
         text = str(exc).strip()
-        conn.send(("failed", f"{type(exc).__name__}: {text}" if text else type(exc).__name__))
+        message = ("failed", f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
     finally:
         done.set()
-        conn.close()
+    _Reporter(conn, stop_event).send(message)
+    conn.close()
+
+
+class _Reporter:
+    """conn.send that never raises: if the service has gone, the run stops gently instead."""
+
+    def __init__(self, conn, stop_event: threading.Event) -> None:  # noqa: ANN001
+        self.conn = conn
+        self.stop_event = stop_event
+
+    def send(self, message: tuple) -> None:
+        try:
+            self.conn.send(message)
+        except (OSError, ValueError):  # broken pipe, closed connection
+            self.stop_event.set()
 
 
 def _progress(conn):

@@ -386,3 +386,59 @@ async def test_a_run_another_process_writes_cannot_be_deleted(live):
     assert get_run(writer.run_id, live.db).request_count == 5
     r = await live.delete(f"/api/runs/{writer.run_id}", headers=AUTH)
     assert r.status_code == 200 and r.json()["deleted_requests"] == 5
+
+
+@pytest.mark.slow
+def test_a_killed_service_leaves_its_job_stored_interrupted(server_factory, tmp_path):
+    """SIGKILL the service mid-job: its job process notices, stops gently and stores every
+    request the target received; no process is left running."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from tests.test_durability import wait_for
+
+    target = server_factory("--ttft-ms", "20", "--itl-ms", "40")
+    db = f"sqlite:///{tmp_path / 'killed.db'}"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "TOKENBENCH_API_TOKEN": TOKEN}
+    service = subprocess.Popen(
+        [sys.executable, "-m", "bench", "serve", "--db", db, "--port", str(port),
+         "--log-level", "warning"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+
+        def up() -> bool:
+            try:
+                return httpx.get(f"{url}/api/runs", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(up, 60, "the service")
+        scenario = "load: {request_rate: 20, num_prompts: 2000}\nworkload: {output: {mean: 8}}\n"
+        body = {"kind": "run", "scenario": scenario, "target": {"base_url": target.url}}
+        job = httpx.post(f"{url}/api/jobs", json=body, headers=AUTH, timeout=30).json()
+        wait_for(
+            lambda: httpx.get(f"{url}/api/jobs/{job['id']}").json()["progress"], 60, "progress"
+        )
+        wait_for(lambda: target.stats()["finished"] >= 10, 60, "10 finished streams")
+        service.send_signal(signal.SIGKILL)
+        service.wait(30)
+    finally:
+        if service.poll() is None:
+            service.kill()
+    dispose_all()
+    run = wait_for(
+        lambda: (r := get_run(job["run_id"], db)).stored_status != "running" and r,
+        60,
+        "the job process to store the run",
+    )
+    truth = target.stats()
+    assert run.stored_status == "interrupted" and run.request_count == truth["requests"]
+    job_pid = run.extra_json["measured_in"]["pid"]
+    wait_for(lambda: not Path(f"/proc/{job_pid}").exists(), 30, "the job process to exit")

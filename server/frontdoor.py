@@ -26,6 +26,9 @@ from server.auth import TOKEN_ENV, token_matches
 MAX_BODY_BYTES = 1 << 20
 LOGIN_BODY_BYTES = 16 << 10
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# POST paths under /api that only compute an answer (no side effect) and so need no token
+# beyond what reads need; everything else under /api that is not a read needs the token.
+OPEN_POSTS: frozenset[str] = frozenset()
 
 
 class BodyTooLarge(HTTPException):
@@ -104,7 +107,8 @@ class FrontDoor:
         if origin is not None and not self.served.allows(urlsplit(origin).netloc or "null"):
             await _reply(send, 403, f"Origin {origin!r} may not write to this service")
             return
-        if path.startswith("/api/") and not token_matches(_bearer(headers), self.token()):
+        needs_token = path.startswith("/api/") and not (method == "POST" and path in OPEN_POSTS)
+        if needs_token and not token_matches(_bearer(headers), self.token()):
             await _reply(
                 send,
                 401,

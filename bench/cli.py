@@ -470,7 +470,9 @@ def run_command(
 ) -> None:
     """Benchmark one endpoint at one load point (like `vllm bench serve`)."""
     from bench.metrics import broken_thresholds, parse_thresholds
-    from bench.runner import plan_from_scenario
+    from bench.runner import defer_termination, interrupted_exit_code, plan_from_scenario
+
+    defer_termination()  # SIGTERM stops like Ctrl-C: flush, mark interrupted, exit 143
 
     try:
         thresholds = parse_thresholds(fail_on)
@@ -539,7 +541,7 @@ def run_command(
     if broken:
         raise typer.Exit(1)
     if summary.interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(interrupted_exit_code())
     if summary.completed == 0 and summary.failed:
         raise typer.Exit(1)  # nothing measured: a script must not take this for a result
 
@@ -722,7 +724,10 @@ def sweep_command(
 ) -> None:
     """Measure the throughput-versus-latency curve: many load points in one stored run."""
     from bench.metrics import parse_thresholds
+    from bench.runner import defer_termination, interrupted_exit_code
     from bench.sweep import PointSpec, parse_values
+
+    defer_termination()  # SIGTERM stops like Ctrl-C: flush, mark interrupted, exit 143
 
     modes = [m for m in (request_rates, concurrency, auto) if m is not None]
     if len(modes) != 1:
@@ -777,7 +782,7 @@ def sweep_command(
     if broken:
         raise typer.Exit(1)
     if result.interrupted:
-        raise typer.Exit(130)
+        raise typer.Exit(interrupted_exit_code())
 
 
 def sweep_gates(result, gates) -> list[str]:

@@ -140,14 +140,12 @@ def _title(lp) -> str:
 
 def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
     """Every load point of a stored run as a curve, recomputed from its requests."""
-    import yaml
 
     from bench.store.read import get_run, load_columns
 
     run = get_run(run_ref, db)
     gpus = run.gpu_count or 1
-    scenario = yaml.safe_load(run.scenario_text) if run.scenario_text else {}
-    scenario = scenario if isinstance(scenario, dict) else {}
+    scenario = run.scenario()
     percentiles = scenario.get("percentiles") or (50, 90, 95, 99, 99.9)
     goodput = parse_goodput(scenario.get("goodput"))
     curve = RunCurve(

@@ -551,21 +551,25 @@ class _Driver:
 
 @contextlib.contextmanager
 def _sigint_sets(event: threading.Event, enabled: bool):
-    """Ctrl-C asks the workers to stop gently; a second Ctrl-C raises KeyboardInterrupt."""
+    """Ctrl-C (or SIGTERM) asks the workers to stop gently; a second one raises
+    KeyboardInterrupt."""
     if not enabled or threading.current_thread() is not threading.main_thread():
         yield
         return
+    from bench.runner import note_stop
 
     def handler(signum, frame) -> None:  # noqa: ANN001
+        note_stop(signum)
         if event.is_set():
             raise KeyboardInterrupt
         event.set()
 
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _run_processes(

@@ -17,6 +17,7 @@ import contextlib
 import gc
 import signal
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -653,6 +654,38 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
         return asyncio.new_event_loop()
 
 
+# The signal that stopped the last run gently (SIGINT or SIGTERM), for the CLI's exit code.
+_stopped_by: list[int] = []
+
+
+def defer_termination() -> None:
+    """From now on SIGTERM stops a run the way Ctrl-C does instead of killing the process.
+
+    `tokenbench run` and `sweep` call this first. Outside a run's loop (setting up, the final
+    flush) a SIGTERM is only noted: the next run stops at once and the process still writes
+    every finished request and marks the run interrupted, then exits 143 (128 + SIGTERM).
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, _frame: note_stop(signum))
+
+
+def note_stop(signum: int) -> None:
+    if signum not in _stopped_by:
+        _stopped_by.append(signum)
+
+
+def stopped_by_signal() -> int | None:
+    """The signal that stopped a run in this process (SIGTERM wins over SIGINT), or None."""
+    if signal.SIGTERM in _stopped_by:
+        return int(signal.SIGTERM)
+    return int(_stopped_by[0]) if _stopped_by else None
+
+
+def interrupted_exit_code() -> int:
+    """128 + the signal that stopped the run: 143 after SIGTERM, 130 after Ctrl-C."""
+    return 128 + (stopped_by_signal() or int(signal.SIGINT))
+
+
 def run_blocking(
     plan: RunPlan,
     *,
@@ -662,15 +695,27 @@ def run_blocking(
     tick_s: float = 0.25,
     handle_sigint: bool = True,
 ) -> RunResult:
-    """Run a plan on a fresh event loop; Ctrl-C stops gently and keeps what was measured."""
+    """Run a plan on a fresh event loop; Ctrl-C (and SIGTERM) stop gently, keeping what
+    was measured."""
     progress = progress or Progress()
+    signals = (signal.SIGINT, signal.SIGTERM)
 
     async def main() -> RunResult:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        if handle_sigint:
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(signal.SIGINT, stop.set)
+        previous = {}
+        if handle_sigint and threading.current_thread() is threading.main_thread():
+            for sig in signals:
+                previous[sig] = signal.getsignal(sig)
+
+                def on_signal(sig: int = sig) -> None:
+                    note_stop(sig)
+                    stop.set()
+
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.add_signal_handler(sig, on_signal)
+        if signal.SIGTERM in _stopped_by:
+            stop.set()  # terminated while setting up: measure nothing more
         ticker = None
         if on_tick is not None:
 
@@ -686,9 +731,12 @@ def run_blocking(
             if ticker is not None:
                 ticker.cancel()
                 on_tick(progress)
-            if handle_sigint:
-                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                    loop.remove_signal_handler(signal.SIGINT)
+            for sig, handler in previous.items():
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, TypeError):
+                    loop.remove_signal_handler(sig)
+                    # remove_signal_handler leaves SIG_DFL; put back what was there (a
+                    # deferred SIGTERM must not kill the process while it flushes).
+                    signal.signal(sig, handler)
 
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         return runner.run(main())

@@ -289,6 +289,9 @@ def _resolve(path: str, base_dir: Path | None) -> Path:
 # ---------------------------------------------------------------- loading with line numbers
 
 
+MAX_YAML_ALIASES = 20
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file; errors name the file, line, field and value."""
     path = Path(path)
@@ -303,6 +306,14 @@ def parse_scenario(
     text: str, *, source: str = "<scenario>", overrides: dict | None = None
 ) -> Scenario:
     try:
+        aliases = sum(isinstance(e, yaml.AliasEvent) for e in yaml.parse(text))
+        if aliases > MAX_YAML_ALIASES:
+            # Nested aliases expand exponentially ("billion laughs"): a few lines of YAML
+            # can become billions of values, which validation and messages would walk.
+            raise ScenarioError(
+                f"{source}: {aliases} YAML aliases (*name); a scenario may use at most "
+                f"{MAX_YAML_ALIASES}"
+            )
         node = yaml.compose(text)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -343,7 +354,7 @@ def _format_errors(exc: ValidationError, node: Any, source: str) -> str:
         line = _line_of(node, loc)
         where = f" line {line}" if line else ""
         value = err.get("input")
-        shown = "" if isinstance(value, dict) or value is None else f" (got {value!r})"
+        shown = "" if isinstance(value, dict) or value is None else f" (got {_short(value)})"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown field; " + _nearest_fields(loc)
@@ -380,6 +391,15 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
         if found is not None:
             return found
     return None
+
+
+def _short(value: Any) -> str:
+    """repr of a bad value, bounded (a list of a million items is not echoed whole)."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = 200
+    return short.repr(value)
 
 
 def _line_of(node: Any, loc: list) -> int | None:

@@ -189,6 +189,7 @@ class RunSession:
         stop_event: threading.Event | None = None,
         on_tick: Callable[[RunProgress], None] | None = None,
         telemetry: TelemetryConfig | None = None,
+        run_id: str | None = None,
     ) -> None:
         self.scenario = scenario
         self.telemetry = telemetry
@@ -198,6 +199,20 @@ class RunSession:
         self.on_tick = on_tick
         self.errors: list[StoreError] = []
         self.kept: list[RequestRecord] = []
+        self.load_points: list[dict] = []  # what the fallback file needs to rebuild the run
+        self.meta = {
+            "name": scenario.name,
+            "label": scenario.label,
+            "scenario": scenario.model_dump(mode="json"),
+            "endpoint": plan.base_url,
+            "backend": plan.dialect.name,
+            "model": plan.model,
+            "gpu_type": scenario.gpu.type,
+            "gpu_count": scenario.gpu.count,
+            "simulated": simulated,
+            "extra": extra,
+        }
+        self.secrets = [plan.api_key]
         self.writer = None
         extra = {**(extra or {}), "prompts": prompts_info(scenario, plan)}
         if store:
@@ -216,6 +231,7 @@ class RunSession:
                 simulated=simulated,
                 secrets=[plan.api_key],
                 extra=extra,
+                run_id=run_id,
             )
 
     @property
@@ -244,6 +260,17 @@ class RunSession:
         params: dict | None = None,
     ) -> tuple[RunResult, Summary]:
         """Run one load point to its end, store it, and summarise its measured window."""
+        point_meta = {
+            "load_point": plan.load_point,
+            "label": title,
+            "mode": mode,
+            "target_rate": target_rate,
+            "concurrency": concurrency,
+            "warmup_s": warmup_s,
+            "cooldown_s": cooldown_s,
+            "params": params,
+        }
+        self.load_points.append(point_meta)
         if self.writer is not None:
             self.writer.start_load_point(
                 plan.load_point,
@@ -271,6 +298,7 @@ class RunSession:
             recording = scraper.stop() if scraper is not None else None
         summary = window_summary(result, self.scenario, warmup_s=warmup_s, cooldown_s=cooldown_s)
         server_cache = None
+        point_meta["ended_ns"] = int(result.duration_s * 1e9)
         if recording is not None:
             server_cache = prompt_cache(recording_frame(recording, result.t0_ns))
             self.keep_telemetry(plan.load_point, recording, result.t0_ns, result.duration_s)
@@ -339,8 +367,14 @@ class RunSession:
             except StoreError as exc:
                 self.errors.append(exc)
         if self.errors:
-            path = save_fallback(self.kept, self.run_id or "unstored")
-            raise StoreError(f"{self.errors[0]}; every record of this run was saved to {path}")
+            path = save_fallback(self, status)
+            written = self.writer.written if self.writer is not None else 0
+            missing = len(self.kept) - written
+            raise StoreError(
+                f"{getattr(self.errors[0], 'reason', self.errors[0])}; {missing} of the {len(self.kept)} "
+                f"records measured are not in the database. Every one was saved to {path}: "
+                f"`tokenbench import {path}` loads them into a database that works"
+            )
 
 
 def run_and_store(
@@ -354,8 +388,14 @@ def run_and_store(
     stop_event: threading.Event | None = None,
     on_tick: Callable[[RunProgress], None] | None = None,
     telemetry: TelemetryConfig | None = None,
+    run_id: str | None = None,
+    extra: dict | None = None,
 ) -> tuple[RunResult, Summary, str | None]:
-    """`tokenbench run`: one load point, stored unless store=False. Returns the run id."""
+    """`tokenbench run`: one load point, stored unless store=False. Returns the run id.
+
+    `run_id` names the stored run in advance (the service's jobs: a run being written can
+    then never be deleted); `extra` is stored with the run (where it was measured).
+    """
     session = RunSession(
         scenario,
         plan,
@@ -366,6 +406,8 @@ def run_and_store(
         stop_event=stop_event,
         on_tick=on_tick,
         telemetry=telemetry,
+        run_id=run_id,
+        extra=extra,
     )
     load = scenario.load
     status, summary, extra = "failed", None, None
@@ -386,12 +428,36 @@ def run_and_store(
     return result, summary, session.run_id
 
 
-def save_fallback(records: list[RequestRecord], run_id: str) -> str:
-    """Write records as JSON lines when the database cannot take them."""
+FALLBACK_HEADER = "tokenbench_unsaved"
+
+
+def save_fallback(session: RunSession, status: str) -> str:
+    """Write the run's records as JSON lines when the database cannot take them.
+
+    The first line describes the run (scenario, target, load points, status) so that
+    `tokenbench import FILE` rebuilds it; secrets are scrubbed as the store would.
+    """
+    from bench.store.redact import Redactor, strip_url
+
+    redact = Redactor(session.secrets)
+    run_id = session.run_id or "unstored"
+    meta = dict(session.meta)
+    meta["scenario"] = redact.structure(meta["scenario"])
+    meta["endpoint"] = strip_url(meta["endpoint"])
+    header = {
+        FALLBACK_HEADER: 1,
+        "run_id": run_id,
+        "status": status,
+        "run": meta,
+        "load_points": session.load_points,
+    }
     out = Path(tempfile.gettempdir()) / f"tokenbench-unsaved-{run_id}.jsonl"
     with out.open("w") as f:
-        for r in records:
+        f.write(json.dumps(header, default=str) + "\n")
+        for r in session.kept:
             row = {k: getattr(r, k) for k in r.__slots__ if k != "chunk_times_ns"}
+            if row.get("error_message"):
+                row["error_message"] = redact(str(row["error_message"]))
             row["chunk_times_ns"] = r.chunk_times_ns.tolist()
-            f.write(json.dumps(row) + "\n")
+            f.write(json.dumps(row, default=int) + "\n")
     return str(out)

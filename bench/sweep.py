@@ -356,6 +356,8 @@ def run_sweep(
     on_start: Callable[[str | None], None] | None = None,
     stop_event=None,
     on_tick=None,
+    run_id: str | None = None,
+    extra: dict | None = None,
 ) -> SweepResult:
     """A whole sweep in one stored run: the CLI's `sweep`, the demo and the service call this.
 
@@ -384,15 +386,17 @@ def run_sweep(
         simulated=simulated,
         show_progress=show_progress,
         extra={
+            **(extra or {}),
             "sweep": {
                 "slo": [str(t) for t in plan.thresholds],
                 "warmup_s": plan.warmup_s,
                 "cooldown_s": plan.cooldown_s,
-            }
+            },
         },
         telemetry=telemetry,
         stop_event=stop_event,
         on_tick=on_tick,
+        run_id=run_id,
     )
     if on_start is not None:
         on_start(session.run_id)

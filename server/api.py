@@ -22,14 +22,17 @@ from bench.curves import compare_runs, cost_rows_at, ratio_sentence
 from bench.metrics import parse_thresholds
 from bench.scenario import ScenarioError, parse_scenario
 from bench.store.engine import get_engine
+from bench.store.errors import RunBusyError
 from bench.store.models import Request as RequestRow
 from bench.store.read import delete_run, get_run, list_runs, resolve_run
 from dashboards.data import run_time_series
+from server.datafiles import DataFileError, TooLargeError, without_contents
 from server.jobs import SCENARIOS_DIR, JobPlan, QueueFullError
 from server.models import (
     CompareOut,
     ComparisonOut,
     CurveOut,
+    DataFileOut,
     DeletedOut,
     ErrorOut,
     JobIn,
@@ -50,6 +53,7 @@ SSE_KEEPALIVE_S = 15.0
 SSE_MAX_S = 24 * 3600.0  # a follower is cut off after a day, whatever happens
 REACH_TIMEOUT_S = 2.0
 DEFAULT_PROMPTS = {"run": 1000, "sweep": 200}  # as `tokenbench run` and `tokenbench sweep`
+MAX_ROW_ID = 2**63 - 1  # SQL BIGINT: a larger ?after= overflowed the driver (a 500)
 
 RunRef = Annotated[
     str, Path(min_length=1, max_length=100, description="run id, unique id prefix or name")
@@ -158,7 +162,9 @@ def run_requests(
     ref: RunRef,
     load_point: Annotated[int | None, Query(ge=0, le=1_000_000)] = None,
     state: Literal["ok", "failed", "cancelled"] | None = None,
-    after: Annotated[int, Query(ge=0, description="row id to continue after (next_after)")] = 0,
+    after: Annotated[
+        int, Query(ge=0, le=MAX_ROW_ID, description="row id to continue after (next_after)")
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=5000)] = 500,
 ) -> RequestsPage:
     """A page of a run's requests, by load point then stored order (keyset paging).
@@ -233,7 +239,10 @@ def run_delete(request: Request, ref: RunRef) -> DeletedOut:
     run_id = resolve_run(ref, state.db_url)
     if run_id in state.jobs.active_run_ids():
         raise HTTPException(409, detail=f"run {run_id[:8]} is being written by a job; cancel it")
-    n = delete_run(run_id, state.db_url)
+    try:
+        n = delete_run(run_id, state.db_url)
+    except RunBusyError as exc:  # written by another process (a CLI run, another service)
+        raise HTTPException(409, detail=str(exc)) from None
     state.forget(run_id)
     return DeletedOut(run_id=run_id, deleted_requests=n)
 
@@ -400,6 +409,35 @@ def add_tier(request: Request, body: TierIn) -> TierOut:
     return _tier_out(cat.tier(body.gpu, body.name), cat)
 
 
+# ---------------------------------------------------------------- data folder
+
+
+@router.get("/data", response_model=list[DataFileOut])
+def data_files(request: Request) -> list[DataFileOut]:
+    """Files in the service's data folder: what scenarios sent here may read (trace, dataset)."""
+    return [DataFileOut(**f) for f in tb(request).data.listing()]
+
+
+@router.put(
+    "/data/{name}",
+    response_model=DataFileOut,
+    status_code=201,
+    dependencies=[Write],
+    responses={413: {"model": ErrorOut, "description": "over the per-file size limit"}},
+)
+async def upload_data(
+    request: Request, name: Annotated[str, Path(min_length=1, max_length=100)]
+) -> DataFileOut:
+    """Put a file (the raw body) in the data folder, replacing one of the same name."""
+    try:
+        _, size = await tb(request).data.save(name, request.stream())
+    except TooLargeError as exc:
+        raise HTTPException(413, detail=str(exc)) from None
+    except DataFileError as exc:
+        raise invalid(["path", "name"], str(exc)) from None
+    return DataFileOut(name=name, bytes=size)
+
+
 # ---------------------------------------------------------------- background runs
 
 
@@ -519,6 +557,7 @@ def build_plan(body: JobIn, state) -> JobPlan:
         raise invalid(["body", "scenario"], str(exc)) from None
     if sc.load.num_prompts is None and sc.load.duration_s is None:
         sc.load.num_prompts = DEFAULT_PROMPTS[body.kind]
+    files = _confine_files(sc, state.data, (SCENARIOS_DIR,) if base_dir else ())
     if sc.target.api_key_env != "OPENAI_API_KEY":
         raise invalid(
             ["body", "scenario"],
@@ -575,8 +614,29 @@ def build_plan(body: JobIn, state) -> JobPlan:
     try:
         plan_from_scenario(probe, base_dir=base_dir)
     except (ScenarioError, ValueError, OSError) as exc:
-        raise invalid(["body", "scenario"], str(exc)) from None
+        raise invalid(["body", "scenario"], without_contents(str(exc), files)) from None
     return plan
+
+
+def _confine_files(sc, data, extra_roots: tuple) -> list:
+    """Point the scenario's files at regular files in the data folder (server/datafiles.py).
+
+    Each path is replaced by the checked absolute one, so the job reads exactly that file.
+    """
+    files = []
+    trace = sc.load.trace
+    try:
+        if trace is not None:
+            path = data.resolve(trace.path, "load.trace.path", extra_roots)
+            trace.path = str(path)
+            files.append(path)
+        if sc.workload.dataset_path:
+            path = data.resolve(sc.workload.dataset_path, "workload.dataset_path", extra_roots)
+            sc.workload.dataset_path = str(path)
+            files.append(path)
+    except DataFileError as exc:
+        raise invalid(["body", "scenario"], str(exc)) from None
+    return files
 
 
 def _overrides(body: JobIn) -> dict:

@@ -20,15 +20,18 @@ from pathlib import Path
 import yaml
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DatabaseError
 
 from bench.cost import Catalogue, PriceCatalogueError, load_catalogue
 from bench.curves import RunCurve, gpu_colour, run_curve
 from bench.extras import MissingExtraError
-from bench.store.engine import get_engine
+from bench.store.engine import damaged_message, describe, get_engine
 from bench.store.errors import RunNotFoundError, StoreError
 from bench.store.models import RUNNING
 from bench.store.read import get_run
 from server.auth import AllowList, Guard
+from server.datafiles import DEFAULT_MAX_FILE_MB, DataFolder
+from server.frontdoor import FrontDoor, ServedNames
 from server.jobs import JobManager
 
 CURVE_CACHE_SIZE = 512
@@ -44,8 +47,10 @@ class AppState:
         guard: Guard,
         allow: AllowList,
         prices_file: Path | None = None,
+        data: DataFolder | None = None,
     ) -> None:
         self.db_url = db_url
+        self.data = data or DataFolder(None)
         self.guard = guard
         self.allow = allow
         self.prices_file = Path(prices_file) if prices_file else None
@@ -140,6 +145,9 @@ def create_app(
     allow_hosts: list[str],
     open_reads: bool,
     prices_file: Path | None = None,
+    data_dir: Path | None = None,
+    max_data_file_mb: float = DEFAULT_MAX_FILE_MB,
+    server_names: Sequence[str] = (),
 ) -> FastAPI:
     """The service for one database.
 
@@ -147,7 +155,11 @@ def create_app(
     readable as app.state.tb.guard.token); allow_hosts: hosts/CIDRs a background run may
     target besides loopback; open_reads: serve reads without the token (the CLI sets it when
     bound to loopback, or when the operator opts out); prices_file: a user prices file,
-    merged over the shipped catalogue, that tiers added through the API are saved to.
+    merged over the shipped catalogue, that tiers added through the API are saved to;
+    data_dir: the only folder scenarios sent to the API may read files from (uploads land
+    there too; None: they read none), each file at most max_data_file_mb; server_names:
+    host names the service is reached by, besides IP addresses and localhost (any other
+    Host is refused: DNS rebinding; see server/frontdoor.py).
     """
     from server.api import router as api_router
     from server.auth import resolve_token
@@ -161,6 +173,7 @@ def create_app(
         guard=Guard(token, open_reads=open_reads),
         allow=AllowList(allow_hosts),
         prices_file=prices_file,
+        data=DataFolder(data_dir, max_data_file_mb),
     )
 
     @contextlib.asynccontextmanager
@@ -183,6 +196,12 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.tb = state
+    app.add_middleware(
+        FrontDoor,
+        token=lambda: state.guard.token,
+        served=ServedNames(server_names),
+        upload_limit=lambda: state.data.max_bytes,
+    )
 
     @app.exception_handler(RunNotFoundError)
     async def _not_found(_request: Request, exc: RunNotFoundError) -> JSONResponse:
@@ -195,6 +214,17 @@ def create_app(
     @app.exception_handler(StoreError)
     async def _store(_request: Request, exc: StoreError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    @app.exception_handler(DatabaseError)
+    async def _database(_request: Request, exc: DatabaseError) -> JSONResponse:
+        """A database fault met while reading (a damaged page, a lost server): 503, said."""
+        engine = get_engine(db_url)
+        problem = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+        if "malformed" in problem or "not a database" in problem:
+            detail = damaged_message(engine, problem)
+        else:
+            detail = f"{describe(engine)}: {problem}"
+        return JSONResponse({"detail": detail}, status_code=503)
 
     app.include_router(api_router)
     app.include_router(static_router)

@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from server.datafiles import DEFAULT_MAX_FILE_MB
+
 # Not 8000: that is vLLM's (and trtllm-serve's) default, where the endpoint under test runs.
 DEFAULT_PORT = 8300
 
@@ -49,11 +51,32 @@ def serve_command(
         Path | None,
         typer.Option("--prices-file", help="Your prices YAML; tiers added via the API go here"),
     ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            help="The only folder scenarios sent to the API may read traces and datasets from "
+            "(uploads via PUT /api/data/NAME land here); without it they read no files",
+        ),
+    ] = None,
+    max_data_file_mb: Annotated[
+        float, typer.Option("--max-data-file-mb", min=0, help="Size limit per data file")
+    ] = DEFAULT_MAX_FILE_MB,
+    server_name: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--server-name",
+            help="A host name browsers reach the service by (repeat); IP addresses, localhost, "
+            "this machine's hostname and --host are always accepted, other Host headers get 400",
+        ),
+    ] = None,
     log_level: Annotated[
         str, typer.Option("--log-level", help="uvicorn's: critical, error, warning, info, debug")
     ] = "info",
 ) -> None:
     """Serve the REST API (/api, /docs) and the dashboard comparing runs (B200 beside H100)."""
+    import socket
+
     import uvicorn
 
     from bench.store.engine import resolve_url, safe_url_text
@@ -80,8 +103,11 @@ def serve_command(
             allow_hosts=list(allow_host or []),
             open_reads=reads_open,
             prices_file=prices_file,
+            data_dir=data_dir,
+            max_data_file_mb=max_data_file_mb,
+            server_names=[host, socket.gethostname(), *(server_name or [])],
         )
-    except (StoreError, ValueError) as exc:
+    except (StoreError, ValueError, OSError) as exc:
         sock.close()
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -93,6 +119,12 @@ def serve_command(
         typer.echo(f"API token: from ${TOKEN_ENV}")
     typer.echo("reads: open" if reads_open else "reads: need the token (--open-reads to open them)")
     typer.echo(f"background runs may target: {app.state.tb.allow.describe()}")
+    folder = app.state.tb.data.root
+    typer.echo(
+        f"API scenarios may read files in: {folder}"
+        if folder
+        else "API scenarios may read no files (--data-dir DIR to allow a data folder)"
+    )
     uvicorn.Server(uvicorn.Config(app, log_level=log_level)).run(sockets=[sock])
 
 

@@ -1,16 +1,22 @@
 """Background runs for the service: one worker thread, one benchmark at a time.
 
 Runs execute one after another, never side by side: two load generators sharing one
-machine would limit each other and both results would be wrong. A job runs through the same
-library calls as the CLI (bench.session.run_and_store for a run, bench.sweep.run_sweep for
-a sweep), so it is stored and summarised exactly like a run started from a terminal. Cancelling sets a threading.Event the
-runner polls (RunSession's stop_event): the point in flight stops like Ctrl-C, what it
-measured is kept, and the run is stored as interrupted.
+machine would limit each other and both results would be wrong. Each job measures in a
+process of its own (server/job_process.py), so the service's own work (API readers, pages)
+cannot skew its timings; the worker thread here only relays its progress. A job runs
+through the same library calls as the CLI (bench.session.run_and_store for a run,
+bench.sweep.run_sweep for a sweep), so it is stored and summarised exactly like a run
+started from a terminal, and its run id is chosen at submission. Cancelling sets an event
+the process relays to the runner (RunSession's stop_event): the point in flight stops like
+Ctrl-C, what it measured is kept, and the run is stored as interrupted.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import queue
+import re
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -19,10 +25,14 @@ from pathlib import Path
 
 from bench.runner import Progress as RunProgress
 from bench.session import live_p99
+from bench.store.redact import Redactor, strip_url
 from server.models import JobOut, PointDone, ProgressOut
 
 SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 MAX_QUEUED = 8
+RELAY_POLL_S = 0.25
+PROCESS_EXIT_S = 30.0
+URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 TERMINAL = ("completed", "interrupted", "failed", "cancelled")
 
 
@@ -65,6 +75,7 @@ class Job:
     points_planned: int | None = None
     progress: RunProgress | None = None
     points: list[PointDone] = field(default_factory=list)
+    pid: int | None = None  # the measuring process (server/job_process.py)
     version: int = 0  # bumped on every change; SSE followers poll it
 
     @property
@@ -83,7 +94,7 @@ class Job:
         if sim:
             target = f"simulated {sim['gpu']} x{sim['tp']} {sim['model']} {sim['precision']}"
         else:
-            target = sc.target.base_url
+            target = strip_url(sc.target.base_url)  # jobs are readable by anyone reads are open to
         p = self.progress
         progress = None
         if p is not None:
@@ -110,7 +121,7 @@ class Job:
             started_at=self.started_at,
             finished_at=self.finished_at,
             cancel_requested=self.stop.is_set(),
-            error=self.error,
+            error=_public(self.error, self.plan.api_key),
             progress=progress,
             points=list(self.points),
         )
@@ -137,7 +148,14 @@ class JobManager:
                 raise QueueFullError(
                     f"{waiting} jobs are already waiting; retry when one has finished"
                 )
-            job = Job(id=uuid.uuid4().hex[:12], plan=plan, created_at=datetime.now(UTC))
+            # The run id is chosen now, so the run is protected from deletion from its
+            # first write (it was null until the run ended, and a DELETE got through).
+            job = Job(
+                id=uuid.uuid4().hex[:12],
+                plan=plan,
+                created_at=datetime.now(UTC),
+                run_id=uuid.uuid4().hex,
+            )
             self.jobs[job.id] = job
             if self._worker is None or not self._worker.is_alive():
                 self._worker = threading.Thread(
@@ -195,94 +213,73 @@ class JobManager:
                 if status == "interrupted" and job.stop.is_set():
                     status = "cancelled"  # the stored run says interrupted, with its data
                 job.touch(status=status, finished_at=datetime.now(UTC))
+            except JobFailedError as exc:
+                job.touch(status="failed", error=str(exc), finished_at=datetime.now(UTC))
             except Exception as exc:  # noqa: BLE001 - a job's failure is reported, not raised
                 job.touch(status="failed", error=_message(exc), finished_at=datetime.now(UTC))
 
-    def _tick(self, job: Job):
-        def on_tick(progress: RunProgress) -> None:
-            job.touch(progress=progress)
-
-        return on_tick
-
     def _execute(self, job: Job) -> str:
-        plan = job.plan
-        sc = plan.scenario
-        stop_sim = None
+        """Measure in a spawned process (server/job_process.py) and relay what it reports.
+
+        Spawned, not forked: the service has threads, and a fork would copy their locks.
+        """
+        from server import job_process
+
+        ctx = multiprocessing.get_context("spawn")
+        receiver, sender = ctx.Pipe(duplex=False)
+        stop = ctx.Event()
+        proc = ctx.Process(
+            target=job_process.main,
+            args=(job.plan, self.db_url, job.run_id, sender, stop, os.getpid()),
+            name=f"tokenbench-job-{job.id}",
+            daemon=True,
+        )
+        proc.start()
+        sender.close()
+        if job.plan.kind == "run":
+            job.touch(pid=proc.pid, points_planned=1, point_title=job.plan.scenario.name)
+        else:
+            job.touch(pid=proc.pid)
+        outcome: tuple[str, object] | None = None
         try:
-            if plan.simulate:
-                from bench.sim.server import start_sim_server_in_thread
-
-                s = plan.simulate
-                url, stop_sim = start_sim_server_in_thread(
-                    s["gpu"], s["model"], s["precision"], s["tp"]
-                )
-                sc.target.base_url = url
-            from bench.runner import check_reachable, discover_model
-
-            check_reachable(sc.target.base_url)
-            if not sc.target.model:
-                sc.target.model = discover_model(sc.target.base_url, plan.api_key) or "default"
-            if plan.kind == "run":
-                return self._run(job)
-            return self._sweep(job)
+            while outcome is None:
+                if job.stop.is_set():
+                    stop.set()
+                if receiver.poll(RELAY_POLL_S):
+                    try:
+                        kind, payload = receiver.recv()
+                    except EOFError:
+                        break  # the process ended without a word
+                    outcome = self._relay(job, kind, payload)
+                elif not proc.is_alive() and not receiver.poll(0):
+                    break
         finally:
-            if stop_sim is not None:
-                stop_sim()
+            proc.join(PROCESS_EXIT_S)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(PROCESS_EXIT_S)
+            receiver.close()
+        if outcome is None:
+            raise RuntimeError(f"the job's measuring process exited with code {proc.exitcode}")
+        kind, payload = outcome
+        if kind == "failed":
+            raise JobFailedError(str(payload))
+        return str(payload)
 
-    def _run(self, job: Job) -> str:
-        from bench.runner import plan_from_scenario
-        from bench.session import run_and_store
+    def _relay(self, job: Job, kind: str, payload) -> tuple[str, object] | None:
+        if kind == "progress":
+            job.touch(progress=RunProgress(**payload))
+        elif kind == "planned":
+            job.touch(points_planned=payload)
+        elif kind == "point":
+            job.touch(points=[*job.points, payload], point=payload.index + 1, point_title=None)
+        elif kind in ("done", "failed"):
+            return kind, payload
+        return None
 
-        plan, sc = job.plan, job.plan.scenario
-        run_plan = plan_from_scenario(sc, base_dir=plan.base_dir, api_key=plan.api_key)
-        job.touch(points_planned=1, point_title=sc.name)
-        result, summary, run_id = run_and_store(
-            sc,
-            run_plan,
-            db_url=self.db_url,
-            show_progress=False,
-            simulated=bool(plan.simulate),
-            stop_event=job.stop,
-            on_tick=self._tick(job),
-        )
-        job.touch(run_id=run_id, points=[_point_done(0, sc.name, summary)])
-        return "interrupted" if result.interrupted else "completed"
 
-    def _sweep(self, job: Job) -> str:
-        from bench.sweep import SweepPlan, run_sweep
-
-        plan, sc = job.plan, job.plan.scenario
-        sweep_plan = SweepPlan(
-            specs=list(plan.specs),
-            auto=plan.auto,
-            thresholds=list(plan.thresholds),
-            slo_iterations=plan.slo_iterations,
-            point_duration_s=plan.point_duration_s,
-            warmup_s=plan.warmup_s,
-            cooldown_s=plan.cooldown_s,
-            max_error_rate=plan.max_error_rate,
-        )
-
-        def on_point(point, remaining) -> None:
-            done = [*job.points, _point_done(point.index, point.spec.title, point.summary)]
-            job.touch(points=done, point=point.index + 1, point_title=None)
-
-        result = run_sweep(
-            sc,
-            sweep_plan,
-            api_key=plan.api_key,
-            base_dir=plan.base_dir,
-            db=self.db_url,
-            simulated=bool(plan.simulate),
-            show_progress=False,
-            on_point=on_point,
-            on_start=lambda run_id: job.touch(
-                run_id=run_id, points_planned=sweep_plan.planned_points()
-            ),
-            stop_event=job.stop,
-            on_tick=self._tick(job),
-        )
-        return "interrupted" if result.interrupted else "completed"
+class JobFailedError(RuntimeError):
+    """The job's process reported a failure; the message is its own."""
 
 
 def _value(summary, name: str) -> float | None:
@@ -292,7 +289,7 @@ def _value(summary, name: str) -> float | None:
         return None
 
 
-def _point_done(index: int, title: str, summary) -> PointDone:
+def point_done(index: int, title: str, summary) -> PointDone:
     return PointDone(
         index=index,
         title=title,
@@ -302,6 +299,21 @@ def _point_done(index: int, title: str, summary) -> PointDone:
         p99_tpot_ms=_value(summary, "p99_tpot_ms"),
         failed=summary.failed,
     )
+
+
+def _public(text: str | None, api_key: str | None) -> str | None:
+    """A job's error as anyone who may read jobs sees it: no URL credentials, no key."""
+    if text is None:
+        return None
+
+    def strip(m: re.Match) -> str:
+        try:
+            return strip_url(m.group(0)) or ""
+        except ValueError:
+            return "<URL>"
+
+    text = URL_IN_TEXT.sub(strip, text)
+    return Redactor([api_key]).known(text)
 
 
 def _message(exc: BaseException) -> str:

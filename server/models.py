@@ -491,7 +491,9 @@ class JobOut(BaseModel):
     label: str | None
     target: str | None = Field(description="base URL, or 'simulated GPU xTP model'")
     simulated: bool
-    run_id: str | None = Field(description="the stored run (known once it is created)")
+    run_id: str | None = Field(
+        description="the stored run: chosen when the job is submitted, written from its start"
+    )
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -503,3 +505,8 @@ class JobOut(BaseModel):
 
 class ErrorOut(BaseModel):
     detail: str
+
+
+class DataFileOut(BaseModel):
+    name: str = Field(description="what a scenario sent to the API names it by")
+    bytes: int

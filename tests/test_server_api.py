@@ -31,7 +31,13 @@ def db(tmp_path_factory):
 
 
 def make_app(db, **kw):
-    options = {"api_token": TOKEN, "allow_hosts": [], "open_reads": True, **kw}
+    options = {
+        "api_token": TOKEN,
+        "allow_hosts": [],
+        "open_reads": True,
+        "server_names": ["test", "t"],  # the test clients' base URLs
+        **kw,
+    }
     return create_app(db, **options)
 
 
@@ -308,7 +314,7 @@ async def test_cancel_stops_gently_and_keeps_the_data(client, server_factory, db
         "label": "to cancel",
     }
     job = (await client.post("/api/jobs", json=body, headers=AUTH)).json()
-    for _ in range(100):  # until some requests finished
+    for _ in range(600):  # until some requests finished (the job's process starts first)
         state = (await client.get(f"/api/jobs/{job['id']}")).json()
         if state["progress"] and state["progress"]["completed"] >= 5:
             break

@@ -22,7 +22,9 @@ def _app(tmp_path_factory):
     db = f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'fuzz.db'}"
     store_sweep(db, gpu="B200-SXM", per_point=10)
     store_sweep(db, gpu="H100-SXM", per_point=10, gpu_count=2)
-    app = create_app(db, api_token=TOKEN, allow_hosts=[], open_reads=True)
+    app = create_app(
+        db, api_token=TOKEN, allow_hosts=[], open_reads=True, server_names=["testserver"]
+    )
     app.state.tb.jobs._execute = lambda job: "completed"  # no real load from fuzzed jobs
     return app
 

@@ -232,6 +232,9 @@ def rm_command(
     run: Annotated[str, typer.Argument(help="Run id, unique id prefix or run name.")],
     db: DbOption = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Delete even a run a live process is writing.")
+    ] = False,
 ) -> None:
     """Delete a run and all its requests."""
     from bench.store.read import delete_run, get_run
@@ -243,7 +246,7 @@ def rm_command(
     ):
         err.print("not deleted")
         raise typer.Exit(1)
-    n = delete_run(info.id, db)
+    n = delete_run(info.id, db, force=force)
     out.print(f"deleted run {info.id} and its {n} requests")
 
 
@@ -275,9 +278,15 @@ def export_raw_command(
 
 @_clean_errors
 def import_command(
-    file: Annotated[Path, typer.Argument(help="A result file of vLLM, guidellm or aiperf.")],
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="A result file of vLLM, guidellm or aiperf, or tokenbench's own "
+            "tokenbench-unsaved-RUN.jsonl (written when the database failed mid-run)."
+        ),
+    ],
     fmt: Annotated[
-        str, typer.Option("--format", "-f", help="vllm, guidellm, aiperf or auto.")
+        str, typer.Option("--format", "-f", help="vllm, guidellm, aiperf, tokenbench or auto.")
     ] = "auto",
     name: Annotated[
         str | None, typer.Option(help="Name of the new run (default: file name).")

@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-from bench.store.errors import StoreError
+from bench.store.errors import DamagedDatabaseError, StoreError
 
 ENV_VAR = "TOKENBENCH_DB"
 DEFAULT_PATH = Path("results") / "tokenbench.db"
@@ -97,7 +97,16 @@ def make_engine(
 def _make_engine(url: URL, busy_timeout_s: float) -> Engine:
     if url.get_backend_name() == "sqlite":
         database = url.database or ""
-        if database and database != ":memory:" and not database.startswith("file:"):
+        is_file = database and database != ":memory:" and not database.startswith("file:")
+        if is_file and read_only_place(Path(database)):
+            # WAL needs a -shm file beside the database; where none can be created SQLite
+            # cannot even read without immutable=1 (nobody can change the file there anyway).
+            # With both -wal and -shm present, read-only mode reads the WAL's commits too.
+            wal, shm = Path(database + "-wal"), Path(database + "-shm")
+            has_wal = wal.is_file() and wal.stat().st_size > 0 and shm.is_file()
+            mode = "mode=ro" if has_wal else "mode=ro&immutable=1"
+            url = url.set(database=f"file:{database}?{mode}", query={"uri": "true"})
+        elif is_file:
             Path(database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             url, connect_args={"timeout": busy_timeout_s, "check_same_thread": False}
@@ -108,6 +117,18 @@ def _make_engine(url: URL, busy_timeout_s: float) -> Engine:
         connect_args = {"connect_timeout": 10, "application_name": "tokenbench"}
         return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
     return create_engine(url)
+
+
+def read_only_place(path: Path) -> bool:
+    """True for an existing database file on a read-only filesystem or not writable by us."""
+    if not path.is_file():
+        return False
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return True
+    except (OSError, AttributeError):
+        return False
+    return not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK))
 
 
 def _install_sqlite_pragmas(engine: Engine, busy_timeout_s: float) -> None:
@@ -123,6 +144,34 @@ def _install_sqlite_pragmas(engine: Engine, busy_timeout_s: float) -> None:
         cur.execute("PRAGMA temp_store = MEMORY")
         cur.execute("PRAGMA cache_size = -65536")  # 64 MiB page cache
         cur.close()
+
+
+def check_integrity(engine: Engine) -> None:
+    """Refuse a damaged SQLite file before writing to it: writing spreads the damage.
+
+    PRAGMA quick_check reads every page (about 1.5 s per GB); RunWriter calls it once per
+    run, reads do not pay it (they get the same advice if they meet a damaged page).
+    """
+    if engine.url.get_backend_name() != "sqlite" or engine.url.database in (None, "", ":memory:"):
+        return
+    from sqlalchemy.exc import DatabaseError
+
+    try:
+        with engine.connect() as conn:
+            problems = [str(r) for r in conn.exec_driver_sql("PRAGMA quick_check(3)").scalars()]
+    except DatabaseError as exc:
+        problems = [str(getattr(exc, "orig", exc))]
+    if problems != ["ok"]:
+        raise DamagedDatabaseError(damaged_message(engine, "; ".join(problems)))
+
+
+def damaged_message(engine: Engine, problem: str) -> str:
+    path = engine.url.database
+    return (
+        f"{describe(engine)} is damaged ({problem[:300]}); nothing more is written to it. "
+        f"Recover what it holds with `sqlite3 {path} .recover | sqlite3 recovered.db`, "
+        "or use another --db"
+    )
 
 
 def get_engine(db: str | Engine | None = None) -> Engine:

@@ -21,3 +21,11 @@ class RunNotFoundError(StoreError, LookupError):
 
 class MissingDatabaseError(StoreError):
     """A read-only command was pointed at a SQLite file that does not exist (none is made)."""
+
+
+class DamagedDatabaseError(StoreError):
+    """The SQLite file is corrupt (a damaged page, a torn write); nothing is written to it."""
+
+
+class RunBusyError(StoreError):
+    """The run is still being written by a live process; deleting it would break that run."""

@@ -10,6 +10,8 @@
 - aiperf: the profile export JSON (`profile_export_aiperf.json`, aggregates only) and its
   per-request JSONL (`profile_export.jsonl`: request_start_ns/request_end_ns, TTFT and
   inter_chunk_latency in ms). Given the JSON, a JSONL beside it is read too.
+- tokenbench's own fallback file (`tokenbench-unsaved-RUN.jsonl`), written when the
+  database failed mid-run: a header line describing the run, then every RequestRecord.
 
 Without per-request data a run keeps the tool's own aggregates in extra_json["source_summary"].
 """
@@ -30,7 +32,8 @@ from bench.metrics import summarize
 from bench.records import CANCELLED, COUNT_TOKENIZER, COUNT_USAGE, FAILED, OK, RequestRecord
 from bench.store.writer import RunWriter
 
-FORMATS = ("vllm", "guidellm", "aiperf")
+FORMATS = ("vllm", "guidellm", "aiperf", "tokenbench")
+FALLBACK_HEADER = "tokenbench_unsaved"  # bench.session.save_fallback's first line
 S = 1_000_000_000  # ns per second
 MS = 1_000_000  # ns per millisecond
 
@@ -62,6 +65,8 @@ def _read(path: Path) -> tuple[str, Any]:
 
 
 def detect_format(doc: Any) -> str:
+    if isinstance(doc, list) and doc and isinstance(doc[0], dict) and FALLBACK_HEADER in doc[0]:
+        return "tokenbench"
     if isinstance(doc, list):
         if doc and isinstance(doc[0], dict) and "metadata" in doc[0] and "metrics" in doc[0]:
             return "aiperf"
@@ -90,13 +95,17 @@ def import_file(
     fmt = detect_format(doc) if fmt == "auto" else fmt
     if fmt not in FORMATS:
         raise ImportFormatError(f"--format {fmt!r}: expected auto, {', '.join(FORMATS)}")
-    importer = {"vllm": _vllm, "guidellm": _guidellm, "aiperf": _aiperf}[fmt]
+    importer = {"vllm": _vllm, "guidellm": _guidellm, "aiperf": _aiperf, "tokenbench": _fallback}[
+        fmt
+    ]
     try:
         run = importer(doc, path)
     except (KeyError, TypeError, IndexError, AttributeError) as exc:
         raise ImportFormatError(f"{path}: not a {fmt} result file as expected ({exc!r})") from None
+    if name:
+        run["name"] = name
+    run.setdefault("name", path.stem)
     _require_timings(run, fmt, path)
-    run.setdefault("name", name or path.stem)
     return _write(run, fmt, db)
 
 
@@ -119,14 +128,53 @@ def _require_timings(run: dict[str, Any], fmt: str, path: Path) -> None:
     if not timed and not any(r.state == FAILED for r in records):
         found = f"{len(records)} requests, none with a timing" if records else "no requests"
         raise ImportFormatError(
-            f"{path}: found {found}, so nothing was imported; {_NO_TIMINGS_HINT[fmt]}"
+            f"{path}: found {found}, so nothing was imported; {_NO_TIMINGS_HINT.get(fmt, 'the file holds no per-request data')}"
         )
+
+
+def _fallback(doc: list[dict[str, Any]], path: Path) -> dict[str, Any]:
+    """A run `tokenbench run` measured but could not store (bench.session.save_fallback):
+    the first line describes the run, every other line is one RequestRecord."""
+    header, rows = doc[0], doc[1:]
+    records = []
+    for row in rows:
+        row = dict(row)
+        times = np.asarray(row.pop("chunk_times_ns", []), dtype=np.int64)
+        records.append(RequestRecord(**row, chunk_times_ns=times))
+    points = header.get("load_points") or [{"load_point": 0}]
+    load_points = []
+    for lp in points:
+        load_points.append(
+            {
+                "load_point": lp["load_point"],
+                "label": lp.get("label"),
+                "mode": lp.get("mode"),
+                "target_rate": lp.get("target_rate"),
+                "concurrency": lp.get("concurrency"),
+                "warmup_s": lp.get("warmup_s"),
+                "cooldown_s": lp.get("cooldown_s"),
+                "params": lp.get("params"),
+                "started_ns": 0,
+                "ended_ns": lp.get("ended_ns"),
+            }
+        )
+    run = dict(header.get("run") or {})
+    extra = dict(run.pop("extra", None) or {})
+    extra["restored_from"] = {"file": str(path), "run_id": header.get("run_id")}
+    return {
+        **run,
+        "extra": extra,
+        "status": header.get("status") or "interrupted",
+        "records": records,
+        "load_points": load_points,
+    }
 
 
 def _write(run: dict[str, Any], source: str, db: str | Engine | None) -> str:
     records: list[RequestRecord] = run.pop("records", [])
     load_points: list[dict[str, Any]] = run.pop("load_points", [{"load_point": 0}])
-    extra = {"source_summary": run.pop("source_summary", None), **run.pop("extra", {})}
+    status = run.pop("status", "completed")
+    extra = {"source_summary": run.pop("source_summary", None), **(run.pop("extra", None) or {})}
     writer = RunWriter(db, imported_from=source, extra=extra, **run)
     for lp in load_points:
         lp = dict(lp)
@@ -141,7 +189,7 @@ def _write(run: dict[str, Any], source: str, db: str | Engine | None) -> str:
             lp["ended_ns"] - (lp.get("started_ns") or 0) for lp in load_points if lp.get("ended_ns")
         ]
         summary = summarize(records, duration_s=sum(durations) / S if durations else None).to_json()
-    writer.finish("completed", summary)
+    writer.finish(status, summary)
     return writer.run_id
 
 

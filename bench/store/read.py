@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 from sqlalchemy import delete, func, select
 from sqlalchemy.engine import Engine
 
@@ -20,7 +21,7 @@ from bench.metrics import Columns
 from bench.records import OK, RequestRecord
 from bench.store import codec
 from bench.store.engine import get_engine
-from bench.store.errors import RunNotFoundError
+from bench.store.errors import RunBusyError, RunNotFoundError
 from bench.store.models import (
     INTERRUPTED,
     RUNNING,
@@ -30,6 +31,7 @@ from bench.store.models import (
     Run,
     RunArtifact,
 )
+from bench.store.redact import repair_scenario_text, scenario_mapping
 
 STALE_AFTER_S = 15.0  # writers beat every 2 s; several missed beats mean the process died
 
@@ -96,6 +98,34 @@ class RunInfo:
     def short_id(self) -> str:
         return self.id[:8]
 
+    def scenario(self) -> dict:
+        """The stored scenario as a dict; {} when absent or unreadable (never raises)."""
+        return scenario_mapping(self.scenario_text)
+
+
+def readable_scenario_text(text: str | None) -> str | None:
+    """The stored scenario, repaired when an old redaction left it unparseable.
+
+    Repair happens at read time, so runs stored before the fix read back whole on every
+    path (API, pages, curves, export) without rewriting the database.
+    """
+    if not text:
+        return text
+    try:
+        yaml.safe_load(text)
+        return text
+    except yaml.YAMLError:
+        repaired = repair_scenario_text(text)
+    try:
+        yaml.safe_load(repaired)
+        return repaired
+    except yaml.YAMLError:
+        return text
+
+
+def _age_s(when: datetime | None) -> float:
+    return (datetime.now(UTC) - _utc(when)).total_seconds() if when is not None else 0.0
+
 
 def effective_status(
     status: str, heartbeat_at: datetime | None, now: datetime | None = None
@@ -116,6 +146,7 @@ def _run_info(run: Run, load_points: list[LoadPoint] | None = None) -> RunInfo:
     for key in ("created_at", "finished_at", "heartbeat_at"):
         values[key] = _utc(values[key])
     values["status"] = effective_status(run.status, run.heartbeat_at)
+    values["scenario_text"] = readable_scenario_text(run.scenario_text)
     lps = [
         LoadPointInfo(**{f.name: getattr(lp, f.name) for f in fields(LoadPointInfo)})
         for lp in sorted(load_points or [], key=lambda lp: lp.load_point)
@@ -325,12 +356,23 @@ def requests_dataframe(
     return frame
 
 
-def delete_run(run_id: str, db: str | Engine | None = None) -> int:
-    """Delete a run and everything it owns; returns how many requests went with it."""
+def delete_run(run_id: str, db: str | Engine | None = None, *, force: bool = False) -> int:
+    """Delete a run and everything it owns; returns how many requests went with it.
+
+    A run still being written (status running, heartbeat fresh) is refused with
+    RunBusyError unless `force`: its writer would fail on its next batch and lose it.
+    """
     engine = get_engine(db)
     with engine.begin() as conn:
-        if not conn.execute(select(Run.id).where(Run.id == run_id)).first():
+        found = conn.execute(select(Run.status, Run.heartbeat_at).where(Run.id == run_id)).first()
+        if found is None:
             raise RunNotFoundError(f"no run {run_id!r}")
+        if not force and effective_status(found.status, found.heartbeat_at) == RUNNING:
+            raise RunBusyError(
+                f"run {run_id[:8]} is still being written (its writer beat "
+                f"{_age_s(found.heartbeat_at):.0f} s ago); stop its run first, or wait "
+                f"{STALE_AFTER_S:.0f} s after its process died"
+            )
         n = conn.execute(
             select(func.count()).select_from(Request).where(Request.run_id == run_id)
         ).scalar_one()

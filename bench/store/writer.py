@@ -34,7 +34,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from bench.records import RequestRecord
 from bench.store import codec
-from bench.store.engine import describe, get_engine
+from bench.store.engine import check_integrity, describe, get_engine
 from bench.store.errors import StoreError
 from bench.store.models import COMPLETED, RUN_STATUSES, RUNNING, LoadPoint, RequestBatch, Run
 from bench.store.redact import Redactor, strip_url
@@ -133,10 +133,12 @@ class RunWriter:
     ) -> None:
         """Insert the run row now (so a bad database fails before the run starts).
 
-        `scenario` is stored as given (text, or a dict stored as JSON); `secrets` (the API
-        key in use) are scrubbed from every stored string, as are credentials in the URL.
+        `scenario` is stored as given (text, or a dict stored as JSON), scrubbed field by field
+        (redact.Redactor.scenario) so it always parses back; `secrets` (the API key in use)
+        are scrubbed from every stored string, as are credentials in URLs.
         """
         self.engine = get_engine(db)
+        check_integrity(self.engine)  # a damaged SQLite file is refused, not written to
         self.run_id = run_id or uuid.uuid4().hex
         self.redact = Redactor(secrets)
         self.flush_interval_s = flush_interval_s
@@ -151,18 +153,14 @@ class RunWriter:
         self._finished = False
         self._stopped = False
 
-        if isinstance(scenario, dict):
-            import json
-
-            scenario = json.dumps(scenario, indent=2, default=str)
         row = {
             "id": self.run_id,
-            "name": self.redact.maybe(name),
-            "label": self.redact.maybe(label),
+            "name": self.redact.maybe_known(name),
+            "label": self.redact.maybe_known(label),
             "created_at": created_at or now_utc(),
             "heartbeat_at": now_utc(),
             "status": RUNNING,
-            "scenario_text": self.redact.maybe(scenario),
+            "scenario_text": self.redact.scenario(scenario),
             "endpoint": self.redact.maybe(strip_url(endpoint)),
             "backend": backend,
             "model": model,
@@ -366,6 +364,7 @@ class RunWriter:
                 self._error = StoreError(
                     f"{what}; {self.submitted - self.written} records of run {self.run_id} not saved"
                 )
+                self._error.reason = what  # without the count, which grows as a run goes on
                 self._unsaved = records
                 return
             deadline = time.monotonic() + self.flush_interval_s

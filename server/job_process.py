@@ -1,0 +1,176 @@
+"""A background job's measuring, in a process of its own (spawned by server/jobs.py).
+
+A run measured inside the service shares its event loop threads and GIL with every API
+reader: with 50 clients polling, a background run's TTFT p99 read 311 ms against a true
+72 ms, and the self-check could not tell. So each job measures in a fresh process that
+does nothing else; the service only relays its progress. Messages to the service go over a
+one-way pipe as (kind, payload) tuples: ("progress", dict), ("point", PointDone),
+("done", status) or ("failed", message). The service asks it to stop by setting `stop`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any
+
+STOP_POLL_S = 0.1
+
+
+def measured_in(service_pid: int) -> dict[str, Any]:
+    """What the stored run says about where it was measured."""
+    return {
+        "process": "tokenbench serve job process",
+        "pid": os.getpid(),
+        "service_pid": service_pid,
+        "separate_from_service": os.getpid() != service_pid,
+    }
+
+
+def main(plan, db_url: str | None, run_id: str, conn, stop, service_pid: int) -> None:  # noqa: ANN001
+    """The child's entry point: measure the plan, store it as run_id, report over conn."""
+    stop_event = threading.Event()
+    done = threading.Event()
+    # Ctrl-C on the service reaches its whole process group: the service stops its jobs
+    # gently itself. SIGTERM (a service manager stopping everything) stops this run gently.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: stop_event.set())
+
+    def relay_stop() -> None:
+        """Stop when the service asks, or when it is gone (killed: nobody would follow)."""
+        while not done.is_set():
+            if stop.wait(STOP_POLL_S) or os.getppid() != service_pid:
+                stop_event.set()
+                return
+
+    threading.Thread(target=relay_stop, name="tokenbench-job-stop", daemon=True).start()
+    try:
+        status = _execute(
+            plan, db_url, run_id, _Reporter(conn, stop_event), stop_event, service_pid
+        )
+        message = ("done", status)
+    except BaseException as exc:  # noqa: BLE001 - a job's failure is reported, not raised
+        text = str(exc).strip()
+        message = ("failed", f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+    finally:
+        done.set()
+    _Reporter(conn, stop_event).send(message)
+    conn.close()
+
+
+class _Reporter:
+    """conn.send that never raises: if the service has gone, the run stops gently instead."""
+
+    def __init__(self, conn, stop_event: threading.Event) -> None:  # noqa: ANN001
+        self.conn = conn
+        self.stop_event = stop_event
+
+    def send(self, message: tuple) -> None:
+        try:
+            self.conn.send(message)
+        except (OSError, ValueError):  # broken pipe, closed connection
+            self.stop_event.set()
+
+
+def _progress(conn):
+    def on_tick(p) -> None:  # noqa: ANN001 - bench.runner.Progress
+        conn.send(
+            (
+                "progress",
+                {
+                    "total": p.total,
+                    "sent": p.sent,
+                    "completed": p.completed,
+                    "failed": p.failed,
+                    "in_flight": p.in_flight,
+                    "recent_ttft_ms": list(p.recent_ttft_ms[-500:]),
+                },
+            )
+        )
+
+    return on_tick
+
+
+def _execute(plan, db_url, run_id, conn, stop_event, service_pid) -> str:  # noqa: ANN001
+    from bench.runner import check_reachable, discover_model
+
+    sc = plan.scenario
+    stop_sim = None
+    try:
+        if plan.simulate:
+            from bench.sim.server import start_sim_server_in_thread
+
+            s = plan.simulate
+            url, stop_sim = start_sim_server_in_thread(
+                s["gpu"], s["model"], s["precision"], s["tp"]
+            )
+            sc.target.base_url = url
+        check_reachable(sc.target.base_url)
+        if not sc.target.model:
+            sc.target.model = discover_model(sc.target.base_url, plan.api_key) or "default"
+        extra = {"measured_in": measured_in(service_pid)}
+        if plan.kind == "run":
+            return _run(plan, db_url, run_id, conn, stop_event, extra)
+        return _sweep(plan, db_url, run_id, conn, stop_event, extra)
+    finally:
+        if stop_sim is not None:
+            stop_sim()
+
+
+def _run(plan, db_url, run_id, conn, stop_event, extra) -> str:  # noqa: ANN001
+    from bench.runner import plan_from_scenario
+    from bench.session import run_and_store
+    from server.jobs import point_done
+
+    sc = plan.scenario
+    run_plan = plan_from_scenario(sc, base_dir=plan.base_dir, api_key=plan.api_key)
+    result, summary, _ = run_and_store(
+        sc,
+        run_plan,
+        db_url=db_url,
+        show_progress=False,
+        simulated=bool(plan.simulate),
+        stop_event=stop_event,
+        on_tick=_progress(conn),
+        run_id=run_id,
+        extra=extra,
+    )
+    conn.send(("point", point_done(0, sc.name, summary)))
+    return "interrupted" if result.interrupted else "completed"
+
+
+def _sweep(plan, db_url, run_id, conn, stop_event, extra) -> str:  # noqa: ANN001
+    from bench.sweep import SweepPlan, run_sweep
+    from server.jobs import point_done
+
+    sweep_plan = SweepPlan(
+        specs=list(plan.specs),
+        auto=plan.auto,
+        thresholds=list(plan.thresholds),
+        slo_iterations=plan.slo_iterations,
+        point_duration_s=plan.point_duration_s,
+        warmup_s=plan.warmup_s,
+        cooldown_s=plan.cooldown_s,
+        max_error_rate=plan.max_error_rate,
+    )
+    conn.send(("planned", sweep_plan.planned_points()))
+
+    def on_point(point, remaining) -> None:  # noqa: ANN001
+        conn.send(("point", point_done(point.index, point.spec.title, point.summary)))
+
+    result = run_sweep(
+        plan.scenario,
+        sweep_plan,
+        api_key=plan.api_key,
+        base_dir=plan.base_dir,
+        db=db_url,
+        simulated=bool(plan.simulate),
+        show_progress=False,
+        on_point=on_point,
+        stop_event=stop_event,
+        on_tick=_progress(conn),
+        run_id=run_id,
+        extra=extra,
+    )
+    return "interrupted" if result.interrupted else "completed"

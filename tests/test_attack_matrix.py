@@ -1,0 +1,444 @@
+"""Fault and attack matrix against `tokenbench serve`: what was sent, what came back, what
+was stored, what leaked. Traffic goes only to 127.0.0.1 (ASGI in-process, or local servers).
+
+Each row is an attack or a fault the service once failed (issue 18): files of the service
+host read through a scenario, credentials shown to readers, a run deleted under a job,
+bodies read before authentication, DNS rebinding, an overflowing ?after=.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.store.engine import dispose_all
+from bench.store.raw_export import export_raw
+from bench.store.read import get_run
+from server.app import create_app
+from tests.test_dashboard_figures import store_sweep
+
+TOKEN = "matrix-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SHADOW_LINE = "root:$6$SHADOWHASHxyz:19000:0:99999:7:::"
+ENV_KEY = "sk-envleak-abcdef123456"
+SECRET_COLUMN = "SECRETCOLUMNxyz"
+SIM = {"gpu": "H100-SXM", "model": "llama-3.1-8b", "precision": "fp8", "tp": 1}
+
+
+def trace_job(path: str) -> dict:
+    scenario = f"load: {{shape: trace, num_prompts: 4, trace: {{path: '{path}'}}}}\n"
+    return {"kind": "run", "scenario": scenario, "simulate": SIM}
+
+
+def dataset_job(path: str) -> dict:
+    scenario = f"workload: {{dataset: jsonl, dataset_path: '{path}'}}\nload: {{num_prompts: 4}}\n"
+    return {"kind": "run", "scenario": scenario, "simulate": SIM}
+
+
+@pytest.fixture(scope="module")
+def host_files(tmp_path_factory) -> dict[str, Path]:
+    """A host with secrets outside the data folder and hostile files inside it."""
+    root = tmp_path_factory.mktemp("host")
+    outside = root / "etc"
+    outside.mkdir()
+    (outside / "shadow").write_text(SHADOW_LINE + "\n")
+    data = root / "data"
+    data.mkdir()
+    (data / ".env").write_text(f"OPENAI_API_KEY={ENV_KEY}\n")
+    (data / "bad.csv").write_text(f"{SECRET_COLUMN},other\n1,2\n")
+    (data / "big.csv").write_text("timestamp\n" + "1.0\n" * 2000)
+    (data / "good.csv").write_text("timestamp\n0.0\n0.1\n0.2\n0.3\n")
+    (data / "link.csv").symlink_to(outside / "shadow")
+    os.mkfifo(data / "fifo.jsonl")
+    db = f"sqlite:///{root / 'runs.db'}"
+    store_sweep(db, gpu="H100-SXM", per_point=5)
+    return {"root": root, "data": data, "shadow": outside / "shadow", "db": db}
+
+
+@pytest.fixture
+async def client(host_files):
+    app = create_app(
+        host_files["db"],
+        api_token=TOKEN,
+        allow_hosts=[],
+        open_reads=True,
+        data_dir=host_files["data"],
+        max_data_file_mb=4096 / 2**20,  # 4 KiB: big.csv is over
+    )
+    started = []
+    app.state.tb.jobs._execute = lambda job: started.append(job) or "completed"
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as c:
+        c.app, c.started = app, started
+        yield c
+    app.state.tb.jobs.shutdown()
+    dispose_all()
+
+
+# (what was sent, expected status, text that must not come back)
+FILE_ATTACKS = [
+    ("trace at /etc/shadow (absolute, outside)", "shadow", 422, SHADOW_LINE),
+    ("trace through ../ out of the folder", "../etc/shadow", 422, SHADOW_LINE),
+    ("trace through a symlink in the folder", "link.csv", 422, SHADOW_LINE),
+    ("trace at a .env in the folder", ".env", 422, ENV_KEY),
+    ("trace whose header is a secret", "bad.csv", 422, SECRET_COLUMN),
+    ("trace over the size limit", "big.csv", 422, None),
+]
+
+
+@pytest.mark.parametrize(("attack", "path", "status", "secret"), FILE_ATTACKS)
+async def test_scenario_files_are_confined(client, host_files, attack, path, status, secret):
+    given = str(host_files["shadow"]) if path == "shadow" else path
+    r = await client.post("/api/jobs", json=trace_job(given), headers=AUTH)
+    assert r.status_code == status, (attack, r.text)
+    if secret is not None:
+        assert secret not in r.text and secret.split(":")[0] not in r.text.replace("root", ""), (
+            attack,
+            r.text,
+        )
+    assert client.started == []
+
+
+async def test_file_probing_outside_the_folder_learns_nothing(client, host_files):
+    """An existing and a missing file outside the folder get the same answer."""
+    there = await client.post("/api/jobs", json=trace_job(str(host_files["shadow"])), headers=AUTH)
+    missing = str(host_files["root"] / "etc" / "no-such-file")
+    gone = await client.post("/api/jobs", json=trace_job(missing), headers=AUTH)
+    assert there.status_code == gone.status_code == 422
+    strip = lambda r, p: r.json()["detail"][0]["msg"].replace(p, "PATH")  # noqa: E731
+    assert strip(there, str(host_files["shadow"])) == strip(gone, missing)
+
+
+async def test_a_fifo_is_refused_without_blocking(client):
+    t0 = time.monotonic()
+    r = await asyncio.wait_for(
+        client.post("/api/jobs", json=dataset_job("fifo.jsonl"), headers=AUTH), 20
+    )
+    assert r.status_code == 422 and "not a regular file" in r.text
+    assert time.monotonic() - t0 < 10
+
+
+async def test_uploads_land_in_the_folder_and_can_be_used(client, host_files):
+    body = b"timestamp\n0.0\n0.5\n1.0\n1.5\n"
+    r = await client.put("/api/data/up.csv", content=body)
+    assert r.status_code == 401  # writes need the token
+    r = await client.put("/api/data/up.csv", content=body, headers=AUTH)
+    assert r.status_code == 201 and r.json() == {"name": "up.csv", "bytes": len(body)}
+    assert (host_files["data"] / "up.csv").read_bytes() == body
+    for bad in (".hidden", "a%2Fb"):
+        r = await client.put(f"/api/data/{bad}", content=b"x", headers=AUTH)
+        assert r.status_code in (404, 422), (bad, r.text)
+    r = await client.put("/api/data/huge.csv", content=b"x" * 5000, headers=AUTH)
+    assert r.status_code == 413 and not (host_files["data"] / "huge.csv").exists()
+    names = [f["name"] for f in (await client.get("/api/data")).json()]
+    assert "up.csv" in names and ".env" not in names and "fifo.jsonl" not in names
+    r = await client.post("/api/jobs", json=trace_job("up.csv"), headers=AUTH)
+    assert r.status_code == 202, r.text
+    for _ in range(200):
+        if client.started:
+            break
+        await asyncio.sleep(0.02)
+    job = client.started[0]
+    assert job.plan.scenario.load.trace.path == str(host_files["data"] / "up.csv")
+
+
+async def test_without_a_data_folder_scenarios_read_no_files(host_files):
+    app = create_app(host_files["db"], api_token=TOKEN, allow_hosts=[], open_reads=True)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+        r = await c.post("/api/jobs", json=trace_job("good.csv"), headers=AUTH)
+        assert r.status_code == 422 and "--data-dir" in r.text
+        shipped = {"kind": "run", "scenario_name": "trace-replay", "simulate": SIM}
+        app.state.tb.jobs._execute = lambda job: "completed"
+        r = await c.post("/api/jobs", json=shipped, headers=AUTH)
+        assert r.status_code == 202, r.text  # a shipped scenario's own files still read
+    app.state.tb.jobs.shutdown()
+
+
+# (what was sent, expected status): the front door, before any route runs
+DOOR_ATTACKS = [
+    ("rebound name in Host", "GET", "/api/runs", {"Host": "evil.example"}, None, 400),
+    ("rebound name with port", "GET", "/runs", {"Host": "attacker.test:8000"}, None, 400),
+    ("loopback name", "GET", "/api/runs", {"Host": "localhost:8000"}, None, 200),
+    ("loopback name, trailing dot", "GET", "/api/runs", {"Host": "localhost."}, None, 200),
+    ("IPv6 literal", "GET", "/api/runs", {"Host": "[::1]:8000"}, None, 200),
+    ("write from a foreign Origin", "POST", "/api/jobs/x/cancel",
+     {**AUTH, "Origin": "http://evil.example"}, None, 403),
+    ("write from the null Origin", "POST", "/api/jobs/x/cancel",
+     {**AUTH, "Origin": "null"}, None, 403),
+    ("write from our own Origin", "POST", "/api/jobs/x/cancel",
+     {**AUTH, "Origin": "http://127.0.0.1:8000"}, None, 404),
+    ("unauthenticated non-JSON write", "POST", "/api/jobs", {}, b"not json at all", 401),
+    ("unauthenticated oversized write", "POST", "/api/jobs", {}, b"x" * (2 << 20), 401),
+    ("authenticated oversized write", "POST", "/api/jobs", AUTH, b"x" * (2 << 20), 413),
+    ("oversized login form", "POST", "/login", {}, b"token=" + b"x" * (32 << 10), 413),
+    ("write token in a cookie only", "POST", "/api/jobs/x/cancel",
+     {"Cookie": f"tokenbench_token={TOKEN}"}, None, 401),
+    ("write token in the query string", "POST", f"/api/jobs/x/cancel?token={TOKEN}",
+     {}, None, 401),
+    ("write token as Basic", "POST", "/api/jobs/x/cancel",
+     {"Authorization": f"Basic {TOKEN}"}, None, 401),
+    ("20-digit ?after=", "GET", "/api/runs/synthetic-H100-SXM/requests?after=" + "9" * 20,
+     {}, None, 422),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("attack", "method", "path", "headers", "body", "status"), DOOR_ATTACKS)
+async def test_front_door(client, attack, method, path, headers, body, status):
+    r = await client.request(method, path, headers=headers, content=body)
+    assert r.status_code == status, (attack, r.text[:300])
+    if status >= 400:
+        assert "detail" in r.json()
+
+
+# Targets a job may not send load to (the allow-list is loopback only here): 403, no load.
+TARGET_ATTACKS = [
+    "http://10.0.0.1:8000",
+    "http://0x0a000001:8000",  # hex form of 10.0.0.1
+    "http://167772161:8000",  # decimal form of 10.0.0.1
+    "http://127.0.0.1@10.0.0.1:8000",  # userinfo that looks like loopback
+    "http://10.0.0.1:8000#@127.0.0.1",
+    "http://localhost.evil.example:8000",
+    "http://[::ffff:10.0.0.1]:8000",
+]
+
+
+@pytest.mark.parametrize("url", TARGET_ATTACKS)
+async def test_targets_outside_the_allow_list_are_refused(client, url):
+    body = {"kind": "run", "scenario": "load: {num_prompts: 2}", "target": {"base_url": url}}
+    r = await client.post("/api/jobs", json=body, headers=AUTH)
+    assert r.status_code == 403, (url, r.text)
+    assert client.started == []
+
+
+async def _asgi_call(app, method: str, path: str, headers: dict, body_chunks: list[bytes]):
+    """Call the app directly, counting how many body bytes it pulled from the client."""
+    pulled = 0
+    chunks = list(body_chunks)
+    sent: list[dict] = []
+
+    async def receive():
+        nonlocal pulled
+        if chunks:
+            chunk = chunks.pop(0)
+            pulled += len(chunk)
+            return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 5555),
+        "server": ("127.0.0.1", 8000),
+    }
+    await app(scope, receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, pulled
+
+
+async def test_no_body_byte_is_read_before_authentication(client):
+    """4 x 100 MB unauthenticated POSTs once cost 1 GB of memory: now not one byte is read."""
+    chunk = b"y" * (1 << 20)
+    status, pulled = await _asgi_call(
+        client.app,
+        "POST",
+        "/api/jobs",
+        {"host": "127.0.0.1", "content-type": "application/json"},
+        [chunk] * 100,
+    )
+    assert (status, pulled) == (401, 0)
+    # authenticated but chunked (no Content-Length): cut off just past the 1 MiB cap
+    status, pulled = await _asgi_call(
+        client.app,
+        "POST",
+        "/api/jobs",
+        {"host": "127.0.0.1", "authorization": AUTH["Authorization"]},
+        [b"z" * (256 << 10)] * 400,
+    )
+    assert status == 413 and pulled <= (1 << 20) + (256 << 10)
+
+
+# ---------------------------------------------------------------- real jobs, real processes
+
+
+@pytest.fixture
+async def live(tmp_path):
+    db = f"sqlite:///{tmp_path / 'live.db'}"
+    app = create_app(db, api_token=TOKEN, allow_hosts=[], open_reads=True)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+        c.app, c.db = app, db
+        yield c
+    app.state.tb.jobs.shutdown()
+    dispose_all()
+
+
+async def wait_job(c, job_id: str, until, timeout_s: float = 90.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = (await c.get(f"/api/jobs/{job_id}")).json()
+        if until(state):
+            return state
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"job {job_id} never reached the state: {state}")
+
+
+async def test_credentials_never_reach_readers_or_storage(live, fake_server, tmp_path):
+    """A target URL's password and ?api_key=: not in /api/jobs, the run, or export-raw."""
+    password, key = "hunter2-pass-xyz", "qs-key-9876543210"
+    port = fake_server.url.rsplit(":", 1)[1]
+    url = f"http://bob:{password}@127.0.0.1:{port}?api_key={key}"
+    scenario = (
+        "load: {shape: poisson, request_rate: 50, num_prompts: 6}\nworkload: {output: {mean: 4}}\n"
+    )
+    body = {"kind": "run", "scenario": scenario, "target": {"base_url": url}, "label": "creds"}
+    r = await live.post("/api/jobs", json=body, headers=AUTH)
+    assert r.status_code == 202, r.text
+    job = r.json()
+    state = await wait_job(live, job["id"], lambda s: s["status"] not in ("queued", "running"))
+    listing = (await live.get("/api/jobs")).text
+    for secret in (password, key):
+        assert secret not in r.text and secret not in listing
+    assert state["target"] == f"http://127.0.0.1:{port}"
+    run = get_run(job["run_id"], live.db)
+    stored = json.dumps(run.scenario_text) + str(run.endpoint) + json.dumps(run.extra_json)
+    out = export_raw(run.id, "json", tmp_path / "raw.json", db=live.db)
+    detail = (await live.get(f"/api/runs/{run.id}")).text
+    for secret in (password, key):
+        assert secret not in stored and secret not in out.read_text() and secret not in detail
+    assert run.scenario()["target"]["base_url"].startswith("http://***@127.0.0.1")
+
+
+async def test_a_run_cannot_be_deleted_while_its_job_writes_it(live, server_factory):
+    slow = server_factory("--ttft-ms", "20", "--itl-ms", "40")
+    scenario = "load: {shape: poisson, request_rate: 20, num_prompts: 2000}\nworkload: {output: {mean: 8}}\n"
+    body = {"kind": "run", "scenario": scenario, "target": {"base_url": slow.url}}
+    job = (await live.post("/api/jobs", json=body, headers=AUTH)).json()
+    assert job["run_id"], "the run id is known from submission"
+    await wait_job(live, job["id"], lambda s: (s["progress"] or {}).get("completed", 0) >= 3)
+    r = await live.delete(f"/api/runs/{job['run_id']}", headers=AUTH)
+    assert r.status_code == 409, r.text
+    await live.post(f"/api/jobs/{job['id']}/cancel", headers=AUTH)
+    final = await wait_job(live, job["id"], lambda s: s["status"] == "cancelled")
+    run = get_run(job["run_id"], live.db)
+    assert run.status == "interrupted" and run.request_count >= 3
+    assert final["error"] is None
+    r = await live.delete(f"/api/runs/{job['run_id']}", headers=AUTH)
+    assert r.status_code == 200 and r.json()["deleted_requests"] == run.request_count
+
+
+async def test_background_runs_measure_in_their_own_process(live, fake_server):
+    scenario = (
+        "load: {shape: poisson, request_rate: 50, num_prompts: 8}\nworkload: {output: {mean: 4}}\n"
+    )
+    body = {"kind": "run", "scenario": scenario, "target": {"base_url": fake_server.url}}
+    job = (await live.post("/api/jobs", json=body, headers=AUTH)).json()
+    state = await wait_job(live, job["id"], lambda s: s["status"] == "completed")
+    where = get_run(state["run_id"], live.db).extra_json["measured_in"]
+    assert where["service_pid"] == os.getpid() and where["pid"] != os.getpid()
+    assert where["separate_from_service"] is True
+
+
+async def test_a_yaml_alias_bomb_is_refused_at_once(client):
+    """Nine levels of nine aliases: 387M values once expanded (it used to hang a thread)."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    bomb = "\n".join([*lines, "name: *a8"])
+    t0 = time.monotonic()
+    r = await asyncio.wait_for(
+        client.post("/api/jobs", json={"kind": "run", "scenario": bomb, "simulate": SIM},
+                    headers=AUTH),
+        30,
+    )  # fmt: skip
+    assert r.status_code == 422 and "YAML aliases" in r.text
+    assert time.monotonic() - t0 < 5 and len(r.content) < 2000
+
+
+async def test_a_run_another_process_writes_cannot_be_deleted(live):
+    """A CLI run (or another service) writing the same database: 409 until it finishes."""
+    from bench.store import RunWriter
+    from tests.test_store_helpers import make_records
+
+    writer = RunWriter(live.db, name="busy")
+    writer.start_load_point(0)
+    for r in make_records(5):
+        writer.submit(r)
+    r = await live.delete(f"/api/runs/{writer.run_id}", headers=AUTH)
+    assert r.status_code == 409 and "still being written" in r.text
+    writer.finish("completed")
+    assert get_run(writer.run_id, live.db).request_count == 5
+    r = await live.delete(f"/api/runs/{writer.run_id}", headers=AUTH)
+    assert r.status_code == 200 and r.json()["deleted_requests"] == 5
+
+
+@pytest.mark.slow
+def test_a_killed_service_leaves_its_job_stored_interrupted(server_factory, tmp_path):
+    """SIGKILL the service mid-job: its job process notices, stops gently and stores every
+    request the target received; no process is left running."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from tests.test_durability import wait_for
+
+    target = server_factory("--ttft-ms", "20", "--itl-ms", "40")
+    db = f"sqlite:///{tmp_path / 'killed.db'}"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "TOKENBENCH_API_TOKEN": TOKEN}
+    service = subprocess.Popen(
+        [sys.executable, "-m", "bench", "serve", "--db", db, "--port", str(port),
+         "--log-level", "warning"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+
+        def up() -> bool:
+            try:
+                return httpx.get(f"{url}/api/runs", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(up, 60, "the service")
+        scenario = "load: {request_rate: 20, num_prompts: 2000}\nworkload: {output: {mean: 8}}\n"
+        body = {"kind": "run", "scenario": scenario, "target": {"base_url": target.url}}
+        job = httpx.post(f"{url}/api/jobs", json=body, headers=AUTH, timeout=30).json()
+        wait_for(
+            lambda: httpx.get(f"{url}/api/jobs/{job['id']}").json()["progress"], 60, "progress"
+        )
+        wait_for(lambda: target.stats()["finished"] >= 10, 60, "10 finished streams")
+        service.send_signal(signal.SIGKILL)
+        service.wait(30)
+    finally:
+        if service.poll() is None:
+            service.kill()
+    dispose_all()
+    run = wait_for(
+        lambda: (r := get_run(job["run_id"], db)).stored_status != "running" and r,
+        60,
+        "the job process to store the run",
+    )
+    truth = target.stats()
+    assert run.stored_status == "interrupted" and run.request_count == truth["requests"]
+    job_pid = run.extra_json["measured_in"]["pid"]
+    wait_for(lambda: not Path(f"/proc/{job_pid}").exists(), 30, "the job process to exit")

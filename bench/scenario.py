@@ -354,6 +354,10 @@ def _format_errors(exc: ValidationError, node: Any, source: str) -> str:
         line = _line_of(node, loc)
         where = f" line {line}" if line else ""
         value = err.get("input")
+        if isinstance(value, str) and "://" in value:
+            from bench.backends.urls import shown_url
+
+            value = shown_url(value)  # a URL's password or ?key= never goes into an error
         shown = "" if isinstance(value, dict) or value is None else f" (got {_short(value)})"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":

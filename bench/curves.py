@@ -15,17 +15,19 @@ from dataclasses import dataclass, field
 
 from bench.metrics import Threshold, parse_goodput, summarize
 
-# Consistent colours on every chart: B200 green, H100 blue (InferenceMAX-like), peers distinct.
+# Consistent colours on every chart, from the Okabe-Ito palette (safe for the common kinds of
+# colour blindness): B200 bluish green, H100 blue, H200 reddish purple, MI300X vermillion.
+# Colour is never the only cue: dashboards.figures also gives each run its own marker and dash.
 GPU_COLOURS = {
-    "B200-SXM": "#2ca02c",
-    "B200-SXM-192": "#98df8a",
-    "B300-SXM": "#17becf",
-    "H100-SXM": "#1f77b4",
-    "H200-SXM": "#9467bd",
-    "MI300X": "#d62728",
-    "MI355X": "#ff7f0e",
+    "B200-SXM": "#009E73",
+    "B200-SXM-192": "#F0E442",
+    "B300-SXM": "#56B4E9",
+    "H100-SXM": "#0072B2",
+    "H200-SXM": "#CC79A7",
+    "MI300X": "#D55E00",
+    "MI355X": "#E69F00",
 }
-FALLBACK_COLOURS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
+FALLBACK_COLOURS = ("#000000", "#7f7f7f", "#8c564b", "#bcbd22")
 
 
 def gpu_colour(gpu: str | None, index: int = 0) -> str:

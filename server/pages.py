@@ -19,6 +19,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Resp
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from bench.curves import compare_runs, ratio_sentence
+from bench.frontier import default_interactivity
 from bench.metrics import parse_thresholds
 from bench.store.errors import RunNotFoundError
 from bench.store.read import get_run, list_runs
@@ -182,13 +183,34 @@ def _default_slo(run_ids: list[str], db) -> str:
     return slos.pop() if len(slos) == 1 else ""
 
 
+def _reference(curves, ref: str | None):
+    """The reference (baseline) run: `ref` as a run id or unique prefix, else the first."""
+    if ref:
+        for c in curves:
+            if c.run_id == ref or (len(ref) >= 4 and c.run_id.startswith(ref)):
+                return c
+    return curves[0]
+
+
+def _query(curves, **params) -> str:
+    """The compare page's query string for these runs with `params` (None values dropped)."""
+    parts = [f"run={quote(c.run_id)}" for c in curves]
+    parts += [f"{k}={quote(str(v))}" for k, v in params.items() if v not in (None, "")]
+    return "&".join(parts)
+
+
 @router.get("/compare")
 def compare_page(
     request: Request,
     run: Annotated[list[str], Query(max_length=20)] = [],  # noqa: B006 - FastAPI reads it
     slo: Annotated[str | None, Query(max_length=500)] = None,
     utilisation: Annotated[float, Query(gt=0, le=1)] = 1.0,
+    ref: Annotated[str | None, Query(max_length=64)] = None,
+    at: Annotated[float | None, Query(gt=0, le=1e6)] = None,
+    tier: Annotated[str | None, Query(max_length=100)] = None,
 ) -> Response:
+    """Runs side by side; `ref` is the baseline every other run's ratio is taken against,
+    `at` the interactivity (tok/s per user) where the throughput fronts are read."""
     if (redirect := _login_redirect(request)) is not None:
         return redirect
     state = request.app.state.tb
@@ -206,34 +228,73 @@ def compare_page(
     except ValueError as exc:
         slo_t, error = [], str(exc)
     comps = compare_runs(curves, slo_t, state.catalogue, utilisation)
+    reference = _reference(curves, ref)
+    ref_comp = next(c for c in comps if c.curve is reference)
+    sentences = [ratio_sentence([c, ref_comp]) for c in comps if c is not ref_comp]
+    tpot_limits = [t.limit for t in slo_t if t.metric == "p99_tpot_ms" and t.op in ("<", "<=")]
+    chosen_at = at or default_interactivity(curves, min(tpot_limits, default=None))
     key = (
         tuple((c.run_id, c.status, len(c.points), c.colour) for c in curves),
         tuple(str(t) for t in slo_t),
         utilisation,
+        chosen_at,
+        tier,
         id(state),
         id(state.catalogue),
     )
-    charts = _figure_cache.get(key) if all(c.status != "running" for c in curves) else None
+    finished = all(c.status != "running" for c in curves)
+    charts = _figure_cache.get(key) if finished else None
     if charts is None:
-        figs = figures.compare_figures(curves, state.catalogue, slo=slo_t, utilisation=utilisation)
+        figs = figures.compare_figures(
+            curves,
+            state.catalogue,
+            slo=slo_t,
+            utilisation=utilisation,
+            interactivity=chosen_at,
+            tier=tier,
+            comparisons=comps,
+        )
         charts = (figures_json(figs), list(figs))
-        if all(c.status != "running" for c in curves):
+        if finished:
             if len(_figure_cache) >= FIGURE_CACHE_SIZE:
                 _figure_cache.pop(next(iter(_figure_cache)))
             _figure_cache[key] = charts
+    readout = figures.interactivity_readout(curves, chosen_at) if chosen_at else []
+    ref_value = next((v for c, v in readout if c is reference), None)
+    keep = {"slo": slo or None, "utilisation": utilisation if utilisation != 1.0 else None}
     return render(
         "compare.html",
         curves=curves,
+        styles=dict(zip([c.run_id for c in curves], figures.run_styles(curves), strict=True)),
+        glyphs=GLYPHS,
         comparisons=comps,
-        sentence=ratio_sentence(comps),
+        reference=reference,
+        sentences=[s for s in sentences if s],
         slo=slo or "",
         utilisation=utilisation,
+        at=chosen_at,
+        readout=readout,
+        ref_value=ref_value,
         error=error,
         figures_json=charts[0],
         chart_names=charts[1],
-        run_query="&".join(f"run={quote(c.run_id)}" for c in curves),
+        run_query=_query(curves),
+        ref_query=lambda c: _query(curves, ref=c.run_id, at=at, tier=tier, **keep),
         cheapest=_cheapest,
     )
+
+
+# Each plotly marker symbol as a character, so tables show the mark the charts draw.
+GLYPHS = {
+    "circle": "●",
+    "square": "■",
+    "diamond": "◆",
+    "triangle-up": "▲",
+    "x": "✕",
+    "star-triangle-down": "▼",
+    "cross": "✚",
+    "hexagon": "⬢",
+}
 
 
 def _cheapest(rows):

@@ -31,9 +31,11 @@ from bench.curves import (
     interactivity_curve,
     latency_curve,
     ratio_sentence,
+    resolve_slo,
     run_curves,
 )
-from bench.metrics import LATENCY_METRICS, Threshold, parse_thresholds
+from bench.metrics import LATENCY_METRICS, Threshold
+from bench.plan import Demand, Plan, plan_capacity, scenario_demand
 
 # --------------------------------------------------------------------------- data model
 
@@ -155,6 +157,10 @@ class Report:
     assumptions: Table
     methodology: Table
     charts: list[Chart]
+    # The buying answer (bench.plan.Plan; its docstring gives the shape): GPUs, nodes,
+    # $/month and $/Mtok per tier for each run, the cheapest option meeting the SLO and the
+    # assumptions. None when no demand was given and the runs' scenario has no mean rate.
+    plan: Plan | None = None
 
     @property
     def any_simulated(self) -> bool:
@@ -265,17 +271,6 @@ def _software(info) -> str:
         parts.append(f"imported from {info.imported_from}")
     parts.append(f"tokenbench {info.tool_version or '?'}")
     return ", ".join(parts)
-
-
-def _stored_slo(infos) -> list[Threshold]:
-    """The SLO the runs were swept against (sweep extra), when they all agree."""
-    found = []
-    for info in infos:
-        sweep = (info.extra_json or {}).get("sweep") or {}
-        found.append(tuple(sweep.get("slo") or ()))
-    if not found or not found[0] or any(f != found[0] for f in found):
-        return []
-    return parse_thresholds(",".join(found[0]), flag="stored SLO")
 
 
 def _capacity_label(c: RunComparison) -> str:
@@ -733,6 +728,8 @@ def build_report(
     *,
     catalogue_label: str = "shipped bench/data/prices.yaml",
     title: str | None = None,
+    demand: Demand | None = None,
+    gpus_per_node: int = 8,
 ) -> Report:
     """Read the runs and compute everything any export shows.
 
@@ -750,15 +747,16 @@ def build_report(
     catalogue = catalogue or load_catalogue()
     infos = [get_run(ref, db) for ref in run_refs]
     curves = run_curves([i.id for i in infos], db)
-    if isinstance(slo, str):
-        thresholds, slo_source = parse_thresholds(slo, flag="--slo"), "given"
-    elif slo is None:
-        thresholds, slo_source = _stored_slo(infos), "stored with the runs"
-    else:
-        thresholds, slo_source = list(slo), "given"
-    if not thresholds:
-        slo_source = "none"
+    thresholds, slo_source = resolve_slo(slo, infos)
     comparisons = compare_runs(curves, thresholds, catalogue, utilisation)
+    demand = demand or scenario_demand(infos[0].scenario_text)
+    plan = (
+        plan_capacity(
+            comparisons, demand, catalogue, slo_source=slo_source, gpus_per_node=gpus_per_node
+        )
+        if demand is not None
+        else None
+    )
     facts = [
         RunFacts(
             run_id=info.id,
@@ -813,4 +811,5 @@ def build_report(
             _interactivity_chart(curves),
             _cost_chart(comparisons, utilisation),
         ],
+        plan=plan,
     )

@@ -107,19 +107,43 @@ def add_simulated_badge(fig: go.Figure) -> go.Figure:
     return fig
 
 
+THIN_SAMPLE = 100  # a P99 from fewer requests is the slowest few: flagged wherever shown
+
+
+def percentile_text(p: CurvePoint, metric: str, stat: str = "p99") -> str:
+    """'158.1 ms (95% 140.2-171.0, n=40, thin)': a percentile with its interval and count."""
+    value = p.latency(metric, stat)
+    if value is None:
+        return "—"
+    parts = []
+    ci = p.ci(metric, stat)
+    if ci is not None:
+        lo, hi = ci
+        parts.append(f"95% {_num(lo)}-{_num(hi) if hi is not None else 'open'}")
+    n = p.count(metric)
+    if n is not None:
+        parts.append(f"n={n:,}" + (", thin" if n < THIN_SAMPLE and stat == "p99" else ""))
+    return f"{value:,.1f} ms" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _num(v: float | None) -> str:
+    return "?" if v is None else f"{v:,.1f}"
+
+
 def _hover(curve: RunCurve, p: CurvePoint) -> str:
-    """One load point in a tooltip: what was offered and what came back."""
-    ttft, tpot = p.latency("ttft"), p.latency("tpot")
+    """One load point in a tooltip: what was offered and what came back, with how sure."""
+    flags = []
+    if p.partial:
+        flags.append("interrupted: partial point")
+    if p.late_ms:
+        flags.append(f"simulator ran up to {p.late_ms:,.0f} ms late")
     return (
         f"<b>{curve.legend}</b><br>{p.title}<br>"
         f"{p.output_tps_per_gpu:,.0f} output tok/s/GPU · {p.requests_per_s:.2f} req/s<br>"
-        f"P99 TTFT {_ms(ttft)} · P99 TPOT {_ms(tpot)}<br>"
+        f"P99 TTFT {percentile_text(p, 'ttft')}<br>P99 TPOT {percentile_text(p, 'tpot')}<br>"
         f"failed {p.failed} of {p.completed + p.failed}"
+        + "".join(f"<br><b>{f}</b>" for f in flags)
     )
-
-
-def _ms(v: float | None) -> str:
-    return "—" if v is None else f"{v:,.1f} ms"
 
 
 def _line_trace(curve: RunCurve, style: RunStyle, pts, xs, ys, mode="lines+markers") -> go.Scatter:
@@ -183,15 +207,31 @@ def _slo_line(threshold, y_top: float, *, vertical: bool = True) -> go.Scatter:
 
 
 def _capacity_star(comp: RunComparison, style: RunStyle, x: float, first: bool) -> go.Scatter:
-    point = comp.capacity
+    """The run's capacity at the SLO (bench.curves.capacity_at_slo: interpolated between the
+    last passing and first failing load), with its 95% interval as a vertical bar."""
+    point, cap = comp.capacity, comp.at_slo
+    value = point.output_tps_per_gpu
+    what = cap.text() if cap is not None else f"{value:,.0f} output tok/s per GPU"
+    error = None
+    if cap is not None and (cap.low is not None or cap.high is not None):
+        error = {
+            "type": "data",
+            "symmetric": False,
+            "array": [max(0.0, (cap.high if cap.high is not None else value) - value)],
+            "arrayminus": [max(0.0, value - (cap.low if cap.low is not None else value))],
+            "color": style.colour,
+            "thickness": 2,
+            "width": 8,
+        }
     return go.Scatter(
         x=[x],
-        y=[point.output_tps_per_gpu],
+        y=[value],
         mode="markers",
-        name="capacity at the SLO (star)",
+        name="capacity at the SLO (star, 95% interval)",
         showlegend=first,
         legendgroup="capacity",
         meta=f"capacity:{comp.curve.run_id}",
+        error_y=error,
         marker={
             "symbol": "star",
             "size": 18,
@@ -199,8 +239,8 @@ def _capacity_star(comp: RunComparison, style: RunStyle, x: float, first: bool) 
             "line": {"color": "#000000", "width": 1.5},
         },
         hovertemplate=(
-            f"<b>{comp.curve.legend}</b><br>capacity at the SLO: {point.title}<br>"
-            f"{point.output_tps_per_gpu:,.0f} output tok/s/GPU<extra></extra>"
+            f"<b>{comp.curve.legend}</b><br>capacity at the SLO: {what}<br>"
+            f"{point.title}<extra></extra>"
         ),
     )
 

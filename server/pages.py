@@ -17,6 +17,7 @@ import plotly
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 
 from bench.curves import compare_runs, ratio_sentence
 from bench.frontier import default_interactivity
@@ -281,7 +282,18 @@ def compare_page(
         run_query=_query(curves),
         ref_query=lambda c: _query(curves, ref=c.run_id, at=at, tier=tier, **keep),
         cheapest=_cheapest,
+        thin=figures.THIN_SAMPLE,
+        ci=_ci_text,
     )
+
+
+def _ci_text(point, metric: str) -> Markup:
+    """' <small>(95% 140-171)</small>' after a P99 cell; nothing without an interval."""
+    ci = point.ci(metric, "p99")
+    if ci is None:
+        return Markup("")
+    lo, hi = (_num(v, 1) if v is not None else "open" for v in ci)
+    return Markup(" <small class='ci'>({}–{})</small>").format(lo, hi)
 
 
 # Each plotly marker symbol as a character, so tables show the mark the charts draw.

@@ -78,3 +78,40 @@ def default_interactivity(curves: Sequence[RunCurve], tpot_limit_ms: float | Non
     if tpot_limit_ms and lo <= 1000.0 / tpot_limit_ms <= hi:
         return 1000.0 / tpot_limit_ms
     return (lo + hi) / 2
+
+
+def cost_view_tier(curves: Sequence[RunCurve], catalogue) -> str | None:
+    """The pricing tier the $/Mtok-versus-interactivity view opens on (dashboard and deck):
+    the cheapest on-demand tier every priced run's GPU has (what a buyer can rent today),
+    else the first tier they all have, else the first tier any has."""
+    from bench.cost import PriceCatalogueError, price_per_gpu_hour
+
+    by_gpu: dict[str, list] = {}
+    for curve in curves:
+        try:
+            gpu = catalogue.resolve_gpu(curve.gpu_type) if curve.gpu_type else None
+            if gpu:
+                by_gpu.setdefault(gpu, catalogue.tiers(gpu))
+        except PriceCatalogueError:
+            continue
+    if not by_gpu:
+        return None
+    names = [[t.name for t in tiers] for tiers in by_gpu.values()]
+    shared = [n for n in names[0] if all(n in other for other in names)]
+
+    def mean_price(name: str) -> float:
+        prices = []
+        for tiers in by_gpu.values():
+            try:
+                prices.append(
+                    price_per_gpu_hour(next(t for t in tiers if t.name == name), catalogue)
+                )
+            except PriceCatalogueError:
+                return float("inf")
+        return sum(prices) / len(prices)
+
+    first = next(iter(by_gpu.values()))
+    on_demand = [n for n in shared if next(t for t in first if t.name == n).kind == "on_demand"]
+    if on_demand:
+        return min(on_demand, key=mean_price)
+    return shared[0] if shared else names[0][0] if names[0] else None

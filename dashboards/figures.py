@@ -31,7 +31,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from bench.curves import CurvePoint, RunComparison, RunCurve, compare_runs
-from bench.frontier import pareto_front, throughput_at_interactivity
+from bench.frontier import cost_view_tier, pareto_front, throughput_at_interactivity
+from bench.metrics import THIN_SAMPLES
 
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star-triangle-down", "cross",
            "hexagon")  # fmt: skip
@@ -107,7 +108,7 @@ def add_simulated_badge(fig: go.Figure) -> go.Figure:
     return fig
 
 
-THIN_SAMPLE = 100  # a P99 from fewer requests is the slowest few: flagged wherever shown
+THIN_SAMPLE = THIN_SAMPLES  # a P99 from fewer requests is the slowest few (bench.metrics)
 
 
 def percentile_text(p: CurvePoint, metric: str, stat: str = "p99") -> str:
@@ -141,8 +142,7 @@ def _hover(curve: RunCurve, p: CurvePoint) -> str:
         f"<b>{curve.legend}</b><br>{p.title}<br>"
         f"{p.output_tps_per_gpu:,.0f} output tok/s/GPU · {p.requests_per_s:.2f} req/s<br>"
         f"P99 TTFT {percentile_text(p, 'ttft')}<br>P99 TPOT {percentile_text(p, 'tpot')}<br>"
-        f"failed {p.failed} of {p.completed + p.failed}"
-        + "".join(f"<br><b>{f}</b>" for f in flags)
+        f"failed {p.failed} of {p.completed + p.failed}" + "".join(f"<br><b>{f}</b>" for f in flags)
     )
 
 
@@ -478,14 +478,13 @@ def cost_vs_interactivity(
     """$/Mtok against interactivity along each run's Pareto front, one pricing tier at a time.
 
     InferenceX's cost view: lower is cheaper, right is faster per user. A menu picks the
-    tier; tiers some GPUs lack say so in the title. Starts on `tier`, else the first tier
-    every run's GPU has.
+    tier; tiers some GPUs lack say so in the title. Starts on `tier`, else
+    bench.frontier.cost_view_tier (the cheapest on-demand tier every GPU has).
     """
     tiers = run_tiers(curves, catalogue)
     priced = [c for c in curves if any(c.legend in who for who in tiers.values())]
     if tier not in tiers:
-        tier = next((t for t, who in tiers.items() if len(who) == len(priced)), None)
-        tier = tier or next(iter(tiers), None)
+        tier = cost_view_tier(curves, catalogue)
     fig = go.Figure()
     styles = run_styles(curves)
     owners: list[str] = []  # the tier of each trace

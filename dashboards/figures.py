@@ -474,8 +474,13 @@ def cost_vs_interactivity(
     utilisation: float = 1.0,
     tokens: str = "output",
     tier: str | None = None,
+    menu: bool = True,
 ) -> go.Figure:
     """$/Mtok against interactivity along each run's Pareto front, one pricing tier at a time.
+
+    With `menu` every tier's traces are in the figure and a menu switches between them (the
+    standalone HTML report); without, only the chosen tier's (the dashboard picks the tier
+    with a form field: a quarter of the traces to draw).
 
     InferenceX's cost view: lower is cheaper, right is faster per user. A menu picks the
     tier; tiers some GPUs lack say so in the title. Starts on `tier`, else
@@ -489,7 +494,7 @@ def cost_vs_interactivity(
     styles = run_styles(curves)
     owners: list[str] = []  # the tier of each trace
     values: list[float] = []
-    for name in tiers:
+    for name in tiers if menu else [tier] if tier else []:
         for curve, style in zip(curves, styles, strict=True):
             pts = _front_costs(curve, catalogue, name, utilisation, tokens)
             if not pts:
@@ -529,7 +534,7 @@ def cost_vs_interactivity(
     )
     if _span_is_wide(values):
         _log_axis(fig.update_yaxes, values, f"USD per million {tokens} tokens ($/Mtok, log scale)")
-    if len(tiers) > 1:
+    if menu and len(tiers) > 1:
         buttons = [
             {
                 "label": name,
@@ -795,18 +800,20 @@ def compare_figures(
     interactivity: float | None = None,
     tier: str | None = None,
     comparisons: Sequence[RunComparison] | None = None,
+    tier_menu: bool = True,
 ) -> dict[str, go.Figure]:
     """Every chart of the compare page by name, in page order (the HTML export reuses it).
 
     `interactivity` is where the throughput-vs-interactivity fronts are read (None: no
-    read-out); `tier` the pricing tier the cost-vs-interactivity chart opens on.
+    read-out); `tier` the pricing tier the cost-vs-interactivity chart opens on, with a
+    menu of the others when `tier_menu`.
     """
     if comparisons is None:
         comparisons = compare_runs(curves, slo, catalogue, utilisation)
     return {
         "interactivity": throughput_vs_interactivity(curves, at=interactivity),
         "cost_interactivity": cost_vs_interactivity(
-            curves, catalogue, utilisation=utilisation, tier=tier
+            curves, catalogue, utilisation=utilisation, tier=tier, menu=tier_menu
         ),
         "ttft": throughput_vs_ttft(curves, slo=slo, comparisons=comparisons),
         "tpot": throughput_vs_tpot(curves, slo=slo, comparisons=comparisons),

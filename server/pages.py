@@ -20,7 +20,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
 from bench.curves import compare_runs, ratio_sentence
-from bench.frontier import default_interactivity
+from bench.frontier import cost_view_tier, default_interactivity
 from bench.metrics import parse_thresholds
 from bench.store.errors import RunNotFoundError
 from bench.store.read import get_run, list_runs
@@ -234,12 +234,14 @@ def compare_page(
     sentences = [ratio_sentence([c, ref_comp]) for c in comps if c is not ref_comp]
     tpot_limits = [t.limit for t in slo_t if t.metric == "p99_tpot_ms" and t.op in ("<", "<=")]
     chosen_at = at or default_interactivity(curves, min(tpot_limits, default=None))
+    tiers = figures.run_tiers(curves, state.catalogue)
+    chosen_tier = tier if tier in tiers else cost_view_tier(curves, state.catalogue)
     key = (
         tuple((c.run_id, c.status, len(c.points), c.colour) for c in curves),
         tuple(str(t) for t in slo_t),
         utilisation,
         chosen_at,
-        tier,
+        chosen_tier,
         id(state),
         id(state.catalogue),
     )
@@ -252,8 +254,9 @@ def compare_page(
             slo=slo_t,
             utilisation=utilisation,
             interactivity=chosen_at,
-            tier=tier,
+            tier=chosen_tier,
             comparisons=comps,
+            tier_menu=False,  # the form's tier field picks it: fewer traces to draw
         )
         charts = (figures_json(figs), list(figs))
         if finished:
@@ -274,6 +277,8 @@ def compare_page(
         slo=slo or "",
         utilisation=utilisation,
         at=chosen_at,
+        tiers=tiers,
+        tier=chosen_tier,
         readout=readout,
         ref_value=ref_value,
         error=error,

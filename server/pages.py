@@ -209,6 +209,8 @@ def compare_page(
     ref: Annotated[str | None, Query(max_length=64)] = None,
     at: Annotated[float | None, Query(gt=0, le=1e6)] = None,
     tier: Annotated[str | None, Query(max_length=100)] = None,
+    demand_rps: Annotated[float | None, Query(gt=0, le=1e7)] = None,
+    peak: Annotated[float, Query(ge=1, le=100)] = 1.0,
 ) -> Response:
     """Runs side by side; `ref` is the baseline every other run's ratio is taken against,
     `at` the interactivity (tok/s per user) where the throughput fronts are read."""
@@ -263,6 +265,7 @@ def compare_page(
             if len(_figure_cache) >= FIGURE_CACHE_SIZE:
                 _figure_cache.pop(next(iter(_figure_cache)))
             _figure_cache[key] = charts
+    plan = _plan(comps, curves, state, demand_rps, peak, "given" if slo_t else "none")
     readout = figures.interactivity_readout(curves, chosen_at) if chosen_at else []
     ref_value = next((v for c, v in readout if c is reference), None)
     keep = {"slo": slo or None, "utilisation": utilisation if utilisation != 1.0 else None}
@@ -279,6 +282,9 @@ def compare_page(
         at=chosen_at,
         tiers=tiers,
         tier=chosen_tier,
+        plan=plan,
+        demand_rps=demand_rps,
+        peak=peak,
         readout=readout,
         ref_value=ref_value,
         error=error,
@@ -290,6 +296,23 @@ def compare_page(
         thin=figures.THIN_SAMPLE,
         ci=_ci_text,
     )
+
+
+def _plan(comps, curves, state, demand_rps: float | None, peak: float, slo_source: str):
+    """The buying answer (bench.plan) for the demand given, else the first run's scenario's
+    mean rate; None when there is neither."""
+    from bench.plan import Demand, plan_capacity, scenario_demand
+
+    if demand_rps is not None:
+        demand = Demand(requests_per_s=demand_rps, peak_factor=peak, source="given")
+    else:
+        demand = scenario_demand(get_run(curves[0].run_id, state.db_url).scenario_text)
+        if demand is not None and peak != 1.0:
+            demand = Demand(requests_per_s=demand.requests_per_s, peak_factor=peak,
+                            source=demand.source)  # fmt: skip
+    if demand is None:
+        return None
+    return plan_capacity(comps, demand, state.catalogue, slo_source=slo_source)
 
 
 def _ci_text(point, metric: str) -> Markup:

@@ -11,6 +11,7 @@ import csv
 import io
 import re
 import zipfile
+from html import escape
 
 import numpy as np
 import pytest
@@ -163,6 +164,10 @@ def test_html_is_standalone(report, tmp_path):
     assert report.sentence.replace("'", "&#x27;") in html
     for chart in report.charts:
         assert f"chart-{chart.key}" in html
+    assert 'id="caveats"' in html and report.caveats
+    for caveat in report.caveats:
+        assert escape(caveat) in html
+    assert report.tier_note and escape(report.tier_note) in html
 
 
 def test_energy_table_uses_profile_tdp_without_telemetry(demo_db, report):

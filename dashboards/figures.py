@@ -41,8 +41,8 @@ SLO_COLOUR = "#444444"
 LOG_SPAN = 20.0  # a latency axis whose values span more than this factor is logarithmic
 HEIGHT = 420
 
-AXIS_TPS_PER_GPU = "Output throughput per GPU (tokens/s/GPU)"
-AXIS_INTERACTIVITY = "Interactivity (tokens/s/user = 1000 / median TPOT ms)"
+AXIS_TPS_PER_GPU = "Output tokens/s/GPU"
+AXIS_INTERACTIVITY = "Interactivity (tokens/s/user = 1000 / median TPOT)"
 AXIS_TIME = "Time (s; load points back to back, each from its own start)"
 AXIS_CDF = "Fraction of requests (cumulative)"
 LATENCY_NAMES = {
@@ -607,13 +607,14 @@ def cost_per_tier(
             )
         point = comp.capacity
         where = f"{comp.basis}: {point.title}" if point else f"{comp.basis}: none"
+        texts = [f"{t}<br>{where}" for t in texts]
         curve = comp.curve
         fig.add_trace(
             go.Bar(
                 y=tiers,
                 x=ys,
                 orientation="h",
-                name=f"{curve.legend} ({where})",
+                name=f"{curve.legend} (at capacity)" if point else f"{curve.legend} (no capacity)",
                 meta=curve.run_id,
                 marker={
                     "color": curve.colour,

@@ -672,6 +672,12 @@ def compare_command(
         console.print(f"[bold]{sentence}[/]")
 
 
+from bench.plan_cli import plan_command  # noqa: E402
+
+app.command("plan", help="GPUs, nodes, $/month and $/Mtok per tier for a demand at the SLO.")(
+    plan_command
+)
+
 from bench.sim.cli import sim_app  # noqa: E402
 from bench.store.cli import (  # noqa: E402
     db_upgrade_command,

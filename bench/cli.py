@@ -520,6 +520,8 @@ def sweep_command(
         label=label,
     )  # fmt: skip
     sc = resolve_scenario(scenario, overrides, {"load": {"num_prompts": 200}})
+    if slo is None and sc.slo:  # the scenario file's SLO, same grammar
+        thresholds = parse_thresholds(sc.slo, flag="slo")
     key = resolve_target(sc, api_key)
     catalogue = _catalogue(prices_file, price)
     from bench.store.errors import StoreError

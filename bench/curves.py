@@ -471,7 +471,7 @@ def _late_flag(p: CurvePoint | None) -> list[str]:
         return []
     return [
         f"the simulated endpoint ran up to {p.late_ms:.0f} ms behind its schedule at "
-        f"{p.title} (busy machine): its latencies there are too high"
+        f"{p.title} (busy machine): latencies there may read up to that much high"
     ]
 
 

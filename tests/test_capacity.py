@@ -363,3 +363,13 @@ def test_plan_comparison_objects_are_the_compare_ones():
     curve = _curve([_point(1, 1000, 300, 30)], "B200-SXM")
     (comp,) = compare_runs([curve], SLO, load_catalogue())
     assert isinstance(comp, RunComparison) and comp.capacity is comp.at_slo.point
+
+
+def test_scenario_files_take_the_same_slo_grammar():
+    from bench.scenario import ScenarioError
+
+    assert parse_slo(parse_scenario('slo: "ttft:500 tpot:50"\n').slo) == parse_slo(
+        "p99_ttft_ms<=500,p99_tpot_ms<=50"
+    )
+    with pytest.raises(ScenarioError, match="line 1: slo.*'p99_bogus<5'"):
+        parse_scenario('slo: "p99_bogus<5"\n')

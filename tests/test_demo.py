@@ -39,6 +39,8 @@ def test_demo_stores_two_simulated_runs_and_compares_them(tmp_path, capsys):
         run = get_run(ref, db)
         assert run.simulated and run.status == "completed" and len(run.load_points) == 1
         assert run.request_count > 5
+        # The endpoint's lateness, scraped with the run, is read back onto its point.
+        assert run_curve(ref, db).points[0].late_ms is not None
     assert "B200 beside H100 (simulated)" in out and "SLO used: p99_ttft_ms<=2000" in out
     assert "(virtual time:" in out  # real time checked against virtual time
     assert "neocloud-on-demand" in out  # $/Mtok per tier

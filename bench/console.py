@@ -145,6 +145,15 @@ def comparison_tables(comparisons, utilisation: float = 1.0) -> list[Table]:
     )
     row("load points", lambda c: str(len(c.curve.points)))
     row("basis", lambda c: c.basis + ("" if c.capacity else ": none met"))
+    row("capacity", lambda c: c.at_slo.text("tok/s/GPU") if c.at_slo else "—")
+    row(
+        "bracket (last pass / first fail)",
+        lambda c: " / ".join(
+            "—" if p is None else p.title
+            for p in ((c.at_slo.last_pass, c.at_slo.first_fail) if c.at_slo else (None, None))
+        ),
+    )
+    row("decided by", lambda c: (c.at_slo.deciding or "—") if c.at_slo else "—")
     row(
         "capacity req/s per GPU",
         lambda c: _fmt(c.capacity.requests_per_s / c.curve.gpu_count if c.capacity else None),

@@ -373,11 +373,15 @@ def _complete(curve: RunCurve) -> tuple[list[CurvePoint], list[str]]:
 
 
 def _crossing(t: Threshold, va: float | None, vb: float | None) -> float:
-    """Where between two loads (0 = a, 1 = b) `t`'s metric crosses its limit, linearly."""
-    if va is None or vb is None or vb == va:
-        return 0.0 if vb is None or not t.passes(vb) else 1.0
-    f = (t.limit - va) / (vb - va)
-    return min(1.0, max(0.0, f))
+    """Where between two loads (0 = a, 1 = b) `t`'s metric crosses its limit, linearly:
+    0 when it already fails at a (or has no value there), 1 when it still passes at b."""
+    if va is None or not t.passes(va):
+        return 0.0
+    if vb is not None and t.passes(vb):
+        return 1.0
+    if vb is None or vb == va:
+        return 0.0
+    return min(1.0, max(0.0, (t.limit - va) / (vb - va)))
 
 
 def _interpolate(a: CurvePoint, b: CurvePoint, f: float) -> CurvePoint:
@@ -469,7 +473,7 @@ def _late_flag(p: CurvePoint | None) -> list[str]:
         return []
     return [
         f"the simulated endpoint ran up to {p.late_ms:.0f} ms behind its schedule at "
-        f"{p.title} (busy machine): its latencies there are too high"
+        f"{p.title} (busy machine): latencies there may read up to that much high"
     ]
 
 

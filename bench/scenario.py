@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bench import arrivals
-from bench.metrics import DEFAULT_PERCENTILES, parse_goodput
+from bench.metrics import DEFAULT_PERCENTILES, parse_goodput, parse_slo
 from bench.workload import LengthDist, Workload, load_jsonl_prompts, load_sharegpt
 
 
@@ -137,6 +137,9 @@ class Scenario(_Strict):
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     seed: int = 0
     goodput: str | None = None
+    # The SLO a sweep finds the capacity at when --slo is not given (bench.metrics.parse_slo:
+    # "p99_ttft_ms<=2000,p99_tpot_ms<=50" or vLLM's "ttft:2000 tpot:50").
+    slo: str | None = None
     percentiles: list[float] = Field(default_factory=lambda: list(DEFAULT_PERCENTILES))
     percentile_metrics: list[str] = Field(default_factory=lambda: ["ttft", "tpot", "itl", "e2el"])
     request_timeout_s: float = Field(default=600.0, gt=0)
@@ -147,6 +150,12 @@ class Scenario(_Strict):
     @classmethod
     def _goodput(cls, v: str | None) -> str | None:
         parse_goodput(v)
+        return v
+
+    @field_validator("slo")
+    @classmethod
+    def _slo(cls, v: str | None) -> str | None:
+        parse_slo(v, flag="slo")
         return v
 
     @field_validator("percentiles")

@@ -19,9 +19,9 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Resp
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
-from bench.curves import compare_runs, ratio_sentence
+from bench.curves import compare_runs, ratio_sentence, stored_slo
 from bench.frontier import cost_view_tier, default_interactivity
-from bench.metrics import parse_thresholds
+from bench.metrics import parse_thresholds, slo_text
 from bench.store.errors import RunNotFoundError
 from bench.store.read import get_run, list_runs
 from bench.telemetry import load_telemetry
@@ -176,12 +176,9 @@ def runs_page(
 
 
 def _default_slo(run_ids: list[str], db) -> str:
-    """The SLO the runs were swept against, when they all share one."""
-    slos = set()
-    for rid in run_ids:
-        run = get_run(rid, db)
-        slos.add(",".join(((run.extra_json or {}).get("sweep") or {}).get("slo") or []))
-    return slos.pop() if len(slos) == 1 else ""
+    """The SLO the runs were swept against, when they all share one (bench.curves.stored_slo,
+    the default of the CLI's compare, the API and the exports too)."""
+    return slo_text(stored_slo([get_run(rid, db) for rid in run_ids]))
 
 
 def _reference(curves, ref: str | None):

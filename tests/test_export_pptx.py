@@ -166,7 +166,7 @@ def test_answer_slide_sizes_the_fleet(demo_db, tmp_path):  # noqa: F811
     for system in report.plan.systems:
         assert system.legend in text and system.capacity_text in text
     caveats = "\n".join(_texts(s) for s in prs.slides if _title(s).startswith("Caveats"))
-    assert "Simulated, not measured" in caveats
+    assert "Simulated results" in caveats
     for line in report.caveats:
         assert line in caveats
 

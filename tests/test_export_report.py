@@ -285,3 +285,29 @@ def test_xlsx_recalculates_in_libreoffice_when_a_price_changes(demo_db, tmp_path
     summary = {r[0]: r for r in _rows(after["summary_cost"])}
     col = 1 + [c.curve.legend for c in report.comparisons].index(b200)
     assert summary["neocloud-on-demand"][col] == pytest.approx(new[(b200, "neocloud-on-demand")][9])
+
+
+def test_report_carries_capacity_confidence_caveats_and_the_plan(demo_db):
+    from bench.plan import Demand, plan_capacity
+
+    db, runs, _ = demo_db
+    demand = Demand(requests_per_s=30, peak_factor=2)
+    report = build_report(runs, db, None, load_catalogue(), 1.0, demand=demand)
+    comps = compare_runs(run_curves(runs, db), parse_thresholds(SLO), load_catalogue())
+    want = plan_capacity(comps, demand, load_catalogue(), slo_source="stored with the runs")
+    assert [s.gpus for s in report.plan.systems] == [s.gpus for s in want.systems]
+    assert report.plan.sentence == want.sentence and report.plan.slo_source == want.slo_source
+    # Both runs met the SLO everywhere: said as a bound in the caveats and the summary.
+    assert sum("lower bound" in c for c in report.caveats) == 2
+    row = next(r for r in report.summary.rows if r[0] == "Capacity")
+    assert [cell_text for cell_text in row[1:]] == [c.at_slo.text() for c in comps]
+    # The raw sheet has each percentile's sample count and 95% interval.
+    table = report.load_points
+    n_col = table.headers.index("TTFT samples")
+    lo_col = table.headers.index("TTFT p99 95% low (ms)")
+    hi_col = table.headers.index("TTFT p99 95% high (ms)")
+    first = report.curves[0].points[0]
+    row = table.rows[0]
+    assert row[n_col].value == first.count("ttft") == 24
+    assert (row[lo_col].value, row[hi_col].value) == first.ci("ttft", "p99")
+    assert row[hi_col].value is None  # 24 requests cannot bound a P99 from above

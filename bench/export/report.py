@@ -165,8 +165,9 @@ class Report:
     # $/month and $/Mtok per tier for each run, the cheapest option meeting the SLO and the
     # assumptions. None when no demand was given and the runs' scenario has no mean rate.
     plan: Plan | None = None
-    # What could make a figure wrong, one sentence each: bounds, thin samples, flags,
-    # simulated or interrupted points, pricing tiers that differ between GPUs.
+    # Why a figure might be wrong, one line each: capacity bounds, thin tails, misses within
+    # their interval, interrupted points, a late simulated endpoint, simulated results,
+    # pricing tiers that differ between GPUs, systems the plan cannot size.
     caveats: list[str] = field(default_factory=list)
     tier_note: str | None = None  # which tiers some GPUs lack, when they differ
 
@@ -228,8 +229,18 @@ METHODOLOGY: tuple[tuple[str, str], ...] = (
     ("Interactivity (tok/s per user)", "1000 / median TPOT in ms: the speed one user sees."),
     (
         "Capacity at the SLO",
-        "The highest-throughput load point whose P99s (and other thresholds) meet every SLO "
-        "given; without an SLO, the peak-throughput point.",
+        "The highest load meeting every SLO threshold, interpolated between the last load "
+        "point meeting it and the first breaking it, on the metric that breaks first; 'at "
+        "least' when every load met it (a lower bound), 'below' when none did. Its 95% "
+        "interval repeats the interpolation through the ends of each percentile's interval. "
+        "Without an SLO, the peak-throughput point.",
+    ),
+    (
+        "95% interval of a percentile",
+        "Distribution-free: between two order statistics chosen from the binomial "
+        "distribution of the samples below the true percentile. 'open' where the samples "
+        "cannot bound it (a P99 from fewer than ~300 requests has no upper end); a P99 from "
+        "fewer than 100 requests is flagged as thin.",
     ),
     (
         "$/Mtok",
@@ -313,8 +324,20 @@ def _summary_table(comparisons, slo, utilisation) -> Table:
     row("GPU", lambda c: f"{c.curve.gpu_type or 'unknown GPU'} x{c.curve.gpu_count}")
     row("Measured or simulated", lambda c: _provenance(c.curve))
     row("Basis", lambda c: c.basis)
+    row("Capacity", lambda c: c.at_slo.text() if c.at_slo else "—")
     row("Load point at capacity", _capacity_label)
     row("Output tok/s per GPU", at_cap(lambda c, p: p.output_tps_per_gpu, 0))
+    row("Capacity 95% low (tok/s per GPU)", lambda c: Num(c.at_slo.low if c.at_slo else None, 0))
+    row("Capacity 95% high (tok/s per GPU)", lambda c: Num(c.at_slo.high if c.at_slo else None, 0))
+    row(
+        "Last load meeting the SLO",
+        lambda c: c.at_slo.last_pass.title if c.at_slo and c.at_slo.last_pass else "—",
+    )
+    row(
+        "First load breaking it",
+        lambda c: c.at_slo.first_fail.title if c.at_slo and c.at_slo.first_fail else "—",
+    )
+    row("Decided by", lambda c: (c.at_slo.deciding or "—") if c.at_slo else "—")
     row("Requests/s per GPU", at_cap(lambda c, p: p.requests_per_s / c.curve.gpu_count, 2))
     row("P99 TTFT (ms)", at_cap(lambda c, p: p.latency("ttft"), 0))
     row("P99 TPOT (ms)", at_cap(lambda c, p: p.latency("tpot"), 1))
@@ -483,7 +506,17 @@ def _load_point_table(curves, slo) -> Table:
         "Goodput req/s",
         "Interactivity (tok/s per user)",
         "Meets SLO",
+        "Partial (interrupted)",
+        "Simulated endpoint late by (ms)",
     ] + [f"{m.upper()} {s} (ms)" for m in LATENCY_METRICS for s in stats]
+    headers += [f"{m.upper()} samples" for m in LATENCY_METRICS]
+    headers += [
+        f"{m.upper()} {s} 95% {end} (ms)"
+        for m in LATENCY_METRICS
+        for s in stats
+        if s.startswith("p")
+        for end in ("low", "high")
+    ]
     rows: list[list[Cell]] = []
     for curve in curves:
         for p in curve.points:
@@ -508,11 +541,21 @@ def _load_point_table(curves, slo) -> Table:
                     Num(p.goodput_requests_per_s, 3),
                     Num(p.interactivity, 2),
                     _meets(p, slo),
+                    "yes" if p.partial else "no",
+                    Num(p.late_ms, 1),
                 ]
                 + [
                     Num(p.metrics.get(f"{m}_ms", {}).get(s), 2)
                     for m in LATENCY_METRICS
                     for s in stats
+                ]
+                + [Num(p.count(m), 0) for m in LATENCY_METRICS]
+                + [
+                    Num((p.ci(m, s) or (None, None))[end], 2)
+                    for m in LATENCY_METRICS
+                    for s in stats
+                    if s.startswith("p")
+                    for end in (0, 1)
                 ]
             )
     return Table("load_points", "Raw load points", headers, rows)
@@ -896,25 +939,12 @@ def _tier_note(curves, catalogue) -> str | None:
     )
 
 
-def _caveats(curves, comparisons, plan, tier_note) -> list[str]:
-    """Everything that could make a figure wrong, in words a buyer can act on: bounds, thin
-    samples, capacity flags, interrupted and late simulated points, simulated results."""
+def _more_caveats(curves, plan, tier_note) -> list[str]:
+    """What `_caveats` (capacity bounds and flags) does not say: thin tails anywhere on a
+    curve, interrupted or late points, tiers that differ between GPUs, unsized systems."""
     from bench.metrics import THIN_SAMPLES
 
     out: list[str] = []
-    for c in comparisons:
-        who, cap = c.curve.legend, c.at_slo
-        if cap is None:
-            continue
-        if cap.kind == "at_least":
-            out.append(
-                f"{who}: every load tested met the SLO, so its capacity (at least "
-                f"{cap.value:,.0f} output tok/s per GPU) is a lower bound and its GPU count an "
-                "upper bound; a sweep to higher loads would find the real figures."
-            )
-        elif cap.kind == "below":
-            out.append(f"{who}: the lowest load tested already broke the SLO ({cap.text()}).")
-        out += [f"{who}: {flag}." for flag in cap.flags]
     for curve in curves:
         thin = [p.title for p in curve.points if (p.count("ttft") or THIN_SAMPLES) < THIN_SAMPLES]
         if thin:
@@ -936,15 +966,9 @@ def _caveats(curves, comparisons, plan, tier_note) -> list[str]:
                 f"{curve.legend}: the simulated endpoint ran late at {', '.join(late)}; "
                 "latencies there include the simulator's own delay."
             )
-    if any(c.simulated for c in curves):
-        sims = ", ".join(c.legend for c in curves if c.simulated)
-        out.append(
-            f"Simulated, not measured: {sims}. The figures come from tokenbench's roofline "
-            "model of each GPU; confirm on hardware before buying."
-        )
     if tier_note:
         out.append(tier_note)
-    if plan is not None:  # bounds are said above; other reasons a system is not sized here
+    if plan is not None:  # bounds are said by _caveats; other reasons a system is not sized
         out += [
             f"{s.legend}: {s.note}."
             for s in plan.systems
@@ -980,6 +1004,24 @@ def _missing(curves, comparisons, slo, catalogue) -> list[str]:
                 out.append(f"{who}: no prices for GPU {c.curve.gpu_type} in the catalogue.")
         if all(p.latency("tpot", "p50") is None for p in c.curve.points):
             out.append(f"{who}: no TPOT recorded, so no interactivity.")
+    return out
+
+
+def _caveats(comparisons: Sequence[RunComparison]) -> list[str]:
+    out = []
+    for c in comparisons:
+        cap, who = c.at_slo, c.curve.legend
+        if cap is None:
+            continue
+        if cap.kind == "at_least":
+            out.append(f"{who}: every load tested met the SLO, so its capacity is a lower bound.")
+        elif cap.kind == "below":
+            out.append(f"{who}: no load tested met the SLO; its capacity is below the lowest.")
+        out += [f"{who}: {flag}." for flag in cap.flags]
+    if any(c.curve.simulated for c in comparisons):
+        out.append(
+            "Simulated results come from tokenbench's roofline model of each GPU, not hardware."
+        )
     return out
 
 
@@ -1080,6 +1122,6 @@ def build_report(
             _cost_chart(comparisons, utilisation),
         ],
         plan=plan,
-        caveats=_caveats(curves, comparisons, plan, tier_note),
+        caveats=_caveats(comparisons) + _more_caveats(curves, plan, tier_note),
         tier_note=tier_note,
     )

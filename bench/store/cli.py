@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Column, Table
 
-from bench.metrics import LATENCY_METRICS, summarize
+from bench.metrics import LATENCY_METRICS, THIN_SAMPLES, summarize
 from bench.store.errors import StoreError
 from bench.store.importers import ImportFormatError
 
@@ -165,10 +165,30 @@ def _summary_table(title: str, summary: dict) -> Table:
     )
     first = summary["metrics"][f"{LATENCY_METRICS[0]}_ms"]
     keys = list(first)
-    table = Table("metric (ms)", *keys, title=title, caption=caption)
+    confidence = summary.get("confidence") or {}
+    table = Table("metric (ms)", "n", *keys, title=title, caption=caption)
+    thin = []
     for name in LATENCY_METRICS:
         stats = summary["metrics"][f"{name}_ms"]
-        table.add_row(name.upper(), *(_fmt(stats.get(k)) for k in keys))
+        conf = confidence.get(f"{name}_ms") or {}
+        n = conf.get("count")
+        cells = []
+        for k in keys:
+            interval = conf.get(k)
+            if interval is None:
+                cells.append(_fmt(stats.get(k)))
+                continue
+            lo, hi = ("open" if v is None else _fmt(v) for v in interval)
+            cells.append(f"{_fmt(stats.get(k))}\n[dim][{lo}, {hi}][/dim]")
+            if n is not None and n < THIN_SAMPLES and float(k[1:]) >= 90:
+                thin.append(f"{name.upper()} {k}")
+        table.add_row(name.upper(), "—" if n is None else f"{n:,}", *cells)
+    if confidence:
+        table.caption = (
+            f"{caption}\n[brackets]: 95% confidence interval (order statistics); "
+            "open = too few samples to bound"
+            + (f"\nthin tail (< {THIN_SAMPLES} samples): {', '.join(thin)}" if thin else "")
+        )
     return table
 
 

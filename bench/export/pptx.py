@@ -685,35 +685,22 @@ def _section_slide(prs, report: Report, title: str, subtitle: str) -> None:
 
 
 def _summary_slide(prs, report: Report) -> None:
+    """Capacity at the SLO side by side (the verdict sentence is on the answer slide)."""
     slide = _slide(prs, report, "Executive summary")
     top = BODY_TOP
-    sentence = report.sentence or (
-        "No ratio between GPUs: it needs two runs that each have a capacity point"
-        + (" (see what is missing below)." if report.missing else ".")
-        if len(report.curves) > 1
-        else "One run: " + report.curves[0].legend + "."
-    )
-    # The sentence box is as tall as the sentence needs at 20 pt (at most 1.2 in).
-    lines = wrapped_lines(sentence, CONTENT_W - 0.1, 20)
-    box_h = min(1.2, lines * 20 * LINE_EM / 72 + 0.15)
-    _text(slide, MARGIN, top, CONTENT_W, box_h, sentence, max_pt=20, min_pt=12, bold=True,
-          colour=ACCENT, anchor=MSO_ANCHOR.MIDDLE)  # fmt: skip
-    top += box_h + 0.15
     if report.missing:
         _text(slide, MARGIN, top, CONTENT_W, 0.35,
               f"Some figures are missing ({len(report.missing)} notes): see 'What this report "
               "could not show' on the next slide.", max_pt=12, bold=True, colour=WARN)  # fmt: skip
         top += 0.4
-    # Capacity on the left, $/Mtok per tier on the right: both fit one slide at a readable size.
-    half = (CONTENT_W - 0.3) / 2
+    # Capacity across the slide (its cells carry intervals and brackets); $/Mtok on the next.
     table_slides(prs, report, report.summary, title="Executive summary: capacity", top=top,
-                 width=half, max_pt=14, one_page_pt=9, first_slide=slide)  # fmt: skip
+                 max_pt=13, min_pt=8, one_page_pt=9, first_slide=slide)  # fmt: skip
     if report.summary_cost.rows:
-        table_slides(prs, report, report.summary_cost, title="Executive summary: $/Mtok",
-                     top=top, left=MARGIN + half + 0.3, width=half, max_pt=14, one_page_pt=9,
-                     first_slide=slide)  # fmt: skip
+        table_slides(prs, report, report.summary_cost, title="Executive summary: $/Mtok at "
+                     "capacity, every pricing tier", max_pt=14, one_page_pt=10)  # fmt: skip
     else:
-        _text(slide, MARGIN + half + 0.3, top, half, 1.2,
+        _text(slide, MARGIN, BODY_BOTTOM - 0.8, CONTENT_W, 0.7,
               "No $/Mtok: no run has both a GPU type with prices and a capacity point (see "
               "'What this report could not show').", max_pt=16, colour=WARN)  # fmt: skip
 
@@ -726,7 +713,8 @@ def _assumptions_slides(prs, report: Report) -> None:
     if report.tier_note:
         prices = Table(prices.name, prices.title, prices.headers, prices.rows,
                        note=report.tier_note, empty_text=prices.empty_text)  # fmt: skip
-    table_slides(prs, report, prices, title="Assumptions: prices, sources and dates", max_pt=12)
+    table_slides(prs, report, prices, title="Assumptions: prices, sources and dates", max_pt=12,
+                 one_page_pt=9)  # fmt: skip
 
 
 def write_pptx(report: Report, out: Path) -> Path:
@@ -746,14 +734,14 @@ def write_pptx(report: Report, out: Path) -> Path:
     for chart in report.charts:
         chart_slide(prs, report, chart)
     _assumptions_slides(prs, report)
-    table_slides(prs, report, report.methodology, max_pt=14)
+    table_slides(prs, report, report.methodology, max_pt=14, one_page_pt=10)
     _bullets_slide(prs, report, "Caveats", report.caveats or ["None found: every capacity "
                    "is bracketed by a passing and a failing load, on at least 100 requests "
                    "per point."])  # fmt: skip
     _section_slide(prs, report, "Appendix", "The measured data behind every figure: "
                    "percentiles per load point, runs and software, energy.")  # fmt: skip
     table_slides(prs, report, report.percentiles, title="Appendix: latency percentiles per "
-                 "load point", max_pt=13, one_page_pt=10)  # fmt: skip
+                 "load point", max_pt=11, one_page_pt=10)  # fmt: skip
     table_slides(prs, report, report.runs_table, title="Appendix: runs and software",
                  max_pt=13)  # fmt: skip
     if report.energy.rows:

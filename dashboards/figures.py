@@ -367,6 +367,8 @@ def interactivity_readout(
 
 
 def _add_readout(fig: go.Figure, curves, styles, at: float) -> None:
+    """A dotted line at `at` and an open circle where each run's front crosses it; the value
+    is in the circle's legend entry (below the plot, so it never covers a curve)."""
     values = interactivity_readout(curves, at)
     top = max((p.output_tps_per_gpu for c in curves for p in c.points), default=1.0)
     fig.add_trace(
@@ -375,23 +377,25 @@ def _add_readout(fig: go.Figure, curves, styles, at: float) -> None:
             y=[0.0, top * 1.08],
             mode="lines",
             name=f"read-out at {at:,.1f} tok/s/user",
+            showlegend=False,
             meta="readout",
             line={"color": SLO_COLOUR, "width": 1.5, "dash": "dot"},
             hoverinfo="skip",
         )
     )
-    lines = []
     for (curve, value), style in zip(values, styles, strict=True):
-        if value is None:
-            lines.append(f"{curve.legend}: off its front")
-            continue
-        lines.append(f"{curve.legend}: {value:,.0f} tok/s/GPU")
+        text = (
+            f"{value:,.0f} tok/s/GPU at {at:,.1f} tok/s/user"
+            if value is not None
+            else f"off its front at {at:,.1f} tok/s/user"
+        )
         fig.add_trace(
             go.Scatter(
-                x=[at],
-                y=[value],
+                x=[at] if value is not None else [],
+                y=[value] if value is not None else [],
                 mode="markers",
-                showlegend=False,
+                name=text,
+                legendgroup=curve.run_id,
                 meta=f"readout:{curve.run_id}",
                 marker={
                     "symbol": "circle-open",
@@ -399,27 +403,9 @@ def _add_readout(fig: go.Figure, curves, styles, at: float) -> None:
                     "color": style.colour,
                     "line": {"width": 2.5},
                 },  # fmt: skip
-                hovertemplate=(
-                    f"<b>{curve.legend}</b><br>{value:,.0f} tok/s/GPU at "
-                    f"{at:,.1f} tok/s/user<extra>read-out</extra>"
-                ),
+                hovertemplate=f"<b>{curve.legend}</b><br>{text}<extra>read-out</extra>",
             )
         )
-    fig.add_annotation(
-        text="<br>".join([f"<b>At {at:,.1f} tok/s/user</b>", *lines]),
-        xref="paper",
-        yref="paper",
-        x=1.0,
-        y=0.98,
-        xanchor="right",
-        yanchor="top",
-        align="left",
-        showarrow=False,
-        font={"size": 11},
-        bgcolor="rgba(255,255,255,0.85)",
-        bordercolor="#bbbbbb",
-        borderwidth=1,
-    )
 
 
 def _front_costs(curve: RunCurve, catalogue, tier: str, utilisation: float, tokens: str):

@@ -735,6 +735,9 @@ def latency_cdfs(
         fig, f"{name} distribution: {curve.legend}", f"{name} (ms)", AXIS_CDF, curve.simulated
     )
     fig.update_yaxes(range=[0, 1.01], tickformat=".0%")
+    values = [v for lp in points for v in cdfs[lp].get(metric, ([], []))[0]]
+    if _span_is_wide(values):
+        _log_axis(fig.update_xaxes, values, f"{name} (ms, log scale)")
     return fig
 
 

@@ -269,7 +269,9 @@ def test_run_detail_figures(two_runs):
     p99 = next(p for p in curve.points if p.load_point == 2).latency("ttft", "p99")
     assert xs[ys.index(0.99)] == pytest.approx(p99)  # the CDF and the curve agree
     cdf = figures.latency_cdfs(curve, {d.load_point: d.cdfs for d in details}, "ttft")
-    assert len(cdf.data) == 3 and cdf.layout.xaxis.title.text == "TTFT (ms)"
+    assert len(cdf.data) == 3 and cdf.layout.xaxis.title.text == "TTFT (ms)"  # < 20x: linear
+    wide = {0: {"ttft": ([10.0, 100.0, 5000.0], [0.1, 0.5, 1.0])}}
+    assert figures.latency_cdfs(curve, wide, "ttft").layout.xaxis.type == "log"
     errs = figures.errors_by_kind(curve, {d.load_point: d.errors for d in details})
     assert [t.name for t in errs.data] == ["http_5xx"] and list(errs.data[0].y) == [2, 0, 0]
 

@@ -287,3 +287,43 @@ def test_vendored_plotly_bundle_matches_the_python_package():
     head = PLOTLY_JS.read_text()[:400]
     version = re.search(r"plotly\.js \(basic - minified\) v([\d.]+)", head).group(1)
     assert version == plotly.offline.get_plotlyjs_version()
+
+
+# Machado, Oliveira & Fernandes (2009), severity 1.0: linear-sRGB matrices of full
+# deuteranopia and protanopia.
+DEUTERANOPIA = ((0.367322, 0.860646, -0.227968), (0.280085, 0.672501, 0.047413),
+                (-0.011820, 0.042940, 0.968881))  # fmt: skip
+PROTANOPIA = ((0.152286, 1.052583, -0.204868), (0.114503, 0.786281, 0.099216),
+              (-0.003882, -0.048116, 1.051998))  # fmt: skip
+
+
+def _seen_lab(hex_colour: str, deficiency) -> np.ndarray:
+    """CIELAB of a colour as a person with `deficiency` sees it."""
+    c = np.array([int(hex_colour[i : i + 2], 16) for i in (1, 3, 5)]) / 255
+    linear = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    linear = np.clip(np.array(deficiency) @ linear, 0, 1)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722],
+                    [0.0193, 0.1192, 0.9505]]) @ linear  # fmt: skip
+    t = xyz / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(t > (6 / 29) ** 3, np.cbrt(t), t / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+@pytest.mark.parametrize("deficiency", [DEUTERANOPIA, PROTANOPIA], ids=["deutan", "protan"])
+def test_gpu_colours_stay_apart_for_colour_blind_readers(deficiency):
+    """The GPUs compared most often differ by more than 30 CIELAB units as a deuteranope or
+    a protanope sees them (the old palette had B200/MI300X at 7 and H100/H200 at 8), and no
+    two GPUs fall under 15 (seven GPUs from the eight Okabe-Ito colours allow no more; the
+    marker and dash per run carry the rest)."""
+    from itertools import combinations
+
+    from bench.curves import GPU_COLOURS
+
+    def distance(a: str, b: str) -> float:
+        seen = [_seen_lab(GPU_COLOURS[g], deficiency) for g in (a, b)]
+        return float(np.linalg.norm(seen[0] - seen[1]))
+
+    for a, b in (("B200-SXM", "MI300X"), ("H100-SXM", "H200-SXM"), ("B200-SXM", "H100-SXM")):
+        assert distance(a, b) > 30, (a, b, round(distance(a, b), 1))
+    for a, b in combinations(GPU_COLOURS, 2):
+        assert distance(a, b) > 15, (a, b, round(distance(a, b), 1))

@@ -24,18 +24,20 @@ from bench.metrics import (
 )
 
 # Consistent colours on every chart, from the Okabe-Ito palette (safe for the common kinds of
-# colour blindness): B200 bluish green, H100 blue, H200 reddish purple, MI300X vermillion.
-# Colour is never the only cue: dashboards.figures also gives each run its own marker and dash.
+# colour blindness): B200 bluish green, H100 blue, H200 vermillion, MI300X orange; chosen so
+# the pairs compared most often stay far apart for deuteranopes and protanopes
+# (tests/test_dashboard_figures.py). Colour is never the only cue: dashboards.figures also
+# gives each run its own marker and dash.
 GPU_COLOURS = {
     "B200-SXM": "#009E73",
-    "B200-SXM-192": "#F0E442",
+    "B200-SXM-192": "#000000",
     "B300-SXM": "#56B4E9",
     "H100-SXM": "#0072B2",
-    "H200-SXM": "#CC79A7",
-    "MI300X": "#D55E00",
-    "MI355X": "#E69F00",
+    "H200-SXM": "#D55E00",
+    "MI300X": "#E69F00",
+    "MI355X": "#CC79A7",
 }
-FALLBACK_COLOURS = ("#000000", "#7f7f7f", "#8c564b", "#bcbd22")
+FALLBACK_COLOURS = ("#7f7f7f", "#8c564b", "#bcbd22", "#17becf")
 
 
 def gpu_colour(gpu: str | None, index: int = 0) -> str:

@@ -5,7 +5,7 @@ from dashboards.data, which calls bench.metrics), so a chart on a slide is the c
 dashboard. The conventions every figure keeps, so a reader never has to relearn them:
 
 - a run is drawn in its GPU's colour (RunCurve.colour, the Okabe-Ito palette: B200 bluish
-  green, H100 blue, H200 reddish purple, MI300X vermillion), and colour is never the only
+  green, H100 blue, H200 vermillion, MI300X orange), and colour is never the only
   cue: the i-th run of a chart also gets the i-th marker and dash (`run_styles`), so runs
   stay apart in greyscale and for a deuteranope;
 - simulated runs carry "(simulated)" in their legend entry, hatched bars and a SIMULATED

@@ -373,3 +373,24 @@ def test_scenario_files_take_the_same_slo_grammar():
     )
     with pytest.raises(ScenarioError, match="line 1: slo.*'p99_bogus<5'"):
         parse_scenario('slo: "p99_bogus<5"\n')
+
+
+def test_default_demand_is_the_stored_one_else_the_scenario_mean_rate():
+    from bench.plan import default_demand
+
+    bursty = (
+        "load: {shape: on_off, burst: {rate: 16, duration_s: 3}, quiet: {rate: 1, duration_s: 7}}\n"
+    )
+    stored = SimpleNamespace(
+        extra_json={"demand": {"requests_per_s": 100, "peak_factor": 2, "source": "demo"}},
+        scenario_text=bursty,
+    )
+    assert default_demand([stored]) == Demand(100, None, 2.0, "demo")
+    plain = SimpleNamespace(extra_json=None, scenario_text=bursty)
+    demand = default_demand([plain])
+    assert demand.requests_per_s == pytest.approx(5.5)  # (16 x 3 + 1 x 7) / 10
+    assert demand.peak_factor == 1.0 and "scenario" in demand.source
+    closed = SimpleNamespace(
+        extra_json=None, scenario_text="load: {shape: closed, concurrency: 4}\n"
+    )
+    assert default_demand([closed]) is None

@@ -100,7 +100,9 @@ def sweep_table(points, *, gpus: int = 1, title: str = "Sweep") -> Table:
             _fmt(s.value("p99_e2el_ms"), 0),
             _fmt(1000 / tpot50 if tpot50 else None, 1),
             f"{s.failed:,}" if s.failed else "0",
-            {True: "[green]meets[/]", False: "[red]breaks[/]", None: ""}[p.meets_slo],
+            "[yellow]partial[/]"
+            if s.interrupted
+            else {True: "[green]meets[/]", False: "[red]breaks[/]", None: ""}[p.meets_slo],
         )
     return t
 

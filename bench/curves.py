@@ -311,7 +311,8 @@ class Capacity:
       peak          no SLO given: `point` is the peak-throughput load, not a capacity
       none          no complete load point
     `low`/`high` bound the capacity (output tok/s per GPU) from the 95% intervals of the
-    percentiles the SLO reads (None = open); `flags` say why the figure might be wrong.
+    percentiles the SLO reads, within the bracket (None = open or unknown); `flags` say why
+    the figure might be wrong.
     """
 
     kind: CapacityKind
@@ -346,6 +347,8 @@ class Capacity:
             return f"at least {head} (every load tested met the SLO)"
         if self.kind == "peak":
             return f"{head} (peak throughput: no SLO)"
+        if self.low is None or self.high is None:
+            return f"{head} (interval unknown: no per-request data)"
         return f"{head} (95% interval {_n(self.low)}-{_n(self.high)})"
 
 
@@ -516,7 +519,17 @@ def capacity_at_slo(curve: RunCurve, slo: Sequence[Threshold]) -> Capacity:
     f_low = min(_crossing(t, _ci_end(a, t, 1), _ci_end(b, t, 1)) for t in slo)
     f_high = min(_crossing(t, _ci_end(a, t, 0), _ci_end(b, t, 0)) for t in slo)
     x0, x1 = a.output_tps_per_gpu, b.output_tps_per_gpu
+    low, high = x0 + (x1 - x0) * min(f_low, f), x0 + (x1 - x0) * max(f_high, f)
     flags = notes + _confidence_flags(a, slo, True) + _confidence_flags(b, slo, False)
+    known = all(
+        p.ci(*which) is not None
+        for t in slo
+        if (which := _percentile_of(t)) is not None
+        for p in (a, b)
+    )
+    if not known:  # e.g. an imported run: summaries without per-request data
+        low = high = None
+        flags.append("no percentile intervals stored, so the capacity's uncertainty is unknown")
     flags += _late_flag(a) + _late_flag(b)
     again = [p for p in pts[first + 1 :] if p.meets(slo)]
     if again:
@@ -528,8 +541,8 @@ def capacity_at_slo(curve: RunCurve, slo: Sequence[Threshold]) -> Capacity:
         "interpolated",
         slo,
         _interpolate(a, b, f),
-        low=x0 + (x1 - x0) * min(f_low, f),
-        high=x0 + (x1 - x0) * max(f_high, f),
+        low=low,
+        high=high,
         last_pass=a,
         first_fail=b,
         deciding=_deciding(deciding_t, b),
@@ -661,7 +674,10 @@ def capacity_ratio(a: Capacity | None, b: Capacity | None) -> tuple[Ratio | None
         high = None
     elif bound == "at most":
         low = None
-    flips = (low is None or low <= 1.0) and (high is None or high >= 1.0)
+    # An end left open by a bound counts as reaching past 1; an unknown interval (no
+    # per-request data) claims nothing either way.
+    known = (low is not None or bound == "at most") and (high is not None or bound == "at least")
+    flips = known and (low is None or low <= 1.0) and (high is None or high >= 1.0)
     return Ratio(value, low, high, bound, flips), None
 
 

@@ -394,3 +394,11 @@ def test_default_demand_is_the_stored_one_else_the_scenario_mean_rate():
         extra_json=None, scenario_text="load: {shape: closed, concurrency: 4}\n"
     )
     assert default_demand([closed]) is None
+
+
+def test_capacity_without_intervals_says_its_uncertainty_is_unknown():
+    a, b = _point(1, 500, 300, 40), _point(2, 900, 300, 60)
+    a.confidence = b.confidence = {}  # an imported run: summaries only
+    cap = capacity_at_slo(_curve([a, b]), SLO)
+    assert cap.value == pytest.approx(700) and cap.low is None and cap.high is None
+    assert "interval unknown" in cap.text() and any("unknown" in f for f in cap.flags)

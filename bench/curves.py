@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from bench.metrics import (
-    THIN_SAMPLES,
     Threshold,
+    is_thin,
     parse_goodput,
     parse_slo,
     slo_text,
@@ -440,7 +440,7 @@ def _confidence_flags(p: CurvePoint, slo: Sequence[Threshold], passed: bool) -> 
             continue
         metric, stat = which
         n = p.count(metric)
-        if n is not None and float(stat[1:]) >= 90 and n < THIN_SAMPLES:
+        if n is not None and is_thin(n, float(stat[1:])):
             out.append(f"{stat.upper()} {metric.upper()} at {p.title} rests on {n} samples")
             continue
         ci, value = p.ci(metric, stat), p.value(t.metric)

@@ -19,7 +19,8 @@ import typer
 from rich.console import Console
 from rich.table import Column, Table
 
-from bench.metrics import LATENCY_METRICS, THIN_SAMPLES, summarize
+from bench.console import percentile_cell, thin_tails
+from bench.metrics import LATENCY_METRICS, summarize
 from bench.store.errors import StoreError
 from bench.store.importers import ImportFormatError
 
@@ -172,22 +173,14 @@ def _summary_table(title: str, summary: dict) -> Table:
         stats = summary["metrics"][f"{name}_ms"]
         conf = confidence.get(f"{name}_ms") or {}
         n = conf.get("count")
-        cells = []
-        for k in keys:
-            interval = conf.get(k)
-            if interval is None:
-                cells.append(_fmt(stats.get(k)))
-                continue
-            lo, hi = ("open" if v is None else _fmt(v) for v in interval)
-            cells.append(f"{_fmt(stats.get(k))}\n[dim][{lo}, {hi}][/dim]")
-            if n is not None and n < THIN_SAMPLES and float(k[1:]) >= 90:
-                thin.append(f"{name.upper()} {k}")
+        cells = [percentile_cell(stats.get(k), conf.get(k)) for k in keys]
         table.add_row(name.upper(), "—" if n is None else f"{n:,}", *cells)
+        thin += thin_tails(name.upper(), conf, keys)
     if confidence:
         table.caption = (
-            f"{caption}\n[brackets]: 95% confidence interval (order statistics); "
+            f"{caption}\n\\[brackets]: 95% confidence interval (order statistics); "
             "open = too few samples to bound"
-            + (f"\nthin tail (< {THIN_SAMPLES} samples): {', '.join(thin)}" if thin else "")
+            + (f"\nthin tail (at or beyond the slowest request): {'; '.join(thin)}" if thin else "")
         )
     return table
 

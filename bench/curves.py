@@ -66,6 +66,7 @@ class CurvePoint:
     # empty for imported runs that carry no requests.
     confidence: dict[str, dict] = field(default_factory=dict)
     partial: bool = False  # the point was interrupted: never a capacity or a knee
+    offered_kind: str | None = None  # "rate" (req/s) or "concurrency" (users)
     late_ms: float | None = None  # worst lateness of a simulated endpoint during the point
 
     def latency(self, metric: str, stat: str = "p99") -> float | None:
@@ -203,6 +204,9 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
         offered = lp.target_rate if lp.target_rate is not None else lp.concurrency
         point = point_from_summary(
             summary, load_point=lp.load_point, title=_title(lp), offered=offered, gpus=gpus
+        )
+        point.offered_kind = (
+            "rate" if lp.target_rate is not None else "concurrency" if offered else None
         )
         # The stored summary knows whether the point was cut short; a recomputed one does not.
         point.partial = point.partial or bool((lp.summary_json or {}).get("interrupted"))
@@ -356,10 +360,6 @@ def _n(x: float | None) -> str:
     return "?" if x is None else f"{x:,.0f}"
 
 
-def _load_key(p: CurvePoint) -> float:
-    return p.offered if p.offered is not None else p.output_tps_per_gpu
-
-
 def _complete(curve: RunCurve) -> tuple[list[CurvePoint], list[str]]:
     """Points in load order that may decide a capacity, and notes on those left out."""
     notes = [
@@ -368,8 +368,11 @@ def _complete(curve: RunCurve) -> tuple[list[CurvePoint], list[str]]:
         if p.partial
     ]
     pts = [p for p in curve.points if not p.partial and p.completed > 0]
-    if all(p.offered is not None for p in pts):
+    one_kind = len({p.offered_kind for p in pts}) == 1
+    if one_kind and all(p.offered is not None for p in pts):
         pts.sort(key=lambda p: (p.offered, p.output_tps_per_gpu))
+    else:  # e.g. an auto sweep's closed-loop baseline among rates: order by what was served
+        pts.sort(key=lambda p: (p.requests_per_s, p.output_tps_per_gpu))
     return pts, notes
 
 

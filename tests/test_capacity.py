@@ -468,3 +468,13 @@ def test_interrupted_sweep_says_so_in_the_console(capsys):
     assert "Sweep interrupted: the last point is partial" in out
     assert "Knee of the curve: point 1 (rate 2 req/s)" in out
     assert "at least 200 output tok/s per GPU" in out and "partial" in out
+
+
+def test_mixed_sweep_kinds_are_ordered_by_what_was_served():
+    # An auto sweep: a closed-loop baseline (1 user, 0.5 req/s) among rates 0.8 and 1.2.
+    sync, r1, r2 = _point(1, 100, 300, 20), _point(0.8, 160, 300, 30), _point(1.2, 240, 300, 60)
+    sync.requests_per_s, sync.offered_kind = 0.5, "concurrency"
+    r1.offered_kind = r2.offered_kind = "rate"
+    cap = capacity_at_slo(_curve([sync, r2, r1]), SLO)
+    assert cap.last_pass is r1 and cap.first_fail is r2  # not the 1-user point
+    assert cap.value == pytest.approx(160 + 80 * (50 - 30) / (60 - 30))

@@ -68,7 +68,8 @@ class Demand:
 
     def text(self) -> str:
         if self.requests_per_s is not None:
-            head = f"{self.requests_per_s:,.3g} req/s mean"
+            rps = self.requests_per_s
+            head = f"{rps:,.0f} req/s mean" if rps >= 100 else f"{rps:.3g} req/s mean"
         else:
             head = f"{self.output_tokens_per_day:,.0f} output tokens/day mean"
         return f"{head}, peak x{self.peak_factor:g} ({self.source})"

@@ -17,6 +17,15 @@ def _money(x: float | None, digits: int = 0) -> str:
     return "—" if x is None else f"${x:,.{digits}f}"
 
 
+def _gpu_range(s) -> str:
+    lo, hi = s.gpus_range
+    if s.gpus is None:
+        return "—"
+    if s.capacity_kind == "at_least":
+        return f"at most {hi}"
+    return f"{lo or '?'}-{hi or 'open'}"
+
+
 def plan_command(
     runs: Annotated[list[str], typer.Argument(help="Run ids (or unique prefixes or names)")],
     requests_per_s: Annotated[
@@ -90,7 +99,7 @@ def plan_command(
             s.capacity_text,
             "—" if s.replicas is None else f"{s.replicas:,} x {s.gpus_per_replica}",
             "—" if s.gpus is None else f"{s.gpus:,}",
-            "—" if s.gpus is None else f"{lo or '?'}-{hi or 'open'}",
+            _gpu_range(s),
             "—" if s.nodes is None else f"{s.nodes:,}",
             cheap.tier if cheap else "—",
             _money(cheap.usd_per_month if cheap else None),

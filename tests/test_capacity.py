@@ -478,3 +478,13 @@ def test_mixed_sweep_kinds_are_ordered_by_what_was_served():
     cap = capacity_at_slo(_curve([sync, r2, r1]), SLO)
     assert cap.last_pass is r1 and cap.first_fail is r2  # not the 1-user point
     assert cap.value == pytest.approx(160 + 80 * (50 - 30) / (60 - 30))
+
+
+def test_show_prints_a_sweeps_capacity_at_its_stored_slo(swept):
+    from bench.curves import run_curve
+
+    db, ids = swept
+    out = _invoke("show", ids[1], "--db", db)
+    cap = capacity_at_slo(run_curve(ids[1], db), SLO)
+    assert "SLO used: p99_ttft_ms<=2000,p99_tpot_ms<=50 (stored with the runs)" in out
+    assert f"Capacity: {cap.text()}" in out and "INTERRUPTED" not in out

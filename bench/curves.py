@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from bench.metrics import (
-    THIN_SAMPLES,
     Threshold,
+    is_thin,
     parse_goodput,
     parse_slo,
     slo_text,
@@ -70,6 +70,7 @@ class CurvePoint:
     # empty for imported runs that carry no requests.
     confidence: dict[str, dict] = field(default_factory=dict)
     partial: bool = False  # the point was interrupted: never a capacity or a knee
+    offered_kind: str | None = None  # "rate" (req/s) or "concurrency" (users)
     late_ms: float | None = None  # worst lateness of a simulated endpoint during the point
 
     def latency(self, metric: str, stat: str = "p99") -> float | None:
@@ -208,6 +209,9 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
         point = point_from_summary(
             summary, load_point=lp.load_point, title=_title(lp), offered=offered, gpus=gpus
         )
+        point.offered_kind = (
+            "rate" if lp.target_rate is not None else "concurrency" if offered else None
+        )
         # The stored summary knows whether the point was cut short; a recomputed one does not.
         point.partial = point.partial or bool((lp.summary_json or {}).get("interrupted"))
         curve.points.append(point)
@@ -315,7 +319,8 @@ class Capacity:
       peak          no SLO given: `point` is the peak-throughput load, not a capacity
       none          no complete load point
     `low`/`high` bound the capacity (output tok/s per GPU) from the 95% intervals of the
-    percentiles the SLO reads (None = open); `flags` say why the figure might be wrong.
+    percentiles the SLO reads, within the bracket (None = open or unknown); `flags` say why
+    the figure might be wrong.
     """
 
     kind: CapacityKind
@@ -350,15 +355,13 @@ class Capacity:
             return f"at least {head} (every load tested met the SLO)"
         if self.kind == "peak":
             return f"{head} (peak throughput: no SLO)"
+        if self.low is None or self.high is None:
+            return f"{head} (interval unknown: no per-request data)"
         return f"{head} (95% interval {_n(self.low)}-{_n(self.high)})"
 
 
 def _n(x: float | None) -> str:
     return "?" if x is None else f"{x:,.0f}"
-
-
-def _load_key(p: CurvePoint) -> float:
-    return p.offered if p.offered is not None else p.output_tps_per_gpu
 
 
 def _complete(curve: RunCurve) -> tuple[list[CurvePoint], list[str]]:
@@ -369,8 +372,11 @@ def _complete(curve: RunCurve) -> tuple[list[CurvePoint], list[str]]:
         if p.partial
     ]
     pts = [p for p in curve.points if not p.partial and p.completed > 0]
-    if all(p.offered is not None for p in pts):
+    one_kind = len({p.offered_kind for p in pts}) == 1
+    if one_kind and all(p.offered is not None for p in pts):
         pts.sort(key=lambda p: (p.offered, p.output_tps_per_gpu))
+    else:  # e.g. an auto sweep's closed-loop baseline among rates: order by what was served
+        pts.sort(key=lambda p: (p.requests_per_s, p.output_tps_per_gpu))
     return pts, notes
 
 
@@ -441,7 +447,7 @@ def _confidence_flags(p: CurvePoint, slo: Sequence[Threshold], passed: bool) -> 
             continue
         metric, stat = which
         n = p.count(metric)
-        if n is not None and float(stat[1:]) >= 90 and n < THIN_SAMPLES:
+        if n is not None and is_thin(n, float(stat[1:])):
             out.append(f"{stat.upper()} {metric.upper()} at {p.title} rests on {n} samples")
             continue
         ci, value = p.ci(metric, stat), p.value(t.metric)
@@ -520,7 +526,17 @@ def capacity_at_slo(curve: RunCurve, slo: Sequence[Threshold]) -> Capacity:
     f_low = min(_crossing(t, _ci_end(a, t, 1), _ci_end(b, t, 1)) for t in slo)
     f_high = min(_crossing(t, _ci_end(a, t, 0), _ci_end(b, t, 0)) for t in slo)
     x0, x1 = a.output_tps_per_gpu, b.output_tps_per_gpu
+    low, high = x0 + (x1 - x0) * min(f_low, f), x0 + (x1 - x0) * max(f_high, f)
     flags = notes + _confidence_flags(a, slo, True) + _confidence_flags(b, slo, False)
+    known = all(
+        p.ci(*which) is not None
+        for t in slo
+        if (which := _percentile_of(t)) is not None
+        for p in (a, b)
+    )
+    if not known:  # e.g. an imported run: summaries without per-request data
+        low = high = None
+        flags.append("no percentile intervals stored, so the capacity's uncertainty is unknown")
     flags += _late_flag(a) + _late_flag(b)
     again = [p for p in pts[first + 1 :] if p.meets(slo)]
     if again:
@@ -532,8 +548,8 @@ def capacity_at_slo(curve: RunCurve, slo: Sequence[Threshold]) -> Capacity:
         "interpolated",
         slo,
         _interpolate(a, b, f),
-        low=x0 + (x1 - x0) * min(f_low, f),
-        high=x0 + (x1 - x0) * max(f_high, f),
+        low=low,
+        high=high,
         last_pass=a,
         first_fail=b,
         deciding=_deciding(deciding_t, b),
@@ -665,7 +681,10 @@ def capacity_ratio(a: Capacity | None, b: Capacity | None) -> tuple[Ratio | None
         high = None
     elif bound == "at most":
         low = None
-    flips = (low is None or low <= 1.0) and (high is None or high >= 1.0)
+    # An end left open by a bound counts as reaching past 1; an unknown interval (no
+    # per-request data) claims nothing either way.
+    known = (low is not None or bound == "at most") and (high is not None or bound == "at least")
+    flips = known and (low is None or low <= 1.0) and (high is None or high >= 1.0)
     return Ratio(value, low, high, bound, flips), None
 
 

@@ -171,9 +171,17 @@ def stats_ms(values_ns: np.ndarray, percentiles: Sequence[float]) -> Stats:
 # ---------------------------------------------------------------- confidence of a percentile
 
 CI_LEVEL = 0.95
-# A P99 (or any tail percentile) from fewer samples than this rests on the slowest few
-# requests; every view flags it (issue 17).
+# A P99 from fewer samples than this is at (or interpolated beyond) the slowest request;
+# every view flags it (issue 17). is_thin generalises it to any percentile.
 THIN_SAMPLES = 100
+
+
+def is_thin(count: int, p: float) -> bool:
+    """Whether the p-th percentile of `count` samples has less than one sample above it
+    (P99 from < 100, P99.9 from < 1000): it is the slowest request, or beyond the data."""
+    return count * (1.0 - p / 100.0) < 1.0
+
+
 _EXACT_BINOMIAL_MAX_N = 5000
 
 

@@ -68,7 +68,8 @@ class Demand:
 
     def text(self) -> str:
         if self.requests_per_s is not None:
-            head = f"{self.requests_per_s:,.3g} req/s mean"
+            rps = self.requests_per_s
+            head = f"{rps:,.0f} req/s mean" if rps >= 100 else f"{rps:.3g} req/s mean"
         else:
             head = f"{self.output_tokens_per_day:,.0f} output tokens/day mean"
         return f"{head}, peak x{self.peak_factor:g} ({self.source})"
@@ -177,6 +178,27 @@ def scenario_demand(scenario_text: str | None) -> Demand | None:
     if rate is None or not math.isfinite(rate) or rate <= 0:
         return None
     return Demand(requests_per_s=rate, source=f"the mean rate of scenario {sc.name!r}")
+
+
+def default_demand(infos) -> Demand | None:
+    """The demand a plan uses when none is given: one stored with the first run (extra
+    "demand": {"requests_per_s" or "output_tokens_per_day", "peak_factor"}, as the demo
+    stores its example), else that run's scenario mean rate. The CLI's `plan`, the API and
+    the Report all call this, so they size the same demand."""
+    if not infos:
+        return None
+    stored = (infos[0].extra_json or {}).get("demand")
+    if isinstance(stored, dict):
+        try:
+            return Demand(
+                stored.get("requests_per_s"),
+                stored.get("output_tokens_per_day"),
+                float(stored.get("peak_factor", 1.0)),
+                str(stored.get("source") or "stored with the run"),
+            )
+        except (TypeError, ValueError):
+            pass
+    return scenario_demand(infos[0].scenario_text)
 
 
 def plan_capacity(

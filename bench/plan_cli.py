@@ -17,6 +17,15 @@ def _money(x: float | None, digits: int = 0) -> str:
     return "—" if x is None else f"${x:,.{digits}f}"
 
 
+def _gpu_range(s) -> str:
+    lo, hi = s.gpus_range
+    if s.gpus is None:
+        return "—"
+    if s.capacity_kind == "at_least":
+        return f"at most {hi}"
+    return f"{lo or '?'}-{hi or 'open'}"
+
+
 def plan_command(
     runs: Annotated[list[str], typer.Argument(help="Run ids (or unique prefixes or names)")],
     requests_per_s: Annotated[
@@ -26,8 +35,9 @@ def plan_command(
         float | None, typer.Option("--tokens-per-day", help="Mean demand in output tokens/day")
     ] = None,
     peak_factor: Annotated[
-        float, typer.Option("--peak-factor", min=1.0, help="Busiest hour / mean (size for it)")
-    ] = 1.0,
+        float | None,
+        typer.Option("--peak-factor", min=1.0, help="Busiest hour / mean (size for it); 1"),
+    ] = None,
     slo: Annotated[
         str | None,
         typer.Option("--slo", help="e.g. 'p99_ttft_ms<=500,p99_tpot_ms<=50' or 'ttft:500 tpot:50'"),
@@ -42,7 +52,7 @@ def plan_command(
     pricing tier, and the cheapest option. Without a demand, the scenario's mean rate."""
     from bench.cli import _catalogue, fail
     from bench.curves import compare_runs, resolve_slo, run_curves, slo_line
-    from bench.plan import Demand, plan_capacity, scenario_demand
+    from bench.plan import Demand, default_demand, plan_capacity
     from bench.store.errors import StoreError
     from bench.store.read import get_run
 
@@ -51,17 +61,19 @@ def plan_command(
         infos = [get_run(c.run_id, db) for c in curves]
         thresholds, source = resolve_slo(slo, infos)
         if requests_per_s is None and tokens_per_day is None:
-            found = scenario_demand(infos[0].scenario_text)
+            found = default_demand(infos)
             if found is None:
                 raise ValueError(
-                    "give --requests-per-s or --tokens-per-day (the run's scenario has no mean "
-                    "request rate to use as the demand)"
+                    "give --requests-per-s or --tokens-per-day (none is stored with the run "
+                    "and its scenario has no mean request rate)"
                 )
-            demand = Demand(found.requests_per_s, None, peak_factor, found.source)
+            factor = found.peak_factor if peak_factor is None else peak_factor
+            demand = Demand(found.requests_per_s, found.output_tokens_per_day, factor,
+                            found.source)  # fmt: skip
         else:
             if requests_per_s is not None and tokens_per_day is not None:
                 raise ValueError("give --requests-per-s or --tokens-per-day, not both")
-            demand = Demand(requests_per_s, tokens_per_day, peak_factor)
+            demand = Demand(requests_per_s, tokens_per_day, peak_factor or 1.0)
     except (ValueError, StoreError, KeyError) as exc:
         raise fail(str(exc)) from None
     catalogue = _catalogue(prices_file, price)
@@ -87,7 +99,7 @@ def plan_command(
             s.capacity_text,
             "—" if s.replicas is None else f"{s.replicas:,} x {s.gpus_per_replica}",
             "—" if s.gpus is None else f"{s.gpus:,}",
-            "—" if s.gpus is None else f"{lo or '?'}-{hi or 'open'}",
+            _gpu_range(s),
             "—" if s.nodes is None else f"{s.nodes:,}",
             cheap.tier if cheap else "—",
             _money(cheap.usd_per_month if cheap else None),

@@ -347,10 +347,12 @@ def sweep_curve(points: Sequence[PointResult], gpus: int = 1):
 
 
 def _curve_point(p: PointResult, gpus: int) -> CurvePoint:
-    return point_from_summary(
+    point = point_from_summary(
         p.summary.to_json(), load_point=p.index, title=p.spec.title, offered=p.spec.value,
         gpus=gpus,
     )  # fmt: skip
+    point.offered_kind = p.spec.kind
+    return point
 
 
 class SweepStopped(Exception):

@@ -304,7 +304,7 @@ def plan(
     """The buying answer: GPUs and nodes each run's system needs for the demand at the SLO,
     $/month and $/Mtok on every pricing tier, and the cheapest option meeting the SLO.
     Without a demand, the first run's scenario mean rate is used (`demand.source` says so)."""
-    from bench.plan import Demand, plan_capacity, scenario_demand
+    from bench.plan import Demand, default_demand, plan_capacity
 
     state = tb(request)
     curves = state.curves(run)
@@ -314,14 +314,16 @@ def plan(
             ["query", "tokens_per_day"], "give requests_per_s or tokens_per_day, not both"
         )
     if requests_per_s is None and tokens_per_day is None:
-        demand = scenario_demand(get_run(curves[0].run_id, state.db_url).scenario_text)
+        demand = default_demand([get_run(curves[0].run_id, state.db_url)])
         if demand is None:
             raise invalid(
                 ["query", "requests_per_s"],
-                "give requests_per_s or tokens_per_day (the run's scenario has no mean rate)",
+                "give requests_per_s or tokens_per_day (none stored with the run, and its "
+                "scenario has no mean rate)",
             )
-        demand = Demand(requests_per_s=demand.requests_per_s, peak_factor=peak_factor,
-                        source=demand.source)  # fmt: skip
+        if "peak_factor" in request.query_params:
+            demand = Demand(demand.requests_per_s, demand.output_tokens_per_day, peak_factor,
+                            demand.source)  # fmt: skip
     else:
         demand = Demand(requests_per_s, tokens_per_day, peak_factor)
     comps = compare_runs(curves, slo_t, state.catalogue)

@@ -373,3 +373,118 @@ def test_scenario_files_take_the_same_slo_grammar():
     )
     with pytest.raises(ScenarioError, match="line 1: slo.*'p99_bogus<5'"):
         parse_scenario('slo: "p99_bogus<5"\n')
+
+
+def test_default_demand_is_the_stored_one_else_the_scenario_mean_rate():
+    from bench.plan import default_demand
+
+    bursty = (
+        "load: {shape: on_off, burst: {rate: 16, duration_s: 3}, quiet: {rate: 1, duration_s: 7}}\n"
+    )
+    stored = SimpleNamespace(
+        extra_json={"demand": {"requests_per_s": 100, "peak_factor": 2, "source": "demo"}},
+        scenario_text=bursty,
+    )
+    assert default_demand([stored]) == Demand(100, None, 2.0, "demo")
+    plain = SimpleNamespace(extra_json=None, scenario_text=bursty)
+    demand = default_demand([plain])
+    assert demand.requests_per_s == pytest.approx(5.5)  # (16 x 3 + 1 x 7) / 10
+    assert demand.peak_factor == 1.0 and "scenario" in demand.source
+    closed = SimpleNamespace(
+        extra_json=None, scenario_text="load: {shape: closed, concurrency: 4}\n"
+    )
+    assert default_demand([closed]) is None
+
+
+def test_capacity_without_intervals_says_its_uncertainty_is_unknown():
+    a, b = _point(1, 500, 300, 40), _point(2, 900, 300, 60)
+    a.confidence = b.confidence = {}  # an imported run: summaries only
+    cap = capacity_at_slo(_curve([a, b]), SLO)
+    assert cap.value == pytest.approx(700) and cap.low is None and cap.high is None
+    assert "interval unknown" in cap.text() and any("unknown" in f for f in cap.flags)
+
+
+# ---------------------------------------------------------------- the commands
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """B200 x1 and H100 x2 swept in virtual time like the demo, SLO stored with the runs."""
+    from bench.sim.demo import DEMO_SLO, TARGETS, virtual_sweep
+    from bench.store.engine import dispose_all
+
+    db = f"sqlite:///{tmp_path_factory.mktemp('cmd') / 'runs.db'}"
+    ids = [virtual_sweep(t, (4.0, 8.0, 12.0, 16.0), 30.0, DEMO_SLO, db) for t in TARGETS]
+    yield db, ids
+    dispose_all()
+
+
+def _invoke(*args: str) -> str:
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+
+    res = CliRunner().invoke(app, list(args), env={"COLUMNS": "250"})
+    assert res.exit_code == 0, res.output
+    return " ".join(res.output.split())
+
+
+def test_compare_uses_the_stored_slo_and_says_so(swept):
+    from bench.curves import run_curves
+
+    db, ids = swept
+    out = _invoke("compare", *ids, "--db", db)
+    assert "SLO used: p99_ttft_ms<=2000,p99_tpot_ms<=50 (stored with the runs)" in out
+    comps = compare_runs(run_curves(ids, db), SLO, load_catalogue())
+    assert ratio_sentence(comps) in out  # the same sentence as the library (and the exports)
+    assert f"{comps[0].at_slo.value:,.0f} tok/s/GPU (95% interval" in out
+    given = _invoke("compare", *ids, "--db", db, "--slo", "ttft:1000")
+    assert "SLO used: p99_ttft_ms<=1000 (given)" in given
+
+
+def test_plan_command_prints_the_library_plan(swept):
+    from bench.curves import run_curves
+
+    db, ids = swept
+    out = _invoke("plan", *ids, "--db", db, "--requests-per-s", "40", "--peak-factor", "1.5")
+    comps = compare_runs(run_curves(ids, db), SLO, load_catalogue())
+    plan = plan_capacity(comps, Demand(40, None, 1.5), load_catalogue())
+    assert plan.sentence in out and "Demand: 40 req/s mean, peak x1.5 (given)" in out
+    for s in plan.systems:
+        assert f"{s.replicas:,} x {s.gpus_per_replica}" in out
+    data = _invoke("plan", *ids, "--db", db, "--tokens-per-day", "1e9", "--json")
+    assert '"output_tokens_per_day": 1000000000.0' in data
+
+
+def test_interrupted_sweep_says_so_in_the_console(capsys):
+    from bench.cli import print_sweep_result
+    from bench.cost import load_catalogue as cat
+
+    sweep = _sweep(_Session(interrupt_at=4))
+    sweep.grid([PointSpec("rate", 2), PointSpec("rate", 4)])
+    sc = parse_scenario("gpu: {type: H100-SXM, count: 1}\n")
+    print_sweep_result(sweep.conclude(), sc, cat(), 1.0)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Sweep interrupted: the last point is partial" in out
+    assert "Knee of the curve: point 1 (rate 2 req/s)" in out
+    assert "at least 200 output tok/s per GPU" in out and "partial" in out
+
+
+def test_mixed_sweep_kinds_are_ordered_by_what_was_served():
+    # An auto sweep: a closed-loop baseline (1 user, 0.5 req/s) among rates 0.8 and 1.2.
+    sync, r1, r2 = _point(1, 100, 300, 20), _point(0.8, 160, 300, 30), _point(1.2, 240, 300, 60)
+    sync.requests_per_s, sync.offered_kind = 0.5, "concurrency"
+    r1.offered_kind = r2.offered_kind = "rate"
+    cap = capacity_at_slo(_curve([sync, r2, r1]), SLO)
+    assert cap.last_pass is r1 and cap.first_fail is r2  # not the 1-user point
+    assert cap.value == pytest.approx(160 + 80 * (50 - 30) / (60 - 30))
+
+
+def test_show_prints_a_sweeps_capacity_at_its_stored_slo(swept):
+    from bench.curves import run_curve
+
+    db, ids = swept
+    out = _invoke("show", ids[1], "--db", db)
+    cap = capacity_at_slo(run_curve(ids[1], db), SLO)
+    assert "SLO used: p99_ttft_ms<=2000,p99_tpot_ms<=50 (stored with the runs)" in out
+    assert f"Capacity: {cap.text()}" in out and "INTERRUPTED" not in out

@@ -351,7 +351,9 @@ async def test_compare_and_plan_answer_what_the_library_computes(client, db):
     from bench.curves import compare_runs, resolve_slo
     from bench.plan import Demand, plan_capacity
 
-    ids = [r.id for r in list_runs(db, gpu="b200")] + [r.id for r in list_runs(db, gpu="h100")]
+    # The module's two stored sweeps (other tests add runs of their own).
+    by_name = {r.name: r.id for r in list_runs(db)}
+    ids = [by_name["synthetic-B200-SXM"], by_name["synthetic-H100-SXM"]]
     query = "&".join(f"run={i}" for i in ids)
     comp = (await client.get(f"/api/compare?{query}&slo=ttft:150")).json()
     lib = compare_runs(run_curves(ids, db), resolve_slo("ttft:150", [])[0], load_catalogue())

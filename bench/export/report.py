@@ -34,7 +34,7 @@ from bench.curves import (
     run_curves,
 )
 from bench.metrics import LATENCY_METRICS, Threshold
-from bench.plan import Demand, Plan, plan_capacity, scenario_demand
+from bench.plan import Demand, Plan, default_demand, plan_capacity
 
 # --------------------------------------------------------------------------- data model
 
@@ -1055,7 +1055,7 @@ def build_report(
     curves = run_curves([i.id for i in infos], db)
     thresholds, slo_source = resolve_slo(slo, infos)
     comparisons = compare_runs(curves, thresholds, catalogue, utilisation)
-    demand = demand or scenario_demand(infos[0].scenario_text)
+    demand = demand or default_demand(infos)
     plan = (
         plan_capacity(
             comparisons, demand, catalogue, slo_source=slo_source, gpus_per_node=gpus_per_node

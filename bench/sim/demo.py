@@ -93,6 +93,12 @@ def virtual_sweep(target: DemoTarget, rates, point_s: float, slo: str, db: str |
         extra={
             "sim": {"precision": DEMO_PRECISION, "tp": target.tp, "clock": "virtual"},
             "sweep": {"slo": slo.split(",")},
+            # The example demand the demo sizes: `plan`, the API and the exports default to it.
+            "demand": {
+                "requests_per_s": DEMO_DEMAND_RPS,
+                "peak_factor": DEMO_PEAK_FACTOR,
+                "source": "the demo's example demand",
+            },
         },
     )
     status, last = "failed", None
@@ -130,7 +136,8 @@ def run_demo(
     from bench.cost import load_catalogue
     from bench.curves import compare_runs, ratio_sentence, run_curves, slo_line
     from bench.metrics import parse_slo
-    from bench.plan import Demand, plan_capacity
+    from bench.plan import default_demand, plan_capacity
+    from bench.store.read import get_run
 
     started = time.monotonic()
     slo = parse_slo(DEMO_SLO)
@@ -168,16 +175,19 @@ def run_demo(
     sentence = ratio_sentence(comparisons)
     if sentence:
         console.print(f"[bold]{sentence}[/]")
-    demand = Demand(DEMO_DEMAND_RPS, None, DEMO_PEAK_FACTOR, "an example demand")
-    plan = plan_capacity(comparisons, demand, catalogue, slo_source="the demo's")
+    plan = plan_capacity(
+        comparisons, default_demand([get_run(verdict_ids[0], db)]), catalogue,
+        slo_source="the demo's",
+    )  # fmt: skip
     console.print(f"[bold]Buying answer:[/] {plan.sentence}")
     b, h = (r[:8] for r in verdict_ids)
     console.print(
         f"\nDemo took {time.monotonic() - started:.0f} s. Stored runs {b} (B200) and {h} "
         f"(H100) in virtual time, {check_ids[0][:8]} and {check_ids[1][:8]} in real time; "
         "all marked simulated.\n"
-        f"Next: `tokenbench compare {b} {h}`, `tokenbench plan {b} {h} --requests-per-s 50 "
-        f"--peak-factor 2`, `tokenbench show {b}`, or `tokenbench serve` and open "
+        f"Next: `tokenbench compare {b} {h}`, `tokenbench plan {b} {h} --requests-per-s 500`, "
+        f"`tokenbench show {b}`, `tokenbench export {b} {h} --format pptx`, or "
+        "`tokenbench serve` and open "
         "http://127.0.0.1:8000 for the dashboard."
     )
     return verdict_ids + check_ids

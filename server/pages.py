@@ -207,7 +207,7 @@ def compare_page(
     at: Annotated[float | None, Query(gt=0, le=1e6)] = None,
     tier: Annotated[str | None, Query(max_length=100)] = None,
     demand_rps: Annotated[float | None, Query(gt=0, le=1e7)] = None,
-    peak: Annotated[float, Query(ge=1, le=100)] = 1.0,
+    peak: Annotated[float | None, Query(ge=1, le=100)] = None,
 ) -> Response:
     """Runs side by side; `ref` is the baseline every other run's ratio is taken against,
     `at` the interactivity (tok/s per user) where the throughput fronts are read."""
@@ -296,17 +296,19 @@ def compare_page(
 
 
 def _plan(comps, curves, state, demand_rps: float | None, peak: float, slo_source: str):
-    """The buying answer (bench.plan) for the demand given, else the first run's scenario's
-    mean rate; None when there is neither."""
-    from bench.plan import Demand, plan_capacity, scenario_demand
+    """The buying answer (bench.plan) for the demand given, else bench.plan.default_demand
+    (the one the CLI's plan, the API and the exports use); None when there is none. A peak
+    factor given replaces the default's."""
+    from dataclasses import replace
+
+    from bench.plan import Demand, default_demand, plan_capacity
 
     if demand_rps is not None:
-        demand = Demand(requests_per_s=demand_rps, peak_factor=peak, source="given")
+        demand = Demand(requests_per_s=demand_rps, peak_factor=peak or 1.0, source="given")
     else:
-        demand = scenario_demand(get_run(curves[0].run_id, state.db_url).scenario_text)
-        if demand is not None and peak != 1.0:
-            demand = Demand(requests_per_s=demand.requests_per_s, peak_factor=peak,
-                            source=demand.source)  # fmt: skip
+        demand = default_demand([get_run(c.run_id, state.db_url) for c in curves])
+        if demand is not None and peak is not None:
+            demand = replace(demand, peak_factor=peak)
     if demand is None:
         return None
     return plan_capacity(comps, demand, state.catalogue, slo_source=slo_source)

@@ -522,7 +522,8 @@ CHART_CAPTIONS = {
 
 def chart_slide(prs, report: Report, chart: Chart):
     slide = _slide(prs, report, chart.title)
-    caption = " ".join(x for x in (CHART_CAPTIONS.get(chart.key), chart.note) if x)
+    tiers = report.tier_note if chart.key == "cost_per_tier" else None
+    caption = " ".join(x for x in (CHART_CAPTIONS.get(chart.key), chart.note, tiers) if x)
     chart_h = BODY_BOTTOM - BODY_TOP - 0.5
     if chart.empty:
         _text(slide, MARGIN, BODY_TOP + 1.0, CONTENT_W, 1.5,

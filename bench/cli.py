@@ -755,6 +755,8 @@ def sweep_command(
         label=label,
     )  # fmt: skip
     sc = resolve_scenario(scenario, overrides, {"load": {"num_prompts": 200}})
+    if slo is None and sc.slo:  # the scenario file's SLO, same grammar
+        thresholds = parse_thresholds(sc.slo, flag="slo")
     key = resolve_target(sc, api_key)
     catalogue = _catalogue(prices_file, price)
     from bench.store.errors import StoreError
@@ -838,6 +840,8 @@ def sweep_progress(point, remaining) -> None:
     """One console line per finished point: what was measured and what is left."""
     s = point.summary
     left = "" if remaining is None else f"  ({remaining} planned points left)"
+    if s.interrupted:
+        left += "  [bold yellow]interrupted: partial point, not used for the capacity or knee[/]"
     console.print(
         f"[bold]point {point.index + 1}[/] {point.spec.title}: {s.requests_per_s:.2f} req/s, "
         f"{s.output_tokens_per_s:,.0f} out tok/s, p99 TTFT {s.value('p99_ttft_ms') or 0:,.0f} ms, "
@@ -858,6 +862,7 @@ def _catalogue(prices_file, price):
 def print_sweep_result(result, sc, catalogue, utilisation: float) -> None:
     from bench.console import cost_rows_table, sweep_table
     from bench.cost import PriceCatalogueError, cost_table
+    from bench.metrics import slo_text
 
     gpus = sc.gpu.count
     console.print(
@@ -869,23 +874,37 @@ def print_sweep_result(result, sc, catalogue, utilisation: float) -> None:
         console.print(
             f"Knee of the curve: point {result.knee.index + 1} ({result.knee.spec.title})"
         )
-    if result.capacity is not None:
-        s = result.capacity.summary
+    if result.interrupted:
         console.print(
-            f"[bold green]SLO capacity[/]: point {result.capacity.index + 1} "
-            f"({result.capacity.spec.title}): {s.requests_per_s / gpus:.2f} req/s per GPU, "
-            f"{s.output_tokens_per_s / gpus:,.0f} output tok/s per GPU. {result.capacity_note}"
+            "[bold yellow]Sweep interrupted[/]: the last point is partial and is neither the "
+            "knee nor the capacity."
         )
-    elif result.capacity_note:
-        console.print(f"[bold red]SLO capacity[/]: {result.capacity_note}")
+    cap = result.at_slo
+    if cap is not None:
+        colour = {"interpolated": "green", "at_least": "yellow"}.get(cap.kind, "red")
+        console.print(f"[bold {colour}]SLO capacity[/] ({slo_text(cap.slo)}): {cap.text()}")
+        if cap.last_pass is not None or cap.first_fail is not None:
+            between = " and ".join(
+                f"{p.title} ({p.output_tps_per_gpu:,.0f} tok/s/GPU)"
+                for p in (cap.last_pass, cap.first_fail)
+                if p is not None
+            )
+            console.print(
+                f"  bracket: {between}" + (f"; decided by {cap.deciding}" if cap.deciding else "")
+            )
+        for flag in cap.flags:
+            console.print(f"  [yellow]caution:[/] {flag}")
+    at_point = cap.point if cap is not None and cap.point is not None else None
     at = result.capacity or result.knee
     if at is None or not sc.gpu.type:
         if not sc.gpu.type:
             console.print("Give --gpu (and --num-gpus) to see $/Mtok per pricing tier.")
         return
+    out_tps, tot_tps = at.summary.output_tokens_per_s, at.summary.total_tokens_per_s
+    if at_point is not None:  # priced at the interpolated capacity, as `compare` prices it
+        out_tps, tot_tps = at_point.output_tps, at_point.total_tps
     try:
-        rows = cost_table(sc.gpu.type, gpus, at.summary.output_tokens_per_s,
-                          at.summary.total_tokens_per_s, catalogue, utilisation)  # fmt: skip
+        rows = cost_table(sc.gpu.type, gpus, out_tps, tot_tps, catalogue, utilisation)
     except PriceCatalogueError as exc:
         console.print(f"[yellow]no cost: {exc}[/]")
         return
@@ -922,27 +941,41 @@ def compare_command(
     price: PriceOpt = None,
     db: DbOpt = None,
 ) -> None:
-    """Side by side: capacity at SLO, P99s at matched load, $/Mtok per tier, the ratio."""
+    """Side by side: capacity at SLO, P99s at matched load, $/Mtok per tier, the ratio.
+
+    Without --slo, the SLO stored with the runs (when they share one) is used, as the
+    dashboard and the exports do; the line 'SLO used: ...' says which.
+    """
     from bench.console import comparison_tables
-    from bench.curves import compare_runs, ratio_sentence, run_curves
-    from bench.metrics import parse_thresholds
+    from bench.curves import compare_runs, ratio_sentence, resolve_slo, run_curves, slo_line
     from bench.store.cli import existing_database
     from bench.store.errors import StoreError
+    from bench.store.read import get_run
 
     try:
-        thresholds = parse_thresholds(slo, flag="--slo")
         existing_database(db)
         curves = run_curves(runs, db)
+        thresholds, source = resolve_slo(slo, [get_run(c.run_id, db) for c in curves])
     except (ValueError, StoreError, KeyError) as exc:
         raise fail(str(exc)) from None
     catalogue = _catalogue(prices_file, price)
     comparisons = compare_runs(curves, thresholds, catalogue, utilisation)
+    console.print(slo_line(thresholds, source))
     for table in comparison_tables(comparisons, utilisation):
         console.print(table)
+    for c in comparisons:
+        for flag in c.at_slo.flags if c.at_slo else ():
+            console.print(f"[yellow]caution[/] ({c.curve.legend}): {flag}")
     sentence = ratio_sentence(comparisons)
     if sentence:
         console.print(f"[bold]{sentence}[/]")
 
+
+from bench.plan_cli import plan_command  # noqa: E402
+
+app.command("plan", help="GPUs, nodes, $/month and $/Mtok per tier for a demand at the SLO.")(
+    plan_command
+)
 
 from bench.sim.cli import sim_app  # noqa: E402
 from bench.store.cli import (  # noqa: E402

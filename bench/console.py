@@ -92,21 +92,34 @@ def summary_tables(
     if server and server.get("share") is not None:
         head.add_row("Prompt tokens served from cache (server)", f"{server['share']:.1%}")
 
-    lat = Table(title="Latency (ms)", title_justify="left")
+    lat = Table(
+        title="Latency (ms)",
+        title_justify="left",
+        caption="\\[brackets]: 95% interval of the percentile (order statistics); "
+        "open = too few samples to bound it",
+        caption_justify="left",
+    )
     lat.add_column("metric")
+    lat.add_column("n", justify="right")
     lat.add_column("mean", justify="right")
     lat.add_column("std", justify="right")
     keys = list(summary.metrics["ttft"].percentiles)
     for key in keys:
         lat.add_column(key, justify="right")
+    thin: list[str] = []
     for m in metrics:
         stats = summary.metrics[m]
+        conf = stats.confidence()
         lat.add_row(
             _NAMES[m],
+            f"{stats.count:,}",
             _fmt(stats.mean),
             _fmt(stats.std),
-            *(_fmt(stats.percentiles.get(k)) for k in keys),
+            *(percentile_cell(stats.percentiles.get(k), conf.get(k)) for k in keys),
         )
+        thin += thin_tails(_NAMES[m], conf, keys)
+    if thin:
+        lat.caption += f"\nthin tail (at or beyond the slowest request): {'; '.join(thin)}"
     queued = summary.ttft_from_intended
     lat.add_row(
         "TTFT from schedule",
@@ -115,6 +128,25 @@ def summary_tables(
         *(_fmt(queued.percentiles.get(k)) for k in keys),
     )
     return [head, lat]
+
+
+def percentile_cell(value: float | None, interval) -> str:
+    """'123.40' with its 95% interval below it: '[110.20, open]' (None ends are open)."""
+    if not interval or value is None:
+        return _fmt(value)
+    lo, hi = ("open" if v is None else _fmt(v) for v in interval)
+    return f"{_fmt(value)}\n[dim]\\[{lo}, {hi}][/dim]"
+
+
+def thin_tails(name: str, confidence: dict, keys) -> list[str]:
+    """'TTFT p99, p99.9 (n=80)': the percentiles with less than one sample above them."""
+    from bench.metrics import is_thin
+
+    n = confidence.get("count")
+    if n is None:
+        return []
+    thin = [k for k in keys if k.startswith("p") and is_thin(n, float(k[1:]))]
+    return [f"{name} {', '.join(thin)} (n={n})"] if thin else []
 
 
 def print_summary(summary: Summary, *, title: str = "Results", metrics=None) -> None:
@@ -161,7 +193,9 @@ def sweep_table(points, *, gpus: int = 1, title: str = "Sweep") -> Table:
             _fmt(s.value("p99_e2el_ms"), 0),
             _fmt(1000 / tpot50 if tpot50 else None, 1),
             f"{s.failed:,}" if s.failed else "0",
-            {True: "[green]meets[/]", False: "[red]breaks[/]", None: ""}[p.meets_slo],
+            "[yellow]partial[/]"
+            if s.interrupted
+            else {True: "[green]meets[/]", False: "[red]breaks[/]", None: ""}[p.meets_slo],
         )
     return t
 
@@ -206,6 +240,15 @@ def comparison_tables(comparisons, utilisation: float = 1.0) -> list[Table]:
     )
     row("load points", lambda c: str(len(c.curve.points)))
     row("basis", lambda c: c.basis + ("" if c.capacity else ": none met"))
+    row("capacity", lambda c: c.at_slo.text("tok/s/GPU") if c.at_slo else "—")
+    row(
+        "bracket (last pass / first fail)",
+        lambda c: " / ".join(
+            "—" if p is None else p.title
+            for p in ((c.at_slo.last_pass, c.at_slo.first_fail) if c.at_slo else (None, None))
+        ),
+    )
+    row("decided by", lambda c: (c.at_slo.deciding or "—") if c.at_slo else "—")
     row(
         "capacity req/s per GPU",
         lambda c: _fmt(c.capacity.requests_per_s / c.curve.gpu_count if c.capacity else None),

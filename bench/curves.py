@@ -12,20 +12,33 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
-from bench.metrics import Threshold, meets_slo, parse_goodput, summarize
+from bench.metrics import (
+    Threshold,
+    is_thin,
+    meets_slo,
+    parse_goodput,
+    parse_slo,
+    slo_text,
+    summarize,
+)
 
-# Consistent colours on every chart: B200 green, H100 blue (InferenceMAX-like), peers distinct.
+# Consistent colours on every chart, from the Okabe-Ito palette (safe for the common kinds of
+# colour blindness): B200 bluish green, H100 blue, H200 vermillion, MI300X orange; chosen so
+# the pairs compared most often stay far apart for deuteranopes and protanopes
+# (tests/test_dashboard_figures.py). Colour is never the only cue: dashboards.figures also
+# gives each run its own marker and dash.
 GPU_COLOURS = {
-    "B200-SXM": "#2ca02c",
-    "B200-SXM-192": "#98df8a",
-    "B300-SXM": "#17becf",
-    "H100-SXM": "#1f77b4",
-    "H200-SXM": "#9467bd",
-    "MI300X": "#d62728",
-    "MI355X": "#ff7f0e",
+    "B200-SXM": "#009E73",
+    "B200-SXM-192": "#000000",
+    "B300-SXM": "#56B4E9",
+    "H100-SXM": "#0072B2",
+    "H200-SXM": "#D55E00",
+    "MI300X": "#E69F00",
+    "MI355X": "#CC79A7",
 }
-FALLBACK_COLOURS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
+FALLBACK_COLOURS = ("#7f7f7f", "#8c564b", "#bcbd22", "#17becf")
 
 
 def gpu_colour(gpu: str | None, index: int = 0) -> str:
@@ -54,9 +67,26 @@ class CurvePoint:
     failed: int
     metrics: dict[str, dict[str, float | None]]  # "ttft_ms" -> {"p50": .., "p99": ..}
     goodput_requests_per_s: float | None = None
+    # "ttft_ms" -> {"count": n, "level": 0.95, "p99": [low, high], ...} (Summary.to_json);
+    # empty for imported runs that carry no requests.
+    confidence: dict[str, dict] = field(default_factory=dict)
+    partial: bool = False  # the point was interrupted: never a capacity or a knee
+    offered_kind: str | None = None  # "rate" (req/s) or "concurrency" (users)
+    late_ms: float | None = None  # worst lateness of a simulated endpoint during the point
 
     def latency(self, metric: str, stat: str = "p99") -> float | None:
         return self.metrics.get(f"{metric}_ms", {}).get(stat)
+
+    def count(self, metric: str) -> int | None:
+        """Samples behind `metric`'s percentiles (None when not known, e.g. imported)."""
+        n = self.confidence.get(f"{metric}_ms", {}).get("count")
+        return None if n is None else int(n)
+
+    def ci(self, metric: str, stat: str = "p99") -> tuple[float | None, float | None] | None:
+        """95% interval of a percentile; an end None is open (beyond the data); None when
+        the point carries no intervals at all."""
+        entry = self.confidence.get(f"{metric}_ms", {}).get(stat)
+        return None if entry is None else (entry[0], entry[1])
 
     @property
     def interactivity(self) -> float | None:
@@ -125,6 +155,8 @@ def point_from_summary(
         failed=int(summary.get("failed") or 0),
         metrics=summary.get("metrics", {}),
         goodput_requests_per_s=summary.get("goodput_requests_per_s"),
+        confidence=summary.get("confidence") or {},
+        partial=bool(summary.get("interrupted")),
     )
 
 
@@ -173,17 +205,60 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
         else:
             continue
         offered = lp.target_rate if lp.target_rate is not None else lp.concurrency
-        curve.points.append(
-            point_from_summary(
-                summary, load_point=lp.load_point, title=_title(lp), offered=offered, gpus=gpus
-            )
+        point = point_from_summary(
+            summary, load_point=lp.load_point, title=_title(lp), offered=offered, gpus=gpus
         )
+        point.offered_kind = (
+            "rate" if lp.target_rate is not None else "concurrency" if offered else None
+        )
+        # The stored summary knows whether the point was cut short; a recomputed one does not.
+        point.partial = point.partial or bool((lp.summary_json or {}).get("interrupted"))
+        curve.points.append(point)
+    if run.simulated and curve.points:
+        lateness = sim_lateness_ms(run.id, db)
+        for p in curve.points:
+            p.late_ms = lateness.get(p.load_point)
     if not lps and run.summary_json:
         curve.points.append(
             point_from_summary(run.summary_json, load_point=0, title="run", offered=None, gpus=gpus)
         )
     curve.points.sort(key=lambda p: p.output_tps_per_gpu)
     return curve
+
+
+# A simulated endpoint whose tokens left this much later than their simulated time moved
+# the latencies it reported (bench/sim/server.py's lateness gauges, scraped with the run).
+SIM_LATE_MS = 5.0
+
+
+def sim_lateness_ms(run_id: str, db=None) -> dict[int, float]:
+    """Per load point, the worst emission lateness (ms) the simulated endpoint reported.
+
+    Read from the run's stored telemetry: the last-step gauge's peak during the point, and
+    the all-time maximum gauge when it grew during the point. Empty when none was stored.
+    """
+    from bench.telemetry import load_telemetry
+
+    try:
+        df = load_telemetry(run_id, db)
+    except Exception:  # noqa: BLE001 - missing telemetry only means no lateness flag
+        return {}
+    names = (
+        "tokenbench_sim_emission_lateness_seconds",
+        "tokenbench_sim_emission_lateness_max_seconds",
+    )
+    df = df[df["name"].isin(names)] if len(df) else df
+    out: dict[int, float] = {}
+    previous_max = 0.0
+    for lp, part in df.groupby("load_point") if len(df) else ():
+        last = part[part["name"] == names[0]]["value"]
+        worst = part[part["name"] == names[1]]["value"]
+        late = float(last.max()) if len(last) else 0.0
+        if len(worst) and float(worst.max()) > previous_max:
+            late = max(late, float(worst.max()))
+            previous_max = float(worst.max())
+        out[int(lp)] = late * 1e3
+    return out
 
 
 def run_curves(run_refs: Sequence[str], db=None) -> list[RunCurve]:
@@ -226,10 +301,264 @@ def cost_curve(
     return xs, ys
 
 
-def capacity_at_slo(curve: RunCurve, slo: Sequence[Threshold]) -> CurvePoint | None:
-    """The highest-throughput load point that meets every SLO threshold."""
-    passing = [p for p in curve.points if p.meets(slo)]
-    return max(passing, key=lambda p: p.output_tps_per_gpu) if passing else None
+# ---------------------------------------------------------------- capacity at an SLO
+
+CapacityKind = Literal["interpolated", "at_least", "below", "peak", "none"]
+
+
+@dataclass
+class Capacity:
+    """A run's capacity at an SLO: the one answer the CLI, API, dashboard and exports print.
+
+    kind:
+      interpolated  the SLO boundary lies between `last_pass` and `first_fail`: `point` is
+                    interpolated on the metric that fails (the one crossing its limit first)
+      at_least      every complete load met the SLO: `point` is the highest, a lower bound
+      below         no load met it: capacity is below `first_fail`, the lowest load tested
+      peak          no SLO given: `point` is the peak-throughput load, not a capacity
+      none          no complete load point
+    `low`/`high` bound the capacity (output tok/s per GPU) from the 95% intervals of the
+    percentiles the SLO reads, within the bracket (None = open or unknown); `flags` say why
+    the figure might be wrong.
+    """
+
+    kind: CapacityKind
+    slo: list[Threshold]
+    point: CurvePoint | None  # measured, or interpolated (title says between which)
+    low: float | None = None
+    high: float | None = None
+    last_pass: CurvePoint | None = None
+    first_fail: CurvePoint | None = None
+    deciding: str | None = None  # "p99_tpot_ms<=50 (50.3 at rate 6 req/s)"
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def value(self) -> float | None:
+        """Output tokens/s per GPU at capacity (None when below the lowest load)."""
+        return self.point.output_tps_per_gpu if self.point is not None else None
+
+    @property
+    def bound(self) -> str | None:
+        """'at least' or 'below' when the figure is a bound, else None."""
+        return {"at_least": "at least", "below": "below"}.get(self.kind)
+
+    def text(self, unit: str = "output tok/s per GPU") -> str:
+        """One phrase: '1,234 output tok/s per GPU (95%: 1,100-1,300)', 'at least 900 ...'."""
+        if self.kind == "none":
+            return "no complete load points"
+        if self.kind == "below":
+            top = self.first_fail.output_tps_per_gpu if self.first_fail else None
+            return f"below {_n(top)} {unit} (the lowest load tested broke the SLO)"
+        head = f"{_n(self.value)} {unit}"
+        if self.kind == "at_least":
+            return f"at least {head} (every load tested met the SLO)"
+        if self.kind == "peak":
+            return f"{head} (peak throughput: no SLO)"
+        if self.low is None or self.high is None:
+            return f"{head} (interval unknown: no per-request data)"
+        return f"{head} (95% interval {_n(self.low)}-{_n(self.high)})"
+
+
+def _n(x: float | None) -> str:
+    return "?" if x is None else f"{x:,.0f}"
+
+
+def _complete(curve: RunCurve) -> tuple[list[CurvePoint], list[str]]:
+    """Points in load order that may decide a capacity, and notes on those left out."""
+    notes = [
+        f"{p.title} was interrupted (partial): left out of the capacity"
+        for p in curve.points
+        if p.partial
+    ]
+    pts = [p for p in curve.points if not p.partial and p.completed > 0]
+    one_kind = len({p.offered_kind for p in pts}) == 1
+    if one_kind and all(p.offered is not None for p in pts):
+        pts.sort(key=lambda p: (p.offered, p.output_tps_per_gpu))
+    else:  # e.g. an auto sweep's closed-loop baseline among rates: order by what was served
+        pts.sort(key=lambda p: (p.requests_per_s, p.output_tps_per_gpu))
+    return pts, notes
+
+
+def _crossing(t: Threshold, va: float | None, vb: float | None) -> float:
+    """Where between two loads (0 = a, 1 = b) `t`'s metric crosses its limit, linearly:
+    0 when it already fails at a (or has no value there), 1 when it still passes at b."""
+    if va is None or not t.passes(va):
+        return 0.0
+    if vb is not None and t.passes(vb):
+        return 1.0
+    if vb is None or vb == va:
+        return 0.0
+    return min(1.0, max(0.0, (t.limit - va) / (vb - va)))
+
+
+def _interpolate(a: CurvePoint, b: CurvePoint, f: float) -> CurvePoint:
+    """The point a fraction f of the way from a to b, every figure linear in between."""
+
+    def mix(x, y):
+        return None if x is None or y is None else x + (y - x) * f
+
+    metrics = {
+        m: {k: mix(v, b.metrics.get(m, {}).get(k)) for k, v in stats.items()}
+        for m, stats in a.metrics.items()
+    }
+    title = a.title if f <= 0 else f"interpolated {f:.0%} of the way from {a.title} to {b.title}"
+    return CurvePoint(
+        load_point=a.load_point,
+        title=title,
+        offered=mix(a.offered, b.offered),
+        requests_per_s=mix(a.requests_per_s, b.requests_per_s),
+        output_tps_per_gpu=mix(a.output_tps_per_gpu, b.output_tps_per_gpu),
+        total_tps_per_gpu=mix(a.total_tps_per_gpu, b.total_tps_per_gpu),
+        output_tps=mix(a.output_tps, b.output_tps),
+        total_tps=mix(a.total_tps, b.total_tps),
+        completed=a.completed,
+        failed=a.failed,
+        metrics=metrics,
+        goodput_requests_per_s=mix(a.goodput_requests_per_s, b.goodput_requests_per_s),
+        late_ms=max(a.late_ms or 0.0, b.late_ms or 0.0) or None,
+    )
+
+
+def _percentile_of(t: Threshold) -> tuple[str, str] | None:
+    """('tpot', 'p99') for p99_tpot_ms; None for flat figures (error_rate, ...)."""
+    stat, _, rest = t.metric.partition("_")
+    if not rest.endswith("_ms") or not stat.startswith("p"):
+        return None
+    return rest.removesuffix("_ms"), stat
+
+
+def _ci_end(p: CurvePoint, t: Threshold, end: int) -> float | None:
+    """One end of the 95% interval of t's metric at p; the value itself without intervals;
+    None when the interval is open at that end."""
+    which = _percentile_of(t)
+    if which is None:
+        return p.value(t.metric)
+    ci = p.ci(*which)
+    return p.value(t.metric) if ci is None else ci[end]
+
+
+def _confidence_flags(p: CurvePoint, slo: Sequence[Threshold], passed: bool) -> list[str]:
+    """A thin tail, or a verdict the percentile's own interval could reverse."""
+    out = []
+    for t in slo:
+        which = _percentile_of(t)
+        if which is None:
+            continue
+        metric, stat = which
+        n = p.count(metric)
+        if n is not None and is_thin(n, float(stat[1:])):
+            out.append(f"{stat.upper()} {metric.upper()} at {p.title} rests on {n} samples")
+            continue
+        ci, value = p.ci(metric, stat), p.value(t.metric)
+        if ci is None or value is None or t.op not in ("<", "<="):
+            continue
+        lo, hi = ci
+        if not passed and not t.passes(value) and (lo is None or lo <= t.limit):
+            out.append(
+                f"{p.title} missed {t} by {value - t.limit:.3g} ({value:.4g}), inside its 95% "
+                f"interval [{_e(lo)}, {_e(hi)}]: that miss could be chance"
+            )
+        if passed and hi is None:
+            out.append(
+                f"{p.title} met {t} ({value:.4g}) but {n} samples cannot bound its "
+                f"{stat.upper()} from above: that pass could be chance"
+            )
+        elif passed and hi > t.limit:
+            out.append(
+                f"{p.title} met {t} ({value:.4g}) but its 95% interval reaches {hi:.4g}: "
+                "that pass could be chance"
+            )
+    return out
+
+
+def _e(x: float | None) -> str:
+    return "open" if x is None else f"{x:.4g}"
+
+
+def _late_flag(p: CurvePoint | None) -> list[str]:
+    if p is None or p.late_ms is None or p.late_ms <= SIM_LATE_MS:
+        return []
+    return [
+        f"the simulated endpoint ran up to {p.late_ms:.0f} ms behind its schedule at "
+        f"{p.title} (busy machine): latencies there may read up to that much high"
+    ]
+
+
+def capacity_at_slo(curve: RunCurve, slo: Sequence[Threshold]) -> Capacity:
+    """The highest load meeting every SLO threshold, interpolated to the boundary.
+
+    Loads are walked in order of offered load; the first failing load and the passing one
+    below it bracket the boundary, and the capacity is where the failing metric crosses its
+    limit on the straight line between them (the metric crossing first decides). The
+    interval comes from the same interpolation through the ends of each percentile's 95%
+    interval. Interrupted (partial) points never count.
+    """
+    slo = list(slo)
+    pts, notes = _complete(curve)
+    if not pts:
+        return Capacity("none", slo, None, flags=notes)
+    if not slo:
+        peak = max(pts, key=lambda p: p.output_tps_per_gpu)
+        return Capacity(
+            "peak", slo, peak, peak.output_tps_per_gpu, peak.output_tps_per_gpu,
+            flags=notes + _late_flag(peak),
+        )  # fmt: skip
+    first = next((i for i, p in enumerate(pts) if not p.meets(slo)), None)
+    if first is None:
+        top = max(pts, key=lambda p: p.output_tps_per_gpu)
+        flags = notes + _confidence_flags(top, slo, True) + _late_flag(top)
+        return Capacity("at_least", slo, top, top.output_tps_per_gpu, None, top, None, None, flags)
+    b = pts[first]
+    broken = [t for t in slo if not t.passes(b.value(t.metric))]
+    deciding_t = broken[0]
+    if first == 0:
+        flags = notes + _confidence_flags(b, slo, False) + _late_flag(b)
+        return Capacity(
+            "below", slo, None, None, b.output_tps_per_gpu, None, b, _deciding(deciding_t, b),
+            flags,
+        )  # fmt: skip
+    a = pts[first - 1]
+    crossings = {t: _crossing(t, a.value(t.metric), b.value(t.metric)) for t in slo}
+    deciding_t = min(broken, key=lambda t: crossings[t])
+    f = min(crossings.values())
+    # Pessimistic: every percentile at the top of its interval; optimistic: at the bottom.
+    f_low = min(_crossing(t, _ci_end(a, t, 1), _ci_end(b, t, 1)) for t in slo)
+    f_high = min(_crossing(t, _ci_end(a, t, 0), _ci_end(b, t, 0)) for t in slo)
+    x0, x1 = a.output_tps_per_gpu, b.output_tps_per_gpu
+    low, high = x0 + (x1 - x0) * min(f_low, f), x0 + (x1 - x0) * max(f_high, f)
+    flags = notes + _confidence_flags(a, slo, True) + _confidence_flags(b, slo, False)
+    known = all(
+        p.ci(*which) is not None
+        for t in slo
+        if (which := _percentile_of(t)) is not None
+        for p in (a, b)
+    )
+    if not known:  # e.g. an imported run: summaries without per-request data
+        low = high = None
+        flags.append("no percentile intervals stored, so the capacity's uncertainty is unknown")
+    flags += _late_flag(a) + _late_flag(b)
+    again = [p for p in pts[first + 1 :] if p.meets(slo)]
+    if again:
+        flags.append(
+            f"{again[-1].title} met the SLO again above the first failure at {b.title}: "
+            "the boundary is noisy there"
+        )
+    return Capacity(
+        "interpolated",
+        slo,
+        _interpolate(a, b, f),
+        low=low,
+        high=high,
+        last_pass=a,
+        first_fail=b,
+        deciding=_deciding(deciding_t, b),
+        flags=flags,
+    )
+
+
+def _deciding(t: Threshold, p: CurvePoint) -> str:
+    value = p.value(t.metric)
+    return f"{t} ({'no data' if value is None else f'{value:.4g}'} at {p.title})"
 
 
 def cost_rows_at(curve: RunCurve, point: CurvePoint | None, catalogue, utilisation: float = 1.0):
@@ -265,10 +594,11 @@ def matched_load(curves: Sequence[RunCurve]) -> list[CurvePoint | None]:
 @dataclass
 class RunComparison:
     curve: RunCurve
-    capacity: CurvePoint | None
+    capacity: CurvePoint | None  # at_slo.point: where the run is priced and compared
     at_matched_load: CurvePoint | None
     cost_rows: list  # bench.cost.CostRow at capacity (or best point when no SLO is given)
     basis: str  # "SLO capacity" or "peak throughput"
+    at_slo: Capacity | None = None
 
 
 def compare_runs(
@@ -278,14 +608,16 @@ def compare_runs(
     matched = matched_load(curves)
     out = []
     for curve, at_match in zip(curves, matched, strict=True):
-        if slo:
-            cap, basis = capacity_at_slo(curve, slo), "SLO capacity"
-        else:
-            cap = max(curve.points, key=lambda p: p.output_tps_per_gpu, default=None)
-            basis = "peak throughput"
+        cap = capacity_at_slo(curve, slo)
+        basis = "SLO capacity" if slo else "peak throughput"
         out.append(
             RunComparison(
-                curve, cap, at_match, cost_rows_at(curve, cap, catalogue, utilisation), basis
+                curve,
+                cap.point,
+                at_match,
+                cost_rows_at(curve, cap.point, catalogue, utilisation),
+                basis,
+                cap,
             )
         )
     return out
@@ -296,18 +628,82 @@ def cheapest(rows) -> object | None:
     return min(priced, key=lambda r: r.output_usd_per_mtok_at_utilisation) if priced else None
 
 
+@dataclass
+class Ratio:
+    """A's capacity over B's, with what it is worth.
+
+    bound: None (a measured ratio), "at least" or "at most" (one side is a bound); `low` and
+    `high` come from the two capacities' intervals (None = open); `flips` is True when that
+    range holds 1, i.e. which system is bigger is within the measurements' confidence.
+    """
+
+    value: float
+    low: float | None
+    high: float | None
+    bound: str | None
+    flips: bool
+
+    def text(self) -> str:
+        head = f"{self.bound} {self.value:.2f}x" if self.bound else f"{self.value:.2f}x"
+        if self.low is None and self.high is None:
+            return head
+        return f"{head} (95% range {_r(self.low)}-{_r(self.high)})"
+
+
+def _r(x: float | None) -> str:
+    return "open" if x is None else f"{x:.2f}x"
+
+
+def capacity_ratio(a: Capacity | None, b: Capacity | None) -> tuple[Ratio | None, str | None]:
+    """(ratio, None) or (None, why there is none), for A's capacity over B's."""
+    if a is None or b is None:
+        return None, "a run has no capacity"
+    if a.kind in ("none", "below") or b.kind in ("none", "below"):
+        who = (
+            "both"
+            if a.kind == b.kind
+            else ("the first" if a.kind in ("none", "below") else "the second")
+        )
+        return None, f"{who} met the SLO at no load tested, so there is no ratio"
+    if a.kind == "at_least" and b.kind == "at_least":
+        return None, "both capacities are lower bounds (every load met the SLO): no ratio"
+    if not a.value or not b.value:
+        return None, "a capacity is zero"
+    value = a.value / b.value
+    bound = "at least" if a.kind == "at_least" else "at most" if b.kind == "at_least" else None
+
+    def div(x, y):
+        return None if x is None or not y else x / y
+
+    low, high = div(a.low, b.high), div(a.high, b.low)
+    if bound == "at least":
+        high = None
+    elif bound == "at most":
+        low = None
+    # An end left open by a bound counts as reaching past 1; an unknown interval (no
+    # per-request data) claims nothing either way.
+    known = (low is not None or bound == "at most") and (high is not None or bound == "at least")
+    flips = known and (low is None or low <= 1.0) and (high is None or high >= 1.0)
+    return Ratio(value, low, high, bound, flips), None
+
+
 def ratio_sentence(comparisons: Sequence[RunComparison]) -> str | None:
-    """One sentence a reader can repeat: A delivers X× B's capacity at Y× lower $/Mtok."""
+    """One sentence a reader can repeat: A delivers X× B's capacity at Y× lower $/Mtok, with
+    the SLO it holds at, whether a side is a bound, and whether the verdict could flip."""
     if len(comparisons) < 2:
         return None
     a, b = comparisons[0], comparisons[1]
-    if a.capacity is None or b.capacity is None or not b.capacity.output_tps_per_gpu:
-        return None
-    cap_ratio = a.capacity.output_tps_per_gpu / b.capacity.output_tps_per_gpu
+    ratio, why = capacity_ratio(a.at_slo, b.at_slo)
+    if ratio is None:
+        return f"No capacity ratio of {a.curve.legend} to {b.curve.legend}: {why}." if why else None
+    slo = f"the SLO {slo_text(a.at_slo.slo)}" if a.at_slo.slo else "peak throughput (no SLO)"
     text = (
-        f"{a.curve.legend} serves {cap_ratio:.2f}x the output tokens/s per GPU of "
-        f"{b.curve.legend} at {a.basis}"
+        f"{a.curve.legend} serves {ratio.text()} the output tokens/s per GPU of "
+        f"{b.curve.legend} at {slo}"
     )
+    if ratio.bound:
+        side = a if ratio.bound == "at least" else b
+        text += f" ({side.curve.legend} met the SLO at every load tested, so this is a bound)"
     ca, cb = cheapest(a.cost_rows), cheapest(b.cost_rows)
     if ca is not None and cb is not None:
         ua, ub = ca.output_usd_per_mtok_at_utilisation, cb.output_usd_per_mtok_at_utilisation
@@ -317,4 +713,52 @@ def ratio_sentence(comparisons: Sequence[RunComparison]) -> str | None:
                 f"; on the cheapest tiers (${ua:.3f} vs ${ub:.3f} per million output tokens) "
                 f"it costs {how}"
             )
-    return text + "."
+    text += "."
+    if ratio.flips:
+        text += (
+            " Which is larger is within the measurements' 95% confidence: the verdict could "
+            "flip with more requests per point."
+        )
+    return text
+
+
+# ---------------------------------------------------------------- which SLO
+
+
+def stored_slo(infos) -> list[Threshold]:
+    """The SLO the runs were swept against (stored with each run), when they all agree."""
+    found = []
+    for info in infos:
+        sweep = (info.extra_json or {}).get("sweep") or {}
+        found.append(tuple(sweep.get("slo") or ()))
+    if not found or not found[0] or any(f != found[0] for f in found):
+        return []
+    try:
+        return parse_slo(list(found[0]), flag="stored SLO")
+    except ValueError:
+        return []
+
+
+def resolve_slo(given, infos) -> tuple[list[Threshold], str]:
+    """The SLO every view uses by default, and where it came from.
+
+    `given` (text in the one grammar, or Thresholds) wins; None means "not given": the SLO
+    stored with the runs when they all agree. CLI, API, dashboard and exports call this, so
+    the same runs get the same capacity everywhere. Source: "given", "stored with the runs"
+    or "none". Raises ValueError for a malformed SLO.
+    """
+    if isinstance(given, str):
+        thresholds = parse_slo(given, flag="--slo")
+        return thresholds, "given" if thresholds else "none"
+    if given is not None:
+        thresholds = list(given)
+        return thresholds, "given" if thresholds else "none"
+    thresholds = stored_slo(infos)
+    return thresholds, "stored with the runs" if thresholds else "none"
+
+
+def slo_line(thresholds: Sequence[Threshold], source: str) -> str:
+    """'SLO used: p99_ttft_ms<=2000,p99_tpot_ms<=50 (stored with the runs)'."""
+    if not thresholds:
+        return "SLO used: none (capacity is each run's peak throughput; give --slo)"
+    return f"SLO used: {slo_text(thresholds)} ({source})"

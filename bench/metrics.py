@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
+from math import log
 
 import numpy as np
 
@@ -54,15 +56,28 @@ def percentile_key(p: float) -> str:
 
 @dataclass
 class Stats:
-    """Mean, std and percentiles of one metric in milliseconds (None when no samples)."""
+    """Mean, std and percentiles of one metric in milliseconds (None when no samples).
+
+    `ci` holds each percentile's 95% confidence interval (percentile_ci); an end that is
+    None lies beyond the data (too few samples to bound it).
+    """
 
     count: int
     mean: float | None
     std: float | None
     percentiles: dict[str, float | None]
+    ci: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, float | None]:
         return {"mean": self.mean, "std": self.std, **self.percentiles}
+
+    def confidence(self) -> dict:
+        """The summary JSON's "confidence" entry: sample count and [low, high] per percentile."""
+        return {
+            "count": self.count,
+            "level": CI_LEVEL,
+            **{k: list(self.ci.get(k, (None, None))) for k in self.percentiles},
+        }
 
 
 @dataclass
@@ -170,6 +185,9 @@ class Summary:
             "slot_wait_ms": dict(self.slot_wait_ms),
             "prompt_cache": {**self.prompt_cache, "largely_cached": self.largely_cached},
             "notes": list(self.notes),
+            # Added keys (the ones above keep their shape): the samples behind each
+            # percentile and its 95% order-statistic interval.
+            "confidence": {f"{m}_ms": self.metrics[m].confidence() for m in LATENCY_METRICS},
         }
 
 
@@ -179,34 +197,123 @@ def stats_ms(values_ns: np.ndarray, percentiles: Sequence[float]) -> Stats:
     values = values[~np.isnan(values)]
     if values.size == 0:
         return Stats(0, None, None, {percentile_key(p): None for p in percentiles})
-    ms = values / 1e6
+    ms = np.sort(values / 1e6)
     qs = np.percentile(ms, list(percentiles))
     return Stats(
         count=int(ms.size),
         mean=float(ms.mean()),
         std=float(ms.std()),
         percentiles={percentile_key(p): float(q) for p, q in zip(percentiles, qs, strict=True)},
+        ci={percentile_key(p): percentile_ci(ms, p, presorted=True) for p in percentiles},
+    )
+
+
+# ---------------------------------------------------------------- confidence of a percentile
+
+CI_LEVEL = 0.95
+# A P99 from fewer samples than this is at (or interpolated beyond) the slowest request;
+# every view flags it (issue 17). is_thin generalises it to any percentile.
+THIN_SAMPLES = 100
+
+
+def is_thin(count: int, p: float) -> bool:
+    """Whether the p-th percentile of `count` samples has less than one sample above it
+    (P99 from < 100, P99.9 from < 1000): it is the slowest request, or beyond the data."""
+    return count * (1.0 - p / 100.0) < 1.0
+
+
+_EXACT_BINOMIAL_MAX_N = 5000
+
+
+def _binomial_cdf(n: int, p: float) -> np.ndarray:
+    """P(B <= k) for k = 0..n, B ~ Binomial(n, p), exact (log-space pmf, then a running sum)."""
+    k = np.arange(n + 1, dtype=np.float64)
+    # log C(n, k) as a running sum of log((n - i) / (i + 1)).
+    log_comb = np.concatenate(([0.0], np.cumsum(np.log((n - k[:-1]) / (k[:-1] + 1)))))
+    log_pmf = log_comb + k * log(p) + (n - k) * log(1 - p)
+    return np.cumsum(np.exp(log_pmf))
+
+
+@lru_cache(maxsize=4096)
+def order_statistic_ranks(
+    n: int, q: float, level: float = CI_LEVEL
+) -> tuple[int | None, int | None]:
+    """1-based ranks (l, u) with P(X_(l) <= true q-quantile <= X_(u)) >= level, for any
+    continuous distribution (the count of samples below the quantile is Binomial(n, q)).
+
+    None for an end that no order statistic reaches: with 48 samples no rank bounds a P99
+    from above, so the interval is open there.
+    """
+    if n <= 0:
+        return None, None
+    alpha = (1.0 - level) / 2
+    if n <= _EXACT_BINOMIAL_MAX_N:
+        cdf = _binomial_cdf(n, q)
+        # X_(l) <= quantile  <=>  B >= l:  P(B <= l - 1) <= alpha, the largest such l.
+        low_ok = np.nonzero(cdf <= alpha)[0]
+        lower = int(low_ok[-1]) + 1 if low_ok.size else None
+        # X_(u) >= quantile  <=>  B <= u - 1:  P(B <= u - 1) >= 1 - alpha, the smallest u.
+        high_ok = np.nonzero(cdf >= 1.0 - alpha)[0]
+        upper = int(high_ok[0]) + 1 if high_ok.size else None
+    else:  # normal approximation, accurate when n q (1 - q) is large
+        from statistics import NormalDist
+
+        z = NormalDist().inv_cdf(1.0 - alpha)
+        sd = (n * q * (1 - q)) ** 0.5
+        lower = int(np.floor(n * q - z * sd))
+        upper = int(np.ceil(n * q + z * sd)) + 1
+        lower = lower if lower >= 1 else None
+    if upper is not None and upper > n:
+        upper = None
+    return lower, upper
+
+
+def percentile_ci(
+    values, p: float, level: float = CI_LEVEL, *, presorted: bool = False
+) -> tuple[float | None, float | None]:
+    """Distribution-free confidence interval of the p-th percentile (0-100) of `values`.
+
+    The interval runs between two order statistics chosen from the binomial distribution
+    (no assumption about the latencies' shape). An end is None where the data cannot bound
+    it: the upper end of a P99 from fewer than ~300 samples at 95%, for instance.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if not presorted:
+        x = np.sort(x[~np.isnan(x)])
+    lower, upper = order_statistic_ranks(int(x.size), p / 100.0, level)
+    return (
+        None if lower is None else float(x[lower - 1]),
+        None if upper is None else float(x[upper - 1]),
     )
 
 
 def parse_goodput(spec: Iterable[str] | str | None) -> dict[str, float]:
-    """'ttft:500 tpot:50' (vLLM's --goodput) -> {'ttft': 500.0, 'tpot': 50.0} in ms."""
-    if spec is None:
-        return {}
-    items = spec.replace(",", " ").split() if isinstance(spec, str) else list(spec)
-    slos: dict[str, float] = {}
-    for item in items:
-        name, sep, value = item.partition(":")
-        name = name.strip().lower().removesuffix("_ms")
-        if not sep or name not in ("ttft", "tpot", "e2el", "itl"):
+    """Per-request goodput limits in ms from an SLO in the one grammar (parse_slo).
+
+    'ttft:500 tpot:50' (vLLM's --goodput) and 'p99_ttft_ms<=500,p99_tpot_ms<=50' both give
+    {'ttft': 500.0, 'tpot': 50.0}: a request is good when each of its own values is within
+    the limit, as vLLM counts goodput.
+    """
+    thresholds = parse_slo(spec, flag="--goodput")
+    limits = goodput_limits(thresholds)
+    for t in thresholds:
+        if t.metric.partition("_")[2].removesuffix("_ms") not in limits or t.op[0] != "<":
             raise ValueError(
-                f"--goodput item {item!r}: expected METRIC:MS with METRIC one of ttft, tpot, e2el"
+                f"--goodput item {t}: goodput holds each request to latency limits, "
+                "e.g. ttft:500 or p99_tpot_ms<=50 (use --slo or --fail-on for other figures)"
             )
-        try:
-            slos[name] = float(value)
-        except ValueError:
-            raise ValueError(f"--goodput item {item!r}: {value!r} is not a number of ms") from None
-    return slos
+    return limits
+
+
+def goodput_limits(thresholds: Sequence[Threshold]) -> dict[str, float]:
+    """The latency upper limits of an SLO as per-request limits: {'ttft': 500.0, ...}."""
+    limits: dict[str, float] = {}
+    for t in thresholds:
+        stat, _, rest = t.metric.partition("_")
+        metric = rest.removesuffix("_ms")
+        if rest.endswith("_ms") and metric in LATENCY_METRICS and t.op in ("<", "<="):
+            limits[metric] = min(limits.get(metric, t.limit), t.limit)
+    return limits
 
 
 @dataclass
@@ -597,17 +704,30 @@ def meets_slo(
     return all(t.passes(value(t.metric)) for t in slo)
 
 
-def parse_thresholds(spec: str | None, *, flag: str = "--fail-on") -> list[Threshold]:
-    """'p99_ttft_ms<800,p99_tpot_ms<60,error_rate<0.01' -> thresholds, checked by name."""
+# vLLM's `--goodput ttft:500 tpot:50` names a per-request limit; as a capacity SLO it is
+# read at this percentile (the tail every planning tool quotes), e.g. p99_ttft_ms<=500.
+SHORT_SLO_PERCENTILE = "p99"
+
+
+def parse_slo(spec: Iterable[str] | str | None, *, flag: str = "--slo") -> list[Threshold]:
+    """The one SLO grammar of --slo, --goodput, --fail-on, scenario files and the API.
+
+    Items are separated by commas or spaces (or given as a list, as repeated flags are):
+      NAME<VALUE, NAME<=VALUE, NAME>VALUE, NAME>=VALUE  with Summary.value's names, e.g.
+        p99_ttft_ms<=500, mean_tpot_ms<60, error_rate<0.01, output_tokens_per_s>1000
+      METRIC:MS  (vLLM's --goodput), e.g. ttft:500 tpot:50 -> p99_ttft_ms<=500, p99_tpot_ms<=50
+    Errors name the flag, the item and what is expected.
+    """
     if not spec:
         return []
-    out = []
-    for item in (s.strip() for s in spec.split(",")):
-        if not item:
-            continue
+    texts = [spec] if isinstance(spec, str) else list(spec)
+    items = [i for text in texts for i in text.replace(",", " ").split()]
+    out: list[Threshold] = []
+    for item in items:
         op = next((o for o in ("<=", ">=", "<", ">") if o in item), None)
         if op is None:
-            raise ValueError(f"{flag} item {item!r}: expected NAME<VALUE (or <=, >, >=)")
+            out.append(_short_item(item, flag))
+            continue
         name, _, value = (p.strip() for p in item.partition(op))
         try:
             limit = float(value)
@@ -616,6 +736,34 @@ def parse_thresholds(spec: str | None, *, flag: str = "--fail-on") -> list[Thres
         _check_metric_name(name, flag, item)
         out.append(Threshold(name, op, limit))
     return out
+
+
+def _short_item(item: str, flag: str) -> Threshold:
+    name, sep, value = item.partition(":")
+    name = name.strip().lower().removesuffix("_ms")
+    if not sep or name not in LATENCY_METRICS:
+        raise ValueError(
+            f"{flag} item {item!r}: expected NAME<=VALUE (e.g. p99_ttft_ms<=500, "
+            f"error_rate<0.01) or METRIC:MS (e.g. ttft:500) with METRIC one of "
+            f"{', '.join(LATENCY_METRICS)}"
+        )
+    try:
+        limit = float(value)
+    except ValueError:
+        raise ValueError(f"{flag} item {item!r}: {value!r} is not a number of ms") from None
+    return Threshold(f"{SHORT_SLO_PERCENTILE}_{name}_ms", "<=", limit)
+
+
+def parse_thresholds(
+    spec: Iterable[str] | str | None, *, flag: str = "--fail-on"
+) -> list[Threshold]:
+    """--fail-on's name for parse_slo (the same grammar)."""
+    return parse_slo(spec, flag=flag)
+
+
+def slo_text(thresholds: Sequence[Threshold]) -> str:
+    """How an SLO is written back: 'p99_ttft_ms<=2000,p99_tpot_ms<=50' (parse_slo reads it)."""
+    return ",".join(str(t) for t in thresholds)
 
 
 def _check_metric_name(name: str, flag: str, item: str) -> None:

@@ -26,7 +26,7 @@ from pydantic import (
 
 from bench import arrivals
 from bench.backends.urls import normalize_base_url
-from bench.metrics import DEFAULT_PERCENTILES, parse_goodput
+from bench.metrics import DEFAULT_PERCENTILES, parse_goodput, parse_slo
 from bench.tokenizer import TokenizerError, load_tokenizer
 from bench.workload import LengthDist, Workload, load_jsonl_prompts, load_sharegpt
 
@@ -159,6 +159,9 @@ class Scenario(_Strict):
     # point. A fixed seed repeats the same prompts (and schedule) run after run.
     seed: int | None = None
     goodput: str | None = None
+    # The SLO a sweep finds the capacity at when --slo is not given (bench.metrics.parse_slo:
+    # "p99_ttft_ms<=2000,p99_tpot_ms<=50" or vLLM's "ttft:2000 tpot:50").
+    slo: str | None = None
     percentiles: list[float] = Field(default_factory=lambda: list(DEFAULT_PERCENTILES))
     percentile_metrics: list[str] = Field(default_factory=lambda: ["ttft", "tpot", "itl", "e2el"])
     request_timeout_s: float = Field(default=600.0, gt=0)
@@ -170,6 +173,12 @@ class Scenario(_Strict):
     @classmethod
     def _goodput(cls, v: str | None) -> str | None:
         parse_goodput(v)
+        return v
+
+    @field_validator("slo")
+    @classmethod
+    def _slo(cls, v: str | None) -> str | None:
+        parse_slo(v, flag="slo")
         return v
 
     @field_validator("percentiles")

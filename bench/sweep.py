@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from bench.curves import Capacity, CurvePoint, capacity_at_slo, point_from_summary
 from bench.metrics import Summary, Threshold, meets_slo
 from bench.runner import RunPlan, plan_from_scenario
 
@@ -47,10 +48,12 @@ class SweepResult:
     run_id: str | None
     points: list[PointResult] = field(default_factory=list)
     stopped_early: str | None = None
-    capacity: PointResult | None = None  # highest load meeting the SLO
+    capacity: PointResult | None = None  # the last complete load meeting the SLO
     capacity_note: str = ""
     knee: PointResult | None = None
     interrupted: bool = False
+    # The capacity interpolated to the SLO boundary (bench.curves.capacity_at_slo), per GPU.
+    at_slo: Capacity | None = None
 
 
 def parse_values(text: str, flag: str) -> list[float]:
@@ -134,7 +137,7 @@ def knee(points: Sequence[PointResult], metric: str = "p99_e2el_ms") -> PointRes
     output throughput grows by less than 10% while `metric` grows by more than 50%.
     """
     pts = sorted(
-        (p for p in points if p.summary.completed),
+        (p for p in points if p.summary.completed and not p.summary.interrupted),
         key=lambda p: (p.spec.value, p.summary.output_tokens_per_s),
     )
     pts = [p for p in pts if p.spec.kind == (pts[0].spec.kind if pts else "rate")]
@@ -263,19 +266,40 @@ class Sweep:
         self.grid([PointSpec("rate", round(r, 4)) for r in rates])
 
     def slo_search(self, iterations: int) -> None:
-        """Bisect between the highest passing and the lowest failing load for the SLO."""
+        """Bracket the SLO boundary, then bisect it: `iterations` extra points at most.
+
+        While no load failed, the highest load is doubled; while none passed, the lowest is
+        halved; then each point halves the gap between the highest passing and the lowest
+        failing load. Interrupted points count as neither.
+        """
         if not self.slo:
             return
         kind = self.result.points[0].spec.kind if self.result.points else "rate"
         for _ in range(iterations):
             if self.result.interrupted:
                 return
-            passing = [p for p in self.result.points if p.meets_slo and p.spec.kind == kind]
-            failing = [
-                p for p in self.result.points if p.meets_slo is False and p.spec.kind == kind
+            done = [
+                p for p in self.result.points if p.spec.kind == kind and not p.summary.interrupted
             ]
-            if not failing:
+            passing = [p for p in done if p.meets_slo]
+            failing = [p for p in done if p.meets_slo is False]
+            if not done:
                 break
+            if not failing:
+                top = max(p.spec.value for p in done)
+                if math.isinf(top):
+                    break
+                self.measure(PointSpec(kind, top * 2), role="slo-search")
+                continue
+            if not passing:
+                low = min(p.spec.value for p in done)
+                if math.isinf(low):
+                    low = max(p.summary.requests_per_s for p in done) or 1.0
+                nxt = math.floor(low / 2) if kind == "concurrency" else low / 2
+                if nxt <= 0 or (kind == "rate" and nxt < 1e-3):
+                    break
+                self.measure(PointSpec(kind, nxt), role="slo-search")
+                continue
             lowest_fail = min(failing, key=lambda p: p.spec.value)
             below = [p for p in passing if p.spec.value < lowest_fail.spec.value]
             best = max(below, key=lambda p: p.spec.value) if below else None
@@ -293,17 +317,43 @@ class Sweep:
             self.measure(PointSpec(kind, mid), role="slo-search")
 
     def conclude(self) -> SweepResult:
+        """Capacity (bench.curves.capacity_at_slo, the one every view uses) and the knee;
+        an interrupted point is neither."""
         res = self.result
         if self.slo:
-            passing = [p for p in res.points if p.meets_slo]
-            if passing:
-                res.capacity = max(passing, key=lambda p: p.summary.output_tokens_per_s)
-                if all(p.meets_slo for p in res.points):
-                    res.capacity_note = "every load tested met the SLO: capacity is at least this"
-            else:
-                res.capacity_note = "no load tested met the SLO: capacity is below the lowest load"
+            gpus = max(1, getattr(getattr(self.scenario, "gpu", None), "count", 1) or 1)
+            res.at_slo = capacity_at_slo(sweep_curve(res.points, gpus), self.slo)
+            cap = res.at_slo
+            measured = cap.last_pass or (cap.point if cap.kind == "at_least" else None)
+            res.capacity = next(
+                (p for p in res.points if measured and p.index == measured.load_point), None
+            )
+            res.capacity_note = "; ".join(
+                [f"capacity {cap.text()}"]
+                + ([f"decided by {cap.deciding}"] if cap.deciding else [])
+                + cap.flags
+            )
         res.knee = knee(res.points)
         return res
+
+
+def sweep_curve(points: Sequence[PointResult], gpus: int = 1):
+    """A sweep's points as a bench.curves.RunCurve, so the sweep's capacity is the one
+    `compare`, the dashboard and the exports compute from the stored run."""
+    from bench.curves import RunCurve
+
+    curve = RunCurve("", "sweep", "sweep", None, gpus, None, False, None, "running")
+    curve.points = [_curve_point(p, gpus) for p in points]
+    return curve
+
+
+def _curve_point(p: PointResult, gpus: int) -> CurvePoint:
+    point = point_from_summary(
+        p.summary.to_json(), load_point=p.index, title=p.spec.title, offered=p.spec.value,
+        gpus=gpus,
+    )  # fmt: skip
+    point.offered_kind = p.spec.kind
+    return point
 
 
 class SweepStopped(Exception):
@@ -334,9 +384,23 @@ def sweep_extra(result: SweepResult) -> dict:
         "sweep": {
             "capacity_load_point": result.capacity.index if result.capacity else None,
             "capacity_note": result.capacity_note,
+            "capacity": _capacity_json(result.at_slo),
             "knee_load_point": result.knee.index if result.knee else None,
             "stopped_early": result.stopped_early,
         }
+    }
+
+
+def _capacity_json(cap: Capacity | None) -> dict | None:
+    if cap is None:
+        return None
+    return {
+        "kind": cap.kind,
+        "output_tokens_per_s_per_gpu": cap.value,
+        "low": cap.low,
+        "high": cap.high,
+        "deciding": cap.deciding,
+        "flags": cap.flags,
     }
 
 
@@ -428,6 +492,7 @@ def run_sweep(
         status = "interrupted" if result.interrupted else "completed"
     finally:
         res = sweep.result
-        best = res.capacity or (res.points[-1] if res.points else None)
+        complete = [p for p in res.points if not p.summary.interrupted]
+        best = res.capacity or (complete or res.points or [None])[-1]
         session.finish(status, best.summary if best else None, extra=sweep_extra(res))
     return result

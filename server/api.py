@@ -18,7 +18,13 @@ from fastapi.responses import Response, StreamingResponse
 from sqlalchemy import select, tuple_
 
 from bench.cost import PriceCatalogueError, price_per_gpu_hour
-from bench.curves import compare_runs, cost_rows_at, ratio_sentence
+from bench.curves import (
+    capacity_ratio,
+    compare_runs,
+    cost_rows_at,
+    ratio_sentence,
+    resolve_slo,
+)
 from bench.metrics import parse_thresholds
 from bench.scenario import ScenarioError, parse_scenario
 from bench.store.engine import get_engine
@@ -37,6 +43,8 @@ from server.models import (
     ErrorOut,
     JobIn,
     JobOut,
+    PlanOut,
+    RatioOut,
     RequestOut,
     RequestsPage,
     RunCostOut,
@@ -260,15 +268,78 @@ def curves(request: Request, run: RunRefs) -> list[CurveOut]:
 def compare(
     request: Request, run: RunRefs, slo: Slo = None, utilisation: Utilisation = 1.0
 ) -> CompareOut:
-    """Capacity at the SLO (or peak), the point at matched load and $/Mtok on every tier."""
+    """Capacity at the SLO (or peak), the point at matched load and $/Mtok on every tier.
+
+    Without `slo`, the SLO stored with the runs (when they share one) is used, as the CLI's
+    `compare`, the dashboard and the exports do; `slo_source` says which.
+    """
     state = tb(request)
-    slo_t = thresholds(slo, ["query", "slo"])
-    comps = compare_runs(state.curves(run), slo_t, state.catalogue, utilisation)
+    curves = state.curves(run)
+    slo_t, source = slo_for(slo, curves, state)
+    comps = compare_runs(curves, slo_t, state.catalogue, utilisation)
+    ratio = capacity_ratio(comps[0].at_slo, comps[1].at_slo)[0] if len(comps) > 1 else None
     return CompareOut(
         slo=[str(t) for t in slo_t],
+        slo_source=source,
         utilisation=utilisation,
         runs=[ComparisonOut.from_comparison(c) for c in comps],
         sentence=ratio_sentence(comps),
+        ratio=RatioOut.from_ratio(ratio),
+    )
+
+
+def slo_for(slo: str | None, curves, state):
+    """The given SLO, else the one stored with the runs (bench.curves.resolve_slo)."""
+    try:
+        return resolve_slo(slo, [get_run(c.run_id, state.db_url) for c in curves])
+    except ValueError as exc:
+        raise invalid(["query", "slo"], str(exc)) from None
+
+
+@router.get("/plan", response_model=PlanOut, responses=NOT_FOUND)
+def plan(
+    request: Request,
+    run: RunRefs,
+    requests_per_s: Annotated[
+        float | None, Query(gt=0, description="mean demand in requests/s")
+    ] = None,
+    tokens_per_day: Annotated[
+        float | None, Query(gt=0, description="mean demand in output tokens/day")
+    ] = None,
+    peak_factor: Annotated[float, Query(ge=1, le=100, description="peak / mean")] = 1.0,
+    gpus_per_node: Annotated[int, Query(ge=1, le=1024)] = 8,
+    slo: Slo = None,
+) -> PlanOut:
+    """The buying answer: GPUs and nodes each run's system needs for the demand at the SLO,
+    $/month and $/Mtok on every pricing tier, and the cheapest option meeting the SLO.
+    Without a demand, the first run's scenario mean rate is used (`demand.source` says so)."""
+    from bench.plan import Demand, default_demand, plan_capacity
+
+    state = tb(request)
+    curves = state.curves(run)
+    slo_t, source = slo_for(slo, curves, state)
+    if requests_per_s is not None and tokens_per_day is not None:
+        raise invalid(
+            ["query", "tokens_per_day"], "give requests_per_s or tokens_per_day, not both"
+        )
+    if requests_per_s is None and tokens_per_day is None:
+        demand = default_demand([get_run(curves[0].run_id, state.db_url)])
+        if demand is None:
+            raise invalid(
+                ["query", "requests_per_s"],
+                "give requests_per_s or tokens_per_day (none stored with the run, and its "
+                "scenario has no mean rate)",
+            )
+        if "peak_factor" in request.query_params:
+            demand = Demand(demand.requests_per_s, demand.output_tokens_per_day, peak_factor,
+                            demand.source)  # fmt: skip
+    else:
+        demand = Demand(requests_per_s, tokens_per_day, peak_factor)
+    comps = compare_runs(curves, slo_t, state.catalogue)
+    return PlanOut.from_plan(
+        plan_capacity(
+            comps, demand, state.catalogue, slo_source=source, gpus_per_node=gpus_per_node
+        )
     )
 
 
@@ -335,9 +406,10 @@ def costs(
 ) -> list[RunCostOut]:
     """$/Mtok (output and total tokens) per pricing tier for each run."""
     state = tb(request)
-    slo_t = thresholds(slo, ["query", "slo"]) if at == "capacity" else []
+    curves = state.curves(run)
+    slo_t = slo_for(slo, curves, state)[0] if at == "capacity" else []
     out = []
-    for comp in compare_runs(state.curves(run), slo_t, state.catalogue, utilisation):
+    for comp in compare_runs(curves, slo_t, state.catalogue, utilisation):
         curve = comp.curve
         if at == "all":
             chosen = [(p, "load point", None) for p in curve.points]

@@ -15,7 +15,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from bench.cost import CostRow, TierKind
-from bench.curves import CurvePoint, RunComparison, RunCurve
+from bench.curves import Capacity, CurvePoint, Ratio, RunComparison, RunCurve
+from bench.plan import Demand, Plan, Recommendation, SystemPlan
 from bench.store.read import LoadPointInfo, RunInfo
 
 
@@ -232,6 +233,15 @@ class CurvePointOut(BaseModel):
     interactivity: float | None = Field(description="tokens/s per user = 1000 / median TPOT ms")
     goodput_requests_per_s: float | None
     metrics: dict[str, dict[str, float | None]]
+    confidence: dict[str, dict] = Field(
+        default_factory=dict,
+        description='per metric: {"count": samples, "level": 0.95, "p99": [low, high], ...}; '
+        "an end null is open (too few samples to bound it)",
+    )
+    partial: bool = Field(False, description="interrupted: never a capacity or a knee")
+    late_ms: float | None = Field(
+        None, description="simulated endpoint's worst lateness during the point (ms)"
+    )
 
     @classmethod
     def from_point(cls, p: CurvePoint | None) -> CurvePointOut | None:
@@ -252,6 +262,9 @@ class CurvePointOut(BaseModel):
             interactivity=p.interactivity,
             goodput_requests_per_s=p.goodput_requests_per_s,
             metrics=p.metrics,
+            confidence=p.confidence,
+            partial=p.partial,
+            late_ms=p.late_ms,
         )
 
 
@@ -287,6 +300,58 @@ class CurveOut(BaseModel):
         )
 
 
+class CapacityOut(BaseModel):
+    """bench.curves.Capacity: the capacity every view prints, with its bracket and flags."""
+
+    kind: Literal["interpolated", "at_least", "below", "peak", "none"]
+    text: str = Field(description="the figure as printed, with its interval or bound")
+    slo: list[str]
+    output_tps_per_gpu: float | None = Field(description="null when below the lowest load")
+    requests_per_s_per_gpu: float | None
+    low: float | None = Field(description="95% interval, output tok/s per GPU (null: open)")
+    high: float | None
+    last_pass: str | None = Field(description="title of the last load meeting the SLO")
+    first_fail: str | None = Field(description="title of the first load breaking it")
+    deciding: str | None = Field(description="the threshold that fails first, measured")
+    flags: list[str] = Field(description="why the figure might be wrong")
+
+    @classmethod
+    def from_capacity(cls, c: Capacity | None, gpus: int) -> CapacityOut | None:
+        if c is None:
+            return None
+        return cls(
+            kind=c.kind,
+            text=c.text(),
+            slo=[str(t) for t in c.slo],
+            output_tps_per_gpu=c.value,
+            requests_per_s_per_gpu=c.point.requests_per_s / gpus if c.point else None,
+            low=c.low,
+            high=c.high,
+            last_pass=c.last_pass.title if c.last_pass else None,
+            first_fail=c.first_fail.title if c.first_fail else None,
+            deciding=c.deciding,
+            flags=c.flags,
+        )
+
+
+class RatioOut(BaseModel):
+    """The first run's capacity over the second's (bench.curves.Ratio)."""
+
+    value: float
+    low: float | None
+    high: float | None
+    bound: str | None = Field(description="'at least' / 'at most' when a side is a bound")
+    flips: bool = Field(description="which is larger is within the 95% confidence")
+    text: str
+
+    @classmethod
+    def from_ratio(cls, r: Ratio | None) -> RatioOut | None:
+        if r is None:
+            return None
+        return cls(value=r.value, low=r.low, high=r.high, bound=r.bound, flips=r.flips,
+                   text=r.text())  # fmt: skip
+
+
 class ComparisonOut(BaseModel):
     run_id: str
     legend: str
@@ -296,6 +361,7 @@ class ComparisonOut(BaseModel):
     capacity: CurvePointOut | None = Field(description="the point priced (null: none met the SLO)")
     at_matched_load: CurvePointOut | None
     cost: list[CostRow]
+    at_slo: CapacityOut | None = None
 
     @classmethod
     def from_comparison(cls, c: RunComparison) -> ComparisonOut:
@@ -308,14 +374,38 @@ class ComparisonOut(BaseModel):
             capacity=CurvePointOut.from_point(c.capacity),
             at_matched_load=CurvePointOut.from_point(c.at_matched_load),
             cost=c.cost_rows,
+            at_slo=CapacityOut.from_capacity(c.at_slo, c.curve.gpu_count),
         )
 
 
 class CompareOut(BaseModel):
     slo: list[str]
+    slo_source: str = Field("given", description="given, stored with the runs, or none")
     utilisation: float
     runs: list[ComparisonOut]
     sentence: str | None = Field(description="first run against the second, in one sentence")
+    ratio: RatioOut | None = None
+
+
+class PlanOut(BaseModel):
+    """bench.plan.Plan: GPUs, nodes, $/month and $/Mtok per tier, the cheapest option."""
+
+    demand: Demand
+    slo: list[str]
+    slo_source: str
+    gpus_per_node: int
+    systems: list[SystemPlan]
+    recommendation: Recommendation | None
+    assumptions: list[str]
+    sentence: str
+
+    @classmethod
+    def from_plan(cls, p: Plan) -> PlanOut:
+        return cls(
+            demand=p.demand, slo=[str(t) for t in p.slo], slo_source=p.slo_source,
+            gpus_per_node=p.gpus_per_node, systems=p.systems, recommendation=p.recommendation,
+            assumptions=p.assumptions, sentence=p.sentence,
+        )  # fmt: skip
 
 
 class RunCostOut(BaseModel):

@@ -17,9 +17,11 @@ import plotly
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 
-from bench.curves import compare_runs, ratio_sentence
-from bench.metrics import parse_thresholds
+from bench.curves import compare_runs, ratio_sentence, stored_slo
+from bench.frontier import cost_view_tier, default_interactivity
+from bench.metrics import parse_thresholds, slo_text
 from bench.store.errors import RunNotFoundError
 from bench.store.read import get_run, list_runs
 from bench.telemetry import load_telemetry
@@ -207,12 +209,25 @@ def runs_page(
 
 
 def _default_slo(run_ids: list[str], db) -> str:
-    """The SLO the runs were swept against, when they all share one."""
-    slos = set()
-    for rid in run_ids:
-        run = get_run(rid, db)
-        slos.add(",".join(((run.extra_json or {}).get("sweep") or {}).get("slo") or []))
-    return slos.pop() if len(slos) == 1 else ""
+    """The SLO the runs were swept against, when they all share one (bench.curves.stored_slo,
+    the default of the CLI's compare, the API and the exports too)."""
+    return slo_text(stored_slo([get_run(rid, db) for rid in run_ids]))
+
+
+def _reference(curves, ref: str | None):
+    """The reference (baseline) run: `ref` as a run id or unique prefix, else the first."""
+    if ref:
+        for c in curves:
+            if c.run_id == ref or (len(ref) >= 4 and c.run_id.startswith(ref)):
+                return c
+    return curves[0]
+
+
+def _query(curves, **params) -> str:
+    """The compare page's query string for these runs with `params` (None values dropped)."""
+    parts = [f"run={quote(c.run_id)}" for c in curves]
+    parts += [f"{k}={quote(str(v))}" for k, v in params.items() if v not in (None, "")]
+    return "&".join(parts)
 
 
 @router.get("/compare")
@@ -221,7 +236,14 @@ def compare_page(
     run: Annotated[list[str], Query(max_length=20)] = [],  # noqa: B006 - FastAPI reads it
     slo: Annotated[str | None, Query(max_length=500)] = None,
     utilisation: Annotated[float, Query(gt=0, le=1)] = 1.0,
+    ref: Annotated[str | None, Query(max_length=64)] = None,
+    at: Annotated[float | None, Query(gt=0, le=1e6)] = None,
+    tier: Annotated[str | None, Query(max_length=100)] = None,
+    demand_rps: Annotated[float | None, Query(gt=0, le=1e7)] = None,
+    peak: Annotated[float | None, Query(ge=1, le=100)] = None,
 ) -> Response:
+    """Runs side by side; `ref` is the baseline every other run's ratio is taken against,
+    `at` the interactivity (tok/s per user) where the throughput fronts are read."""
     if (redirect := _login_redirect(request)) is not None:
         return redirect
     state = request.app.state.tb
@@ -239,34 +261,71 @@ def compare_page(
     except ValueError as exc:
         slo_t, error = [], str(exc)
     comps = compare_runs(curves, slo_t, state.catalogue, utilisation)
+    reference = _reference(curves, ref)
+    ref_comp = next(c for c in comps if c.curve is reference)
+    sentences = [ratio_sentence([c, ref_comp]) for c in comps if c is not ref_comp]
+    tpot_limits = [t.limit for t in slo_t if t.metric == "p99_tpot_ms" and t.op in ("<", "<=")]
+    chosen_at = at or default_interactivity(curves, min(tpot_limits, default=None))
+    tiers = figures.run_tiers(curves, state.catalogue)
+    chosen_tier = tier if tier in tiers else cost_view_tier(curves, state.catalogue)
     key = (
         tuple((c.run_id, c.status, len(c.points), c.colour) for c in curves),
         tuple(str(t) for t in slo_t),
         utilisation,
+        chosen_at,
+        chosen_tier,
         id(state),
         id(state.catalogue),
     )
-    charts = _figure_cache.get(key) if all(c.status != "running" for c in curves) else None
+    finished = all(c.status != "running" for c in curves)
+    charts = _figure_cache.get(key) if finished else None
     if charts is None:
-        figs = figures.compare_figures(curves, state.catalogue, slo=slo_t, utilisation=utilisation)
+        figs = figures.compare_figures(
+            curves,
+            state.catalogue,
+            slo=slo_t,
+            utilisation=utilisation,
+            interactivity=chosen_at,
+            tier=chosen_tier,
+            comparisons=comps,
+            tier_menu=False,  # the form's tier field picks it: fewer traces to draw
+        )
         charts = (figures_json(figs), list(figs))
-        if all(c.status != "running" for c in curves):
+        if finished:
             if len(_figure_cache) >= FIGURE_CACHE_SIZE:
                 _figure_cache.pop(next(iter(_figure_cache)))
             _figure_cache[key] = charts
+    plan = _plan(comps, curves, state, demand_rps, peak, "given" if slo_t else "none")
+    readout = figures.interactivity_readout(curves, chosen_at) if chosen_at else []
+    ref_value = next((v for c, v in readout if c is reference), None)
+    keep = {"slo": slo or None, "utilisation": utilisation if utilisation != 1.0 else None}
     return render(
         "compare.html",
         curves=curves,
+        styles=dict(zip([c.run_id for c in curves], figures.run_styles(curves), strict=True)),
+        glyphs=GLYPHS,
         comparisons=comps,
-        sentence=ratio_sentence(comps),
+        reference=reference,
+        sentences=[s for s in sentences if s],
         slo=slo or "",
         utilisation=utilisation,
+        at=chosen_at,
+        tiers=tiers,
+        tier=chosen_tier,
+        plan=plan,
+        demand_rps=demand_rps,
+        peak=peak,
+        readout=readout,
+        ref_value=ref_value,
         error=error,
         figures_json=charts[0],
         chart_names=charts[1],
-        run_query="&".join(f"run={quote(c.run_id)}" for c in curves),
+        run_query=_query(curves),
+        ref_query=lambda c: _query(curves, ref=c.run_id, at=at, tier=tier, **keep),
         cheapest=_cheapest,
         unavailable=unavailable_downloads(),
+        thin=figures.THIN_SAMPLE,
+        ci=_ci_text,
     )
 
 
@@ -281,6 +340,47 @@ def unavailable_downloads() -> dict[str, str]:
         for fmt in ("pptx", "xlsx")
         if not available(NEEDS[fmt][0])
     }
+
+
+def _plan(comps, curves, state, demand_rps: float | None, peak: float, slo_source: str):
+    """The buying answer (bench.plan) for the demand given, else bench.plan.default_demand
+    (the one the CLI's plan, the API and the exports use); None when there is none. A peak
+    factor given replaces the default's."""
+    from dataclasses import replace
+
+    from bench.plan import Demand, default_demand, plan_capacity
+
+    if demand_rps is not None:
+        demand = Demand(requests_per_s=demand_rps, peak_factor=peak or 1.0, source="given")
+    else:
+        demand = default_demand([get_run(c.run_id, state.db_url) for c in curves])
+        if demand is not None and peak is not None:
+            demand = replace(demand, peak_factor=peak)
+    if demand is None:
+        return None
+    return plan_capacity(comps, demand, state.catalogue, slo_source=slo_source)
+
+
+def _ci_text(point, metric: str) -> Markup:
+    """' <small>(95% 140-171)</small>' after a P99 cell; nothing without an interval."""
+    ci = point.ci(metric, "p99")
+    if ci is None:
+        return Markup("")
+    lo, hi = (_num(v, 1) if v is not None else "open" for v in ci)
+    return Markup(" <small class='ci'>({}–{})</small>").format(lo, hi)
+
+
+# Each plotly marker symbol as a character, so tables show the mark the charts draw.
+GLYPHS = {
+    "circle": "●",
+    "square": "■",
+    "diamond": "◆",
+    "triangle-up": "▲",
+    "x": "✕",
+    "star-triangle-down": "▼",
+    "cross": "✚",
+    "hexagon": "⬢",
+}
 
 
 def _cheapest(rows):

@@ -40,6 +40,7 @@ SUMMARY_KEYS = {
     "total_input_tokens",
     "total_output_tokens",
     "failure_examples",
+    "confidence",
 }
 STAT_KEYS = {"mean", "std", "p50", "p90", "p95", "p99", "p99.9"}
 
@@ -79,6 +80,12 @@ def test_summary_json_contract_and_goodput(server_factory, tmp_path, db):
     assert set(s["metrics"]) == {"ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"}
     assert all(set(v) == STAT_KEYS for v in s["metrics"].values())
     assert set(s["send_lag_ms"]) == {"p50", "p99", "max"}
+    # Every percentile carries its sample count and 95% interval; 30 requests cannot bound
+    # a P99 from above (the interval is open there), and their median's interval is closed.
+    ttft_ci = s["confidence"]["ttft_ms"]
+    assert ttft_ci["count"] == 30 and ttft_ci["level"] == 0.95
+    assert ttft_ci["p99"][1] is None and ttft_ci["p99"][0] <= s["metrics"]["ttft_ms"]["p99"]
+    assert ttft_ci["p50"][0] <= s["metrics"]["ttft_ms"]["p50"] <= ttft_ci["p50"][1]
     assert s["completed"] == 30 and s["failed"] == 0 and s["errors"] == {}
     assert s["interrupted"] is False
     assert isinstance(s["client_limited"], bool)  # its truth is tested in test_client_limited

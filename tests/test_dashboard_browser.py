@@ -94,7 +94,7 @@ def live(tmp_path_factory):
 CHART_DATA = """names => Object.fromEntries(names.map(n => {
   const div = document.getElementById('chart-' + n);
   return [n, div.data.map(t => ({x: Array.from(t.x), y: Array.from(t.y), meta: t.meta,
-    name: t.name, colour: (t.line && t.line.color) || t.marker.color}))];
+    name: t.name, colour: (t.marker && t.marker.color) || t.line.color}))];
 }))"""
 
 
@@ -110,28 +110,108 @@ def test_compare_page_charts_hold_the_runs_points(live):
             page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
             page.goto(f"{server.url}/compare?run={ids[0]}&run={ids[1]}")
             page.wait_for_selector("body[data-ready='1']", timeout=30_000)
-            charts = page.evaluate(CHART_DATA, ["ttft", "tpot", "interactivity", "cost"])
+            charts = page.evaluate(
+                CHART_DATA, ["ttft", "tpot", "interactivity", "cost_interactivity", "cost"]
+            )
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOTS / "compare.png"), full_page=True)
             sentence = page.text_content("#sentence")
+            reference = page.text_content("#run-list li:has(#reference-badge)")
             rows = page.locator("#percentile-table tbody tr").count()
+            readout_rows = page.locator("#readout-table tbody tr").count()
             plotly_src = page.evaluate("document.querySelector('script[src*=plotly]').src")
         finally:
             browser.close()
     assert errors == []
     assert plotly_src.startswith(server.url)  # served by the app itself, no CDN
     for name, metric in (("ttft", "ttft"), ("tpot", "tpot")):
-        for trace, curve in zip(charts[name], curves, strict=True):
+        traces = [t for t in charts[name] if t["meta"] in ids]
+        for trace, curve in zip(traces, curves, strict=True):
             assert trace["meta"] == curve.run_id and trace["colour"] == curve.colour
             assert trace["x"] == pytest.approx([p.latency(metric, "p99") for p in curve.points])
             assert trace["y"] == pytest.approx([p.output_tps_per_gpu for p in curve.points])
-    for trace, curve in zip(charts["interactivity"], curves, strict=True):
+        # The stored SLO (p99_ttft_ms<=400) is drawn on the TTFT chart.
+        assert [t["x"] for t in charts[name] if t["meta"] == "slo"] == (
+            [[400, 400]] if metric == "ttft" else []
+        )
+    traces = [t for t in charts["interactivity"] if t["meta"] in ids]
+    for trace, curve in zip(traces, curves, strict=True):
         assert trace["x"] == pytest.approx([p.interactivity for p in curve.points])
-    assert [t["colour"] for t in charts["cost"]] == ["#2ca02c", "#1f77b4"]  # B200, H100
-    assert charts["ttft"][0]["name"].endswith("(simulated)")
-    assert not charts["ttft"][1]["name"].endswith("(simulated)")
+    assert {t["meta"] for t in charts["cost_interactivity"]} == set(ids)
+    assert [t["colour"] for t in charts["cost"]] == ["#009E73", "#0072B2"]  # B200, H100
+    assert traces[0]["name"].endswith("(simulated)")
+    assert not traces[1]["name"].endswith("(simulated)")
     assert rows == sum(len(c.points) for c in curves)
-    assert sentence and "B200-SXM" in sentence and "H100-SXM" in sentence
+    assert readout_rows == 2
+    # The first run given is the reference; the sentence compares the other run against it.
+    assert "B200-SXM" in reference
+    assert sentence.index("H100-SXM") < sentence.index("B200-SXM")
+
+
+def _page_overflow(page) -> int:
+    """How many CSS pixels the page is wider than the viewport (0: no sideways scroll)."""
+    return page.evaluate(
+        "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    )
+
+
+def test_reference_swap_narrow_screen_and_resize(live):
+    """At 390 px the runs and compare pages do not scroll sideways; after a resize every
+    chart stays inside its box (none covers the table below); "make this the reference"
+    swaps the baseline of the verdict."""
+    server, db, ids = live
+    with sync_playwright() as p:
+        browser = launch(p)
+        try:
+            page = browser.new_page(viewport={"width": 390, "height": 844})
+            page.goto(f"{server.url}/runs")
+            runs_overflow = _page_overflow(page)
+            page.screenshot(path=str(SCREENSHOTS / "runs-390.png"), full_page=True)
+            # Tick H100 first, then B200: H100 becomes the reference.
+            page.check(f"input[value='{ids[1]}']")
+            page.check(f"input[value='{ids[0]}']")
+            page.click("#compare-button")
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            narrow_url = page.url
+            compare_overflow = _page_overflow(page)
+            page.screenshot(path=str(SCREENSHOTS / "compare-390.png"), full_page=True)
+            ticked_ref = page.text_content("#run-list li:has(#reference-badge)")
+            ticked_sentence = page.text_content("#sentence")
+
+            page.click("a.swap")  # make the other run the reference
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            swapped_ref = page.text_content("#run-list li:has(#reference-badge)")
+            swapped_sentence = page.text_content("#sentence")
+
+            page.set_viewport_size({"width": 1400, "height": 1000})
+            page.wait_for_function(
+                "document.getElementById('chart-cost').querySelector('.main-svg')"
+                ".getAttribute('width') > 600",
+                timeout=10_000,
+            )
+            boxes = page.evaluate(
+                """() => Array.from(document.querySelectorAll('.chart')).map(div => {
+                  const box = div.getBoundingClientRect();
+                  const svg = div.querySelector('.main-svg').getBoundingClientRect();
+                  return {id: div.id, inside: svg.right <= box.right + 1 && svg.bottom <= box.bottom + 1}
+                })"""
+            )
+            table_top = page.evaluate(
+                "document.getElementById('capacity-table').getBoundingClientRect().top"
+            )
+            cost_bottom = page.evaluate(
+                "document.getElementById('chart-cost').getBoundingClientRect().bottom"
+            )
+        finally:
+            browser.close()
+    assert runs_overflow == 0 and compare_overflow == 0
+    assert narrow_url.index(ids[1]) < narrow_url.index(ids[0])  # in the order ticked
+    assert "H100-SXM" in ticked_ref
+    assert ticked_sentence.index("B200-SXM") < ticked_sentence.index("H100-SXM")
+    assert "B200-SXM" in swapped_ref
+    assert swapped_sentence.index("H100-SXM") < swapped_sentence.index("B200-SXM")
+    assert all(b["inside"] for b in boxes), boxes
+    assert cost_bottom <= table_top
 
 
 def test_run_page_and_start_form(live, fake_server):

@@ -18,20 +18,57 @@ from bench.workload import LengthDist, Workload
 
 
 def test_demo_stores_two_simulated_runs_and_compares_them(tmp_path, capsys):
-    from bench.sim.demo import run_demo
+    from bench.curves import capacity_at_slo, run_curve
+    from bench.metrics import parse_slo
+    from bench.sim.demo import DEMO_SLO, run_demo
     from bench.store.read import get_run
 
     db = f"sqlite:///{tmp_path / 'demo.db'}"
-    b200, h100 = run_demo(db, rates=(1.0, 4.0), point_s=3.0)
+    b200, h100, b200_rt, h100_rt = run_demo(db, rates=(4.0, 8.0, 12.0, 16.0), point_s=30.0,
+                                            check_s=3.0)  # fmt: skip
     out = capsys.readouterr().out
     for ref, gpu, count in ((b200, "B200-SXM", 1), (h100, "H100-SXM", 2)):
         run = get_run(ref, db)
         assert run.simulated and run.gpu_type == gpu and run.gpu_count == count
-        assert run.status == "completed" and len(run.load_points) == 2
-        assert run.request_count > 10
-    assert "B200 beside H100 (simulated)" in out
+        assert run.status == "completed" and len(run.load_points) == 4
+        assert run.extra_json["sweep"]["slo"] == DEMO_SLO.split(",")  # every view's default
+        # Both capacities bracketed: a passing and a failing rate on either side.
+        cap = capacity_at_slo(run_curve(ref, db), parse_slo(DEMO_SLO))
+        assert cap.kind == "interpolated", (gpu, cap.text())
+    for ref in (b200_rt, h100_rt):  # the real load generator's check, one point each
+        run = get_run(ref, db)
+        assert run.simulated and run.status == "completed" and len(run.load_points) == 1
+        assert run.request_count > 5
+        # The endpoint's lateness, scraped with the run, is read back onto its point.
+        assert run_curve(ref, db).points[0].late_ms is not None
+    assert "B200 beside H100 (simulated)" in out and "SLO used: p99_ttft_ms<=2000" in out
+    assert "(virtual time:" in out  # real time checked against virtual time
     assert "neocloud-on-demand" in out  # $/Mtok per tier
-    assert "tokenbench serve" in out
+    assert "serves" in out and "Buying answer: Cheapest option" in out
+    assert "http://127.0.0.1:8000" in out  # then the dashboard
+
+
+@pytest.mark.slow
+def test_demo_verdict_agrees_with_a_dense_virtual_grid(tmp_path):
+    """The demo's grid against rates 0.5 req/s apart and 5 minutes of traffic per point."""
+    from bench.cost import load_catalogue
+    from bench.curves import capacity_ratio, compare_runs, run_curves
+    from bench.metrics import parse_slo
+    from bench.sim.demo import DEMO_POINT_S, DEMO_RATES, DEMO_SLO, TARGETS, virtual_sweep
+
+    db = f"sqlite:///{tmp_path / 'grid.db'}"
+    slo = parse_slo(DEMO_SLO)
+
+    def ratio(rates, point_s):
+        ids = [virtual_sweep(t, rates, point_s, DEMO_SLO, db) for t in TARGETS]
+        comps = compare_runs(run_curves(ids, db), slo, load_catalogue())
+        assert [c.at_slo.kind for c in comps] == ["interpolated", "interpolated"]
+        return capacity_ratio(comps[0].at_slo, comps[1].at_slo)[0].value
+
+    demo = ratio(DEMO_RATES, DEMO_POINT_S)
+    assert ratio(DEMO_RATES, DEMO_POINT_S) == demo  # rerun: the same requests, the same answer
+    dense = ratio(tuple(r / 2 for r in range(8, 33)), 300.0)
+    assert demo == pytest.approx(dense, rel=0.15)
 
 
 def test_sim_run_cli_virtual_time(tmp_path):

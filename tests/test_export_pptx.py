@@ -20,7 +20,7 @@ from pptx.util import Emu
 from typer.testing import CliRunner
 
 from bench.cost import load_catalogue
-from bench.curves import interactivity_curve, latency_curve
+from bench.curves import latency_curve
 from bench.export.cli import export_command
 from bench.export.pptx import SLIDE_H, SLIDE_W, fit_pt, wrapped_lines, write_pptx
 from bench.export.report import build_report
@@ -62,23 +62,39 @@ def test_deck_is_16_9_with_the_slides_asked_for(deck):
         Emu(int(SLIDE_H * 914400)),
     )
     titles = [_title(s) for s in list(prs.slides)[1:]]
-    assert titles[0] == "Executive summary"
+    assert titles[0].startswith("The answer") and titles[1] == "Executive summary"
     for wanted in ("Throughput per GPU vs P99 TTFT", "Throughput per GPU vs P99 TPOT",
-                   "Throughput per GPU vs interactivity", "Latency percentiles per load point",
-                   "Assumptions", "Methodology: metric definitions"):  # fmt: skip
+                   "Throughput per GPU vs interactivity", "$/Mtok output vs interactivity",
+                   "Assumptions", "Assumptions: prices, sources and dates",
+                   "Methodology: metric definitions", "Caveats", "Appendix",
+                   "Appendix: latency percentiles per load point"):  # fmt: skip
         assert any(t.startswith(wanted) for t in titles), (wanted, titles)
-    assert any(t.startswith("$/Mtok") for t in titles)
+    assert any(t.startswith("$/Mtok of output tokens per pricing tier") for t in titles)
     # simulated is said on every slide (footer) and in the legends
     assert all("SIMULATED" in _texts(s) for s in prs.slides)
 
 
+def test_titles_sit_in_title_placeholders_and_charts_have_alt_text(deck):
+    report, prs, _ = deck
+    for slide in prs.slides:
+        assert slide.shapes.title is not None and slide.shapes.title.text_frame.text
+        assert slide.shapes.title.text_frame.text == _title(slide)
+    frames = [s for slide in prs.slides for s in slide.shapes if s.has_chart]
+    assert len(frames) == len(report.charts)
+    for frame, chart in zip(frames, report.charts, strict=True):
+        descr = frame._element.nvGraphicFramePr.cNvPr.get("descr")
+        assert descr == chart.alt_text and len(descr) > 60
+
+
 def test_charts_are_native_and_hold_the_curves(deck):
+    from bench.frontier import pareto_front
+
     report, prs, _ = deck
     charts = _charts(prs)
-    kinds = [c.chart_type for c in charts]
-    assert kinds.count(XL_CHART_TYPE.XY_SCATTER_LINES) == 3
-    assert kinds.count(XL_CHART_TYPE.COLUMN_CLUSTERED) == 1
-    ttft, tpot, inter = charts[:3]
+    xy = [c for c in charts if c.chart_type.name.startswith("XY_SCATTER")]
+    assert len(xy) == 4
+    assert [c.chart_type for c in charts].count(XL_CHART_TYPE.COLUMN_CLUSTERED) == 1
+    inter, cost_inter, ttft, tpot = xy
     for chart, metric in ((ttft, "ttft"), (tpot, "tpot")):
         series = list(chart.plots[0].series)
         for curve, s in zip(report.curves, series, strict=False):
@@ -87,15 +103,39 @@ def test_charts_are_native_and_hold_the_curves(deck):
             assert list(s.values) == pytest.approx(tps)  # y: throughput per GPU
             xs = [float(v.text) for v in s._element.xpath("./c:xVal//c:v")]
             assert xs == pytest.approx(latency)  # x: P99 latency, ms
+        names = [s.name for s in series]
+        limit = next(t for t in report.slo if t.metric == f"p99_{metric}_ms")
+        assert f"SLO {limit}" in names  # the SLO line
+        for comp in report.comparisons:  # and each capacity at the SLO, as a marker
+            s = series[names.index(f"Capacity at the SLO: {comp.curve.legend}")]
+            assert list(s.values) == pytest.approx([comp.capacity.output_tps_per_gpu])
     for curve, s in zip(report.curves, inter.plots[0].series, strict=True):
-        xs, ys = interactivity_curve(curve)
-        assert list(s.values) == pytest.approx(ys)
-    bars = charts[3]
+        assert list(s.values) == pytest.approx(
+            [f.output_tps_per_gpu for f in pareto_front(curve.points)]
+        )
+    # Runs differ by marker and dash, not colour alone.
+    first, second = list(ttft.plots[0].series)[:2]
+    assert first.marker.style != second.marker.style
+    assert first.format.line.dash_style != second.format.line.dash_style
+    bars = charts[-1]
     cats = list(bars.plots[0].categories)
     assert cats == report.chart("cost_per_tier").categories
     for comp, s in zip(report.comparisons, bars.plots[0].series, strict=True):
         by_tier = {r.tier: r.output_usd_per_mtok_at_utilisation for r in comp.cost_rows}
         assert list(s.values) == pytest.approx([by_tier.get(t) for t in cats])
+
+
+def test_log_axis_when_latencies_span_decades(demo_db, tmp_path):  # noqa: F811
+    from bench.metrics import parse_slo
+
+    db, runs, _ = demo_db
+    # An SLO 1000x beyond the points makes the TTFT axis span decades.
+    report = build_report(runs, db, parse_slo("p99_ttft_ms<=2000000", flag="slo"),
+                          load_catalogue(), 1.0)  # fmt: skip
+    assert report.chart("tput_vs_p99_ttft").log_x
+    prs = Presentation(str(write_pptx(report, tmp_path / "log.pptx")))
+    xml = [s.chart._chartSpace.xml for slide in prs.slides for s in slide.shapes if s.has_chart]
+    assert sum("c:logBase" in x for x in xml) >= 1
 
 
 def test_tables_hold_the_report_cells(deck):
@@ -107,7 +147,28 @@ def test_tables_hold_the_report_cells(deck):
             assert row in cells, (table.name, row)
     # the capacity figure, rounded as the slide shows it
     comp = report.comparisons[0]
-    assert f"{comp.capacity.output_tps_per_gpu:,.0f}" in _texts(list(prs.slides)[1])
+    summary = next(s for s in prs.slides if _title(s) == "Executive summary")
+    assert f"{comp.capacity.output_tps_per_gpu:,.0f}" in _texts(summary)
+
+
+def test_answer_slide_sizes_the_fleet(demo_db, tmp_path):  # noqa: F811
+    from bench.plan import Demand
+
+    db, runs, _ = demo_db
+    report = build_report(runs, db, None, load_catalogue(), 1.0,
+                          demand=Demand(requests_per_s=3, peak_factor=1.5))  # fmt: skip
+    prs = Presentation(str(write_pptx(report, tmp_path / "plan.pptx")))
+    answer = list(prs.slides)[1]
+    rec = report.plan.recommendation
+    assert _title(answer) == f"The answer: {rec.gpus} x {rec.gpu_type} on {rec.tier.tier}"
+    text = _texts(answer)
+    assert rec.sentence in text and f"${rec.tier.usd_per_month:,.0f}" in text
+    for system in report.plan.systems:
+        assert system.legend in text and system.capacity_text in text
+    caveats = "\n".join(_texts(s) for s in prs.slides if _title(s).startswith("Caveats"))
+    assert "Simulated results" in caveats
+    for line in report.caveats:
+        assert line in caveats
 
 
 def test_assumptions_list_every_price_with_source_and_date(deck):
@@ -117,8 +178,15 @@ def test_assumptions_list_every_price_with_source_and_date(deck):
     for gpu in ("B200-SXM", "H100-SXM"):
         for tier in catalogue.tiers(gpu):
             assert tier.source in text and tier.date in text
-    for needle in ("Fleet utilisation", "p99_ttft_ms<=2000", "simulated", "backend vllm"):
+    for needle in ("Fleet utilisation", "p99_ttft_ms<=2000", "simulated", "backend vllm",
+                   "Electricity price", "Facility PUE"):  # fmt: skip
         assert needle in text
+    # Sources read as sources: no internal tags or file names.
+    for internal in ("[S", "gpus.yaml", "seed 0", "published.md", "README.md"):
+        assert internal not in text, internal
+    # B200 has a spot tier and H100 does not: the prices slide says tiers differ.
+    assert report.tier_note and "spot (no price for H100-SXM)" in report.tier_note
+    assert report.tier_note in text
 
 
 def test_nothing_leaves_its_slide(deck):
@@ -145,7 +213,7 @@ def test_long_tables_split_across_slides(demo_db, tmp_path):  # noqa: F811
     report.percentiles.rows = report.percentiles.rows * 12  # 72 rows
     prs = Presentation(str(write_pptx(report, tmp_path / "long.pptx")))
     titles = [_title(s) for s in prs.slides]
-    pages = [t for t in titles if t.startswith("Latency percentiles per load point (")]
+    pages = [t for t in titles if t.startswith("Appendix: latency percentiles per load point (")]
     assert len(pages) >= 3 and pages[0].endswith(f"(1/{len(pages)})")
 
 

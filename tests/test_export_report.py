@@ -11,13 +11,14 @@ import csv
 import io
 import re
 import zipfile
+from html import escape
 
 import numpy as np
 import pytest
 from openpyxl import load_workbook
 
 from bench.cost import load_catalogue
-from bench.curves import compare_runs, run_curves
+from bench.curves import compare_runs, ratio_sentence, run_curves
 from bench.export.cli import write
 from bench.export.report import build_report
 from bench.metrics import parse_thresholds
@@ -89,7 +90,11 @@ def test_report_numbers_come_from_curves(demo_db, report):
         for r in c.cost_rows:
             cell = next(x for x in report.summary_cost.rows if x[0] == r.tier)[j]
             assert cell.value == pytest.approx(r.output_usd_per_mtok_at_utilisation)
-    assert report.sentence and "x the output tokens/s per GPU" in report.sentence
+    # Both runs met the SLO at every rate: both capacities are lower bounds, so no ratio is
+    # claimed (the issue's 6.5x came from exactly this), and the sentence says why.
+    assert [c.at_slo.kind for c in comps] == ["at_least", "at_least"]
+    assert report.sentence == ratio_sentence(comps)
+    assert "both capacities are lower bounds" in report.sentence
     assert report.missing == []
 
 
@@ -119,8 +124,9 @@ def test_report_with_only_bare_runs(demo_db, tmp_path):
 
 def test_xlsx_sheets_hold_the_report_numbers(report, tmp_path):
     wb = load_workbook(write(report, "xlsx", tmp_path / "r.xlsx"))
-    assert {"about", "summary", "summary_cost", "cost", "percentiles", "load_points",
-            "prices", "runs", "assumptions", "methodology", "missing"} <= set(wb.sheetnames)  # fmt: skip
+    assert {"about", "inputs", "capacity", "plan", "energy", "summary", "summary_cost", "cost",
+            "percentiles", "load_points", "runs", "assumptions", "methodology",
+            "missing"} <= set(wb.sheetnames)  # fmt: skip
     ws = wb["load_points"]
     headers = [c.value for c in ws[1]]
     col = headers.index("Output tok/s per GPU")
@@ -158,6 +164,10 @@ def test_html_is_standalone(report, tmp_path):
     assert report.sentence.replace("'", "&#x27;") in html
     for chart in report.charts:
         assert f"chart-{chart.key}" in html
+    assert 'id="caveats"' in html and report.caveats
+    for caveat in report.caveats:
+        assert escape(caveat) in html
+    assert report.tier_note and escape(report.tier_note) in html
 
 
 def test_energy_table_uses_profile_tdp_without_telemetry(demo_db, report):
@@ -173,3 +183,131 @@ def test_energy_table_uses_profile_tdp_without_telemetry(demo_db, report):
         expected = tdp * c.curve.gpu_count / c.capacity.output_tps
         assert row[4].value == pytest.approx(expected)
     assert report.energy in report.tables
+
+
+# ---------------------------------------------------------------- the workbook's formulas
+
+
+def _recalculated(path, out_dir):
+    """The workbook as LibreOffice computes it (headless convert), read back as values."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    if not shutil.which("soffice"):
+        pytest.skip("LOUD SKIP: LibreOffice not installed (apt-get install -y libreoffice-calc) "
+                    "- the workbook's formulas were not recalculated")  # fmt: skip
+    with tempfile.TemporaryDirectory() as profile:
+        res = subprocess.run(
+            ["soffice", f"-env:UserInstallation=file://{profile}", "--headless",
+             "--convert-to", "xlsx", "--outdir", str(out_dir), str(path)],
+            capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    return load_workbook(out_dir / path.name, data_only=True)
+
+
+def _rows(ws, first: int = 2) -> list[tuple]:
+    return [
+        r for r in ws.iter_rows(min_row=first, values_only=True) if any(v is not None for v in r)
+    ]
+
+
+def test_xlsx_derives_cost_with_formulas(report, tmp_path):
+    """$/Mtok and $/month are formulas over the inputs and the measured capacity sheet."""
+    wb = load_workbook(write(report, "xlsx", tmp_path / "f.xlsx"))
+    cost = wb["cost"]
+    assert str(cost["H2"].value).startswith("=") and "Utilisation" in str(cost["J2"].value)
+    assert str(cost["D2"].value).startswith("=inputs!$C$")
+    formulas = sum(
+        1 for ws in wb for row in ws.iter_rows() for c in row if str(c.value).startswith("=")
+    )
+    assert formulas > 50
+    assert wb["inputs"]["B4"].value == report.utilisation  # the Utilisation input
+    assert {"Utilisation", "HoursPerMonth", "DemandRps", "FacilityPUE"} <= set(wb.defined_names)
+
+
+def test_xlsx_recalculates_in_libreoffice_when_a_price_changes(demo_db, tmp_path):
+    from bench.plan import HOURS_PER_MONTH, Demand
+
+    db, runs, _ = demo_db
+    report = build_report(
+        runs, db, None, load_catalogue(), 0.85, demand=Demand(requests_per_s=3, peak_factor=1.5)
+    )
+    assert report.plan is not None and all(s.gpus for s in report.plan.systems)
+    path = write(report, "xlsx", tmp_path / "calc.xlsx")
+    before = _recalculated(path, tmp_path / "before")
+    # As exported, the formulas give the Report's own numbers.
+    by_row = {(r[0], r[2]): r for r in _rows(before["cost"]) if r[2]}
+    for comp in report.comparisons:
+        for row in comp.cost_rows:
+            got = by_row[(comp.curve.legend, row.tier)]
+            assert got[9] == pytest.approx(row.output_usd_per_mtok_at_utilisation, rel=1e-9)
+    plan_rows = {(r[0], r[2]): r for r in _rows(before["plan"]) if r[2] and r[3] is not None}
+    for system in report.plan.systems:
+        for tier in system.tiers:
+            got = plan_rows[(system.legend, tier.tier)]
+            assert got[4] == system.gpus
+            assert got[5] == pytest.approx(tier.usd_per_month, rel=1e-9)
+            assert got[6] == pytest.approx(tier.usd_per_mtok, rel=1e-9)
+
+    # A finance person doubles the B200's neocloud price and sets utilisation to 50%.
+    wb = load_workbook(path)
+    inputs = wb["inputs"]
+    cell = next(
+        r[2] for r in inputs.iter_rows()
+        if r[0].value == "B200-SXM" and r[1].value == "neocloud-on-demand"
+    )  # fmt: skip
+    price = cell.value
+    cell.value = price * 2
+    inputs["B4"] = 0.5
+    wb.save(path)
+    after = _recalculated(path, tmp_path / "after")
+    old = {(r[0], r[2]): r for r in _rows(before["cost"]) if r[2]}
+    new = {(r[0], r[2]): r for r in _rows(after["cost"]) if r[2]}
+    b200 = next(c.curve.legend for c in report.comparisons if c.curve.gpu_type == "B200-SXM")
+    for key, row in new.items():
+        doubled = key == (b200, "neocloud-on-demand")
+        assert row[3] == pytest.approx(old[key][3] * (2 if doubled else 1))
+        assert row[7] == pytest.approx(old[key][7] * (2 if doubled else 1))  # busy $/Mtok
+        # at 50% utilisation instead of the report's: every $/Mtok moves
+        factor = (2 if doubled else 1) * report.utilisation / 0.5
+        assert row[9] == pytest.approx(old[key][9] * factor)
+    month_old = {(r[0], r[2]): r[5] for r in _rows(before["plan"]) if r[2] and r[3] is not None}
+    month_new = {(r[0], r[2]): r[5] for r in _rows(after["plan"]) if r[2] and r[3] is not None}
+    assert month_new[(b200, "neocloud-on-demand")] == pytest.approx(
+        month_old[(b200, "neocloud-on-demand")] * 2
+    )
+    system = next(s for s in report.plan.systems if s.legend == b200)
+    assert month_new[(b200, "neocloud-on-demand")] == pytest.approx(
+        system.gpus * price * 2 * HOURS_PER_MONTH
+    )
+    summary = {r[0]: r for r in _rows(after["summary_cost"])}
+    col = 1 + [c.curve.legend for c in report.comparisons].index(b200)
+    assert summary["neocloud-on-demand"][col] == pytest.approx(new[(b200, "neocloud-on-demand")][9])
+
+
+def test_report_carries_capacity_confidence_caveats_and_the_plan(demo_db):
+    from bench.plan import Demand, plan_capacity
+
+    db, runs, _ = demo_db
+    demand = Demand(requests_per_s=30, peak_factor=2)
+    report = build_report(runs, db, None, load_catalogue(), 1.0, demand=demand)
+    comps = compare_runs(run_curves(runs, db), parse_thresholds(SLO), load_catalogue())
+    want = plan_capacity(comps, demand, load_catalogue(), slo_source="stored with the runs")
+    assert [s.gpus for s in report.plan.systems] == [s.gpus for s in want.systems]
+    assert report.plan.sentence == want.sentence and report.plan.slo_source == want.slo_source
+    # Both runs met the SLO everywhere: said as a bound in the caveats and the summary.
+    assert sum("lower bound" in c for c in report.caveats) == 2
+    row = next(r for r in report.summary.rows if r[0] == "Capacity")
+    assert [cell_text for cell_text in row[1:]] == [c.at_slo.text() for c in comps]
+    # The raw sheet has each percentile's sample count and 95% interval.
+    table = report.load_points
+    n_col = table.headers.index("TTFT samples")
+    lo_col = table.headers.index("TTFT p99 95% low (ms)")
+    hi_col = table.headers.index("TTFT p99 95% high (ms)")
+    first = report.curves[0].points[0]
+    row = table.rows[0]
+    assert row[n_col].value == first.count("ttft") == 24
+    assert (row[lo_col].value, row[hi_col].value) == first.ci("ttft", "p99")
+    assert row[hi_col].value is None  # 24 requests cannot bound a P99 from above

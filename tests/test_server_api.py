@@ -105,7 +105,9 @@ async def test_curves_compare_costs_match_the_library(client, db):
             [p.output_tps_per_gpu for p in want.points]
         )
     comp = (await client.get(f"/api/compare?{query}&slo=p99_ttft_ms<=400")).json()
-    assert comp["slo"] == ["p99_ttft_ms<=400"] and comp["sentence"].startswith(lib[0].legend)
+    assert comp["slo"] == ["p99_ttft_ms<=400"] and comp["slo_source"] == "given"
+    # Every rate meets 400 ms on both: two lower bounds, so no ratio is claimed.
+    assert "both capacities are lower bounds" in comp["sentence"] and comp["ratio"] is None
     assert comp["runs"][0]["basis"] == "SLO capacity" and comp["runs"][0]["cost"]
     costs = (await client.get(f"/api/costs?{query}&tier=hyperscaler-on-demand")).json()
     assert [len(c["rows"]) for c in costs] == [1, 1]
@@ -348,3 +350,36 @@ async def test_export_download_from_the_compare_page(client, db):
     assert x.status_code == 200 and x.content[:2] == b"PK"
     bad = await client.get(f"/api/export?{query}&format=doc")
     assert bad.status_code == 422
+
+
+async def test_compare_and_plan_answer_what_the_library_computes(client, db):
+    from bench.cost import load_catalogue
+    from bench.curves import compare_runs, resolve_slo
+    from bench.plan import Demand, plan_capacity
+
+    # The module's two stored sweeps (other tests add runs of their own).
+    by_name = {r.name: r.id for r in list_runs(db)}
+    ids = [by_name["synthetic-B200-SXM"], by_name["synthetic-H100-SXM"]]
+    query = "&".join(f"run={i}" for i in ids)
+    comp = (await client.get(f"/api/compare?{query}&slo=ttft:150")).json()
+    lib = compare_runs(run_curves(ids, db), resolve_slo("ttft:150", [])[0], load_catalogue())
+    assert comp["slo"] == ["p99_ttft_ms<=150"] and comp["slo_source"] == "given"
+    assert [c.at_slo.kind for c in lib] == ["at_least", "interpolated"]
+    assert comp["ratio"]["bound"] == "at least" and comp["ratio"]["value"] == pytest.approx(
+        lib[0].at_slo.value / lib[1].at_slo.value
+    )
+    for got, want in zip(comp["runs"], lib, strict=True):
+        assert got["at_slo"]["kind"] == want.at_slo.kind
+        assert got["at_slo"]["output_tps_per_gpu"] == pytest.approx(want.at_slo.value)
+        assert got["at_slo"]["flags"] == want.at_slo.flags
+    r = await client.get(f"/api/plan?{query}&requests_per_s=12&peak_factor=2&slo=ttft:150")
+    assert r.status_code == 200, r.text
+    plan = r.json()
+    want = plan_capacity(lib, Demand(requests_per_s=12, peak_factor=2), load_catalogue())
+    assert [s["gpus"] for s in plan["systems"]] == [s.gpus for s in want.systems]
+    assert plan["sentence"] == want.sentence and plan["assumptions"] == want.assumptions
+    both = await client.get(f"/api/plan?{query}&requests_per_s=1&tokens_per_day=5")
+    assert both.status_code == 422 and field_of(both) == [["query", "tokens_per_day"]]
+    # Without an SLO, the one stored with the runs (as the CLI and the exports do).
+    stored = (await client.get(f"/api/compare?{query}")).json()
+    assert stored["slo"] == ["p99_ttft_ms<=400"] and stored["slo_source"] == "stored with the runs"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -30,8 +32,13 @@ def test_runs_show_rm(db, tmp_path):
     assert res.exit_code == 0 and writer.run_id[:8] in res.output
     res = runner.invoke(app, ["show", writer.run_id[:6], "--db", db])
     assert res.exit_code == 0 and "TTFT" in res.output and "completed" in res.output
+    # Sample counts and 95% intervals; 200 requests cannot bound a P99.9 (thin) or a P99
+    # from above (open).
+    text = " ".join(res.output.split())  # the caption wraps at the terminal's width
+    assert "95% confidence interval" in text and "open]" in text
+    assert re.search(r"thin tail .*TTFT p99\.9 \(n=1\d\d\)", text)
     res = runner.invoke(app, ["show", "cli-run", "--db", db, "--json"])
-    assert res.exit_code == 0 and '"ttft_ms"' in res.output
+    assert res.exit_code == 0 and '"ttft_ms"' in res.output and '"confidence"' in res.output
     res = runner.invoke(
         app,
         ["export-raw", "cli-run", "--db", db, "--format", "csv", "--out", str(tmp_path / "o.csv")],

@@ -84,10 +84,12 @@ def test_sweep_stores_load_points_and_finds_capacity(server_factory, tmp_path):
     proc = tokenbench(
         "sweep", "--base-url", server.url, "--request-rates", "5,10,20", "--num-prompts", "20",
         "--random-input-len", "16", "--random-output-len", "8", "--slo", "p99_ttft_ms<=200",
-        "--gpu", "h100", "--num-gpus", "2", "--db", db, "--label", "fake H100 pair",
+        "--slo-iterations", "0", "--gpu", "h100", "--num-gpus", "2", "--db", db,
+        "--label", "fake H100 pair",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "SLO capacity" in proc.stdout and "$/Mtok on H100-SXM x2" in proc.stdout
+    assert "at least" in proc.stdout  # every rate met the SLO: a lower bound, said so
     from bench.store.read import list_runs
 
     (run,) = list_runs(db)
@@ -113,7 +115,8 @@ def test_sweep_stores_load_points_and_finds_capacity(server_factory, tmp_path):
     expected = price * 2 / (best.output_tps * 3600) * 1e6
     assert min(cy) == pytest.approx(expected, rel=1e-9)
     slo = parse_thresholds("p99_ttft_ms<=200", flag="--slo")
-    assert capacity_at_slo(curve, slo) is best
+    cap = capacity_at_slo(curve, slo)
+    assert cap.kind == "at_least" and cap.point is best and cap.value == best.output_tps_per_gpu
 
 
 def test_sweep_stop_rule_ends_early_against_failing_server(server_factory, tmp_path):
@@ -146,9 +149,15 @@ def test_slo_bisection_narrows_capacity(tmp_path):
     assert curve.simulated and len(curve.points) == len(rates)
     slo = parse_thresholds("p99_ttft_ms<=1000", flag="--slo")
     cap = capacity_at_slo(curve, slo)
-    assert cap is not None and cap.latency("ttft", "p99") <= 1000
+    # Bracketed by adjacent rates, and interpolated to where P99 TTFT crosses the limit.
+    assert cap.kind == "interpolated"
+    assert rates.index(cap.first_fail.offered) == rates.index(cap.last_pass.offered) + 1
+    assert cap.point.latency("ttft", "p99") == pytest.approx(1000)
+    assert cap.last_pass.output_tps_per_gpu <= cap.value <= cap.first_fail.output_tps_per_gpu
+    assert cap.low <= cap.value <= cap.high
     comps = compare_runs([curve, curve], slo, load_catalogue())
-    assert "1.00x the output tokens/s per GPU" in ratio_sentence(comps)
+    sentence = ratio_sentence(comps)
+    assert "serves 1.00x" in sentence and "could flip" in sentence  # a run against itself
     assert all(
         math.isfinite(r.output_usd_per_mtok) for r in comps[0].cost_rows if r.output_usd_per_mtok
     )

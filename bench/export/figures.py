@@ -14,9 +14,10 @@ from bench.export.report import Chart, Report
 
 # dashboards.figures.compare_figures names -> Report chart keys
 DASHBOARD_KEYS = {
+    "interactivity": "tput_vs_interactivity",
+    "cost_interactivity": "cost_vs_interactivity",
     "ttft": "tput_vs_p99_ttft",
     "tpot": "tput_vs_p99_tpot",
-    "interactivity": "tput_vs_interactivity",
     "cost": "cost_per_tier",
 }
 
@@ -73,8 +74,16 @@ def report_figures(report: Report, height: int = 720) -> dict[str, go.Figure]:
         from dashboards.figures import compare_figures
     except ImportError:
         return {c.key: chart_figure(c) for c in report.charts}
+    from bench.frontier import default_interactivity
+
+    tpot = [t.limit for t in report.slo if t.metric == "p99_tpot_ms" and t.op in ("<", "<=")]
     figs = compare_figures(
-        report.curves, report.catalogue, slo=report.slo, utilisation=report.utilisation
+        report.curves,
+        report.catalogue,
+        slo=report.slo,
+        utilisation=report.utilisation,
+        interactivity=default_interactivity(report.curves, min(tpot, default=None)),
+        comparisons=report.comparisons,
     )
     out = {}
     for chart in report.charts:

@@ -1,7 +1,8 @@
 """A standalone HTML report that opens offline: plotly.js is inlined, no CDN, no fetches.
 
-Same content as the deck, in the same order: summary, what is missing, the four charts
-(the dashboard's figures), the percentile and cost tables, assumptions and methodology.
+Same content as the deck, in the same order: the answer, summary, what is missing, the
+charts (the dashboard's figures, with the $/Mtok tier menu), assumptions (prices with
+sources and dates), methodology, caveats, and the appendix tables.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ tr:nth-child(even) td { background: #eef2f7; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .note { color: #5f6b7a; font-size: 0.9em; }
 .chart { margin: 1em 0 2em; }
+table { display: block; max-width: 100%; overflow-x: auto; }
 """
 
 
@@ -68,6 +70,17 @@ def render_html(report: Report) -> str:
             '<p class="sim">Includes SIMULATED results: from tokenbench\'s roofline-modelled '
             "endpoint, not measured on hardware.</p>"
         )
+    from bench.export.pptx import plan_table
+
+    body.append("<h2>The answer</h2>")
+    if report.plan is not None:
+        body.append(f'<p class="sentence" id="plan-sentence">{escape(report.plan.sentence)}</p>')
+        body.append(table_html(plan_table(report), heading=False))
+        body.append('<ul class="note">' + "".join(
+            f"<li>{escape(a)}</li>" for a in report.plan.assumptions) + "</ul>")  # fmt: skip
+    else:
+        body.append('<p class="note">No demand given, so no GPU count or $/month (export '
+                    "with a demand to size the fleet).</p>")  # fmt: skip
     body.append("<h2>Executive summary</h2>")
     body.append(
         f'<p class="sentence">{escape(report.sentence or "No ratio between GPUs: see what is missing.")}</p>'
@@ -92,15 +105,16 @@ def render_html(report: Report) -> str:
             + "</div>"
         )
         first = False
-    for table in (
-        report.percentiles,
-        report.cost,
-        report.assumptions,
-        report.runs_table,
-        report.prices,
-        report.energy,
-        report.methodology,
-    ):
+    for table in (report.assumptions, report.prices):
+        body.append(table_html(table))
+    if report.tier_note:
+        body.append(f'<p class="note" id="tier-note">{escape(report.tier_note)}</p>')
+    body.append(table_html(report.methodology))
+    body.append("<h2>Caveats</h2>")
+    items = report.caveats or ["None found."]
+    body.append('<ul id="caveats">' + "".join(f"<li>{escape(c)}</li>" for c in items) + "</ul>")
+    body.append("<h2>Appendix</h2>")
+    for table in (report.percentiles, report.cost, report.runs_table, report.energy):
         body.append(table_html(table))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

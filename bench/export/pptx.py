@@ -20,6 +20,7 @@ from pptx.enum.chart import XL_CHART_TYPE, XL_LEGEND_POSITION, XL_MARKER_STYLE
 from pptx.enum.dml import MSO_LINE_DASH_STYLE
 from pptx.enum.shapes import MSO_SHAPE
 from pptx.enum.text import MSO_ANCHOR, MSO_AUTO_SIZE, PP_ALIGN
+from pptx.oxml.ns import qn
 from pptx.util import Emu, Inches, Pt
 
 from bench.export.report import Chart, Report, Table
@@ -39,6 +40,14 @@ ACCENT = RGBColor(0x1F, 0x4E, 0x79)
 HEADER_FILL = RGBColor(0x1F, 0x4E, 0x79)
 ROW_FILL = (RGBColor(0xFF, 0xFF, 0xFF), RGBColor(0xEE, 0xF2, 0xF7))
 WARN = RGBColor(0xB0, 0x3A, 0x2E)
+TITLE_SLIDE, TITLE_ONLY = 0, 5  # layouts of python-pptx's default template
+
+# The i-th run's marker and dash, as dashboards.figures.run_styles gives them on the web.
+MARKERS = (XL_MARKER_STYLE.CIRCLE, XL_MARKER_STYLE.SQUARE, XL_MARKER_STYLE.DIAMOND,
+           XL_MARKER_STYLE.TRIANGLE, XL_MARKER_STYLE.X, XL_MARKER_STYLE.PLUS)  # fmt: skip
+DASHES = (MSO_LINE_DASH_STYLE.SOLID, MSO_LINE_DASH_STYLE.DASH, MSO_LINE_DASH_STYLE.DASH_DOT,
+          MSO_LINE_DASH_STYLE.LONG_DASH, MSO_LINE_DASH_STYLE.ROUND_DOT,
+          MSO_LINE_DASH_STYLE.LONG_DASH_DOT)  # fmt: skip
 
 # Text-fit estimate: glyph advances of Calibri (and Carlito, its metric-compatible twin that
 # LibreOffice renders it with) in em, rounded up. Without Carlito LibreOffice falls back to a
@@ -150,15 +159,42 @@ def _text(
     return box
 
 
+def _title_in_placeholder(slide, title: str, x, y, w, h, *, max_pt, min_pt, colour=INK):
+    """Put the slide's title in its title placeholder (screen readers, the outline view and
+    PowerPoint's accessibility checker read titles from there), placed and fitted like any
+    other text box."""
+    ph = slide.shapes.title
+    ph.left, ph.top, ph.width, ph.height = Inches(x), Inches(y), Inches(w), Inches(h)
+    tf = ph.text_frame
+    tf.word_wrap = True
+    tf.auto_size = MSO_AUTO_SIZE.NONE
+    tf.vertical_anchor = MSO_ANCHOR.TOP
+    for side in ("left", "right"):
+        setattr(tf, f"margin_{side}", Inches(0.05))
+    for side in ("top", "bottom"):
+        setattr(tf, f"margin_{side}", Inches(0.03))
+    tf.text = ""
+    para = tf.paragraphs[0]
+    para.alignment = PP_ALIGN.LEFT
+    run = para.add_run()
+    run.text = title
+    run.font.size = Pt(fit_pt(title, w - 0.1, h - 0.06, max_pt, min_pt))
+    run.font.bold = True
+    run.font.name = FONT
+    run.font.color.rgb = colour
+    return ph
+
+
 def _slide(prs, report: Report, title: str):
-    slide = prs.slides.add_slide(prs.slide_layouts[6])  # blank
+    slide = prs.slides.add_slide(prs.slide_layouts[TITLE_ONLY])
     bar = slide.shapes.add_shape(
         MSO_SHAPE.RECTANGLE, 0, 0, Inches(SLIDE_W), Inches(0.12)
     )  # the theme's one accent
     bar.fill.solid()
     bar.fill.fore_color.rgb = ACCENT
     bar.line.fill.background()
-    _text(slide, MARGIN, TITLE_TOP, CONTENT_W, TITLE_H, title, max_pt=28, min_pt=16, bold=True)
+    _title_in_placeholder(slide, title, MARGIN, TITLE_TOP, CONTENT_W, TITLE_H, max_pt=28,
+                          min_pt=16)  # fmt: skip
     _footer(slide, report, len(prs.slides))
     return slide
 
@@ -357,6 +393,22 @@ def _style_axis(axis, title: str, number_format: str) -> None:
     axis.major_gridlines.format.line.color.rgb = RGBColor(0xD9, 0xD9, 0xD9)
 
 
+def _log_axis(axis) -> None:
+    """A logarithmic value axis (python-pptx has no property for it: c:scaling/c:logBase)."""
+    scaling = axis._element.find(qn("c:scaling"))
+    for old in scaling.findall(qn("c:logBase")) + scaling.findall(qn("c:min")):
+        scaling.remove(old)
+    log = scaling.makeelement(qn("c:logBase"), {"val": "10"})
+    scaling.insert(0, log)
+
+
+def _alt_text(frame, chart: Chart) -> None:
+    """The chart's description for screen readers (PowerPoint's Alt Text pane)."""
+    props = frame._element.nvGraphicFramePr.cNvPr
+    props.set("descr", chart.alt_text or chart.title)
+    props.set("title", chart.title)
+
+
 def _xy_chart(slide, chart: Chart, x, y, w, h):
     data = XyChartData()
     drawn = [s for s in chart.series if s.x]
@@ -372,24 +424,39 @@ def _xy_chart(slide, chart: Chart, x, y, w, h):
     for s, plotted in zip(drawn, pc.plots[0].series, strict=True):
         plotted.smooth = False
         line = plotted.format.line
-        line.color.rgb = _rgb(s.colour)
-        line.width = Pt(1.5 if s.reference else 2.5)
-        if s.reference:
+        marker = plotted.marker
+        if s.reference:  # an SLO limit: grey dashes, no markers
+            line.color.rgb = _rgb(s.colour)
+            line.width = Pt(1.5)
             line.dash_style = MSO_LINE_DASH_STYLE.DASH
-            plotted.marker.style = XL_MARKER_STYLE.NONE
-        else:
-            if s.simulated:
-                line.dash_style = MSO_LINE_DASH_STYLE.ROUND_DOT
-            plotted.marker.style = XL_MARKER_STYLE.CIRCLE
-            plotted.marker.size = 8
-            plotted.marker.format.fill.solid()
-            plotted.marker.format.fill.fore_color.rgb = _rgb(s.colour)
-            plotted.marker.format.line.color.rgb = _rgb(s.colour)
+            marker.style = XL_MARKER_STYLE.NONE
+            continue
+        if s.marker_only:  # a capacity point: a large outlined marker, no line
+            line.fill.background()
+            marker.style = XL_MARKER_STYLE.DIAMOND
+            marker.size = 15
+            marker.format.fill.solid()
+            marker.format.fill.fore_color.rgb = _rgb(s.colour)
+            marker.format.line.color.rgb = RGBColor(0, 0, 0)
+            marker.format.line.width = Pt(1.5)
+            continue
+        line.color.rgb = _rgb(s.colour)
+        line.width = Pt(2.5)
+        line.dash_style = DASHES[s.style_index % len(DASHES)]
+        marker.style = MARKERS[s.style_index % len(MARKERS)]
+        marker.size = 9
+        marker.format.fill.solid()
+        marker.format.fill.fore_color.rgb = _rgb(s.colour)
+        marker.format.line.color.rgb = _rgb(s.colour)
     _style_axis(pc.category_axis, chart.x_title, "#,##0")  # the X value axis of an XY chart
-    _style_axis(pc.value_axis, chart.y_title, "#,##0")
-    pc.category_axis.minimum_scale = 0
-    pc.value_axis.minimum_scale = 0
+    _style_axis(pc.value_axis, chart.y_title, "#,##0.###" if chart.log_y else "#,##0")
+    for axis, log in ((pc.category_axis, chart.log_x), (pc.value_axis, chart.log_y)):
+        if log:
+            _log_axis(axis)
+        else:
+            axis.minimum_scale = 0
     _legend(pc)
+    _alt_text(frame, chart)
     return frame
 
 
@@ -420,6 +487,7 @@ def _bar_chart(slide, chart: Chart, x, y, w, h):
     pc.category_axis.axis_title.text_frame.text = chart.x_title
     pc.category_axis.axis_title.text_frame.paragraphs[0].runs[0].font.size = Pt(14)
     _legend(pc)
+    _alt_text(frame, chart)
     return frame
 
 
@@ -432,11 +500,21 @@ def _legend(pc) -> None:
 
 
 CHART_CAPTIONS = {
-    "tput_vs_p99_ttft": "Each marker is one load point; up and to the left is better.",
-    "tput_vs_p99_tpot": "Each marker is one load point; up and to the left is better.",
+    "tput_vs_p99_ttft": (
+        "Each marker is one load point; up and to the left is better. Dashed: the SLO limit; "
+        "large outlined diamonds: each run's capacity at the SLO."
+    ),
+    "tput_vs_p99_tpot": (
+        "Each marker is one load point; up and to the left is better. Dashed: the SLO limit; "
+        "large outlined diamonds: each run's capacity at the SLO."
+    ),
     "tput_vs_interactivity": (
-        "Each marker is one load point; higher is more throughput per GPU, further right is "
-        "faster for each user."
+        "InferenceX's view: each run's Pareto front (load points no other point beats on both "
+        "axes). Higher is more throughput per GPU, further right is faster for each user."
+    ),
+    "cost_vs_interactivity": (
+        "Along each run's Pareto front, on one pricing tier every GPU has; lower is cheaper, "
+        "further right is faster for each user."
     ),
     "cost_per_tier": "At each run's capacity point; lower is cheaper.",
 }
@@ -444,7 +522,8 @@ CHART_CAPTIONS = {
 
 def chart_slide(prs, report: Report, chart: Chart):
     slide = _slide(prs, report, chart.title)
-    caption = " ".join(x for x in (CHART_CAPTIONS.get(chart.key), chart.note) if x)
+    tiers = report.tier_note if chart.key == "cost_per_tier" else None
+    caption = " ".join(x for x in (CHART_CAPTIONS.get(chart.key), chart.note, tiers) if x)
     chart_h = BODY_BOTTOM - BODY_TOP - 0.5
     if chart.empty:
         _text(slide, MARGIN, BODY_TOP + 1.0, CONTENT_W, 1.5,
@@ -464,17 +543,32 @@ def chart_slide(prs, report: Report, chart: Chart):
 
 
 def _title_slide(prs, report: Report) -> None:
-    slide = prs.slides.add_slide(prs.slide_layouts[6])
+    slide = prs.slides.add_slide(prs.slide_layouts[TITLE_SLIDE])
     band = slide.shapes.add_shape(MSO_SHAPE.RECTANGLE, 0, Inches(2.2), Inches(SLIDE_W),
                                   Inches(2.6))  # fmt: skip
     band.fill.solid()
     band.fill.fore_color.rgb = ACCENT
     band.line.fill.background()
+    # The band is drawn first, so the title and subtitle placeholders sit on top of it.
+    slide.shapes._spTree.remove(band._element)
+    slide.shapes._spTree.insert(2, band._element)
     white = RGBColor(0xFF, 0xFF, 0xFF)
-    _text(slide, MARGIN + 0.3, 2.4, CONTENT_W - 0.6, 1.2, report.title, max_pt=40, min_pt=24,
-          bold=True, colour=white)  # fmt: skip
-    _text(slide, MARGIN + 0.3, 3.6, CONTENT_W - 0.6, 1.0, report.subtitle, max_pt=24,
-          min_pt=14, colour=white)  # fmt: skip
+    _title_in_placeholder(slide, report.title, MARGIN + 0.3, 2.4, CONTENT_W - 0.6, 1.2,
+                          max_pt=40, min_pt=24, colour=white)  # fmt: skip
+    sub = slide.placeholders[1]
+    sub.left, sub.top = Inches(MARGIN + 0.3), Inches(3.6)
+    sub.width, sub.height = Inches(CONTENT_W - 0.6), Inches(1.0)
+    tf = sub.text_frame
+    tf.word_wrap = True
+    tf.auto_size = MSO_AUTO_SIZE.NONE
+    tf.text = ""
+    para = tf.paragraphs[0]
+    para.alignment = PP_ALIGN.LEFT
+    run = para.add_run()
+    run.text = report.subtitle
+    run.font.size = Pt(fit_pt(report.subtitle, CONTENT_W - 0.7, 0.94, 24, 14))
+    run.font.name = FONT
+    run.font.color.rgb = white
     runs = "Runs: " + "; ".join(f"{f.legend} [{f.run_id[:8]}]" for f in report.runs)
     _text(slide, MARGIN, 5.1, CONTENT_W, 0.9, runs, max_pt=16, min_pt=10, colour=INK)
     _text(slide, MARGIN, 6.0, CONTENT_W, 0.4, f"Generated {report.generated_at} by tokenbench",
@@ -485,58 +579,175 @@ def _title_slide(prs, report: Report) -> None:
               "hardware", max_pt=20, bold=True, colour=WARN)  # fmt: skip
 
 
+def _money(v: float | None, decimals: int = 0) -> str:
+    return "—" if v is None else f"${v:,.{decimals}f}"
+
+
+def plan_table(report: Report) -> Table:
+    """The buying answer per system, as the answer slide lays it out (no new numbers: every
+    cell is a field of report.plan, formatted)."""
+    from bench.export.report import Num
+
+    plan = report.plan
+    headers = ["System", "Capacity at the SLO", "GPUs (95% range)", "Nodes", "Cheapest tier",
+               "$/GPU-hour", "$/month", "$/Mtok output at the demand",
+               "$/Mtok at capacity (busy)"]  # fmt: skip
+    rows: list[list] = []
+    for s in plan.systems if plan else []:
+        lo, hi = s.gpus_range
+        if s.gpus is None:
+            gpus = "cannot be sized"
+        elif s.capacity_kind == "at_least":
+            gpus = f"at most {s.gpus}"
+        elif lo is not None and hi is not None and lo != hi:
+            gpus = f"{s.gpus} ({lo}-{hi})"
+        elif s.capacity_kind == "interpolated" and hi is None:
+            gpus = f"{s.gpus} (open above)"
+        else:
+            gpus = f"{s.gpus}"
+        t = s.cheapest
+        rows.append([
+            s.legend, s.capacity_text, gpus, Num(s.nodes, 0),
+            t.tier if t else "—",
+            Num(t.price_usd_per_gpu_hr if t else None, 2, prefix="$"),
+            Num(t.usd_per_month if t else None, 0, prefix="$"),
+            Num(t.usd_per_mtok if t else None, 3, prefix="$"),
+            Num(t.busy_usd_per_mtok if t else None, 3, prefix="$"),
+        ])  # fmt: skip
+    return Table("plan", "The answer", headers, rows,
+                 empty_text="No plan: no demand was given and the runs' scenario has no mean "
+                 "rate (export with a demand, e.g. --demand-rps).")  # fmt: skip
+
+
+def _answer_slide(prs, report: Report) -> None:
+    """The first content slide: which system, how many GPUs, $/month and $/Mtok at the SLO."""
+    plan = report.plan
+    rec = plan.recommendation if plan else None
+    if rec is not None:
+        title = f"The answer: {rec.gpus} x {rec.gpu_type} on {rec.tier.tier}"
+    elif plan is None:
+        title = "The answer: capacity and cost at the SLO (no demand given to size for)"
+    else:
+        title = "The answer: no system could be sized"
+    slide = _slide(prs, report, title)
+    top = BODY_TOP
+    if plan is None:
+        head = "No demand given, so no GPU count or $/month. " + (report.sentence or "")
+    else:
+        head = plan.sentence
+    lines = wrapped_lines(head, CONTENT_W - 0.1, 20)
+    box_h = min(1.6, lines * 20 * LINE_EM / 72 + 0.15)
+    _text(slide, MARGIN, top, CONTENT_W, box_h, head, max_pt=20, min_pt=12, bold=True,
+          colour=ACCENT, anchor=MSO_ANCHOR.MIDDLE)  # fmt: skip
+    top += box_h + 0.1
+    if plan is not None:
+        demand = f"Demand: {plan.demand.text()}. " + (
+            f"SLO: {', '.join(str(t) for t in plan.slo)} ({plan.slo_source})."
+            if plan.slo
+            else "No SLO: sized at peak throughput."
+        )
+        _text(slide, MARGIN, top, CONTENT_W, 0.4, demand, max_pt=13, colour=MUTED)
+        top += 0.45
+    if report.sentence and plan is not None:
+        _text(slide, MARGIN, top, CONTENT_W, 0.6, report.sentence, max_pt=13, colour=INK)
+        top += 0.65
+    table = plan_table(report)
+    if table.rows:
+        table_slides(prs, report, table, title=title, top=top, max_pt=13, one_page_pt=10,
+                     first_slide=slide)  # fmt: skip
+    if report.caveats:
+        # Leave the caveats to their slide, but say here that they exist.
+        _text(slide, MARGIN, BODY_BOTTOM - 0.35, CONTENT_W, 0.35,
+              f"{len(report.caveats)} caveats apply (bounds, sample sizes, simulation): see "
+              "'Caveats'.", max_pt=12, bold=True, colour=WARN)  # fmt: skip
+
+
+def _bullets_slide(prs, report: Report, title: str, items: list[str], *, colour=INK) -> None:
+    """A list of sentences, as many slides as it needs at a readable size."""
+    pages: list[list[str]] = [[]]
+    height = BODY_BOTTOM - BODY_TOP
+    for item in items:
+        trial = pages[-1] + [item]
+        if pages[-1] and fit_pt("\n".join("• " + i for i in trial), CONTENT_W - 0.1,
+                                height - 0.06, 16, 12) <= 12:  # fmt: skip
+            pages.append([item])
+        else:
+            pages[-1] = trial
+    for k, page in enumerate(pages):
+        name = title + (f" ({k + 1}/{len(pages)})" if len(pages) > 1 else "")
+        slide = _slide(prs, report, name)
+        _text(slide, MARGIN, BODY_TOP, CONTENT_W, height, "\n".join("• " + i for i in page),
+              max_pt=16, min_pt=10, colour=colour)  # fmt: skip
+
+
+def _section_slide(prs, report: Report, title: str, subtitle: str) -> None:
+    slide = _slide(prs, report, title)
+    _text(slide, MARGIN, 3.0, CONTENT_W, 1.0, subtitle, max_pt=20, colour=MUTED)
+
+
 def _summary_slide(prs, report: Report) -> None:
+    """Capacity at the SLO side by side (the verdict sentence is on the answer slide)."""
     slide = _slide(prs, report, "Executive summary")
     top = BODY_TOP
-    sentence = report.sentence or (
-        "No ratio between GPUs: it needs two runs that each have a capacity point"
-        + (" (see what is missing below)." if report.missing else ".")
-        if len(report.curves) > 1
-        else "One run: " + report.curves[0].legend + "."
-    )
-    # The sentence box is as tall as the sentence needs at 20 pt (at most 1.2 in).
-    lines = wrapped_lines(sentence, CONTENT_W - 0.1, 20)
-    box_h = min(1.2, lines * 20 * LINE_EM / 72 + 0.15)
-    _text(slide, MARGIN, top, CONTENT_W, box_h, sentence, max_pt=20, min_pt=12, bold=True,
-          colour=ACCENT, anchor=MSO_ANCHOR.MIDDLE)  # fmt: skip
-    top += box_h + 0.15
     if report.missing:
         _text(slide, MARGIN, top, CONTENT_W, 0.35,
               f"Some figures are missing ({len(report.missing)} notes): see 'What this report "
               "could not show' on the next slide.", max_pt=12, bold=True, colour=WARN)  # fmt: skip
         top += 0.4
-    # Capacity on the left, $/Mtok per tier on the right: both fit one slide at a readable size.
-    half = (CONTENT_W - 0.3) / 2
+    # Capacity across the slide (its cells carry intervals and brackets); $/Mtok on the next.
     table_slides(prs, report, report.summary, title="Executive summary: capacity", top=top,
-                 width=half, max_pt=14, one_page_pt=11, first_slide=slide)  # fmt: skip
+                 max_pt=13, min_pt=8, one_page_pt=9, first_slide=slide)  # fmt: skip
     if report.summary_cost.rows:
-        table_slides(prs, report, report.summary_cost, title="Executive summary: $/Mtok",
-                     top=top, left=MARGIN + half + 0.3, width=half, max_pt=14, one_page_pt=11,
-                     first_slide=slide)  # fmt: skip
+        table_slides(prs, report, report.summary_cost, title="Executive summary: $/Mtok at "
+                     "capacity, every pricing tier", max_pt=14, one_page_pt=10)  # fmt: skip
     else:
-        _text(slide, MARGIN + half + 0.3, top, half, 1.2,
+        _text(slide, MARGIN, BODY_BOTTOM - 0.8, CONTENT_W, 0.7,
               "No $/Mtok: no run has both a GPU type with prices and a capacity point (see "
               "'What this report could not show').", max_pt=16, colour=WARN)  # fmt: skip
 
 
+def _assumptions_slides(prs, report: Report) -> None:
+    table_slides(prs, report, report.assumptions, title="Assumptions", max_pt=14)
+    if report.plan is not None:
+        _bullets_slide(prs, report, "Assumptions: sizing and $/month", report.plan.assumptions)
+    prices = report.prices
+    if report.tier_note:
+        prices = Table(prices.name, prices.title, prices.headers, prices.rows,
+                       note=report.tier_note, empty_text=prices.empty_text)  # fmt: skip
+    table_slides(prs, report, prices, title="Assumptions: prices, sources and dates", max_pt=12,
+                 one_page_pt=9)  # fmt: skip
+
+
 def write_pptx(report: Report, out: Path) -> Path:
-    """Write the deck to `out` (a .pptx path); returns it."""
+    """Write the deck to `out` (a .pptx path); returns it.
+
+    Order: title; the answer; executive summary; what is missing; the charts (InferenceX's
+    two views, then latency with SLO lines, then cost per tier); assumptions (prices with
+    sources and dates); methodology; caveats; appendix (percentiles, runs, energy).
+    """
     prs = Presentation()
     prs.slide_width, prs.slide_height = Inches(SLIDE_W), Inches(SLIDE_H)
     _title_slide(prs, report)
+    _answer_slide(prs, report)
     _summary_slide(prs, report)
     if report.missing:
         table_slides(prs, report, report.missing_table, max_pt=16)
     for chart in report.charts:
         chart_slide(prs, report, chart)
-    table_slides(prs, report, report.percentiles, max_pt=13)
-    table_slides(prs, report, report.assumptions, title="Assumptions", max_pt=14)
-    table_slides(prs, report, report.runs_table, title="Assumptions: runs and software",
+    _assumptions_slides(prs, report)
+    table_slides(prs, report, report.methodology, max_pt=14, one_page_pt=10)
+    _bullets_slide(prs, report, "Caveats", report.caveats or ["None found: every capacity "
+                   "is bracketed by a passing and a failing load, on at least 100 requests "
+                   "per point."])  # fmt: skip
+    _section_slide(prs, report, "Appendix", "The measured data behind every figure: "
+                   "percentiles per load point, runs and software, energy.")  # fmt: skip
+    table_slides(prs, report, report.percentiles, title="Appendix: latency percentiles per "
+                 "load point", max_pt=11, one_page_pt=10)  # fmt: skip
+    table_slides(prs, report, report.runs_table, title="Appendix: runs and software",
                  max_pt=13)  # fmt: skip
-    table_slides(prs, report, report.prices, title="Assumptions: prices", max_pt=12)
     if report.energy.rows:
-        table_slides(prs, report, report.energy, max_pt=13)
-    table_slides(prs, report, report.methodology, max_pt=14)
+        table_slides(prs, report, report.energy, title="Appendix: energy per output token",
+                     max_pt=13)  # fmt: skip
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     prs.save(str(out))

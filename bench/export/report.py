@@ -28,12 +28,13 @@ from bench.curves import (
     RunComparison,
     RunCurve,
     compare_runs,
-    interactivity_curve,
     latency_curve,
     ratio_sentence,
+    resolve_slo,
     run_curves,
 )
-from bench.metrics import LATENCY_METRICS, Threshold, parse_thresholds
+from bench.metrics import LATENCY_METRICS, Threshold
+from bench.plan import Demand, Plan, default_demand, plan_capacity
 
 # --------------------------------------------------------------------------- data model
 
@@ -94,6 +95,8 @@ class Series:
     labels: list[str] = field(default_factory=list)  # load point titles
     reference: bool = False  # an SLO limit line, drawn dashed without markers
     simulated: bool = False  # drawn dotted, as the dashboard does
+    marker_only: bool = False  # a capacity point (or other mark): a marker, no line
+    style_index: int = 0  # the run's place: its marker and dash (dashboards.figures.run_styles)
 
 
 @dataclass
@@ -108,6 +111,9 @@ class Chart:
     series: list[Series]
     categories: list[str] = field(default_factory=list)  # bar charts: the x categories
     note: str | None = None  # e.g. runs left out and why
+    log_x: bool = False  # values span more than 20x: a logarithmic axis
+    log_y: bool = False
+    alt_text: str = ""  # what the chart shows, in words, for a screen reader (deck alt text)
 
     @property
     def empty(self) -> bool:
@@ -155,6 +161,15 @@ class Report:
     assumptions: Table
     methodology: Table
     charts: list[Chart]
+    # The buying answer (bench.plan.Plan; its docstring gives the shape): GPUs, nodes,
+    # $/month and $/Mtok per tier for each run, the cheapest option meeting the SLO and the
+    # assumptions. None when no demand was given and the runs' scenario has no mean rate.
+    plan: Plan | None = None
+    # Why a figure might be wrong, one line each: capacity bounds, thin tails, misses within
+    # their interval, interrupted points, a late simulated endpoint, simulated results,
+    # pricing tiers that differ between GPUs, systems the plan cannot size.
+    caveats: list[str] = field(default_factory=list)
+    tier_note: str | None = None  # which tiers some GPUs lack, when they differ
 
     @property
     def any_simulated(self) -> bool:
@@ -214,8 +229,18 @@ METHODOLOGY: tuple[tuple[str, str], ...] = (
     ("Interactivity (tok/s per user)", "1000 / median TPOT in ms: the speed one user sees."),
     (
         "Capacity at the SLO",
-        "The highest-throughput load point whose P99s (and other thresholds) meet every SLO "
-        "given; without an SLO, the peak-throughput point.",
+        "The highest load meeting every SLO threshold, interpolated between the last load "
+        "point meeting it and the first breaking it, on the metric that breaks first; 'at "
+        "least' when every load met it (a lower bound), 'below' when none did. Its 95% "
+        "interval repeats the interpolation through the ends of each percentile's interval. "
+        "Without an SLO, the peak-throughput point.",
+    ),
+    (
+        "95% interval of a percentile",
+        "Distribution-free: between two order statistics chosen from the binomial "
+        "distribution of the samples below the true percentile. 'open' where the samples "
+        "cannot bound it (a P99 from fewer than ~300 requests has no upper end); a P99 from "
+        "fewer than 100 requests is flagged as thin.",
     ),
     (
         "$/Mtok",
@@ -231,7 +256,13 @@ METHODOLOGY: tuple[tuple[str, str], ...] = (
 
 # --------------------------------------------------------------------------- building
 
-CHART_KEYS = ("tput_vs_p99_ttft", "tput_vs_p99_tpot", "tput_vs_interactivity", "cost_per_tier")
+CHART_KEYS = (
+    "tput_vs_interactivity",
+    "cost_vs_interactivity",
+    "tput_vs_p99_ttft",
+    "tput_vs_p99_tpot",
+    "cost_per_tier",
+)
 
 
 def _provenance(curve: RunCurve) -> str:
@@ -267,17 +298,6 @@ def _software(info) -> str:
     return ", ".join(parts)
 
 
-def _stored_slo(infos) -> list[Threshold]:
-    """The SLO the runs were swept against (sweep extra), when they all agree."""
-    found = []
-    for info in infos:
-        sweep = (info.extra_json or {}).get("sweep") or {}
-        found.append(tuple(sweep.get("slo") or ()))
-    if not found or not found[0] or any(f != found[0] for f in found):
-        return []
-    return parse_thresholds(",".join(found[0]), flag="stored SLO")
-
-
 def _capacity_label(c: RunComparison) -> str:
     if c.capacity is None:
         return "no load point met the SLO" if c.basis == "SLO capacity" else "no load points"
@@ -304,8 +324,20 @@ def _summary_table(comparisons, slo, utilisation) -> Table:
     row("GPU", lambda c: f"{c.curve.gpu_type or 'unknown GPU'} x{c.curve.gpu_count}")
     row("Measured or simulated", lambda c: _provenance(c.curve))
     row("Basis", lambda c: c.basis)
+    row("Capacity", lambda c: c.at_slo.text() if c.at_slo else "—")
     row("Load point at capacity", _capacity_label)
     row("Output tok/s per GPU", at_cap(lambda c, p: p.output_tps_per_gpu, 0))
+    row("Capacity 95% low (tok/s per GPU)", lambda c: Num(c.at_slo.low if c.at_slo else None, 0))
+    row("Capacity 95% high (tok/s per GPU)", lambda c: Num(c.at_slo.high if c.at_slo else None, 0))
+    row(
+        "Last load meeting the SLO",
+        lambda c: c.at_slo.last_pass.title if c.at_slo and c.at_slo.last_pass else "—",
+    )
+    row(
+        "First load breaking it",
+        lambda c: c.at_slo.first_fail.title if c.at_slo and c.at_slo.first_fail else "—",
+    )
+    row("Decided by", lambda c: (c.at_slo.deciding or "—") if c.at_slo else "—")
     row("Requests/s per GPU", at_cap(lambda c, p: p.requests_per_s / c.curve.gpu_count, 2))
     row("P99 TTFT (ms)", at_cap(lambda c, p: p.latency("ttft"), 0))
     row("P99 TPOT (ms)", at_cap(lambda c, p: p.latency("tpot"), 1))
@@ -384,41 +416,68 @@ def _meets(point: CurvePoint, slo) -> str:
     return "yes" if point.meets(slo) else "no"
 
 
+def _ci_cell(p: CurvePoint, metric: str, decimals: int) -> str:
+    """'81-96' (95% interval of the P99), 'open' at an end the data cannot bound."""
+    ci = p.ci(metric, "p99")
+    if ci is None:
+        return "—"
+    lo, hi = (("open" if v is None else f"{v:,.{decimals}f}") for v in ci)
+    return f"{lo}-{hi}"
+
+
 def _percentile_table(curves, slo) -> Table:
+    from bench.metrics import THIN_SAMPLES
+
     headers = [
         "Run",
         "Load point",
+        "Requests (n)",
         "Output tok/s per GPU",
         "Req/s per GPU",
         "TTFT P50 (ms)",
-        "TTFT P90 (ms)",
         "TTFT P99 (ms)",
+        "TTFT P99 95% CI",
         "TPOT P50 (ms)",
         "TPOT P99 (ms)",
+        "TPOT P99 95% CI",
         "ITL P99 (ms)",
         "E2EL P99 (ms)",
         "Meets SLO",
     ]
     rows: list[list[Cell]] = []
+    thin = False
     for curve in curves:
         for p in curve.points:
+            n = p.count("ttft")
+            thin = thin or (n is not None and n < THIN_SAMPLES)
             rows.append(
                 [
                     curve.legend,
-                    p.title,
+                    p.title + (" (interrupted)" if p.partial else ""),
+                    Num(n, 0, suffix=" (thin)" if n is not None and n < THIN_SAMPLES else ""),
                     Num(p.output_tps_per_gpu, 0),
                     Num(p.requests_per_s / curve.gpu_count, 2),
                     Num(p.latency("ttft", "p50"), 0),
-                    Num(p.latency("ttft", "p90"), 0),
                     Num(p.latency("ttft", "p99"), 0),
+                    _ci_cell(p, "ttft", 0),
                     Num(p.latency("tpot", "p50"), 1),
                     Num(p.latency("tpot", "p99"), 1),
+                    _ci_cell(p, "tpot", 1),
                     Num(p.latency("itl", "p99"), 1),
                     Num(p.latency("e2el", "p99"), 0),
                     _meets(p, slo),
                 ]
             )
-    return Table("percentiles", "Latency percentiles per load point", headers, rows)
+    note = (
+        "95% CI: distribution-free (order-statistic) interval of the P99; 'open' where the "
+        "requests cannot bound it."
+        + (
+            f" (thin): fewer than {THIN_SAMPLES} requests, the P99 is one of the slowest few."
+            if thin
+            else ""
+        )  # fmt: skip
+    )
+    return Table("percentiles", "Latency percentiles per load point", headers, rows, note)
 
 
 def _load_point_table(curves, slo) -> Table:
@@ -447,7 +506,17 @@ def _load_point_table(curves, slo) -> Table:
         "Goodput req/s",
         "Interactivity (tok/s per user)",
         "Meets SLO",
+        "Partial (interrupted)",
+        "Simulated endpoint late by (ms)",
     ] + [f"{m.upper()} {s} (ms)" for m in LATENCY_METRICS for s in stats]
+    headers += [f"{m.upper()} samples" for m in LATENCY_METRICS]
+    headers += [
+        f"{m.upper()} {s} 95% {end} (ms)"
+        for m in LATENCY_METRICS
+        for s in stats
+        if s.startswith("p")
+        for end in ("low", "high")
+    ]
     rows: list[list[Cell]] = []
     for curve in curves:
         for p in curve.points:
@@ -472,11 +541,21 @@ def _load_point_table(curves, slo) -> Table:
                     Num(p.goodput_requests_per_s, 3),
                     Num(p.interactivity, 2),
                     _meets(p, slo),
+                    "yes" if p.partial else "no",
+                    Num(p.late_ms, 1),
                 ]
                 + [
                     Num(p.metrics.get(f"{m}_ms", {}).get(s), 2)
                     for m in LATENCY_METRICS
                     for s in stats
+                ]
+                + [Num(p.count(m), 0) for m in LATENCY_METRICS]
+                + [
+                    Num((p.ci(m, s) or (None, None))[end], 2)
+                    for m in LATENCY_METRICS
+                    for s in stats
+                    if s.startswith("p")
+                    for end in (0, 1)
                 ]
             )
     return Table("load_points", "Raw load points", headers, rows)
@@ -591,7 +670,9 @@ def _runs_table(facts: Sequence[RunFacts]) -> Table:
     return Table("runs", "Runs, GPUs and software under test", headers, rows)
 
 
-def _assumptions_table(report_slo, slo_source, utilisation, catalogue_label, facts) -> Table:
+def _assumptions_table(
+    report_slo, slo_source, utilisation, catalogue_label, facts, catalogue=None
+) -> Table:
     if report_slo:
         slo_text = ", ".join(str(t) for t in report_slo) + f" ({slo_source})"
     else:
@@ -601,6 +682,7 @@ def _assumptions_table(report_slo, slo_source, utilisation, catalogue_label, fac
         ["SLO", slo_text],
         ["Fleet utilisation", f"{utilisation:.0%} ($/Mtok divided by it)"],
         ["Pricing catalogue", catalogue_label],
+        *_energy_assumptions(catalogue),
         ["Scenario", "; ".join(scenarios) or "not stored"],
         [
             "GPUs and counts",
@@ -612,7 +694,28 @@ def _assumptions_table(report_slo, slo_source, utilisation, catalogue_label, fac
     return Table("assumptions", "Assumptions", ["Assumption", "Value"], rows)
 
 
-def _xy_series(curve: RunCurve, xs, ys, points) -> Series:
+LOG_SPAN = 20.0  # the dashboard's rule (dashboards.figures.LOG_SPAN): wider spans go log
+
+
+def _wide(values) -> bool:
+    positive = [v for v in values if v is not None and v > 0]
+    return bool(positive) and max(positive) / min(positive) > LOG_SPAN
+
+
+def _energy_assumptions(catalogue) -> list[list[Cell]]:
+    """Electricity price and PUE (the energy table and owned-hardware tiers use them)."""
+    tco = getattr(catalogue, "tco_defaults", None)
+    rows: list[list[Cell]] = []
+    for label, name, unit in (("Electricity price", "usd_per_kwh", "$/kWh"),
+                              ("Facility PUE", "pue", "")):  # fmt: skip
+        a = getattr(tco, name, None) if tco is not None else None
+        if a is not None:
+            why = a.source or a.note or ""
+            rows.append([label, f"{a.value:g} {unit}".strip() + (f" ({why})" if why else "")])
+    return rows
+
+
+def _xy_series(curve: RunCurve, xs, ys, points, index: int) -> Series:
     return Series(
         curve.legend,
         curve.colour,
@@ -620,54 +723,159 @@ def _xy_series(curve: RunCurve, xs, ys, points) -> Series:
         list(ys),
         [p.title for p in points],
         simulated=curve.simulated,
+        style_index=index,
     )
 
 
-def _latency_chart(curves, metric: str, slo) -> Chart:
-    """x = P99 latency (ms), y = output tokens/s per GPU, as the dashboard draws it."""
+def _latency_chart(curves, metric: str, slo, comparisons=()) -> Chart:
+    """x = P99 latency (ms), y = output tokens/s per GPU, as the dashboard draws it: the SLO
+    limit as a line, each capacity at the SLO as a marker, a log axis over wide spans."""
     series = []
-    for curve in curves:
+    for i, curve in enumerate(curves):
         tps, latency = latency_curve(curve, metric, "p99")
         pts = [p for p in curve.points if p.latency(metric, "p99") is not None]
-        series.append(_xy_series(curve, latency, tps, pts))
-    xmax = max((max(s.x) for s in series if s.x), default=0.0)
+        series.append(_xy_series(curve, latency, tps, pts, i))
+    xs = [x for s in series for x in s.x]
     ymax = max((max(v for v in s.y if v is not None) for s in series if s.y), default=0.0)
-    notes = []
-    for t in slo:
-        if t.metric != f"p99_{metric}_ms" or t.op not in ("<", "<=") or not ymax:
-            continue
-        # A limit far beyond every point would squash the curves into a corner of the chart.
-        if t.limit <= 1.5 * xmax:
+    limits = [t for t in slo if t.metric == f"p99_{metric}_ms" and t.op in ("<", "<=") and ymax]
+    for t in limits:
+        series.append(
+            Series(f"SLO {t}", "#444444", [t.limit, t.limit], [0.0, ymax * 1.05], [], True)
+        )
+    marks = []
+    for i, c in enumerate(comparisons):
+        x = c.capacity.latency(metric, "p99") if c.capacity is not None else None
+        if c.basis == "SLO capacity" and x is not None:
+            marks.append(c.curve.legend)
             series.append(
-                Series(f"SLO {t}", "#7f7f7f", [t.limit, t.limit], [0.0, ymax * 1.05], [], True)
+                Series(
+                    f"Capacity at the SLO: {c.curve.legend}",
+                    c.curve.colour,
+                    [x],
+                    [c.capacity.output_tps_per_gpu],
+                    [c.capacity.title],
+                    marker_only=True,
+                    style_index=i,
+                )  # fmt: skip
             )
-        else:
-            notes.append(f"SLO {t} lies beyond every point shown.")
     name = metric.upper()
+    log_x = _wide(xs + [t.limit for t in limits])
+    alt = (
+        f"Line chart: output tokens per second per GPU (y) against P99 {name} in ms (x"
+        + (", log scale" if log_x else "")
+        + "), one line per run: "
+        + "; ".join(
+            f"{c.legend} from {_span(latency_curve(c, metric, 'p99'))}" for c in curves if c.points
+        )
+        + "."
+        + (f" A dashed line marks the SLO {', '.join(str(t) for t in limits)}." if limits else "")
+        + (" Large markers show each run's capacity at the SLO." if marks else "")
+    )
     return Chart(
         f"tput_vs_p99_{metric}",
         f"Throughput per GPU vs P99 {name}",
         "xy",
-        f"P99 {name} (ms)",
+        f"P99 {name} (ms{', log scale' if log_x else ''})",
         "Output tokens/s per GPU",
         series,
-        note=" ".join(notes) or None,
+        log_x=log_x,
+        alt_text=alt,
     )
 
 
+def _span(xy) -> str:
+    """'120 tok/s/GPU at 95 ms to 950 tok/s/GPU at 1,400 ms' for alt text."""
+    tps, lat = xy
+    if not tps:
+        return "no points"
+    return f"{tps[0]:,.0f} tok/s/GPU at {lat[0]:,.0f} ms to {tps[-1]:,.0f} at {lat[-1]:,.0f} ms"
+
+
 def _interactivity_chart(curves) -> Chart:
+    """InferenceX's view: each run's Pareto front of throughput per GPU against tok/s/user."""
+    from bench.frontier import pareto_front
+
     series = []
-    for curve in curves:
-        xs, ys = interactivity_curve(curve)
-        pts = [p for p in curve.points if p.interactivity is not None]
-        series.append(_xy_series(curve, xs, ys, pts))
+    for i, curve in enumerate(curves):
+        front = pareto_front(curve.points)
+        series.append(
+            Series(
+                curve.legend,
+                curve.colour,
+                [f.interactivity for f in front],
+                [f.output_tps_per_gpu for f in front],
+                [f.title for f in front],
+                simulated=curve.simulated,
+                style_index=i,
+            )  # fmt: skip
+        )
+    alt = "Line chart: each run's Pareto front of output tokens/s per GPU (y) against " + (
+        "interactivity in tokens/s per user (x): "
+        + "; ".join(
+            f"{s.name} from {s.y[0]:,.0f} tok/s/GPU at {s.x[0]:,.1f} tok/s/user to "
+            f"{s.y[-1]:,.0f} at {s.x[-1]:,.1f}"
+            for s in series
+            if s.x
+        )
+        + "."
+    )
     return Chart(
         "tput_vs_interactivity",
-        "Throughput per GPU vs interactivity",
+        "Throughput per GPU vs interactivity (Pareto front)",
         "xy",
-        "Interactivity (tokens/s per user)",
+        "Interactivity (tokens/s per user = 1000 / median TPOT)",
         "Output tokens/s per GPU",
         series,
+        alt_text=alt,
+    )
+
+
+def _cost_interactivity_chart(curves, catalogue, utilisation) -> Chart:
+    """$/Mtok against interactivity along each run's front, on the tier the dashboard's view
+    opens on (bench.frontier.cost_view_tier: the cheapest on-demand tier all GPUs have)."""
+    from bench.cost import cost_at_utilisation, dollars_per_mtok
+    from bench.frontier import cost_view_tier, pareto_front
+
+    tier = cost_view_tier(curves, catalogue)
+    series = []
+    for i, curve in enumerate(curves):
+        if tier is None or not curve.gpu_type:
+            continue
+        try:
+            price = price_per_gpu_hour(
+                catalogue.tier(catalogue.resolve_gpu(curve.gpu_type), tier), catalogue
+            )
+        except PriceCatalogueError:
+            continue
+        by_lp = {p.load_point: p for p in curve.points}
+        xs, ys, labels = [], [], []
+        for f in pareto_front(curve.points):
+            usd = cost_at_utilisation(
+                dollars_per_mtok(price, curve.gpu_count, by_lp[f.load_point].output_tps),
+                utilisation,
+            )
+            if usd is not None:
+                xs.append(f.interactivity)
+                ys.append(usd)
+                labels.append(f.title)
+        series.append(Series(curve.legend, curve.colour, xs, ys, labels,
+                             simulated=curve.simulated, style_index=i))  # fmt: skip
+    log_y = _wide([y for s in series for y in s.y])
+    title = f"$/Mtok output vs interactivity: {tier or 'no prices'} ({utilisation:.0%} utilisation)"
+    return Chart(
+        "cost_vs_interactivity",
+        title,
+        "xy",
+        "Interactivity (tokens/s per user = 1000 / median TPOT)",
+        f"$ per million output tokens{' (log scale)' if log_y else ''}",
+        series,
+        note=None if tier else "No run has a GPU with prices.",
+        log_y=log_y,
+        alt_text=(
+            f"Line chart: $ per million output tokens on the {tier} tier (y) against "
+            "interactivity in tokens/s per user (x), along each run's Pareto front; lower is "
+            "cheaper, further right is faster for each user."
+        ),
     )
 
 
@@ -675,12 +883,13 @@ def _cost_chart(comparisons, utilisation) -> Chart:
     tiers = _tiers(comparisons)
     series = []
     left_out = []
-    for c in comparisons:
+    for i, c in enumerate(comparisons):
         if not c.cost_rows:
             left_out.append(c.curve.legend)
             continue
         by_tier = {r.tier: r.output_usd_per_mtok_at_utilisation for r in c.cost_rows}
-        series.append(Series(c.curve.legend, c.curve.colour, [], [by_tier.get(t) for t in tiers]))
+        series.append(Series(c.curve.legend, c.curve.colour, [], [by_tier.get(t) for t in tiers],
+                             simulated=c.curve.simulated, style_index=i))  # fmt: skip
     note = f"left out (no $/Mtok): {', '.join(left_out)}" if left_out else None
     return Chart(
         "cost_per_tier",
@@ -691,7 +900,81 @@ def _cost_chart(comparisons, utilisation) -> Chart:
         series,
         categories=tiers,
         note=note,
+        alt_text=(
+            "Bar chart: $ per million output tokens at each run's capacity, one group of bars "
+            "per pricing tier: "
+            + "; ".join(
+                f"{s.name} from ${min(v for v in s.y if v is not None):,.3f} to "
+                f"${max(v for v in s.y if v is not None):,.3f}"
+                for s in series
+                if any(v is not None for v in s.y)
+            )
+            + "."
+        ),
     )
+
+
+def _tier_note(curves, catalogue) -> str | None:
+    """Which pricing tiers only some GPUs have: a cheapest-tier comparison must say so."""
+    by_gpu: dict[str, list[str]] = {}
+    for curve in curves:
+        try:
+            gpu = catalogue.resolve_gpu(curve.gpu_type) if curve.gpu_type else None
+            by_gpu.setdefault(gpu, [t.name for t in catalogue.tiers(gpu)]) if gpu else None
+        except PriceCatalogueError:
+            continue
+    if len(by_gpu) < 2:
+        return None
+    tiers = list(dict.fromkeys(t for names in by_gpu.values() for t in names))
+    gaps = [
+        f"{tier} (no price for {', '.join(g for g, names in by_gpu.items() if tier not in names)})"
+        for tier in tiers
+        if any(tier not in names for names in by_gpu.values())
+    ]
+    if not gaps:
+        return None
+    return (
+        "Pricing tiers differ between the GPUs compared: " + "; ".join(gaps) + ". Each GPU's "
+        "cheapest tier may be a kind of price the other GPU has no figure for."
+    )
+
+
+def _more_caveats(curves, plan, tier_note) -> list[str]:
+    """What `_caveats` (capacity bounds and flags) does not say: thin tails anywhere on a
+    curve, interrupted or late points, tiers that differ between GPUs, unsized systems."""
+    from bench.metrics import THIN_SAMPLES
+
+    out: list[str] = []
+    for curve in curves:
+        thin = [p.title for p in curve.points if (p.count("ttft") or THIN_SAMPLES) < THIN_SAMPLES]
+        if thin:
+            where = "every load point" if len(thin) == len(curve.points) else ", ".join(thin)
+            out.append(
+                f"{curve.legend}: P99s at {where} rest on fewer than {THIN_SAMPLES} requests, "
+                "so each is one of the slowest few requests; the 95% intervals (appendix and "
+                "workbook) show how far it could move."
+            )
+        partial = [p.title for p in curve.points if p.partial]
+        if partial:
+            out.append(
+                f"{curve.legend}: {', '.join(partial)} was interrupted; shown, never used as "
+                "a capacity."
+            )
+        late = [f"{p.title} ({p.late_ms:,.0f} ms)" for p in curve.points if p.late_ms]
+        if late:
+            out.append(
+                f"{curve.legend}: the simulated endpoint ran late at {', '.join(late)}; "
+                "latencies there include the simulator's own delay."
+            )
+    if tier_note:
+        out.append(tier_note)
+    if plan is not None:  # bounds are said by _caveats; other reasons a system is not sized
+        out += [
+            f"{s.legend}: {s.note}."
+            for s in plan.systems
+            if s.note and s.capacity_kind not in ("at_least", "below")
+        ]
+    return out
 
 
 def _missing(curves, comparisons, slo, catalogue) -> list[str]:
@@ -724,6 +1007,24 @@ def _missing(curves, comparisons, slo, catalogue) -> list[str]:
     return out
 
 
+def _caveats(comparisons: Sequence[RunComparison]) -> list[str]:
+    out = []
+    for c in comparisons:
+        cap, who = c.at_slo, c.curve.legend
+        if cap is None:
+            continue
+        if cap.kind == "at_least":
+            out.append(f"{who}: every load tested met the SLO, so its capacity is a lower bound.")
+        elif cap.kind == "below":
+            out.append(f"{who}: no load tested met the SLO; its capacity is below the lowest.")
+        out += [f"{who}: {flag}." for flag in cap.flags]
+    if any(c.curve.simulated for c in comparisons):
+        out.append(
+            "Simulated results come from tokenbench's roofline model of each GPU, not hardware."
+        )
+    return out
+
+
 def build_report(
     run_refs: Sequence[str],
     db: Any = None,
@@ -733,6 +1034,8 @@ def build_report(
     *,
     catalogue_label: str = "shipped bench/data/prices.yaml",
     title: str | None = None,
+    demand: Demand | None = None,
+    gpus_per_node: int = 8,
 ) -> Report:
     """Read the runs and compute everything any export shows.
 
@@ -750,15 +1053,17 @@ def build_report(
     catalogue = catalogue or load_catalogue()
     infos = [get_run(ref, db) for ref in run_refs]
     curves = run_curves([i.id for i in infos], db)
-    if isinstance(slo, str):
-        thresholds, slo_source = parse_thresholds(slo, flag="--slo"), "given"
-    elif slo is None:
-        thresholds, slo_source = _stored_slo(infos), "stored with the runs"
-    else:
-        thresholds, slo_source = list(slo), "given"
-    if not thresholds:
-        slo_source = "none"
+    thresholds, slo_source = resolve_slo(slo, infos)
     comparisons = compare_runs(curves, thresholds, catalogue, utilisation)
+    demand = demand or default_demand(infos)
+    plan = (
+        plan_capacity(
+            comparisons, demand, catalogue, slo_source=slo_source, gpus_per_node=gpus_per_node
+        )
+        if demand is not None
+        else None
+    )
+    tier_note = _tier_note(curves, catalogue)
     facts = [
         RunFacts(
             run_id=info.id,
@@ -800,7 +1105,9 @@ def build_report(
         prices=_prices_table(curves, catalogue),
         energy=_energy_table(comparisons, db, catalogue),
         runs_table=_runs_table(facts),
-        assumptions=_assumptions_table(thresholds, slo_source, utilisation, catalogue_label, facts),
+        assumptions=_assumptions_table(
+            thresholds, slo_source, utilisation, catalogue_label, facts, catalogue
+        ),
         methodology=Table(
             "methodology",
             "Methodology: metric definitions",
@@ -808,9 +1115,13 @@ def build_report(
             [[m, d] for m, d in METHODOLOGY],
         ),
         charts=[
-            _latency_chart(curves, "ttft", thresholds),
-            _latency_chart(curves, "tpot", thresholds),
             _interactivity_chart(curves),
+            _cost_interactivity_chart(curves, catalogue, utilisation),
+            _latency_chart(curves, "ttft", thresholds, comparisons),
+            _latency_chart(curves, "tpot", thresholds, comparisons),
             _cost_chart(comparisons, utilisation),
         ],
+        plan=plan,
+        caveats=_caveats(comparisons) + _more_caveats(curves, plan, tier_note),
+        tier_note=tier_note,
     )

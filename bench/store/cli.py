@@ -156,10 +156,17 @@ def show_command(
         targets = [(None, None)] if len(points) <= 1 else [(lp.load_point, lp) for lp in points]
         for index, lp in targets:
             lp = lp or (points[0] if points else None)
+            # A sweep's points: each one's own flag (only the last of an interrupted sweep
+            # is partial); one point: the run's status.
+            partial = (
+                bool((lp.summary_json or {}).get("interrupted"))
+                if index is not None and lp is not None
+                else info.status == "interrupted"
+            )
             summary = summarize(
                 load_columns(info.id, index, db),
                 duration_s=lp.duration_s if lp else None,
-                interrupted=info.status == "interrupted",
+                interrupted=partial,
             )
             # What the records cannot say again: the server's cache counters, the notes.
             stored = (lp.summary_json if lp else None) or info.summary_json or {}
@@ -206,9 +213,28 @@ def show_command(
         else:
             out.print(title)
             out.print_json(json.dumps(summary, default=str))
+    if len(points) > 1:
+        _print_capacity(info, db)
+
+
+def _print_capacity(info, db) -> None:
+    """A sweep's capacity at the SLO stored with it (bench.curves, as `compare` prints it)."""
+    from bench.curves import capacity_at_slo, resolve_slo, run_curve, slo_line
+
+    slo, source = resolve_slo(None, [info])
+    if not slo:
+        return
+    cap = capacity_at_slo(run_curve(info.id, db), slo)
+    out.print(slo_line(slo, source), highlight=False)
+    out.print(f"Capacity: {cap.text()}", highlight=False)
+    if cap.deciding:
+        out.print(f"  decided by {cap.deciding}", highlight=False)
+    for flag in cap.flags:
+        out.print(f"  [yellow]caution:[/] {flag}", highlight=False)
 
 
 def _summary_table(title: str, summary: dict) -> Table:
+    from bench.console import percentile_cell, thin_tails
     from bench.metrics import LATENCY_METRICS
 
     tp = summary["throughput"]
@@ -220,10 +246,22 @@ def _summary_table(title: str, summary: dict) -> Table:
     )
     first = summary["metrics"][f"{LATENCY_METRICS[0]}_ms"]
     keys = list(first)
-    table = Table("metric (ms)", *keys, title=title, caption=caption)
+    confidence = summary.get("confidence") or {}
+    table = Table("metric (ms)", "n", *keys, title=title, caption=caption)
+    thin = []
     for name in LATENCY_METRICS:
         stats = summary["metrics"][f"{name}_ms"]
-        table.add_row(name.upper(), *(_fmt(stats.get(k)) for k in keys))
+        conf = confidence.get(f"{name}_ms") or {}
+        n = conf.get("count")
+        cells = [percentile_cell(stats.get(k), conf.get(k)) for k in keys]
+        table.add_row(name.upper(), "—" if n is None else f"{n:,}", *cells)
+        thin += thin_tails(name.upper(), conf, keys)
+    if confidence:
+        table.caption = (
+            f"{caption}\n\\[brackets]: 95% confidence interval (order statistics); "
+            "open = too few samples to bound"
+            + (f"\nthin tail (at or beyond the slowest request): {'; '.join(thin)}" if thin else "")
+        )
     return table
 
 

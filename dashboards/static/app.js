@@ -10,9 +10,21 @@ window.tokenbench = (function () {
     const node = document.getElementById("figures");
     const figures = node ? JSON.parse(node.textContent) : {};
     const drawn = [];
+    const narrow = window.innerWidth < 640;
     for (const [name, fig] of Object.entries(figures)) {
       const div = document.getElementById("chart-" + name);
-      if (div) drawn.push(Plotly.newPlot(div, fig.data, fig.layout, CONFIG));
+      if (!div) continue;
+      // The box takes the figure's height and plotly fills the box's width, so a resize
+      // redraws the chart inside its box instead of spilling over what follows it.
+      const layout = Object.assign({}, fig.layout, { autosize: true });
+      div.style.height = (layout.height || 420) + "px";
+      delete layout.width;
+      if (narrow) {  // a phone: smaller text so titles and axis titles fit the width
+        layout.margin = Object.assign({}, layout.margin, { l: 56, r: 10 });
+        layout.font = Object.assign({}, layout.font, { size: 10 });
+        layout.title = Object.assign({}, layout.title, { font: { size: 13 } });
+      }
+      drawn.push(Plotly.newPlot(div, fig.data, layout, CONFIG));
     }
     await Promise.all(drawn);
     window.tokenbenchReadyMs = performance.now();  // since navigation start
@@ -148,5 +160,26 @@ window.tokenbench = (function () {
     });
   }
 
-  return { renderFigures, jobForm };
+  // The runs table's Compare button sends runs in the order they were ticked, so the first
+  // ticked is the reference run (the compare page can change it).
+  function compareForm() {
+    const form = document.getElementById("compare-form");
+    if (!form) return;
+    const order = [];
+    form.addEventListener("change", (event) => {
+      const box = event.target;
+      if (box.name !== "run") return;
+      const i = order.indexOf(box.value);
+      if (i >= 0) order.splice(i, 1);
+      if (box.checked) order.push(box.value);
+    });
+    form.addEventListener("submit", (event) => {
+      const ticked = Array.from(form.querySelectorAll("input[name=run]:checked")).map((b) => b.value);
+      const runs = order.filter((id) => ticked.includes(id)).concat(ticked.filter((id) => !order.includes(id)));
+      event.preventDefault();
+      window.location.href = "/compare?" + runs.map((id) => "run=" + encodeURIComponent(id)).join("&");
+    });
+  }
+
+  return { renderFigures, jobForm, compareForm };
 })();

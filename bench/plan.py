@@ -1,0 +1,377 @@
+"""The buying answer: how many GPUs each compared system needs for a demand, and what it costs.
+
+Given a demand (mean requests/s, or output tokens/day) with a peak factor, and each run's
+capacity at the SLO (bench.curves.capacity_at_slo: the same figure `compare` prints), a
+plan sizes every system for the peak:
+
+    replicas = ceil(mean demand x peak factor / capacity per replica)
+    GPUs     = replicas x GPUs per replica (the run's tensor-parallel group)
+    nodes    = ceil(GPUs / GPUs per node)
+    $/month  = GPUs x price per GPU-hour x 730 h            (every tier of the GPU)
+    $/Mtok   = $/month / output tokens served per month at the mean demand x 1e6
+
+The fleet is paid for around the clock and sized for the peak, so $/Mtok here includes the
+idle capacity the peak factor and the rounding up leave; it is higher than the busy-GPU
+$/Mtok at capacity (InferenceX's convention), which is listed beside it.
+
+A capacity that is a lower bound ("at least": every load met the SLO) gives a GPU count
+that is enough but maybe more than needed; a run with no load meeting the SLO cannot be
+sized and says so. Prices come from the catalogue (bench/data/prices.yaml), never typed here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from bench.cost import (
+    HOURS_PER_YEAR,
+    Catalogue,
+    PriceCatalogueError,
+    dollars_per_mtok,
+    price_per_gpu_hour,
+)
+from bench.curves import RunComparison
+from bench.metrics import Threshold, slo_text
+
+HOURS_PER_MONTH = HOURS_PER_YEAR / 12  # 730
+SECONDS_PER_DAY = 86400.0
+DEFAULT_GPUS_PER_NODE = 8  # an HGX/DGX board; MI300X platforms also carry 8
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What must be served: a mean rate and the factor by which the busiest hour exceeds it.
+
+    Exactly one of `requests_per_s` and `output_tokens_per_day` is set. `source` says where
+    the figure came from ("given", "the scenario's mean rate").
+    """
+
+    requests_per_s: float | None = None
+    output_tokens_per_day: float | None = None
+    peak_factor: float = 1.0
+    source: str = "given"
+
+    def __post_init__(self) -> None:
+        given = [v for v in (self.requests_per_s, self.output_tokens_per_day) if v is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one demand: requests/s or output tokens/day")
+        if not (math.isfinite(given[0]) and given[0] > 0):
+            raise ValueError(f"demand must be a positive number, got {given[0]!r}")
+        if not (math.isfinite(self.peak_factor) and self.peak_factor >= 1):
+            raise ValueError(f"peak factor must be >= 1 (peak / mean), got {self.peak_factor!r}")
+
+    @property
+    def unit(self) -> str:
+        return "req/s" if self.requests_per_s is not None else "output tokens/day"
+
+    def text(self) -> str:
+        if self.requests_per_s is not None:
+            rps = self.requests_per_s
+            head = f"{rps:,.0f} req/s mean" if rps >= 100 else f"{rps:.3g} req/s mean"
+        else:
+            head = f"{self.output_tokens_per_day:,.0f} output tokens/day mean"
+        return f"{head}, peak x{self.peak_factor:g} ({self.source})"
+
+
+@dataclass
+class TierCost:
+    """One pricing tier of a sized fleet."""
+
+    tier: str
+    kind: str  # on_demand, reserved, spot, owned, ...
+    provider: str
+    source: str
+    date: str
+    price_usd_per_gpu_hr: float | None
+    usd_per_month: float | None
+    usd_per_mtok: float | None  # at the mean demand, idle capacity included
+    busy_usd_per_mtok: float | None  # at capacity, every GPU busy (InferenceX's figure)
+
+
+@dataclass
+class SystemPlan:
+    """One compared system sized for the demand; `gpus` None when it cannot be sized."""
+
+    run_id: str
+    legend: str  # the run's legend, "(simulated)" included
+    gpu_type: str | None
+    gpus_per_replica: int
+    capacity_kind: str  # bench.curves.Capacity.kind
+    capacity_text: str  # Capacity.text(): the figure with its interval or bound
+    replica_capacity: float | None  # per replica, in the demand's unit per second
+    replicas: int | None
+    gpus: int | None
+    gpus_range: tuple[int | None, int | None]  # from the capacity's 95% interval
+    nodes: int | None
+    tiers: list[TierCost] = field(default_factory=list)
+    cheapest: TierCost | None = None
+    note: str | None = None  # why it is not sized, or why the count is a bound
+
+
+@dataclass
+class Recommendation:
+    """The cheapest option meeting the SLO."""
+
+    legend: str
+    gpu_type: str
+    gpus: int
+    nodes: int
+    tier: TierCost
+    sentence: str
+
+
+@dataclass
+class Plan:
+    """The buying answer, for the CLI's `plan`, the API's /api/plan and the Report.
+
+    Shape (all plain data; the deck's first content slide and the dashboard panel lay it out):
+      demand: Demand           mean rate, peak factor, where it came from
+      slo, slo_source          the SLO the capacities are at and where it came from
+      gpus_per_node            for the node count
+      systems: [SystemPlan]    per run: capacity, replicas, GPUs (+ range), nodes,
+                               tiers: [TierCost] ($/GPU-hr, $/month, $/Mtok), cheapest tier
+      recommendation           the cheapest system x tier that meets the SLO, or None
+      assumptions: [str]       every assumption, one line each, to print under the answer
+    """
+
+    demand: Demand
+    slo: list[Threshold]
+    slo_source: str
+    gpus_per_node: int
+    systems: list[SystemPlan]
+    recommendation: Recommendation | None
+    assumptions: list[str]
+
+    @property
+    def sentence(self) -> str:
+        if self.recommendation is not None:
+            return self.recommendation.sentence
+        return "No system can be sized: " + "; ".join(
+            f"{s.legend}: {s.note}" for s in self.systems if s.note
+        )
+
+
+def _size(peak: float, capacity: float | None, gpus_per_replica: int) -> int | None:
+    if capacity is None or capacity <= 0:
+        return None
+    return math.ceil(peak / capacity - 1e-9) * gpus_per_replica
+
+
+def scenario_demand(scenario_text: str | None) -> Demand | None:
+    """The demand a stored scenario describes: its own mean request rate (peak factor 1:
+    a sweep of that shape already measured its bursts). None for closed loops."""
+    import yaml
+
+    from bench.scenario import ScenarioError, parse_scenario
+    from bench.sweep import mean_rate
+
+    if not scenario_text:
+        return None
+    try:
+        data = yaml.safe_load(scenario_text)
+        sc = parse_scenario(yaml.safe_dump(data), source="stored scenario")
+    except (yaml.YAMLError, ScenarioError, ValueError):
+        return None
+    rate = mean_rate(sc)
+    if rate is None or not math.isfinite(rate) or rate <= 0:
+        return None
+    return Demand(requests_per_s=rate, source=f"the mean rate of scenario {sc.name!r}")
+
+
+def default_demand(infos) -> Demand | None:
+    """The demand a plan uses when none is given: one stored with the first run (extra
+    "demand": {"requests_per_s" or "output_tokens_per_day", "peak_factor"}, as the demo
+    stores its example), else that run's scenario mean rate. The CLI's `plan`, the API and
+    the Report all call this, so they size the same demand."""
+    if not infos:
+        return None
+    stored = (infos[0].extra_json or {}).get("demand")
+    if isinstance(stored, dict):
+        try:
+            return Demand(
+                stored.get("requests_per_s"),
+                stored.get("output_tokens_per_day"),
+                float(stored.get("peak_factor", 1.0)),
+                str(stored.get("source") or "stored with the run"),
+            )
+        except (TypeError, ValueError):
+            pass
+    return scenario_demand(infos[0].scenario_text)
+
+
+def plan_capacity(
+    comparisons: Sequence[RunComparison],
+    demand: Demand,
+    catalogue: Catalogue,
+    *,
+    slo_source: str = "given",
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+) -> Plan:
+    """Size every compared system for `demand` and price it on every tier of its GPU."""
+    if gpus_per_node < 1:
+        raise ValueError(f"GPUs per node must be >= 1, got {gpus_per_node}")
+    slo = list(comparisons[0].at_slo.slo) if comparisons and comparisons[0].at_slo else []
+    systems = [_system(c, demand, catalogue, gpus_per_node) for c in comparisons]
+    options = [(s, s.cheapest) for s in systems if s.gpus is not None and s.cheapest is not None]
+    options = [(s, t) for s, t in options if t.usd_per_month is not None]
+    rec = None
+    if options:
+        best, tier = min(options, key=lambda o: o[1].usd_per_month)
+        rec = Recommendation(
+            best.legend, best.gpu_type or "?", best.gpus, best.nodes, tier,
+            _sentence(best, tier, demand, slo),
+        )  # fmt: skip
+    return Plan(
+        demand=demand,
+        slo=slo,
+        slo_source=slo_source,
+        gpus_per_node=gpus_per_node,
+        systems=systems,
+        recommendation=rec,
+        assumptions=_assumptions(demand, slo, slo_source, gpus_per_node, comparisons),
+    )
+
+
+def _system(comp: RunComparison, demand: Demand, catalogue: Catalogue, per_node: int):
+    curve, cap = comp.curve, comp.at_slo
+    g = curve.gpu_count
+    point = comp.capacity
+    tokens_per_request = (
+        point.output_tps / point.requests_per_s if point and point.requests_per_s else None
+    )
+    if demand.requests_per_s is not None:
+        peak = demand.requests_per_s * demand.peak_factor
+        mean_tokens_per_s = (
+            demand.requests_per_s * tokens_per_request if tokens_per_request else None
+        )
+
+        def per_replica(x: float | None) -> float | None:  # output tok/s/GPU -> req/s/replica
+            if x is None or not point or not point.output_tps_per_gpu:
+                return None
+            return point.requests_per_s * x / point.output_tps_per_gpu
+    else:
+        mean_tokens_per_s = demand.output_tokens_per_day / SECONDS_PER_DAY
+        peak = mean_tokens_per_s * demand.peak_factor
+
+        def per_replica(x: float | None) -> float | None:
+            return None if x is None else x * g
+
+    kind = cap.kind if cap is not None else "none"
+    plan = SystemPlan(
+        run_id=curve.run_id,
+        legend=curve.legend,
+        gpu_type=curve.gpu_type,
+        gpus_per_replica=g,
+        capacity_kind=kind,
+        capacity_text=cap.text() if cap is not None else "no capacity",
+        replica_capacity=None,
+        replicas=None,
+        gpus=None,
+        gpus_range=(None, None),
+        nodes=None,
+    )
+    if kind in ("none", "below") or point is None:
+        plan.note = (
+            "no load tested met the SLO, so it cannot be sized (measure lower loads)"
+            if kind == "below"
+            else "no complete load points"
+        )
+        return plan
+    plan.replica_capacity = per_replica(cap.value)
+    plan.gpus = _size(peak, plan.replica_capacity, g)
+    if plan.gpus is None:
+        plan.note = "its capacity is zero"
+        return plan
+    plan.replicas = plan.gpus // g
+    plan.nodes = math.ceil(plan.gpus / per_node)
+    # More capacity -> fewer GPUs: the interval's high end gives the low count.
+    plan.gpus_range = (_size(peak, per_replica(cap.high), g), _size(peak, per_replica(cap.low), g))
+    if kind == "at_least":
+        plan.note = (
+            "every load tested met the SLO, so its capacity is a lower bound: this many GPUs "
+            "is enough, maybe more than needed"
+        )
+        plan.gpus_range = (None, plan.gpus)
+    elif kind == "peak":
+        plan.note = "no SLO: sized at peak throughput, latency not held to anything"
+    plan.tiers = _tiers(comp, plan.gpus, mean_tokens_per_s, catalogue)
+    priced = [t for t in plan.tiers if t.usd_per_month is not None]
+    plan.cheapest = min(priced, key=lambda t: t.usd_per_month) if priced else None
+    return plan
+
+
+def _tiers(comp: RunComparison, gpus: int, mean_tokens_per_s, catalogue: Catalogue):
+    if not comp.curve.gpu_type:
+        return []
+    try:
+        tiers = catalogue.tiers(comp.curve.gpu_type)
+    except PriceCatalogueError:
+        return []
+    busy = {r.tier: r.output_usd_per_mtok for r in comp.cost_rows}
+    out = []
+    for tier in tiers:
+        try:
+            price: float | None = price_per_gpu_hour(tier, catalogue)
+        except PriceCatalogueError:
+            price = None
+        month = None if price is None else gpus * price * HOURS_PER_MONTH
+        per_mtok = (
+            dollars_per_mtok(price, gpus, mean_tokens_per_s)
+            if price is not None and mean_tokens_per_s
+            else None
+        )
+        out.append(
+            TierCost(
+                tier=tier.name,
+                kind=tier.kind,
+                provider=tier.provider,
+                source=tier.source,
+                date=tier.date,
+                price_usd_per_gpu_hr=price,
+                usd_per_month=month,
+                usd_per_mtok=per_mtok,
+                busy_usd_per_mtok=busy.get(tier.name),
+            )
+        )
+    return out
+
+
+def _sentence(s: SystemPlan, tier: TierCost, demand: Demand, slo) -> str:
+    held = f"holding {slo_text(slo)}" if slo else "at peak throughput (no SLO)"
+    rng = ""
+    lo, hi = s.gpus_range
+    if s.capacity_kind == "interpolated" and lo is not None and hi is not None and lo != hi:
+        rng = f" (95% range {lo}-{hi} GPUs)"
+    elif s.capacity_kind == "interpolated" and hi is None:
+        rng = " (the capacity's interval is open: more GPUs may be needed)"
+    bound = " at most" if s.capacity_kind == "at_least" else ""
+    per_mtok = f", ${tier.usd_per_mtok:,.3f}/Mtok output" if tier.usd_per_mtok else ""
+    return (
+        f"Cheapest option {held} for {demand.text()}:{bound} {s.gpus} x {s.gpu_type} "
+        f"({s.nodes} node{'s' if s.nodes != 1 else ''}){rng}, {s.legend}, on {tier.tier} "
+        f"(${tier.price_usd_per_gpu_hr:,.2f}/GPU-hour): ${tier.usd_per_month:,.0f}/month{per_mtok}."
+    )
+
+
+def _assumptions(demand, slo, slo_source, per_node, comparisons) -> list[str]:
+    out = [
+        f"Demand: {demand.text()}; the fleet is sized for the peak, mean x peak factor.",
+        f"SLO: {slo_text(slo)} ({slo_source})" if slo else "SLO: none (sized at peak throughput)",
+        "Capacity per replica: each run's capacity at the SLO, interpolated between the last "
+        "load meeting it and the first breaking it; replicas are the run's GPUs (its tensor-"
+        "parallel group), rounded up to whole replicas.",
+        f"Nodes: {per_node} GPUs per node.",
+        f"$/month: GPUs x $/GPU-hour x {HOURS_PER_MONTH:.0f} hours, paid whether busy or idle.",
+        "$/Mtok: $/month over the output tokens served at the mean demand (idle capacity "
+        "included); 'busy' $/Mtok is at capacity with every GPU busy.",
+        "Prices: the catalogue's tiers with their sources and dates (`tokenbench prices`).",
+    ]
+    if demand.output_tokens_per_day is None:
+        out.append(
+            "Tokens per request: as measured at each run's capacity (for $/Mtok at the demand)."
+        )
+    if any(c.curve.simulated for c in comparisons):
+        out.append("Simulated runs: capacities come from the roofline simulator, not hardware.")
+    return out

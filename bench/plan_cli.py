@@ -1,0 +1,136 @@
+"""`tokenbench plan`: the buying answer for stored runs (bench.plan), in the terminal."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from bench.console import console
+
+
+def _money(x: float | None, digits: int = 0) -> str:
+    return "—" if x is None else f"${x:,.{digits}f}"
+
+
+def _gpu_range(s) -> str:
+    lo, hi = s.gpus_range
+    if s.gpus is None:
+        return "—"
+    if s.capacity_kind == "at_least":
+        return f"at most {hi}"
+    return f"{lo or '?'}-{hi or 'open'}"
+
+
+def plan_command(
+    runs: Annotated[list[str], typer.Argument(help="Run ids (or unique prefixes or names)")],
+    requests_per_s: Annotated[
+        float | None, typer.Option("--requests-per-s", help="Mean demand in requests/s")
+    ] = None,
+    tokens_per_day: Annotated[
+        float | None, typer.Option("--tokens-per-day", help="Mean demand in output tokens/day")
+    ] = None,
+    peak_factor: Annotated[
+        float | None,
+        typer.Option("--peak-factor", min=1.0, help="Busiest hour / mean (size for it); 1"),
+    ] = None,
+    slo: Annotated[
+        str | None,
+        typer.Option("--slo", help="e.g. 'p99_ttft_ms<=500,p99_tpot_ms<=50' or 'ttft:500 tpot:50'"),
+    ] = None,
+    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=1)] = 8,
+    prices_file: Annotated[Path | None, typer.Option("--prices-file")] = None,
+    price: Annotated[list[str] | None, typer.Option("--price")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON")] = False,
+    db: Annotated[str | None, typer.Option("--db")] = None,
+) -> None:
+    """GPUs and nodes each system needs for a demand at the SLO, $/month and $/Mtok on every
+    pricing tier, and the cheapest option. Without a demand, the scenario's mean rate."""
+    from bench.cli import _catalogue, fail
+    from bench.curves import compare_runs, resolve_slo, run_curves, slo_line
+    from bench.plan import Demand, default_demand, plan_capacity
+    from bench.store.errors import StoreError
+    from bench.store.read import get_run
+
+    try:
+        curves = run_curves(runs, db)
+        infos = [get_run(c.run_id, db) for c in curves]
+        thresholds, source = resolve_slo(slo, infos)
+        if requests_per_s is None and tokens_per_day is None:
+            found = default_demand(infos)
+            if found is None:
+                raise ValueError(
+                    "give --requests-per-s or --tokens-per-day (none is stored with the run "
+                    "and its scenario has no mean request rate)"
+                )
+            factor = found.peak_factor if peak_factor is None else peak_factor
+            demand = Demand(found.requests_per_s, found.output_tokens_per_day, factor,
+                            found.source)  # fmt: skip
+        else:
+            if requests_per_s is not None and tokens_per_day is not None:
+                raise ValueError("give --requests-per-s or --tokens-per-day, not both")
+            demand = Demand(requests_per_s, tokens_per_day, peak_factor or 1.0)
+    except (ValueError, StoreError, KeyError) as exc:
+        raise fail(str(exc)) from None
+    catalogue = _catalogue(prices_file, price)
+    comparisons = compare_runs(curves, thresholds, catalogue)
+    plan = plan_capacity(
+        comparisons, demand, catalogue, slo_source=source, gpus_per_node=gpus_per_node
+    )
+    if as_json:
+        payload = asdict(plan) | {"slo": [str(t) for t in plan.slo], "sentence": plan.sentence}
+        console.print_json(json.dumps(payload, default=str))
+        return
+    console.print(slo_line(thresholds, source))
+    console.print(f"Demand: {demand.text()}")
+    head = Table(title="GPUs needed", title_justify="left")
+    for col in ("system", "capacity at the SLO", "replicas", "GPUs", "95% range", "nodes",
+                "cheapest tier", "$/month", "$/Mtok"):  # fmt: skip
+        head.add_column(col, justify="left" if col in ("system", "cheapest tier") else "right")
+    for s in plan.systems:
+        lo, hi = s.gpus_range
+        cheap = s.cheapest
+        head.add_row(
+            s.legend,
+            s.capacity_text,
+            "—" if s.replicas is None else f"{s.replicas:,} x {s.gpus_per_replica}",
+            "—" if s.gpus is None else f"{s.gpus:,}",
+            _gpu_range(s),
+            "—" if s.nodes is None else f"{s.nodes:,}",
+            cheap.tier if cheap else "—",
+            _money(cheap.usd_per_month if cheap else None),
+            _money(cheap.usd_per_mtok if cheap else None, 3),
+        )
+    console.print(head)
+    tiers = Table(
+        title="$/month  ($/Mtok output at the demand) on every tier", title_justify="left"
+    )
+    tiers.add_column("tier")
+    for s in plan.systems:
+        tiers.add_column(s.legend, justify="right")
+    names: list[str] = []
+    for s in plan.systems:
+        names += [t.tier for t in s.tiers if t.tier not in names]
+    for name in names:
+        cells = []
+        for s in plan.systems:
+            t = next((t for t in s.tiers if t.tier == name), None)
+            cells.append(
+                "no tier"
+                if t is None
+                else f"{_money(t.usd_per_month)} ({_money(t.usd_per_mtok, 3)})"
+            )
+        tiers.add_row(name, *cells)
+    if names:
+        console.print(tiers)
+    for s in plan.systems:
+        if s.note:
+            console.print(f"[yellow]note[/] ({s.legend}): {s.note}")
+    console.print(f"[bold]{plan.sentence}[/]")
+    console.print("Assumptions:")
+    for line in plan.assumptions:
+        console.print(f"  - {line}")

@@ -1,0 +1,74 @@
+"""The compare page's HTML (no browser): the reference run, the buying answer and the
+read-out show the numbers bench.curves, bench.frontier and bench.plan compute."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+
+from bench.cost import load_catalogue
+from bench.curves import compare_runs, ratio_sentence, run_curves
+from bench.frontier import throughput_at_interactivity
+from bench.metrics import parse_slo
+from bench.plan import Demand, plan_capacity
+from tests.test_dashboard_figures import store_sweep
+
+SLO = "p99_ttft_ms<=150"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    from server.app import create_app
+
+    db = f"sqlite:///{tmp_path_factory.mktemp('pages') / 'p.db'}"
+    ids = [
+        store_sweep(db, gpu="B200-SXM", rates=(1, 2, 4, 8, 16)),
+        store_sweep(db, gpu="H100-SXM", gpu_count=2, rates=(1, 2, 4, 8), seed=3),
+    ]
+    app = create_app(db, api_token="t", allow_hosts=[], open_reads=True)
+    with TestClient(app) as client:
+        yield client, db, ids
+    app.state.tb.jobs.shutdown()
+
+
+def _text(page: str, element_id: str) -> str:
+    m = re.search(rf'id="{element_id}"[^>]*>(.*?)</', page, re.S)
+    assert m, element_id
+    return html.unescape(m.group(1)).strip()
+
+
+def test_reference_is_the_baseline_and_can_be_swapped(site):
+    client, db, ids = site
+    curves = run_curves(ids, db)
+    comps = compare_runs(curves, parse_slo(SLO, flag="slo"), load_catalogue())
+    base = f"/compare?run={ids[0]}&run={ids[1]}&slo={SLO}"
+    first = client.get(base).text
+    assert _text(first, "sentence") == ratio_sentence([comps[1], comps[0]])
+    swapped = client.get(base + f"&ref={ids[1]}").text
+    assert _text(swapped, "sentence") == ratio_sentence([comps[0], comps[1]])
+    assert f'value="{ids[1]}" selected' in swapped
+
+
+def test_plan_panel_and_readout(site):
+    client, db, ids = site
+    curves = run_curves(ids, db)
+    slo = parse_slo(SLO, flag="slo")
+    comps = compare_runs(curves, slo, load_catalogue())
+    page = client.get(
+        f"/compare?run={ids[0]}&run={ids[1]}&slo={SLO}&demand_rps=3&peak=1.5&at=60"
+    ).text
+    plan = plan_capacity(comps, Demand(requests_per_s=3, peak_factor=1.5), load_catalogue(),
+                         slo_source="given")  # fmt: skip
+    assert _text(page, "plan-sentence") == plan.sentence
+    for s in plan.systems:
+        assert html.escape(s.capacity_text) in page
+    rows = re.findall(
+        r'<tr><td>.*?</td><td class="n">([^<]*)</td>', page.split('id="readout-table"')[1]
+    )
+    expected = [throughput_at_interactivity(c, 60.0) for c in curves]
+    assert rows[:2] == [f"{v:,.0f}" if v is not None else "off its front" for v in expected]
+    # without a demand the panel asks for one (the stored scenario has no rate)
+    assert "Give a demand" in client.get(f"/compare?run={ids[0]}&run={ids[1]}").text

@@ -247,3 +247,77 @@ def run_virtual_sweep(
     finally:
         writer.finish(status, results[-1][1].to_json() if results else None)
     return writer.run_id, results
+
+
+def run_closed_loop(
+    engine: Engine,
+    concurrency: int,
+    isl: tuple[int, int],
+    osl: int,
+    rounds: float = 2.0,
+    seed: int = 0,
+    max_steps: int = 2_000_000,
+) -> dict[str, float]:
+    """A closed loop in virtual time: `concurrency` clients, each sending its next request the
+    moment the last one finishes (InferenceX's max-concurrency runs, trtllm-bench's offline runs).
+
+    Prompt lengths are uniform in [isl[0], isl[1]]; every request asks for `osl` tokens. The
+    first wave asks for uniform 1..osl tokens so the clients fall out of step, as they are after
+    a real run's first minutes; measurement runs from the end of that wave until the last of
+    `rounds` x concurrency requests is sent, while exactly `concurrency` are in flight.
+    Returns output and total tok/s of the deployment and the median TPOT (s) of the requests
+    that ran wholly inside the window.
+    """
+    rng = np.random.default_rng(seed)
+    c = concurrency
+    n = c + max(int(rounds * c), 1)
+    prompts = rng.integers(isl[0], isl[1] + 1, n)
+    warm = rng.integers(1, osl + 1, c)
+    first: dict[int, float] = {}
+    sent_at: dict[int, float] = {}
+    finished: list[tuple[int, float]] = []
+    t, steps, tokens, prompt_tokens = 0.0, 0, 0, 0
+    t_lo = t_hi = None
+    tok_lo = tok_hi = pt_lo = pt_hi = 0
+    for k in range(c):
+        engine.add_request(k, int(prompts[k]), int(warm[k]))
+        sent_at[k] = 0.0
+    started, warm_left = c, c
+    while engine.has_work():
+        steps += 1
+        if steps > max_steps:
+            raise RuntimeError(f"closed loop did not finish within {max_steps} steps")
+        res = engine.step()
+        if res is None:
+            break
+        t += res.duration_s
+        tokens += res.n_decode + len(res.first_tokens)
+        for seq in res.first_tokens:
+            first.setdefault(seq.id, t)
+        for seq in res.finished:
+            if seq.id < c:
+                warm_left -= 1
+            else:
+                finished.append((seq.id, t))
+            if started < n:
+                engine.add_request(started, int(prompts[started]), osl)
+                sent_at[started] = t
+                prompt_tokens += int(prompts[started])
+                started += 1
+        if t_lo is None and warm_left == 0:
+            t_lo, tok_lo, pt_lo = t, tokens, prompt_tokens
+        if t_hi is None and started >= n:
+            t_hi, tok_hi, pt_hi = t, tokens, prompt_tokens
+    if t_lo is None or t_hi is None or t_hi <= t_lo:
+        raise RuntimeError("closed loop too short to measure; raise rounds")
+    out_tps = (tok_hi - tok_lo) / (t_hi - t_lo)
+    inside = [(first[k], e) for k, e in finished if sent_at[k] >= t_lo and e <= t_hi]
+    tpots = [(e - f) / max(osl - 1, 1) for f, e in inside] or [
+        (e - first[k]) / max(osl - 1, 1) for k, e in finished
+    ]
+    mean_prompt = float(np.mean(prompts[c:]))
+    return {
+        "output_tps": float(out_tps),
+        "total_tps": float(out_tps * (1 + mean_prompt / osl)),
+        "tpot_s": float(np.median(tpots)),
+    }

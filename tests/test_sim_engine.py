@@ -101,8 +101,13 @@ def test_moe_reads_only_touched_experts() -> None:
     assert full == pytest.approx(dep.weight_bytes)
     non_expert = dep.weight_bytes - m.experts * dep.expert_bytes
     assert one == pytest.approx(non_expert + m.experts_per_token * dep.expert_bytes)
-    assert dep.weight_bytes_read(8) == pytest.approx(non_expert + 32 * dep.expert_bytes)
-    assert dep.weight_bytes_read(32) == pytest.approx(full)  # 32 * top-4 >= 128 experts
+    # random top-4 routing of 8 tokens touches 128 (1 - (1 - 4/128)^8) = 28.7 experts on
+    # average, not 32: some tokens share experts
+    assert dep.weight_bytes_read(8) == pytest.approx(
+        non_expert + 28.71 * dep.expert_bytes, rel=1e-3
+    )
+    assert dep.experts_touched(32) < 128 * 0.7  # 32 x top-4 = 128 picks still miss ~1/3
+    assert dep.experts_touched(1000) == pytest.approx(128)
     # batch-1 decode of a sparse model is far faster than its total size suggests
     assert dep.step_time(1, 1000, 0, 0) < 0.5 * dep.weight_bytes / (dep.gpu.hbm_bw_bytes_s * 0.8)
 

@@ -440,7 +440,9 @@ def main() -> None:
     results = validate(clock=args.clock)
     loso = leave_one_source_out(pts) if args.loso else None
     print(table(results, loso))
-    print({k: round(v, 3) if isinstance(v, float) else v for k, v in summary(results, loso).items()})
+    print(
+        {k: round(v, 3) if isinstance(v, float) else v for k, v in summary(results, loso).items()}
+    )
     for r in load_published().ratios:
         print(f"ratio {r.id}: published {r.measured:.2f} simulated {ratio_value(r):.2f}")
 

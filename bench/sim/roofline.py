@@ -99,8 +99,7 @@ class Deployment:
         p = get_precision(precision)
         if tp < 1 or dp < 1 or tp * dp > g.world_size:
             raise ValueError(
-                f"tp={tp} x dp={dp} is outside 1..{g.world_size} GPUs of {g.name}'s "
-                f"scale-up domain"
+                f"tp={tp} x dp={dp} is outside 1..{g.world_size} GPUs of {g.name}'s scale-up domain"
             )
         if ep not in (1, tp * dp):
             raise ValueError(f"ep={ep} must be 1 or every GPU of the deployment ({tp * dp})")
@@ -317,14 +316,13 @@ def steady_state(
     budget = (chunk_tokens or serving_defaults().max_num_batched_tokens) * dep.dp
     demand = c * isl / osl  # prefill tokens per step on average
     per_step = min(max(isl, demand), max(budget - c, isl))
-    f = min(demand / per_step, 1.0)
+    f = demand / per_step
+    if f >= 1:  # every step carries prefill: all of the demand
+        per_step, f = demand, 1.0
     ctx = c * (isl + osl / 2)
-    t_mix = dep.step_time(c, ctx, per_step, per_step * isl / 2)
-    t_dec = dep.step_time(c, ctx, 0, 0) if f < 1 else t_mix
-    if f >= 1:  # prefill backlog: every step is a full mixed step
-        t = dep.step_time(c, ctx, demand, demand * isl / 2)
-    else:
-        t = f * t_mix + (1 - f) * t_dec
+    t = dep.step_time(c, ctx, per_step, per_step * isl / 2)
+    if f < 1:
+        t = f * t + (1 - f) * dep.step_time(c, ctx, 0, 0)
     out = c / t / dep.gpus
     return {
         "tpot_s": t,

@@ -276,9 +276,9 @@ def run_closed_loop(
     first: dict[int, float] = {}
     sent_at: dict[int, float] = {}
     finished: list[tuple[int, float]] = []
-    t, steps, tokens, prompt_tokens = 0.0, 0, 0, 0
+    t, steps, tokens = 0.0, 0, 0
     t_lo = t_hi = None
-    tok_lo = tok_hi = pt_lo = pt_hi = 0
+    tok_lo = tok_hi = 0
     for k in range(c):
         engine.add_request(k, int(prompts[k]), int(warm[k]))
         sent_at[k] = 0.0
@@ -302,12 +302,11 @@ def run_closed_loop(
             if started < n:
                 engine.add_request(started, int(prompts[started]), osl)
                 sent_at[started] = t
-                prompt_tokens += int(prompts[started])
                 started += 1
         if t_lo is None and warm_left == 0:
-            t_lo, tok_lo, pt_lo = t, tokens, prompt_tokens
+            t_lo, tok_lo = t, tokens
         if t_hi is None and started >= n:
-            t_hi, tok_hi, pt_hi = t, tokens, prompt_tokens
+            t_hi, tok_hi = t, tokens
     if t_lo is None or t_hi is None or t_hi <= t_lo:
         raise RuntimeError("closed loop too short to measure; raise rounds")
     out_tps = (tok_hi - tok_lo) / (t_hi - t_lo)

@@ -160,3 +160,18 @@ def test_virtual_hour_speed() -> None:
 def test_engine_config_defaults_from_profiles() -> None:
     cfg = EngineConfig.default()
     assert (cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.block_size) == (256, 8192, 16)
+
+
+def test_thousand_requests_run_100x_faster_than_real_time() -> None:
+    # issue 19: virtual time stays >= 100x faster than real time for a 1,000-request run
+    import time
+
+    rng = np.random.default_rng(1)
+    off = np.cumsum(rng.exponential(1 / 8, 1000))
+    reqs = np.column_stack([off, np.full(1000, 1024), np.full(1000, 256)])
+    eng = build_engine("b200", "llama-3.3-70b", "fp8")
+    t0 = time.perf_counter()
+    recs = run_virtual(eng, reqs)
+    wall = time.perf_counter() - t0
+    simulated = max(r.end_ns for r in recs) / 1e9
+    assert simulated > 100 and simulated / wall >= 100

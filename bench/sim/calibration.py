@@ -18,7 +18,8 @@ not fit in memory are skipped, not fatal.
 
 The fit (`fit()`): global parameters (overheads, MoE imbalance, collective latency) plus MBU and
 MFU per (vendor, engine, compute precision) group, least squares on log(simulated / published)
-with a soft-L1 loss; groups without points fall back to the mean of their compute precision.
+with a soft-L1 loss and a weak pull toward the initial values (so a group with three points
+cannot wander to implausible efficiencies); groups without points fall back to the mean of their compute precision.
 `leave_one_source_out()` refits without each source and scores that source's points.
 """
 
@@ -310,6 +311,7 @@ GLOBAL = {  # name: (initial, low, high)
     "mfu_prefill_ratio": (1.2, 0.7, 2.0),
 }
 GROUP = {"mbu": (0.8, 0.4, 0.95), "mfu": (0.4, 0.08, 0.85)}
+PRIOR_WEIGHT = 0.05  # per parameter, on log(value / initial): a 2x move costs as a 3.5% miss
 
 
 def _profiles_from(x: np.ndarray, groups: list[tuple[str, str, str]]) -> list[dict]:
@@ -352,7 +354,8 @@ def fit(points: list[Point]) -> tuple[list[dict], list[tuple[str, str, str]]]:
 
     def resid(z: np.ndarray) -> np.ndarray:
         profs = _profiles_from(np.exp(z), groups)
-        return _residuals([reproduce(p, pub, profs) for p in points])
+        fit_terms = _residuals([reproduce(p, pub, profs) for p in points])
+        return np.concatenate([fit_terms, PRIOR_WEIGHT * (z - x0)])  # pull toward defaults
 
     sol = least_squares(
         resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=0.02, max_nfev=60

@@ -219,7 +219,7 @@ class Deployment:
                 f"{gpu_memory_utilization:.0%} of {self.gpu.hbm_gb:g} GB; "
                 f"raise --tp or lower the precision"
             )
-        per_rank = free * self.tp / self.kv_shards
+        per_rank = free * self.kv_shards  # a token puts 1/kv_shards of its KV on each
         return int(self.dp * per_rank // self.kv_bytes_per_token)
 
     def experts_touched(self, n_tok: float) -> float:

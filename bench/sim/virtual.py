@@ -38,11 +38,27 @@ def build_engine(
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     kv_precision: str | None = None,
+    *,
+    parallel: str | None = None,
+    engine: str = "vllm",
+    mtp: bool | None = None,
 ) -> Engine:
-    """An engine for a deployment, with vLLM defaults for anything not given."""
-    dep = Deployment.build(gpu, model, precision, tp, kv_precision)
+    """An engine for a deployment, with vLLM defaults for anything not given.
+
+    parallel ("tp4", "dep8", "tep8") overrides tp. Each data-parallel rank is its own engine
+    instance in a real server, so the per-instance limits (max_num_seqs,
+    max_num_batched_tokens) are multiplied by dp for the one simulated scheduler.
+    """
+    from bench.sim.roofline import parse_parallel
+
+    tp, dp, ep = parse_parallel(parallel) if parallel else (tp, 1, 1)
+    dep = Deployment.build(
+        gpu, model, precision, tp, kv_precision, dp=dp, ep=ep, engine=engine, mtp=mtp
+    )
+    d = EngineConfig.default()
     cfg = EngineConfig.default(
-        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens
+        max_num_seqs=(max_num_seqs or d.max_num_seqs) * dp,
+        max_num_batched_tokens=(max_num_batched_tokens or d.max_num_batched_tokens) * dp,
     )
     return Engine(dep, cfg)
 
@@ -192,6 +208,8 @@ def run_virtual_sweep(
     point_duration_s: float | None = None,
     db: str | None = None,
     base_dir=None,
+    parallel: str | None = None,
+    engine: str = "vllm",
 ):
     """A run (one or many load points) in virtual time, stored like a measured run and
     marked simulated. Returns (run id, [(PointSpec, Summary), ...])."""
@@ -201,13 +219,15 @@ def run_virtual_sweep(
     from bench.sweep import scenario_at
 
     engine_args = (gpu, model, precision, tp)
-    dep = build_engine(*engine_args).dep
+    engine_kw = {"parallel": parallel, "engine": engine}
+    dep = build_engine(*engine_args, **engine_kw).dep
+    n_gpus = dep.gpus
     scenario = scenario.model_copy(deep=True)
     scenario.target.base_url = scenario.target.base_url or "http://sim.virtual"
     scenario.target.model = scenario.target.model or dep.model.name
-    scenario.gpu.type, scenario.gpu.count = dep.gpu.name, tp
+    scenario.gpu.type, scenario.gpu.count = dep.gpu.name, n_gpus
     scenario.label = scenario.label or (
-        f"{dep.gpu.name} x{tp} {dep.model.name} {precision} (virtual time)"
+        f"{dep.gpu.name} x{n_gpus} {dep.model.name} {precision} (virtual time)"
     )
     writer = RunWriter(
         db,
@@ -218,9 +238,17 @@ def run_virtual_sweep(
         backend="sim",
         model=dep.model.name,
         gpu_type=dep.gpu.name,
-        gpu_count=tp,
+        gpu_count=n_gpus,
         simulated=True,
-        extra={"sim": {"precision": precision, "tp": tp, "clock": "virtual"}},
+        extra={
+            "sim": {
+                "precision": precision,
+                "tp": dep.tp,
+                "parallel": dep.parallel,
+                "engine": engine,
+                "clock": "virtual",
+            }
+        },  # fmt: skip
     )
     results = []
     status = "failed"
@@ -228,7 +256,8 @@ def run_virtual_sweep(
         for i, spec in enumerate(specs):
             sc = scenario_at(scenario, spec, point_duration_s=point_duration_s)
             plan = plan_from_scenario(sc, base_dir=base_dir, load_point=i)
-            records = run_virtual(build_engine(*engine_args), virtual_requests(plan), load_point=i)
+            eng = build_engine(*engine_args, **engine_kw)
+            records = run_virtual(eng, virtual_requests(plan), load_point=i)
             writer.start_load_point(
                 i,
                 label=f"point {i + 1}: {spec.title}",

@@ -28,9 +28,10 @@ from bench.sim.roofline import Deployment, steady_state
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Figures reached when efficiency.yaml was last fitted (formula clock, 60 scored points).
-PINNED_MAE = 0.12
-PINNED_MAE_DENSE = 0.04
+# Figures reached when efficiency.yaml was last fitted (formula clock, 60 scored points):
+# mean abs. error 12.3% (dense 4.6%, MoE 16.5%), 53 points within +-25%.
+PINNED_MAE = 0.125
+PINNED_MAE_DENSE = 0.05
 PINNED_MAE_MOE = 0.17
 PINNED_WITHIN_25 = 53
 
@@ -128,7 +129,9 @@ def test_unreachable_interactivity_has_no_value() -> None:
     assert r.simulated == 0 and r.error == -1.0 and "front spans" in r.config
     front = [(10.0, 500.0, "a"), (20.0, 300.0, "b")]
     assert pareto_interpolate(Point(**{**p.__dict__, "interactivity": 5.0}), front).simulated == 0
-    assert pareto_interpolate(Point(**{**p.__dict__, "interactivity": 15.0}), front).simulated == 400
+    assert (
+        pareto_interpolate(Point(**{**p.__dict__, "interactivity": 15.0}), front).simulated == 400
+    )
 
 
 # -- validation against every expressible published point (issue 19 item 3) -------------------
@@ -186,14 +189,19 @@ def test_dep_replicates_attention_and_spreads_experts() -> None:
     # MLA's latent KV is replicated on TP ranks, split by DP: DEP holds ~8x the sequences
     assert dep8.kv_capacity_tokens() > 5 * tp8.kv_capacity_tokens()
     # all-to-all cost appears only with EP; all-reduce only with TP
-    assert dep8._comm_time(1000) > 0 and Deployment.build("B200", "deepseek-r1", "fp8", 8)._comm_time(1) > 0
+    assert (
+        dep8._comm_time(1000) > 0
+        and Deployment.build("B200", "deepseek-r1", "fp8", 8)._comm_time(1) > 0
+    )
 
 
 def test_mla_decode_attention_is_compute_bound() -> None:
     dep = Deployment.build("H100", "deepseek-r1", "fp8", dp=8, ep=8, mtp=False)
     ctx = 64 * 8000.0
     kv_time = ctx / 8 * dep.kv_bytes_per_token / dep._bw
-    flops_time = ctx / 8 * dep.model.attn_pair_flops(decode=True) / (dep.attn_flops * dep.eff.mfu_attn)
+    flops_time = (
+        ctx / 8 * dep.model.attn_pair_flops(decode=True) / (dep.attn_flops * dep.eff.mfu_attn)
+    )
     assert flops_time > kv_time
 
 
@@ -219,7 +227,7 @@ def test_rack_scale_nvl72() -> None:
 # -- slow: held-out error and the engine clock -------------------------------------------------
 
 PINNED_LOSO_MAE = 0.40
-PINNED_ENGINE_MAE = 0.14
+PINNED_ENGINE_MAE = 0.125
 
 
 @pytest.mark.slow

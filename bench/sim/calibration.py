@@ -19,7 +19,8 @@ not fit in memory are skipped, not fatal.
 The fit (`fit()`): global parameters (overheads, MoE imbalance, collective latency) plus MBU and
 MFU per (vendor, engine, compute precision) group, least squares on log(simulated / published)
 with a soft-L1 loss and a weak pull toward the initial values (so a group with three points
-cannot wander to implausible efficiencies); groups without points fall back to the mean of their compute precision.
+cannot wander to implausible efficiencies); a group without points falls back to the mean of
+the same vendor's groups at its weight format, else at its compute precision.
 `leave_one_source_out()` refits without each source and scores that source's points.
 """
 
@@ -320,9 +321,8 @@ def _profiles_from(x: np.ndarray, groups: list[tuple[str, str, str]]) -> list[di
     ratio = g.pop("mfu_prefill_ratio")
     g["alltoall_latency_s"] = g["allreduce_latency_s"]
     profiles: list[dict] = [{"match": {}, "set": {k: float(v) for k, v in g.items()}}]
-    by_compute: dict[str, list[dict]] = {}
+    by_key: dict[tuple, list[dict]] = {}
     for i, (vendor, engine, fmt) in enumerate(groups):
-        compute = get_precision(fmt).compute
         off = len(names) + i * len(GROUP)
         vals = dict(zip(GROUP, x[off : off + len(GROUP)], strict=True))
         vals["mfu_prefill"] = min(vals["mfu"] * ratio, 0.9)
@@ -330,10 +330,16 @@ def _profiles_from(x: np.ndarray, groups: list[tuple[str, str, str]]) -> list[di
         profiles.append(
             {"match": {"vendor": vendor, "engine": engine, "precision": fmt}, "set": vals}
         )
-        by_compute.setdefault(compute, []).append(vals)
-    for compute, vals in by_compute.items():  # fallback for groups without points
+        compute = get_precision(fmt).compute
+        by_key.setdefault((("vendor", vendor), ("compute", compute)), []).append(vals)
+        by_key.setdefault((("vendor", vendor), ("precision", fmt)), []).append(vals)
+    # fallbacks for groups without points: the same vendor's groups at the same compute
+    # precision, overridden by those at the same weight format (listed later, so applied later);
+    # never another vendor's groups: their kernels and engines differ
+    for key in sorted(by_key, key=lambda k: k[1][0]):
+        vals = by_key[key]
         mean = {k: float(np.mean([v[k] for v in vals])) for k in vals[0]}
-        profiles.append({"match": {"compute": compute}, "set": mean})
+        profiles.append({"match": dict(key), "set": mean})
     return profiles
 
 
@@ -390,7 +396,7 @@ def write_fit(profiles: list[dict], points: list[Point], path: Path = EFFICIENCY
         elif ids:
             prof["source"] = f"fitted on {len(ids)} points: {', '.join(ids)}"
         else:
-            prof["source"] = "mean of the fitted groups at this compute precision (fallback)"
+            prof["source"] = "fallback: mean of this vendor's fitted groups it matches"
     data["fitted"] = profiles
     header = path.read_text().split("schema_version")[0]
     path.write_text(header + yaml.safe_dump(data, sort_keys=False, width=100))

@@ -186,7 +186,6 @@ class Columns:
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     itl_ns: np.ndarray  # all ITL gaps of completed requests, concatenated
-    itl_mean_ns: np.ndarray | None = None  # per-request mean ITL (NaN when < 2 chunks)
     gap_counts: np.ndarray | None = None  # ITL gaps each row owns in itl_ns (0 unless ok)
 
     def select(self, mask: np.ndarray) -> Columns:
@@ -204,7 +203,6 @@ class Columns:
             prompt_tokens=self.prompt_tokens[mask],
             output_tokens=self.output_tokens[mask],
             itl_ns=self.itl_ns[gap_mask],
-            itl_mean_ns=None if self.itl_mean_ns is None else self.itl_mean_ns[mask],
             gap_counts=self.gap_counts[mask],
         )
 
@@ -366,12 +364,19 @@ def summarize(
 
 
 def _per_request_mean_itl(cols: Columns) -> np.ndarray:
-    if cols.itl_mean_ns is not None:
-        return cols.itl_mean_ns
-    # Without per-request gaps, the mean ITL of a request equals its TPOT when every chunk
-    # carries one token; use TPOT as the per-request ITL for the SLO check.
+    """Each request's mean gap between content chunks (NaN with fewer than two chunks).
+
+    Not TPOT: a server that sends several tokens per chunk has fewer, longer gaps, and an
+    `itl:` SLO must judge those gaps, as the ITL figures do.
+    """
+    if cols.gap_counts is None:
+        raise ValueError("these Columns carry no gap_counts, so per-request ITL is unknown")
+    counts = cols.gap_counts.astype(np.int64)
+    ends = np.cumsum(counts)
+    sums = np.concatenate([[0.0], np.cumsum(cols.itl_ns)])
     with np.errstate(invalid="ignore", divide="ignore"):
-        return (cols.end_ns - cols.first_token_ns) / (cols.output_tokens - 1)
+        means = (sums[ends] - sums[ends - counts]) / counts
+    return np.where(counts > 0, means, np.nan)
 
 
 def time_series(records: Sequence[RequestRecord], bucket_s: float = 1.0) -> dict[str, list]:

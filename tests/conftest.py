@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,11 @@ class FakeServer:
         self.proc = proc
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
+
+    def stats(self) -> dict[str, int]:
+        """The server's own counts: requests received, streams finished."""
+        with urllib.request.urlopen(f"{self.url}/stats", timeout=10) as resp:
+            return json.loads(resp.read())
 
     def stop(self) -> None:
         if self.proc.poll() is None:

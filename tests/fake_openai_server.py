@@ -45,6 +45,7 @@ class Config:
         self.sends_log = args.sends_log
         self.usage = not args.no_usage
         self.count = 0
+        self.finished = 0  # streams whose last token was sent
         self.sends: list[list[int]] = []
 
     def fault_for(self, n: int) -> str | None:
@@ -92,6 +93,9 @@ class Handler(asyncio.Protocol):
 
     # ------------------------------------------------------------ routing
     def handle(self, method: str, path: str, body: bytes, arrived: int) -> None:
+        if method == "GET" and path == "/stats":  # the tests' view of what the server did
+            self.send_json(200, {"requests": self.cfg.count, "finished": self.cfg.finished})
+            return
         if method == "GET" and path in ("/v1/models", "/health"):
             payload = {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
             self.send_json(200, payload)
@@ -190,6 +194,7 @@ class Handler(asyncio.Protocol):
     def finish(self, fault, include_usage, prompt_tokens, n_out, chat, eol) -> None:
         if self.transport is None or self.transport.is_closing():
             return
+        self.cfg.finished += 1
         if fault == "reset_mid":
             self.abort()
             return

@@ -20,6 +20,7 @@ from bench.backends.transport import KERNEL_STAMPS, _Connection
 from bench.metrics import summarize
 from bench.runner import RunPlan, execute, new_event_loop, run_blocking
 from bench.workload import LengthDist, Workload
+from tests.helpers import cpu_pressure
 
 
 def stamp(t_realtime_ns: int) -> bytes:
@@ -143,18 +144,37 @@ def test_a_busy_loop_delays_reads_but_not_their_times(server_factory, tmp_path):
 
     loop = new_event_loop()
     try:
-        result = loop.run_until_complete(main())
+        with cpu_pressure() as pressure:
+            result = loop.run_until_complete(main())
     finally:
         loop.close()
     server.stop()
     truth = [[t / 1e6 for t in sends] for sends in json.loads(log.read_text())]
     records = sorted(result.records, key=lambda r: r.sent_ns)
     assert all(r.ok for r in records) and len(records) == n
-    itl_err = np.concatenate(
-        [np.diff(r.chunk_times_ns) / 1e6 - np.diff(t) for r, t in zip(records, truth, strict=True)]
+    itl_err = np.abs(
+        np.concatenate(
+            [
+                np.diff(r.chunk_times_ns) / 1e6 - np.diff(t)
+                for r, t in zip(records, truth, strict=True)
+            ]
+        )
     )
-    assert np.percentile(np.abs(itl_err), 99) < 2.0, np.abs(itl_err).max()
     assert result.late_read_share > 0.1  # the reads really did wait
+    assert np.median(itl_err) < 1.0, itl_err
+    if pressure.starved:
+        # Other work kept this process (and the kernel's packet processing, which takes the
+        # stamps) off the CPU for tens of ms: tokens 40 ms apart may then merge or be stamped
+        # late. What must hold is that a merge is never hidden from the self-check.
+        s = summarize(
+            result.records,
+            late_read_share=result.late_read_share,
+            merged_token_share=result.merged_token_share,
+        )
+        merged = result.merged_token_share > 0.01
+        assert not merged or any("read together" in r for r in s.client_limited_reasons)
+        return
+    assert np.percentile(itl_err, 99) < 2.0, itl_err.max()
     assert result.merged_token_share == 0
 
 

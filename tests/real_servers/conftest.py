@@ -1,0 +1,29 @@
+"""Fixtures for tests against real serving engines (llama.cpp's llama-server).
+
+Every test here is `slow` and `real_server`: `pytest -m "not slow"` skips them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.real_servers.llama_server import LlamaServer, llama_server_fixture
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "real_servers" in str(item.path):
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.real_server)
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory) -> Iterator[LlamaServer]:
+    """One llama-server for the session: 8 slots, continuous batching, /metrics, prompt cache on.
+
+    Tests that count must read the server's counters before and after (deltas), since other
+    tests use the same server.
+    """
+    yield from llama_server_fixture(tmp_path_factory)

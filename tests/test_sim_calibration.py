@@ -101,11 +101,14 @@ def test_fitted_profiles_name_their_points() -> None:
 
     ids = {p.id for p in load_published().points}
     fitted = yaml.safe_load(EFFICIENCY_YAML.read_text())["fitted"]
-    assert fitted, "efficiency.yaml has no fitted profiles"
-    for prof in fitted:
-        named = re.findall(r"[a-z0-9]+(?:-[a-z0-9]+)+", prof["source"].split(":", 1)[-1])
-        assert "fitted" in prof["source"] or "fallback" in prof["source"]
-        assert set(named) <= ids | {"S15", "S45"} or "fallback" in prof["source"] or not named
+    groups = [f for f in fitted if len(f["match"]) == 3]
+    assert len(groups) >= 8, "efficiency.yaml lacks fitted per-(vendor, engine, format) profiles"
+    for prof in groups:
+        m = re.match(r"fitted on (\d+) points: (.*)", prof["source"])
+        assert m, prof["source"]
+        named = [x.strip() for x in m.group(2).split(",")]
+        assert len(named) == int(m.group(1)) and set(named) <= ids
+    assert all(f["source"].startswith(("fitted", "fallback")) for f in fitted)
 
 
 # -- calibration fixes (issue 19 item 4) -------------------------------------------------------

@@ -215,6 +215,23 @@ class RunSession:
         self.secrets = [plan.api_key]
         self.writer = None
         extra = {**(extra or {}), "prompts": prompts_info(scenario, plan)}
+        gpu_type, gpu_count = scenario.gpu.type, scenario.gpu.count
+        if store and not simulated:  # a `sim serve` endpoint: store simulated, on its GPUs
+            from bench.sim.detect import detect_simulated
+
+            hw = detect_simulated(plan.base_url, plan.api_key)
+            if hw is not None:
+                simulated = True
+                gpu_type, gpu_count = hw.get("gpu") or gpu_type, hw.get("gpu_count") or gpu_count
+                extra = {**(extra or {}), "sim": hw}
+                # the caller prices and labels from the scenario: make it say what was run
+                scenario.gpu.type, scenario.gpu.count = gpu_type, gpu_count
+                if show_progress:
+                    Console(stderr=True).print(
+                        f"[yellow]{plan.base_url} is a tokenbench simulator ({gpu_count}x "
+                        f"{gpu_type}): the run is stored as simulated, on the simulated GPUs"
+                    )
+        self.simulated = simulated
         if store:
             from bench.store.writer import RunWriter
 
@@ -226,8 +243,8 @@ class RunSession:
                 endpoint=plan.base_url,
                 backend=plan.dialect.name,
                 model=plan.model,
-                gpu_type=scenario.gpu.type,
-                gpu_count=scenario.gpu.count,
+                gpu_type=gpu_type,
+                gpu_count=gpu_count,
                 simulated=simulated,
                 secrets=[plan.api_key],
                 extra=extra,

@@ -1,12 +1,18 @@
-"""Simulator benchmark: virtual-time speed and real-time emission accuracy (issue 4).
+"""Simulator benchmark: accuracy against published measurements, virtual-time speed, and
+real-time emission accuracy (issues 4 and 19).
 
-1. Virtual time: one hour of 50 req/s (1k in / 256 out, 180,000 requests) through the
-   discrete-event driver, for a few deployments (target: under 30 s each).
+0. Validation (--validate): every expressible point of bench/sim/profiles/published.yaml
+   reproduced through the closed-loop engine in virtual time (what `sim run` / `sim serve`
+   execute), InferenceX's method for curve points; the table of point, published, simulated,
+   error, beside the formula clock the fit uses and (--loso) leave-one-source-out: each source's
+   points scored by a fit that never saw that source. Then the GPU-to-GPU ratios.
+1. Virtual time: 1,000 requests (target >= 100x faster than real time), then one hour of
+   50 req/s (1k in / 256 out, 180,000 requests) for a few deployments (target: under 30 s each).
 2. Real time: `tokenbench sim serve` in its own process, driven by tokenbench at 256
    concurrent streams (closed loop, starts spread); the server's own gauges say how far its
    token emission strayed from the simulated schedule (target: within 1 ms).
 
-Prints a table; medians of --repeats runs.
+Prints tables; medians of --repeats runs.
 """
 
 from __future__ import annotations
@@ -33,6 +39,57 @@ def virtual_hour(gpu: str, tp: int, model: str = "llama-3.3-70b") -> tuple[float
     t = time.perf_counter()
     records = simulate([(o, 1024, 256) for o in offsets], gpu, model, "fp8", tp)
     return time.perf_counter() - t, sum(r.ok for r in records)
+
+
+def validation(loso: bool) -> None:
+    from bench.sim.calibration import (
+        leave_one_source_out,
+        load_published,
+        ratio_value,
+        summary,
+        table,
+        validate,
+    )
+
+    pub = load_published()
+    t = time.perf_counter()
+    engine = validate(clock="engine")
+    t_engine = time.perf_counter() - t
+    formula = {r.point.id: r for r in validate()}
+    held = leave_one_source_out(pub.scored) if loso else None
+    print(f"validation: {len(engine)} of {len(pub.points)} published points (engine clock, "
+          f"virtual time, {t_engine:.0f} s)")  # fmt: skip
+    print(table(engine, held))
+    for name, res in (("engine", engine), ("formula", list(formula.values()))):
+        s = summary(res, held if name == "engine" else None)
+        line = ", ".join(
+            f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in s.items()
+        )
+        print(f"  {name}: {line}")
+    skipped = [p for p in pub.points if not p.expressible]
+    print(
+        f"  not expressible ({len(skipped)}): " + "; ".join(f"{p.id}: {p.reason}" for p in skipped)
+    )
+    print("GPU ratios (offline max throughput per GPU, Llama-3.3-70B 1000/1000):")
+    for r in pub.ratios:
+        sim = ratio_value(r)
+        print(
+            f"  {r.id:22} published {r.measured:5.2f} simulated {sim:5.2f} ({sim / r.measured - 1:+.0%})  {r.note}"
+        )
+
+
+def virtual_thousand() -> tuple[float, float]:
+    """Wall seconds and simulated seconds for 1,000 requests at 8 req/s on 1x B200 70B FP8."""
+    import numpy as np
+
+    from bench.sim.virtual import simulate
+
+    rng = np.random.default_rng(1)
+    offsets = np.cumsum(rng.exponential(1 / 8, 1000))
+    t = time.perf_counter()
+    records = simulate([(o, 1024, 256) for o in offsets], "B200", "llama-3.3-70b", "fp8", 1)
+    wall = time.perf_counter() - t
+    return wall, max(r.end_ns for r in records) / 1e9
 
 
 def free_port() -> int:
@@ -93,7 +150,16 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--streams", type=int, default=256)
     p.add_argument("--duration", type=float, default=20.0)
+    p.add_argument("--validate", action="store_true", help="only the published-point validation")
+    p.add_argument("--loso", action="store_true", help="add leave-one-source-out (minutes)")
     args = p.parse_args()
+    if args.validate:
+        validation(args.loso)
+        return
+
+    wall, simulated = virtual_thousand()
+    print(f"virtual time: 1,000 requests (8 req/s, 1024/256, 1x B200 70B FP8): {simulated:.0f} s "
+          f"simulated in {wall:.2f} s = {simulated / wall:,.0f}x real time")  # fmt: skip
 
     print("virtual time: one hour at 50 req/s, 1024 in / 256 out, Llama-3.3-70B FP8")
     for gpu, tp in (("H100", 8), ("B200", 8), ("H100", 2)):

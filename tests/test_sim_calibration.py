@@ -1,37 +1,68 @@
-"""Calibration: the roofline against the worked example and the 7 published reference points.
+"""Calibration: the worked example, and the simulator against every published point it can express.
 
-If any of these fails, a profile figure or an efficiency parameter changed: re-check it
-against reference/published.md section 4a before loosening a tolerance.
+The validation figures are pinned: if a profile figure, an efficiency parameter or the cost model
+changes and the error against published measurements rises, these fail. Re-run
+`python -m bench.sim.calibration` (add --fit to refit efficiency.yaml) and look at the table
+before touching a bound. The leave-one-source-out and engine-clock figures are @slow.
 """
+
+import re
+from pathlib import Path
 
 import pytest
 
-from bench.sim.calibration import calibrate
+from bench.sim.calibration import (
+    Point,
+    leave_one_source_out,
+    load_published,
+    mean_abs_error,
+    pareto_interpolate,
+    ratio_value,
+    reproduce,
+    summary,
+    validate,
+)
 from bench.sim.engine import Engine
-from bench.sim.roofline import Deployment
+from bench.sim.profiles import EFFICIENCY_YAML, get_gpu
+from bench.sim.roofline import Deployment, steady_state
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Figures reached when efficiency.yaml was last fitted (formula clock, 60 scored points):
+# mean abs. error 12.3% (dense 4.6%, MoE 16.5%), 53 points within +-25%.
+PINNED_MAE = 0.125
+PINNED_MAE_DENSE = 0.05
+PINNED_MAE_MOE = 0.17
+PINNED_WITHIN_25 = 53
 
 
 def _ideal(gpu: str) -> Deployment:
     """No efficiency loss, no overhead: the pure bandwidth floor of the worked example."""
-    return Deployment.build(gpu, "llama-3.3-70b", "fp8", mbu=1.0, mfu=1.0, t_fix_s=0.0)
+    return Deployment.build(gpu, "llama-3.3-70b", "fp8", mbu=1.0, mfu=1.0, t_fix_s=0.0, t_tok_s=0.0)
 
 
-@pytest.mark.parametrize("gpu,ms", [("B200", 9.0), ("H100", 21.0)])
+@pytest.mark.parametrize("gpu,ms", [("B200", 9.16), ("H100", 21.06)])
 def test_worked_example_bandwidth_floor(gpu: str, ms: float) -> None:
-    # seed 000: 70 GB / 7.7 TB/s ~ 9 ms per step (~110 tok/s); H100 at 3.35 TB/s ~ 21 ms
+    # seed 000: 70.55 GB / 7.7 TB/s = 9.2 ms per step (~110 tok/s); H100 at 3.35 TB/s 21.1 ms
     step = _ideal(gpu).step_time(1, 1, 0, 0)
-    assert step * 1e3 == pytest.approx(ms, rel=0.05)
+    assert step * 1e3 == pytest.approx(ms, rel=0.01)
 
 
 def test_worked_example_b200_tokens_per_second() -> None:
     assert 1 / _ideal("B200").step_time(1, 1, 0, 0) == pytest.approx(110, rel=0.05)
 
 
+def test_one_bandwidth_per_gpu() -> None:
+    # the only place a bandwidth lives is gpus.yaml; nothing in the code restates one
+    assert get_gpu("B200").hbm_bw_tbs == 7.7 and get_gpu("B200-192").hbm_bw_tbs == 8.0
+    code = "\n".join(p.read_text() for p in (ROOT / "bench" / "sim").rglob("*.py"))
+    assert not re.search(r"\b(7\.7|3\.35|4\.8)e12\b", code)
+
+
 def test_calibrated_batch1_is_floor_plus_losses() -> None:
-    # with MBU 0.8 and 2 ms overhead the realistic step sits above the floor, by a bounded amount
     for gpu, floor in [("B200", 9.16e-3), ("H100", 21.06e-3)]:
         step = Deployment.build(gpu, "llama-3.3-70b", "fp8").step_time(1, 1000, 0, 0)
-        assert floor * 1.2 < step < floor * 1.6
+        assert floor * 1.1 < step < floor * 1.7
 
 
 def test_kv_capacity_worked_example() -> None:
@@ -49,26 +80,167 @@ def test_nvfp4_halves_weight_read() -> None:
     assert fp4.weight_bytes / fp8.weight_bytes == pytest.approx(0.5625)
 
 
-def test_reference_points_within_tolerance() -> None:
-    results, tol = calibrate()
-    assert len(results) == 7 and tol == 0.25
-    report = "\n".join(
-        f"{r.name}: measured {r.measured} model {r.model:.0f} ({r.error:+.1%})" for r in results
+# -- the reference file ------------------------------------------------------------------------
+
+
+def test_every_point_and_every_cited_source_is_in_the_reference_file() -> None:
+    pub = load_published()
+    assert len(pub.points) == 69 and len(pub.scored) == 60
+    assert all(p.source in pub.sources for p in pub.points)
+    assert all(p.reason for p in pub.points if not p.expressible)
+    cited = set()
+    for path in [ROOT / "README.md", ROOT / "bench" / "data" / "prices.yaml"] + list(
+        (ROOT / "bench" / "sim" / "profiles").glob("*.yaml")
+    ):
+        cited |= set(re.findall(r"\[(S\d+[a-z]?)\]", path.read_text()))
+    assert cited and cited <= set(pub.sources), cited - set(pub.sources)
+
+
+def test_fitted_profiles_name_their_points() -> None:
+    import yaml
+
+    ids = {p.id for p in load_published().points}
+    fitted = yaml.safe_load(EFFICIENCY_YAML.read_text())["fitted"]
+    groups = [f for f in fitted if len(f["match"]) == 3]
+    assert len(groups) >= 8, "efficiency.yaml lacks fitted per-(vendor, engine, format) profiles"
+    for prof in groups:
+        m = re.match(r"fitted on (\d+) points: (.*)", prof["source"])
+        assert m, prof["source"]
+        named = [x.strip() for x in m.group(2).split(",")]
+        assert len(named) == int(m.group(1)) and set(named) <= ids
+    assert all(f["source"].startswith(("fitted", "fallback")) for f in fitted)
+
+
+# -- calibration fixes (issue 19 item 4) -------------------------------------------------------
+
+
+def test_sweep_skips_deployments_that_do_not_fit() -> None:
+    # DeepSeek-R1 FP8 (671 GB) does not fit on 1, 2 or 4 B200s: the sweep skips them, no crash
+    p = next(p for p in load_published().scored if p.id == "ix-b200-dsr1-8k1k-32")
+    r = reproduce(p)
+    assert r.simulated > 0 and "tp1 " not in r.config
+
+
+def test_unreachable_interactivity_has_no_value() -> None:
+    # np.interp used to return the front's end value for a target beyond it: a flat, wrong figure
+    p = Point(
+        id="x", set="dense", kind="interactivity", gpu="H100", model="llama-3.3-70b",
+        precision="fp8", engine="vllm", isl=1000, osl=1000, measured=100.0, source="S15",
+        sweep="dense", interactivity=2000.0,
+    )  # fmt: skip
+    r = reproduce(p)
+    assert r.simulated == 0 and r.error == -1.0 and "front spans" in r.config
+    front = [(10.0, 500.0, "a"), (20.0, 300.0, "b")]
+    assert pareto_interpolate(Point(**{**p.__dict__, "interactivity": 5.0}), front).simulated == 0
+    assert (
+        pareto_interpolate(Point(**{**p.__dict__, "interactivity": 15.0}), front).simulated == 400
     )
-    for r in results:
-        assert abs(r.error) <= tol, report
-    mean_abs = sum(abs(r.error) for r in results) / len(results)
-    assert mean_abs < 0.16, report
 
 
-def test_b200_beats_h100_per_gpu() -> None:
-    # MLPerf ratio check (published.md 2a): B200 : H100 per GPU ~ 3-4x on 70B at max throughput
-    from bench.sim.roofline import steady_state
+# -- validation against every expressible published point (issue 19 item 3) -------------------
 
-    def best(gpu: str, prec: str, tp: int) -> float:
-        dep = Deployment.build(gpu, "llama-3.3-70b", prec, tp)
-        c = dep.kv_capacity_tokens() / 1500
-        return steady_state(dep, 1000, 1000, c)["output_tps_per_gpu"]
 
-    ratio = best("B200", "fp4", 1) / best("H100", "fp8", 2)
-    assert 2.5 < ratio < 5.0
+@pytest.fixture(scope="module")
+def results():
+    return validate()
+
+
+def test_validation_error_is_pinned(results) -> None:
+    s = summary(results)
+    from bench.sim.calibration import table
+
+    report = table(results)
+    assert s["points"] == 60
+    assert s["mae"] <= PINNED_MAE, report
+    assert s["mae_dense"] <= PINNED_MAE_DENSE, report
+    assert s["mae_moe"] <= PINNED_MAE_MOE, report
+    assert s["within_25"] >= PINNED_WITHIN_25, report
+
+
+def test_trtllm_and_vllm_differ_where_the_measurements_do() -> None:
+    # one efficiency set for every engine was a cause of error: TensorRT-LLM's FP4 reaches more
+    trt = Deployment.build("B200", "llama-3.3-70b", "fp4", engine="trtllm")
+    vllm = Deployment.build("B200", "llama-3.3-70b", "fp4", engine="vllm")
+    assert trt.eff != vllm.eff
+
+
+def test_gpu_ratios(results) -> None:
+    # MLPerf / TensorRT-LLM per-GPU ratios, simulated at the same method
+    got = {r.id: (r.measured, ratio_value(r)) for r in load_published().ratios}
+    assert got["trt-h200-h100-70b"][1] == pytest.approx(got["trt-h200-h100-70b"][0], rel=0.10)
+    assert got["trt-b200-h100-70b"][1] == pytest.approx(got["trt-b200-h100-70b"][0], rel=0.10)
+    assert got["mlperf-b200-h100"][1] == pytest.approx(got["mlperf-b200-h100"][0], rel=0.10)
+    # H200:H100 with H200 on one GPU and H100 on two (MLPerf) is overstated: pinned as measured
+    assert got["mlperf-h200-h100"][1] / got["mlperf-h200-h100"][0] < 1.20
+
+
+def test_engine_clock_agrees_with_the_formula() -> None:
+    # the fit runs the steady-state formula; users run the engine: they must agree
+    pts = {p.id: p for p in load_published().scored}
+    for pid in ("h200-70b-b1", "trt-h100-70b-1k1k", "trt-b200-q235-1k1k"):
+        f = reproduce(pts[pid]).simulated
+        e = reproduce(pts[pid], clock="engine").simulated
+        assert e == pytest.approx(f, rel=0.08), pid
+
+
+# -- MoE, EP, MTP, rack scale (issue 19 items 1-2) ---------------------------------------------
+
+
+def test_dep_replicates_attention_and_spreads_experts() -> None:
+    tp8 = Deployment.build("B200", "deepseek-r1", "fp8", 8)
+    dep8 = Deployment.build("B200", "deepseek-r1", "fp8", dp=8, ep=8)
+    # MLA's latent KV is replicated on TP ranks, split by DP: DEP holds ~8x the sequences
+    assert dep8.kv_capacity_tokens() > 5 * tp8.kv_capacity_tokens()
+    # all-to-all cost appears only with EP; all-reduce only with TP
+    assert (
+        dep8._comm_time(1000) > 0
+        and Deployment.build("B200", "deepseek-r1", "fp8", 8)._comm_time(1) > 0
+    )
+
+
+def test_mla_decode_attention_is_compute_bound() -> None:
+    dep = Deployment.build("H100", "deepseek-r1", "fp8", dp=8, ep=8, mtp=False)
+    ctx = 64 * 8000.0
+    kv_time = ctx / 8 * dep.kv_bytes_per_token / dep._bw
+    flops_time = (
+        ctx / 8 * dep.model.attn_pair_flops(decode=True) / (dep.attn_flops * dep.eff.mfu_attn)
+    )
+    assert flops_time > kv_time
+
+
+def test_mtp_raises_interactivity() -> None:
+    off = Deployment.build("B200", "deepseek-r1", "fp8", dp=8, ep=8, engine="sglang", mtp=False)
+    on = Deployment.build("B200", "deepseek-r1", "fp8", dp=8, ep=8, engine="sglang", mtp=True)
+    assert on.mtp_gain == pytest.approx(1.85)
+    s_off, s_on = steady_state(off, 8192, 1024, 8), steady_state(on, 8192, 1024, 8)
+    assert 1.3 < s_on["interactivity"] / s_off["interactivity"] < 1.85
+
+
+def test_rack_scale_nvl72() -> None:
+    gb = Deployment.build("GB200", "deepseek-r1", "fp8", dp=72, ep=72, engine="sglang")
+    assert gb.gpus == 72 and gb.gpu.rack_gpus == 72
+    with pytest.raises(ValueError, match="scale-up domain"):
+        Deployment.build("B200", "deepseek-r1", "fp8", dp=16, ep=16)
+    # wide EP on one NVLink domain beats an 8-GPU node per GPU at the same interactivity
+    pts = {p.id: p for p in load_published().scored}
+    gb_pt, b_pt = pts["ix-gb200-dsr1-8k1k-120"], pts["ix-b200-dsr1-8k1k-120"]
+    assert reproduce(gb_pt).simulated > 2 * reproduce(b_pt).simulated
+
+
+# -- slow: held-out error and the engine clock -------------------------------------------------
+
+PINNED_LOSO_MAE = 0.53  # measured 0.520: see README, the held-out figure misses its 15% target
+PINNED_ENGINE_MAE = 0.125
+
+
+@pytest.mark.slow
+def test_leave_one_source_out_is_pinned() -> None:
+    held = leave_one_source_out(load_published().scored)
+    assert len(held) == 60
+    assert mean_abs_error(held) <= PINNED_LOSO_MAE
+
+
+@pytest.mark.slow
+def test_engine_clock_validation_is_pinned() -> None:
+    res = validate(clock="engine")
+    assert mean_abs_error(res) <= PINNED_ENGINE_MAE

@@ -101,8 +101,13 @@ def test_moe_reads_only_touched_experts() -> None:
     assert full == pytest.approx(dep.weight_bytes)
     non_expert = dep.weight_bytes - m.experts * dep.expert_bytes
     assert one == pytest.approx(non_expert + m.experts_per_token * dep.expert_bytes)
-    assert dep.weight_bytes_read(8) == pytest.approx(non_expert + 32 * dep.expert_bytes)
-    assert dep.weight_bytes_read(32) == pytest.approx(full)  # 32 * top-4 >= 128 experts
+    # random top-4 routing of 8 tokens touches 128 (1 - (1 - 4/128)^8) = 28.7 experts on
+    # average, not 32: some tokens share experts
+    assert dep.weight_bytes_read(8) == pytest.approx(
+        non_expert + 28.71 * dep.expert_bytes, rel=1e-3
+    )
+    assert dep.experts_touched(32) < 128 * 0.7  # 32 x top-4 = 128 picks still miss ~1/3
+    assert dep.experts_touched(1000) == pytest.approx(128)
     # batch-1 decode of a sparse model is far faster than its total size suggests
     assert dep.step_time(1, 1000, 0, 0) < 0.5 * dep.weight_bytes / (dep.gpu.hbm_bw_bytes_s * 0.8)
 
@@ -155,3 +160,18 @@ def test_virtual_hour_speed() -> None:
 def test_engine_config_defaults_from_profiles() -> None:
     cfg = EngineConfig.default()
     assert (cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.block_size) == (256, 8192, 16)
+
+
+def test_thousand_requests_run_100x_faster_than_real_time() -> None:
+    # issue 19: virtual time stays >= 100x faster than real time for a 1,000-request run
+    import time
+
+    rng = np.random.default_rng(1)
+    off = np.cumsum(rng.exponential(1 / 8, 1000))
+    reqs = np.column_stack([off, np.full(1000, 1024), np.full(1000, 256)])
+    eng = build_engine("b200", "llama-3.3-70b", "fp8")
+    t0 = time.perf_counter()
+    recs = run_virtual(eng, reqs)
+    wall = time.perf_counter() - t0
+    simulated = max(r.end_ns for r in recs) / 1e9
+    assert simulated > 100 and simulated / wall >= 100

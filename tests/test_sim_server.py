@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import socket
 import time
 
 import httpx
@@ -151,3 +152,47 @@ async def test_timing_matches_virtual_time_at_modest_concurrency(url_70b: str) -
     assert tpot_wall == pytest.approx(tpot_virt, rel=0.15)
     # generous for a noisy 2-core machine; the 256-stream figure is measured in the report
     assert metrics["tokenbench_sim_emission_lateness_max_seconds"] < 0.02
+
+
+def test_models_announce_the_simulated_hardware(url: str) -> None:
+    from bench.sim.detect import detect_simulated
+
+    hw = detect_simulated(url)
+    assert hw == {
+        "gpu": "B200-SXM", "gpu_count": 1, "model": "llama-3.1-8b", "precision": "fp8",
+        "parallel": "tp1", "engine": "vllm",
+    }  # fmt: skip
+    assert detect_simulated(f"{url}/v1") == hw
+
+
+def test_detect_simulated_is_none_for_other_servers() -> None:
+    from bench.sim.detect import detect_simulated
+
+    with socket.socket() as s:  # nothing listens on a port just released
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert detect_simulated(f"http://127.0.0.1:{port}", timeout_s=1.0) is None
+
+
+def test_run_against_a_simulator_is_stored_simulated_on_its_gpus(url: str, tmp_path) -> None:
+    # the user says H100 x2; the endpoint simulates one B200: store and price what ran
+    from bench.runner import plan_from_scenario
+    from bench.scenario import Scenario
+    from bench.session import run_and_store
+    from bench.store.read import get_run
+
+    sc = Scenario.model_validate(
+        {
+            "name": "sim-detect",
+            "target": {"base_url": url, "model": "llama-3.1-8b"},
+            "load": {"shape": "constant", "request_rate": 50.0, "num_prompts": 5},
+            "workload": {"input": {"mean": 32}, "output": {"mean": 8}},
+            "gpu": {"type": "H100-SXM", "count": 2},
+        }
+    )
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    _, summary, run_id = run_and_store(sc, plan_from_scenario(sc), db_url=db, show_progress=False)
+    info = get_run(run_id, db)
+    assert info.simulated and (info.gpu_type, info.gpu_count) == ("B200-SXM", 1)
+    assert (sc.gpu.type, sc.gpu.count) == ("B200-SXM", 1)  # what the CLI then prices
+    assert summary.completed == 5

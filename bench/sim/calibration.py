@@ -1,79 +1,460 @@
-"""The simulator against published measurements (profiles/reference_points.yaml).
+"""The simulator against published measurements (profiles/published.yaml), and the efficiency fit.
 
-Uses the closed-loop steady state of the roofline (bench.sim.roofline.steady_state), the same
-step-time function the engine runs, and reproduces each source's method: batch-1 decode,
-offline max throughput with the KV cache full, or InferenceX's Pareto front over TP and
-concurrency interpolated at a target interactivity.
+Each published point is reproduced by its source's method:
+  batch1         one stream's decode rate;
+  max_tput       offline maximum throughput (output tok/s per GPU) with as many sequences as the
+                 KV cache holds at mean context ISL + OSL/2;
+  interactivity  InferenceX: every parallelism of the point's sweep x every concurrency, the
+                 Pareto front of total tok/s/GPU against tok/s/user (1 / median TPOT), linear
+                 interpolation at the published interactivity. A target outside the front has no
+                 value: the simulator cannot reach it, and the point scores -100%.
+InferenceX draws prompt lengths uniformly in 80-100% of the nominal ISL [S2], so its total
+tokens count 0.9 x ISL; trtllm-bench uses the nominal lengths.
+
+Two clocks reproduce a point: `formula` (steady_state: the engine's step-time function at the
+engine's steady-state schedule, microseconds per point, used for fitting) and `engine` (the
+closed-loop engine in virtual time, what `sim run` and `sim serve` execute). Deployments that do
+not fit in memory are skipped, not fatal.
+
+The fit (`fit()`): global parameters (overheads, MoE imbalance, collective latency) plus MBU and
+MFU per (vendor, engine, compute precision) group, least squares on log(simulated / published)
+with a soft-L1 loss and a weak pull toward the initial values (so a group with three points
+cannot wander to implausible efficiencies); a group without points falls back to the mean of
+the same vendor's groups at its weight format, else at its compute precision.
+`leave_one_source_out()` refits without each source and scores that source's points.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import argparse
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
 
-from bench.sim.profiles import HERE, serving_defaults
-from bench.sim.roofline import Deployment, steady_state
+from bench.sim.profiles import (
+    EFFICIENCY_YAML,
+    HERE,
+    _efficiency_file,
+    efficiency_for,
+    get_gpu,
+    get_model,
+    get_precision,
+    serving_defaults,
+)
+from bench.sim.roofline import Deployment, parse_parallel, steady_state
 
-POINTS_YAML: Path = HERE / "reference_points.yaml"
+PUBLISHED_YAML: Path = HERE / "published.yaml"
+INFERENCEX_ISL = (0.8, 1.0)  # prompt lengths uniform in 80-100% of nominal [S2][S3]
+UNREACHED = -1.0  # error of a point whose interactivity the simulator cannot reach
 
 
 @dataclass(frozen=True)
-class CalibrationResult:
-    name: str
+class Point:
+    """One published figure and how to reproduce it."""
+
+    id: str
+    set: str
+    kind: str
+    gpu: str
+    model: str
+    precision: str
+    engine: str
+    isl: int
+    osl: int
     measured: float
-    model: float
     source: str
+    parallel: str = "tp1"
+    sweep: str = ""
+    interactivity: float = 0.0
+    note: str = ""
+    expressible: bool = True
+    reason: str = ""
+
+    @property
+    def vendor(self) -> str:
+        try:
+            return get_gpu(self.gpu).vendor
+        except ValueError:
+            return "unknown"
+
+    @property
+    def group(self) -> tuple[str, str, str]:
+        """(vendor, engine, weight format): the efficiency profile this point informs."""
+        return (self.vendor, _engine_family(self.engine), weight_format(self.precision))
+
+    @property
+    def mean_isl(self) -> float:
+        return self.isl * sum(INFERENCEX_ISL) / 2 if self.kind == "interactivity" else self.isl
+
+
+@dataclass(frozen=True)
+class Ratio:
+    id: str
+    num: dict[str, Any]
+    den: dict[str, Any]
+    engine: str
+    measured: float
+    source: str
+    num_engine: str = ""
+    note: str = ""
+
+
+@dataclass
+class Result:
+    point: Point
+    simulated: float  # 0 when unreachable
+    config: str = ""  # the parallelism/concurrency that produced it
 
     @property
     def error(self) -> float:
-        return self.model / self.measured - 1
+        if self.simulated <= 0:
+            return UNREACHED
+        return self.simulated / self.point.measured - 1
 
 
-def _kv_concurrency(dep: Deployment, isl: int, osl: int) -> float:
-    """Sequences the KV cache holds at mean context ISL + OSL/2."""
+@dataclass
+class Published:
+    points: list[Point]
+    ratios: list[Ratio]
+    sweeps: dict[str, list[str]]
+    concurrency: list[int]
+    sources: dict[str, str] = field(default_factory=dict)
+    engine_limits: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def scored(self) -> list[Point]:
+        return [p for p in self.points if p.expressible]
+
+
+def weight_format(precision: str) -> str:
+    """fp4 is an alias of nvfp4; every other precision is its own kernel family."""
+    return "nvfp4" if precision == "fp4" else precision
+
+
+def _engine_family(engine: str) -> str:
+    """dynamo-sglang shares SGLang's kernels; the orchestration is what differs."""
+    return engine.split("-")[-1]
+
+
+@lru_cache(maxsize=4)
+def load_published(path: Path = PUBLISHED_YAML) -> Published:
+    """The reference file: points, ratios, sweeps and the [S#] source list."""
+    data = yaml.safe_load(Path(path).read_text())
+    points = [Point(**{k: v for k, v in p.items()}) for p in data["points"]]
+    for p in points:
+        if p.source not in data["sources"]:
+            raise ValueError(f"{path}: point {p.id} cites {p.source}, not in the source list")
+    ratios = [Ratio(**r) for r in data.get("ratios") or []]
+    limits = {k: v for k, v in (data.get("engine_limits") or {}).items()}
+    return Published(
+        points, ratios, data["sweeps"], data["sweep_concurrency"], dict(data["sources"]), limits
+    )
+
+
+# -- reproducing points ------------------------------------------------------------------------
+
+
+def _deployment(
+    gpu: str,
+    model: str,
+    precision: str,
+    parallel: str,
+    engine: str,
+    profiles: list[dict] | None,
+    mtp: bool = False,
+) -> Deployment | None:
+    """The deployment, or None when it cannot exist (too many GPUs, does not fit in memory)."""
+    tp, dp, ep = parse_parallel(parallel)
+    m = get_model(model)
+    if ep > 1 and not m.is_moe:
+        return None
+    try:
+        g = get_gpu(gpu)
+        p = get_precision(precision)
+        eff = efficiency_for(g, p, _engine_family(engine), m.name, profiles)
+        dep = Deployment.build(g, m, precision, tp, dp=dp, ep=ep, engine=engine, mtp=mtp)
+        dep = dep.with_efficiency(eff.model_copy(update={"mtp_tokens": dep.eff.mtp_tokens}))
+        dep.kv_capacity_tokens(serving_defaults().gpu_memory_utilization)
+    except ValueError:
+        return None
+    return dep
+
+
+def max_concurrency(dep: Deployment, isl: float, osl: int, max_batch: int = 0) -> float:
+    """Sequences the KV cache holds at mean context ISL + OSL/2, at most max_batch per
+    data-parallel rank (each rank is its own engine instance)."""
     util = serving_defaults().gpu_memory_utilization
-    return dep.kv_capacity_tokens(util) / (isl + osl / 2)
+    c = dep.kv_capacity_tokens(util) / (isl + osl / 2)
+    return min(c, max_batch * dep.dp) if max_batch else c
 
 
-def _pareto_at(p: dict, tps: list[int], concs: list[int]) -> float:
-    pts = []
-    for tp in tps:
-        dep = Deployment.build(p["gpu"], p["model"], p["precision"], tp)
-        cap = _kv_concurrency(dep, p["isl"], p["osl"])
-        for c in concs:
-            s = steady_state(dep, p["isl"], p["osl"], min(c, cap))
-            pts.append((s["interactivity"], s["total_tps_per_gpu"]))
-    front, best = [], -1.0
-    for x, y in sorted(pts, reverse=True):  # from most interactive down: keep rising throughput
+def _measure(dep: Deployment, p: Point, conc: float, clock: str) -> tuple[float, float, float]:
+    """(interactivity, output tok/s/GPU, total tok/s/GPU) at one concurrency."""
+    if clock == "formula":
+        s = steady_state(dep, p.mean_isl, p.osl, conc)
+        return s["interactivity"], s["output_tps_per_gpu"], s["total_tps_per_gpu"]
+    from bench.sim.engine import Engine, EngineConfig
+    from bench.sim.virtual import run_closed_loop
+
+    c = max(int(conc), 1)
+    d = serving_defaults()
+    cfg = EngineConfig.default(
+        max_num_seqs=c, max_num_batched_tokens=d.max_num_batched_tokens * dep.dp
+    )
+    if p.kind == "interactivity":
+        lo, hi = (round(p.isl * f) for f in INFERENCEX_ISL)
+    else:
+        lo = hi = p.isl
+    r = run_closed_loop(Engine(dep, cfg), c, (lo, hi), p.osl)
+    return 1 / r["tpot_s"], r["output_tps"] / dep.gpus, r["total_tps"] / dep.gpus
+
+
+def _pareto_at(p: Point, pub: Published, profiles: list[dict] | None, clock: str) -> Result:
+    pts: list[tuple[float, float, str]] = []
+    mtps = (False, True) if get_model(p.model).mtp_layers else (False,)
+    for par in pub.sweeps[p.sweep]:
+        for mtp in mtps:
+            dep = _deployment(p.gpu, p.model, p.precision, par, p.engine, profiles, mtp)
+            if dep is None:
+                continue
+            cap = max_concurrency(dep, p.mean_isl, p.osl)
+            for c in pub.concurrency:
+                if c * 0.5 > cap:  # the engine would only queue: InferenceX drops such runs
+                    continue
+                x, _, y = _measure(dep, p, min(c, cap), clock)
+                pts.append((x, y, f"{dep.parallel}{' mtp' if mtp else ''} c{c}"))
+    return pareto_interpolate(p, pts)
+
+
+def pareto_interpolate(p: Point, pts: list[tuple[float, float, str]]) -> Result:
+    """Pareto front (more interactivity and more throughput are both better), interpolated at
+    p.interactivity; unreachable (simulated 0) outside the front's interactivity range."""
+    front: list[tuple[float, float, str]] = []
+    best = -1.0
+    for x, y, cfg in sorted(pts, reverse=True):  # from most interactive down
         if y > best:
-            front.append((x, y))
+            front.append((x, y, cfg))
             best = y
-    xs, ys = zip(*sorted(front), strict=True)
-    return float(np.interp(p["interactivity"], xs, ys))
+    if not front:
+        return Result(p, 0.0, "no deployment fits")
+    front.sort()
+    xs = [f[0] for f in front]
+    if not xs[0] <= p.interactivity <= xs[-1]:
+        return Result(p, 0.0, f"front spans {xs[0]:.0f}-{xs[-1]:.0f} tok/s/user")
+    y = float(np.interp(p.interactivity, xs, [f[1] for f in front]))
+    i = min(int(np.searchsorted(xs, p.interactivity)), len(front) - 1)
+    return Result(p, y, f"{front[max(i - 1, 0)][2]} .. {front[i][2]}")
 
 
-def model_value(p: dict, tps: list[int], concs: list[int]) -> float:
-    """The simulator's figure for one reference point, by that point's method."""
-    if p["kind"] == "interactivity":
-        return _pareto_at(p, tps, concs)
-    dep = Deployment.build(p["gpu"], p["model"], p["precision"], p["tp"])
-    if p["kind"] == "batch1":
-        return steady_state(dep, p["isl"], p["osl"], 1)["interactivity"]
-    if p["kind"] == "max_tput":
-        c = _kv_concurrency(dep, p["isl"], p["osl"])
-        return steady_state(dep, p["isl"], p["osl"], c)["output_tps_per_gpu"]
-    raise ValueError(f"unknown reference point kind {p['kind']!r}")
+def reproduce(
+    p: Point,
+    pub: Published | None = None,
+    profiles: list[dict] | None = None,
+    clock: str = "formula",
+) -> Result:
+    """The simulator's figure for one published point, by that point's method."""
+    pub = pub or load_published()
+    if p.kind == "interactivity":
+        return _pareto_at(p, pub, profiles, clock)
+    dep = _deployment(p.gpu, p.model, p.precision, p.parallel, p.engine, profiles)
+    if dep is None:
+        return Result(p, 0.0, f"{p.parallel} does not fit")
+    if p.kind == "batch1":
+        return Result(p, _measure(dep, p, 1, clock)[0], f"{p.parallel} c1")
+    if p.kind == "max_tput":
+        limits = pub.engine_limits.get(_engine_family(p.engine), {})
+        c = max_concurrency(dep, p.isl, p.osl, limits.get("max_batch_size", 0))
+        return Result(p, _measure(dep, p, c, clock)[1], f"{p.parallel} c{c:.0f}")
+    raise ValueError(f"unknown reference point kind {p.kind!r} ({p.id})")
 
 
-def calibrate(path: Path = POINTS_YAML) -> tuple[list[CalibrationResult], float]:
-    """Model vs measured for every reference point, and the tolerance they must meet."""
+def ratio_value(r: Ratio, profiles: list[dict] | None = None) -> float:
+    """Simulated per-GPU offline maximum of num over den (Llama-3.3-70B 1000/1000)."""
+    vals = []
+    for side, engine in ((r.num, r.num_engine or r.engine), (r.den, r.engine)):
+        p = Point(
+            id=r.id, set="ratio", kind="max_tput", gpu=side["gpu"], model="llama-3.3-70b",
+            precision=side["precision"], engine=engine, isl=1000, osl=1000, measured=1.0,
+            source=r.source, parallel=side["parallel"],
+        )  # fmt: skip
+        vals.append(reproduce(p, profiles=profiles).simulated)
+    return vals[0] / vals[1] if vals[1] else 0.0
+
+
+def validate(
+    profiles: list[dict] | None = None,
+    clock: str = "formula",
+    points: list[Point] | None = None,
+) -> list[Result]:
+    """Every expressible published point reproduced with the given (or shipped) efficiencies."""
+    pub = load_published()
+    return [reproduce(p, pub, profiles, clock) for p in (points or pub.scored)]
+
+
+def mean_abs_error(results: list[Result]) -> float:
+    return float(np.mean([abs(r.error) for r in results])) if results else float("nan")
+
+
+# -- fitting -----------------------------------------------------------------------------------
+
+GLOBAL = {  # name: (initial, low, high)
+    "t_fix_s": (0.002, 0.0005, 0.01),
+    "t_tok_s": (1e-6, 1e-8, 3e-5),
+    "t_moe_tok_s": (1e-7, 1e-9, 2e-6),
+    "moe_imbalance": (0.2, 0.001, 1.5),
+    "moe_mfu_ratio": (0.7, 0.2, 1.5),
+    "allreduce_latency_s": (2e-5, 2e-6, 1e-4),
+    "mfu_prefill_ratio": (1.2, 0.7, 2.0),
+}
+GROUP = {"mbu": (0.8, 0.4, 0.95), "mfu": (0.4, 0.08, 0.85)}
+PRIOR_WEIGHT = 0.05  # per parameter, on log(value / initial): a 2x move costs as a 3.5% miss
+
+
+def _profiles_from(x: np.ndarray, groups: list[tuple[str, str, str]]) -> list[dict]:
+    names = list(GLOBAL)
+    g = dict(zip(names, x[: len(names)], strict=True))
+    ratio = g.pop("mfu_prefill_ratio")
+    g["alltoall_latency_s"] = g["allreduce_latency_s"]
+    profiles: list[dict] = [{"match": {}, "set": {k: float(v) for k, v in g.items()}}]
+    by_key: dict[tuple, list[dict]] = {}
+    for i, (vendor, engine, fmt) in enumerate(groups):
+        off = len(names) + i * len(GROUP)
+        vals = dict(zip(GROUP, x[off : off + len(GROUP)], strict=True))
+        vals["mfu_prefill"] = min(vals["mfu"] * ratio, 0.9)
+        vals = {k: float(v) for k, v in vals.items()}
+        profiles.append(
+            {"match": {"vendor": vendor, "engine": engine, "precision": fmt}, "set": vals}
+        )
+        compute = get_precision(fmt).compute
+        by_key.setdefault((("vendor", vendor), ("compute", compute)), []).append(vals)
+        by_key.setdefault((("vendor", vendor), ("precision", fmt)), []).append(vals)
+    # fallbacks for groups without points: the same vendor's groups at the same compute
+    # precision, overridden by those at the same weight format (listed later, so applied later);
+    # never another vendor's groups: their kernels and engines differ
+    for key in sorted(by_key, key=lambda k: k[1][0]):
+        vals = by_key[key]
+        mean = {k: float(np.mean([v[k] for v in vals])) for k in vals[0]}
+        profiles.append({"match": dict(key), "set": mean})
+    return profiles
+
+
+def _residuals(results: list[Result]) -> np.ndarray:
+    return np.array([math.log(max(r.simulated, 1e-9 * r.point.measured) / r.point.measured) if r.simulated > 0 else math.log(0.05) for r in results])  # fmt: skip
+
+
+def fit(points: list[Point]) -> tuple[list[dict], list[tuple[str, str, str]]]:
+    """Fit global and per-group parameters on `points` (formula clock); returns the profiles."""
+    from scipy.optimize import least_squares
+
+    groups = sorted({p.group for p in points})
+    specs = list(GLOBAL.values()) + [s for _ in groups for s in GROUP.values()]
+    x0 = np.log([s[0] for s in specs])
+    lo, hi = np.log([s[1] for s in specs]), np.log([s[2] for s in specs])
+    x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
+    pub = load_published()
+
+    def resid(z: np.ndarray) -> np.ndarray:
+        profs = _profiles_from(np.exp(z), groups)
+        fit_terms = _residuals([reproduce(p, pub, profs) for p in points])
+        return np.concatenate([fit_terms, PRIOR_WEIGHT * (z - x0)])  # pull toward defaults
+
+    sol = least_squares(
+        resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=0.02, max_nfev=60
+    )
+    return _profiles_from(np.exp(sol.x), groups), groups
+
+
+def leave_one_source_out(points: list[Point]) -> list[Result]:
+    """For each source, fit on every other source's points and reproduce this source's."""
+    out: list[Result] = []
+    for src in sorted({p.source for p in points}):
+        train = [p for p in points if p.source != src]
+        profiles, _ = fit(train)
+        out += validate(profiles, points=[p for p in points if p.source == src])
+    return out
+
+
+def write_fit(profiles: list[dict], points: list[Point], path: Path = EFFICIENCY_YAML) -> None:
+    """Store fitted profiles in efficiency.yaml's `fitted` list, each naming its points."""
     data = yaml.safe_load(path.read_text())
-    tps, concs = data["sweep_tp"], data["sweep_concurrency"]
-    results = [
-        CalibrationResult(p["name"], p["measured"], model_value(p, tps, concs), p["source"])
-        for p in data["points"]
+    ids_by_group: dict[tuple, list[str]] = {}
+    for p in points:
+        ids_by_group.setdefault(p.group, []).append(p.id)
+    srcs = sorted({p.source for p in points})
+    for prof in profiles:
+        m = prof["match"]
+        key = (m.get("vendor"), m.get("engine"), m.get("precision"))
+        ids = ids_by_group.get(key)
+        prof["set"] = {k: float(f"{v:.4g}") for k, v in prof["set"].items()}
+        if not m:
+            prof["source"] = f"fitted (global) on {len(points)} points of {', '.join(srcs)}"
+        elif ids:
+            prof["source"] = f"fitted on {len(ids)} points: {', '.join(ids)}"
+        else:
+            prof["source"] = "fallback: mean of this vendor's fitted groups it matches"
+    data["fitted"] = profiles
+    header = path.read_text().split("schema_version")[0]
+    path.write_text(header + yaml.safe_dump(data, sort_keys=False, width=100))
+    _efficiency_file.cache_clear()
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def table(results: list[Result], loso: list[Result] | None = None) -> str:
+    held = {r.point.id: r for r in loso or []}
+    lines = [
+        f"{'point':34} {'set':5} {'source':6} {'published':>10} {'simulated':>10} {'error':>7}"
+        + ("  LOSO" if held else "")
+        + "  config"
     ]
-    return results, float(data["tolerance"])
+    for r in results:
+        p = r.point
+        extra = f" {held[p.id].error:+6.0%}" if p.id in held else ""
+        lines.append(
+            f"{p.id:34} {p.set:5} {p.source:6} {p.measured:10,.1f} {r.simulated:10,.1f} "
+            f"{r.error:+7.0%}{extra}  {r.config}"
+        )
+    return "\n".join(lines)
+
+
+def summary(results: list[Result], loso: list[Result] | None = None) -> dict[str, float]:
+    """Mean abs. error overall and per set, worst point, and the held-out figure."""
+    out = {"points": len(results), "mae": mean_abs_error(results)}
+    out["max_abs"] = max(abs(r.error) for r in results)
+    out["within_25"] = sum(abs(r.error) <= 0.25 for r in results)
+    for s in ("dense", "moe", "amd"):
+        out[f"mae_{s}"] = mean_abs_error([r for r in results if r.point.set == s])
+    if loso:
+        out["loso_mae"] = mean_abs_error(loso)
+        out["loso_max_abs"] = max(abs(r.error) for r in loso)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="Validate (and refit) the simulator")
+    ap.add_argument("--fit", action="store_true", help="refit and write efficiency.yaml")
+    ap.add_argument("--loso", action="store_true", help="leave-one-source-out (slow)")
+    ap.add_argument("--clock", choices=["formula", "engine"], default="formula")
+    args = ap.parse_args()
+    pts = load_published().scored
+    if args.fit:
+        profiles, _ = fit(pts)
+        write_fit(profiles, pts)
+    results = validate(clock=args.clock)
+    loso = leave_one_source_out(pts) if args.loso else None
+    print(table(results, loso))
+    print(
+        {k: round(v, 3) if isinstance(v, float) else v for k, v in summary(results, loso).items()}
+    )
+    for r in load_published().ratios:
+        print(f"ratio {r.id}: published {r.measured:.2f} simulated {ratio_value(r):.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -26,6 +26,14 @@ def serve(
     model: str = typer.Option("llama-3.3-70b", help="model profile (see `sim models`)"),
     precision: str = typer.Option("fp8", help="bf16, fp8, fp4 (nvfp4), mxfp4"),
     tp: int = typer.Option(1, help="tensor-parallel degree"),
+    parallel: str | None = typer.Option(
+        None, help="parallelism instead of --tp: tp8, dep8 (attention DP + expert parallel), tep8"
+    ),
+    engine_name: str = typer.Option(
+        "vllm",
+        "--engine",
+        help="serving engine whose efficiency profile to use: vllm, sglang, trtllm",
+    ),
     host: str = typer.Option("127.0.0.1", help="address to bind"),
     port: int = typer.Option(8100, help="port to bind"),
     max_num_seqs: int | None = typer.Option(None, help="vLLM --max-num-seqs (default 256)"),
@@ -43,7 +51,10 @@ def serve(
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        engine = build_engine(gpu, model, precision, tp, max_num_seqs, max_num_batched_tokens)
+        engine = build_engine(
+            gpu, model, precision, tp, max_num_seqs, max_num_batched_tokens,
+            parallel=parallel, engine=engine_name,
+        )  # fmt: skip
     except (ProfileError, ValueError) as exc:
         err_console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc
@@ -75,6 +86,14 @@ def run(
     model: str = typer.Option("llama-3.3-70b", help="model profile (see `sim models`)"),
     precision: str = typer.Option("fp8", help="bf16, fp8, fp4 (nvfp4), mxfp4"),
     tp: int = typer.Option(1, help="tensor-parallel degree (= GPUs)"),
+    parallel: str | None = typer.Option(
+        None, help="parallelism instead of --tp: tp8, dep8 (attention DP + expert parallel), tep8"
+    ),
+    engine_name: str = typer.Option(
+        "vllm",
+        "--engine",
+        help="serving engine whose efficiency profile to use: vllm, sglang, trtllm",
+    ),
     scenario: Path | None = typer.Option(None, "--scenario", help="scenario YAML (open loop)"),
     request_rates: str | None = typer.Option(
         None, "--request-rates", help="sweep: mean rates, e.g. 1,2,4,8 (default: the scenario's)"
@@ -98,6 +117,7 @@ def run(
     from bench.cli import fail, flag_overrides, resolve_scenario
     from bench.console import sweep_table
     from bench.sim.profiles import ProfileError
+    from bench.sim.roofline import parse_parallel
     from bench.sim.virtual import run_virtual_sweep
     from bench.store.errors import StoreError
     from bench.sweep import PointResult, PointSpec, mean_rate, parse_values
@@ -118,12 +138,16 @@ def run(
         run_id, results = run_virtual_sweep(
             sc, specs, gpu=gpu, model=model, precision=precision, tp=tp,
             point_duration_s=point_duration, db=db,
-            base_dir=scenario.parent if scenario else None,
+            base_dir=scenario.parent if scenario else None, parallel=parallel, engine=engine_name,
         )  # fmt: skip
     except (ProfileError, ValueError, StoreError) as exc:
         raise fail(str(exc)) from None
     points = [PointResult(i, spec, summary, "virtual") for i, (spec, summary) in enumerate(results)]
-    console.print(sweep_table(points, gpus=tp, title=f"SIMULATED (virtual time): run {run_id}"))
+    n_gpus = tp
+    if parallel:
+        p_tp, p_dp, _ = parse_parallel(parallel)
+        n_gpus = p_tp * p_dp
+    console.print(sweep_table(points, gpus=n_gpus, title=f"SIMULATED (virtual time): run {run_id}"))
     console.print(f"{sum(s.completed + s.failed for _, s in results):,} requests simulated in "
                   f"{time.monotonic() - started:.1f} s. `tokenbench show {run_id[:8]}`")  # fmt: skip
 

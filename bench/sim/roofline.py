@@ -1,22 +1,36 @@
-"""Step time of one engine iteration from the roofline (published.md section 4a).
+"""Step time of one engine iteration from the roofline, for dense and MoE models.
 
-One deployment = (GPU, model, precision, tensor-parallel degree). An iteration runs B decode
-tokens and N_pf prefill tokens through the weights once:
+One deployment = (GPU, model, precision, engine, parallelism). Parallelism is `tp` (tensor
+parallel: attention and dense layers sharded over tp GPUs, 2 all-reduces per layer), `dp`
+(attention data parallel: dp replicas of attention, each with its own sequences and KV cache) and
+`ep` (expert parallel: the routed experts spread over ep GPUs, one all-to-all dispatch and one
+combine per MoE layer). GPUs = tp x dp; "DEP8" is dp=8, ep=8, tp=1. An iteration runs on every
+data-parallel rank at once; per rank, with n_tok = decode tokens (x (1 + draft tokens) with
+MTP) + prefill tokens:
 
-    t_gemm  = max(FLOPs of the weight GEMMs / (tp * peak * MFU), weight bytes read / tp / (BW * MBU))
-    t_attnD = KV bytes read by the decode tokens / tp / (BW * MBU)
-    t_attnP = causal prefill attention FLOPs / (tp * peak * MFU_prefill)
-    t_comm  = (tp > 1) * 2 * layers * (alpha + activation bytes * 2 (tp-1)/tp / (BW_link * eta))
-    T_iter  = t_gemm + t_attnD + t_attnP + t_comm + t_fix
+    t_dense  = max(2 N_dense n_tok / (tp F MFU), dense weight bytes / tp / (BW MBU))
+    t_expert = max(2 N_expert_active n_tok_e imbalance / (G F MFU moe_mfu_ratio),
+                   bytes of the experts some token routes to / G / (BW MBU))   G = ep or tp
+    t_attnD  = max(KV bytes read / (BW MBU), decode attention FLOPs / (F_attn MFU_attn))
+    t_attnP  = prefill attention FLOPs / (F_attn MFU_prefill)
+    t_comm   = (tp > 1) 2 L (alpha_ar + all-reduce bytes / (BW_link eta))
+             + (ep > 1) L_moe (2 alpha_a2a + all-to-all bytes / (BW_link eta))
+    t_over   = t_fix + n_tok (t_tok + L_moe t_moe_tok)
+    T_iter   = t_dense + t_expert + t_attnD + t_attnP + t_comm + t_over
 
-MoE models do the FLOPs of their active parameters but read, per step, the non-expert weights
-plus min(E, n_tok * top_k) experts' bytes: every expert some token in the batch routes to.
+Experts touched: E (1 - (1 - k/E)^n) for n tokens routed top-k among E (every expert some token
+picks). Expert-parallel imbalance: the busiest GPU holds 1 + moe_imbalance + sqrt(2 ln G / m)
+times the mean m token-assignments (random routing's maximum, plus hot experts).
+MTP / speculative decoding with d draft tokens and acceptance a: a verify step runs 1 + d tokens
+per sequence and yields g = 1 + a + ... + a^d tokens; the engine emits one token per sequence
+per step, so a step lasts T(verify) / g, with prefill scaled so its share per token is kept.
 Everything here is a pure function of its inputs, so the engine stays deterministic.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from bench.sim.profiles import (
@@ -31,11 +45,24 @@ from bench.sim.profiles import (
 )
 
 ACTIVATION_BYTES = 2  # all-reduce payloads are BF16 activations
+A2A_BYTES = 3  # expert-parallel dispatch in FP8 (1 byte) + combine in BF16 (2 bytes)
+
+
+def parse_parallel(spec: str) -> tuple[int, int, int]:
+    """(tp, dp, ep) of "tp4" (4, 1, 1), "dep8" (1, 8, 8: attention DP + expert parallel), "tep8"
+    (8, 1, 8: attention TP + expert parallel)."""
+    s = spec.strip().lower()
+    shapes = {"dep": lambda n: (1, n, n), "tep": lambda n: (n, 1, n), "tp": lambda n: (n, 1, 1)}
+    for prefix, shape in shapes.items():
+        rest = s[len(prefix) :]
+        if s.startswith(prefix) and rest.isdigit() and int(rest) > 0:
+            return shape(int(rest))
+    raise ValueError(f"parallelism {spec!r} is not tpN, depN or tepN (e.g. tp4, dep8)")
 
 
 @dataclass(frozen=True)
 class Deployment:
-    """A model served on tp GPUs of one kind at one precision, with its efficiency figures."""
+    """A model served on tp x dp GPUs of one kind, at one precision, by one engine."""
 
     gpu: GPUProfile
     model: ModelProfile
@@ -43,6 +70,9 @@ class Deployment:
     tp: int
     kv_precision: Precision
     eff: Efficiency
+    dp: int = 1
+    ep: int = 1
+    engine: str = "vllm"
 
     @classmethod
     def build(
@@ -52,104 +82,248 @@ class Deployment:
         precision: str = "fp8",
         tp: int = 1,
         kv_precision: str | None = None,
+        *,
+        dp: int = 1,
+        ep: int = 1,
+        engine: str = "vllm",
+        mtp: bool | None = None,
         **efficiency: float,
     ) -> Deployment:
-        """Resolve names to profiles and check the GPU can run the precision at all."""
+        """Resolve names to profiles and check the GPU can run the precision and parallelism.
+
+        mtp: None = the engine profile's default; False/True turns MTP off/on where the model
+        has an MTP module.
+        """
         g = get_gpu(gpu) if isinstance(gpu, str) else gpu
         m = get_model(model) if isinstance(model, str) else model
         p = get_precision(precision)
-        if tp < 1 or tp > g.world_size:
-            raise ValueError(f"tp={tp} is outside 1..{g.world_size} for {g.name}")
+        if tp < 1 or dp < 1 or tp * dp > g.world_size:
+            raise ValueError(
+                f"tp={tp} x dp={dp} is outside 1..{g.world_size} GPUs of {g.name}'s scale-up domain"
+            )
+        if ep not in (1, tp * dp):
+            raise ValueError(f"ep={ep} must be 1 or every GPU of the deployment ({tp * dp})")
+        if ep > 1 and not m.is_moe:
+            raise ValueError(f"{m.name} is dense: expert parallelism needs a MoE model")
         if not g.tflops.get(p.compute):
             raise ValueError(
                 f"{g.name} cannot serve {precision}: it has no {p.compute.upper()} tensor cores; "
                 f"supported precisions: {', '.join(g.supported_precisions)}"
             )
         kv = get_precision(kv_precision or p.kv_default)
-        return cls(g, m, p, tp, kv, efficiency_for(g, **efficiency))
+        eff = efficiency_for(g, p, engine, m.name, **efficiency)
+        if mtp is False or not m.mtp_layers:
+            eff = eff.model_copy(update={"mtp_tokens": 0})
+        elif mtp is True and not eff.mtp_tokens:
+            eff = eff.model_copy(update={"mtp_tokens": 1})
+        return cls(g, m, p, tp, kv, eff, dp, ep, engine)
+
+    def with_efficiency(self, eff: Efficiency) -> Deployment:
+        return replace(self, eff=eff)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.dp
+
+    @property
+    def parallel(self) -> str:
+        if self.dp > 1:
+            return f"dep{self.dp}" if self.ep > 1 else f"dp{self.dp}"
+        return f"tep{self.tp}" if self.ep > 1 else f"tp{self.tp}"
 
     @property
     def label(self) -> str:
-        return f"{self.model.name} {self.precision.name} on {self.tp}x {self.gpu.name} (simulated)"
+        mtp = f" MTP{self.eff.mtp_tokens}" if self.eff.mtp_tokens else ""
+        return (
+            f"{self.model.name} {self.precision.name} on {self.gpus}x {self.gpu.name} "
+            f"{self.parallel.upper()} {self.engine}{mtp} (simulated)"
+        )
 
     @cached_property
     def weight_bytes(self) -> float:
         return self.model.weight_bytes(self.precision.name)
 
     @cached_property
+    def expert_bytes_total(self) -> float:
+        m = self.model
+        return m.routed_expert_bytes(self.precision.name) if m.is_moe else 0.0
+
+    @cached_property
     def expert_bytes(self) -> float:
         """Bytes of one routed expert summed over all MoE layers."""
         m = self.model
-        return m.routed_expert_bytes(self.precision.name) / m.experts if m.is_moe else 0.0
+        return self.expert_bytes_total / m.experts if m.is_moe else 0.0
+
+    @property
+    def expert_shards(self) -> int:
+        """GPUs the routed experts are spread over (EP) or sliced across (TP)."""
+        return self.ep if self.ep > 1 else self.tp
+
+    @cached_property
+    def weight_bytes_per_gpu(self) -> float:
+        dense = self.weight_bytes - self.expert_bytes_total
+        return dense / self.tp + self.expert_bytes_total / self.expert_shards
 
     @cached_property
     def kv_bytes_per_token(self) -> float:
         return self.model.kv_bytes_per_token(self.kv_precision.name)
 
     @cached_property
+    def kv_shards(self) -> int:
+        """GPUs one sequence's KV is split across: GQA heads split over TP; MLA's latent is
+        replicated on every TP rank (which is why MLA models are served data-parallel)."""
+        return 1 if self.model.attention == "mla" else min(self.tp, self.model.kv_heads or 1)
+
+    @cached_property
     def peak_flops(self) -> float:
         return self.gpu.peak_flops(self.precision.compute)
+
+    @cached_property
+    def attn_flops(self) -> float:
+        """Attention kernels run at FP8 at most (FP4 GEMM peaks do not apply to attention)."""
+        compute = "fp8" if self.precision.compute == "fp4" else self.precision.compute
+        return self.gpu.peak_flops(compute)
 
     @cached_property
     def _bw(self) -> float:
         return self.gpu.hbm_bw_bytes_s * self.eff.mbu
 
+    @cached_property
+    def mtp_gain(self) -> float:
+        """Tokens a sequence gains per verify step: 1 + a + a^2 + ... + a^d."""
+        a, d = self.eff.mtp_acceptance, int(self.eff.mtp_tokens)
+        return sum(a**i for i in range(d + 1))
+
+    @cached_property
+    def _shape(self) -> tuple[float, float, float, float, float]:
+        """Per-step constants: dense params, dense bytes, active expert params, attention
+        FLOPs per (query, context) pair in decode and in prefill."""
+        m = self.model
+        dense_params = m.active_params_b * 1e9 - m.active_expert_params()
+        dense_bytes = self.weight_bytes - self.expert_bytes_total
+        return (
+            dense_params,
+            dense_bytes,
+            m.active_expert_params(),
+            m.attn_pair_flops(decode=True),
+            m.attn_pair_flops(decode=False),
+        )
+
     def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.90) -> int:
-        """Tokens of KV cache: (tp * HBM * utilisation - weights) / KV bytes per token."""
-        free = self.tp * self.gpu.hbm_bytes * gpu_memory_utilization - self.weight_bytes
+        """Tokens of KV cache over the deployment: per GPU, HBM x utilisation - its weights."""
+        free = self.gpu.hbm_bytes * gpu_memory_utilization - self.weight_bytes_per_gpu
         if free <= 0:
             raise ValueError(
                 f"{self.model.name} in {self.precision.name} ({self.weight_bytes / 1e9:.0f} GB) "
-                f"does not fit on {self.tp}x {self.gpu.name} at {gpu_memory_utilization:.0%} "
-                f"of {self.gpu.hbm_gb:g} GB; raise --tp or lower the precision"
+                f"does not fit on {self.gpus}x {self.gpu.name} {self.parallel.upper()} at "
+                f"{gpu_memory_utilization:.0%} of {self.gpu.hbm_gb:g} GB; "
+                f"raise --tp or lower the precision"
             )
-        return int(free // self.kv_bytes_per_token)
+        per_rank = free * self.kv_shards  # a token puts 1/kv_shards of its KV on each
+        return int(self.dp * per_rank // self.kv_bytes_per_token)
+
+    def experts_touched(self, n_tok: float) -> float:
+        """Expected experts some token routes to, of E, for n_tok tokens routed top-k."""
+        m = self.model
+        return m.experts * (1 - (1 - m.experts_per_token / m.experts) ** n_tok)
 
     def weight_bytes_read(self, n_tok: int) -> float:
-        """Weight bytes one step streams; MoE touches at most min(E, n_tok * top_k) experts."""
-        m = self.model
-        if not m.is_moe:
+        """Weight bytes one step streams over the whole deployment (all GPUs)."""
+        if not self.model.is_moe:
             return self.weight_bytes
-        touched = min(m.experts, n_tok * m.experts_per_token)
-        return self.weight_bytes - self.expert_bytes * (m.experts - touched)
+        unread = self.expert_bytes * (self.model.experts - self.experts_touched(n_tok))
+        return self.weight_bytes - unread
 
     def step_time(
         self, n_decode: int, decode_ctx: float, n_prefill: int, prefill_ctx: float
     ) -> float:
-        """Seconds for one iteration.
+        """Seconds for one iteration of the whole deployment.
 
         n_decode: decode tokens (one per running sequence); decode_ctx: sum of their context
         lengths (KV tokens read); n_prefill: prefill tokens in this step; prefill_ctx: sum over
         the prefill tokens of the context each attends to (for a chunk of n tokens starting at
         position p: n * (p + n / 2)).
         """
-        n_tok = n_decode + n_prefill
-        if n_tok == 0:
+        if n_decode + n_prefill == 0:
             return 0.0
-        m, e, tp, F = self.model, self.eff, self.tp, self.peak_flops
-        flops = 2 * m.active_params_b * 1e9 * (n_decode / e.mfu + n_prefill / e.mfu_prefill)
-        t_gemm = max(flops / (tp * F), self.weight_bytes_read(n_tok) / tp / self._bw)
-        t_attn_d = decode_ctx * self.kv_bytes_per_token / tp / self._bw
-        t_attn_p = 4 * m.layers * m.hidden * prefill_ctx / (tp * F * e.mfu_prefill)
-        t_comm = 0.0
-        if tp > 1:
-            link = self.gpu.scale_up_bytes_s * e.nvlink_efficiency
-            payload = n_tok * m.hidden * ACTIVATION_BYTES * 2 * (tp - 1) / tp
-            t_comm = 2 * m.layers * (e.allreduce_latency_s + payload / link)
-        return t_gemm + t_attn_d + t_attn_p + t_comm + e.t_fix_s
+        if n_decode and self.eff.mtp_tokens:
+            g = self.mtp_gain
+            q = 1 + int(self.eff.mtp_tokens)
+            return self._iteration(n_decode, decode_ctx, n_prefill * g, prefill_ctx * g, q) / g
+        return self._iteration(n_decode, decode_ctx, n_prefill, prefill_ctx, 1)
+
+    def _iteration(
+        self, n_decode: float, decode_ctx: float, n_prefill: float, prefill_ctx: float, q: int
+    ) -> float:
+        m, e, tp, dp, F = self.model, self.eff, self.tp, self.dp, self.peak_flops
+        nd, npf = n_decode * q / dp, n_prefill / dp  # tokens on one data-parallel rank
+        n_tok = nd + npf
+        work = nd / e.mfu + npf / e.mfu_prefill  # tokens weighted by 1 / MFU
+        dense_params, dense_bytes, _, pair_d, pair_p = self._shape
+        t = max(2 * dense_params * work / (tp * F), dense_bytes / tp / self._bw)
+        if m.is_moe:
+            t += self._expert_time(n_tok, work)
+        kv_read = decode_ctx / dp * self.kv_bytes_per_token / self.kv_shards
+        attn_d = decode_ctx / dp * q * pair_d / tp
+        t += max(kv_read / self._bw, attn_d / (self.attn_flops * e.mfu_attn))
+        t += prefill_ctx / dp * pair_p / (tp * self.attn_flops * e.mfu_prefill)
+        t += self._comm_time(n_tok)
+        return t + e.t_fix_s + n_tok * (e.t_tok_s + m.moe_layers * e.t_moe_tok_s)
+
+    def _expert_time(self, n_tok: float, work: float) -> float:
+        """Routed experts on the busiest GPU: FLOPs with imbalance vs bytes of touched experts."""
+        m, e = self.model, self.eff
+        g = self.expert_shards
+        routed_tok = n_tok * self.dp if self.ep > 1 else n_tok  # EP: every rank's tokens
+        imbalance = 1.0
+        if self.ep > 1:
+            mean = max(routed_tok * m.experts_per_token / g, 1.0)
+            imbalance = 1 + e.moe_imbalance + math.sqrt(2 * math.log(g) / mean)
+        mfu = (n_tok / work if work else e.mfu) * e.moe_mfu_ratio
+        flops = 2 * self._shape[2] * routed_tok * imbalance / g
+        read = self.experts_touched(routed_tok) * self.expert_bytes / g
+        return max(flops / (self.peak_flops * mfu), read / self._bw)
+
+    def _comm_time(self, n_tok: float) -> float:
+        m, e = self.model, self.eff
+        link = self.gpu.scale_up_bytes_s * e.nvlink_efficiency
+        t = 0.0
+        if self.tp > 1:
+            payload = n_tok * m.hidden * ACTIVATION_BYTES * 2 * (self.tp - 1) / self.tp
+            t += 2 * m.layers * (e.allreduce_latency_s + payload / link)
+        if self.ep > 1:
+            g = self.ep
+            payload = n_tok * m.experts_per_token * m.hidden * A2A_BYTES * (g - 1) / g
+            t += m.moe_layers * (2 * e.alltoall_latency_s + payload / link)
+        return t
 
 
-def steady_state(dep: Deployment, isl: int, osl: int, concurrency: float) -> dict[str, float]:
-    """Closed-loop steady state at a fixed concurrency C (published.md 4a).
+def steady_state(
+    dep: Deployment, isl: float, osl: int, concurrency: float, chunk_tokens: int | None = None
+) -> dict[str, float]:
+    """Closed-loop steady state at a fixed concurrency C, as the engine schedules it.
 
-    Each iteration decodes C tokens of mean context ISL + OSL/2 and prefills C * ISL/OSL tokens
-    (whole prompts, mean attention context ISL/2). Returns TPOT (s), interactivity (tok/s/user),
-    output and total tokens/s per GPU.
+    Every step decodes C tokens of mean context ISL + OSL/2; prompts arrive at C/OSL per step
+    and are prefilled whole, up to `chunk_tokens` per step (vLLM's max_num_batched_tokens, per
+    data-parallel rank; default from the serving defaults). So a fraction f of steps carries P
+    prefill tokens and the rest decode only, which matters at low concurrency, where a whole
+    prompt in one step is compute-bound while spreading it over steps would hide it under the
+    weight reads. Returns TPOT (s), interactivity (tok/s/user), output and total tok/s per GPU.
     """
+    from bench.sim.profiles import serving_defaults
+
     c = concurrency
-    n_pf = c * isl / osl
-    t = dep.step_time(c, c * (isl + osl / 2), n_pf, n_pf * isl / 2)
-    out = c / t / dep.tp
+    budget = (chunk_tokens or serving_defaults().max_num_batched_tokens) * dep.dp
+    demand = c * isl / osl  # prefill tokens per step on average
+    per_step = min(max(isl, demand), max(budget - c, isl))
+    f = demand / per_step
+    if f >= 1:  # every step carries prefill: all of the demand
+        per_step, f = demand, 1.0
+    ctx = c * (isl + osl / 2)
+    t = dep.step_time(c, ctx, per_step, per_step * isl / 2)
+    if f < 1:
+        t = f * t + (1 - f) * dep.step_time(c, ctx, 0, 0)
+    out = c / t / dep.gpus
     return {
         "tpot_s": t,
         "interactivity": 1 / t,

@@ -122,6 +122,19 @@ class SimServer:
         self.created = int(time.time())
         self.connections: set[asyncio.BaseTransport] = set()
 
+    def hardware(self) -> dict:
+        """What this endpoint simulates, announced in /v1/models so a client that benchmarks
+        it stores the run as simulated, on the simulated GPUs (bench.sim.detect)."""
+        dep = self.engine.dep
+        return {
+            "gpu": dep.gpu.name,
+            "gpu_count": dep.gpus,
+            "model": dep.model.name,
+            "precision": dep.precision.name,
+            "parallel": dep.parallel,
+            "engine": dep.engine,
+        }
+
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -433,6 +446,7 @@ class HTTPProtocol(asyncio.Protocol):
                 "object": "model",
                 "created": sim.created,
                 "owned_by": "tokenbench-simulated",
+                "tokenbench_simulated": sim.hardware(),
             }
             self.send_json(200, {"object": "list", "data": [model]})
             return self.finish_response()

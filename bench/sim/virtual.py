@@ -38,11 +38,27 @@ def build_engine(
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     kv_precision: str | None = None,
+    *,
+    parallel: str | None = None,
+    engine: str = "vllm",
+    mtp: bool | None = None,
 ) -> Engine:
-    """An engine for a deployment, with vLLM defaults for anything not given."""
-    dep = Deployment.build(gpu, model, precision, tp, kv_precision)
+    """An engine for a deployment, with vLLM defaults for anything not given.
+
+    parallel ("tp4", "dep8", "tep8") overrides tp. Each data-parallel rank is its own engine
+    instance in a real server, so the per-instance limits (max_num_seqs,
+    max_num_batched_tokens) are multiplied by dp for the one simulated scheduler.
+    """
+    from bench.sim.roofline import parse_parallel
+
+    tp, dp, ep = parse_parallel(parallel) if parallel else (tp, 1, 1)
+    dep = Deployment.build(
+        gpu, model, precision, tp, kv_precision, dp=dp, ep=ep, engine=engine, mtp=mtp
+    )
+    d = EngineConfig.default()
     cfg = EngineConfig.default(
-        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens
+        max_num_seqs=(max_num_seqs or d.max_num_seqs) * dp,
+        max_num_batched_tokens=(max_num_batched_tokens or d.max_num_batched_tokens) * dp,
     )
     return Engine(dep, cfg)
 
@@ -192,6 +208,8 @@ def run_virtual_sweep(
     point_duration_s: float | None = None,
     db: str | None = None,
     base_dir=None,
+    parallel: str | None = None,
+    engine: str = "vllm",
 ):
     """A run (one or many load points) in virtual time, stored like a measured run and
     marked simulated. Returns (run id, [(PointSpec, Summary), ...])."""
@@ -201,13 +219,15 @@ def run_virtual_sweep(
     from bench.sweep import scenario_at
 
     engine_args = (gpu, model, precision, tp)
-    dep = build_engine(*engine_args).dep
+    engine_kw = {"parallel": parallel, "engine": engine}
+    dep = build_engine(*engine_args, **engine_kw).dep
+    n_gpus = dep.gpus
     scenario = scenario.model_copy(deep=True)
     scenario.target.base_url = scenario.target.base_url or "http://sim.virtual"
     scenario.target.model = scenario.target.model or dep.model.name
-    scenario.gpu.type, scenario.gpu.count = dep.gpu.name, tp
+    scenario.gpu.type, scenario.gpu.count = dep.gpu.name, n_gpus
     scenario.label = scenario.label or (
-        f"{dep.gpu.name} x{tp} {dep.model.name} {precision} (virtual time)"
+        f"{dep.gpu.name} x{n_gpus} {dep.model.name} {precision} (virtual time)"
     )
     writer = RunWriter(
         db,
@@ -218,9 +238,17 @@ def run_virtual_sweep(
         backend="sim",
         model=dep.model.name,
         gpu_type=dep.gpu.name,
-        gpu_count=tp,
+        gpu_count=n_gpus,
         simulated=True,
-        extra={"sim": {"precision": precision, "tp": tp, "clock": "virtual"}},
+        extra={
+            "sim": {
+                "precision": precision,
+                "tp": dep.tp,
+                "parallel": dep.parallel,
+                "engine": engine,
+                "clock": "virtual",
+            }
+        },  # fmt: skip
     )
     results = []
     status = "failed"
@@ -228,7 +256,8 @@ def run_virtual_sweep(
         for i, spec in enumerate(specs):
             sc = scenario_at(scenario, spec, point_duration_s=point_duration_s)
             plan = plan_from_scenario(sc, base_dir=base_dir, load_point=i)
-            records = run_virtual(build_engine(*engine_args), virtual_requests(plan), load_point=i)
+            eng = build_engine(*engine_args, **engine_kw)
+            records = run_virtual(eng, virtual_requests(plan), load_point=i)
             writer.start_load_point(
                 i,
                 label=f"point {i + 1}: {spec.title}",
@@ -247,3 +276,76 @@ def run_virtual_sweep(
     finally:
         writer.finish(status, results[-1][1].to_json() if results else None)
     return writer.run_id, results
+
+
+def run_closed_loop(
+    engine: Engine,
+    concurrency: int,
+    isl: tuple[int, int],
+    osl: int,
+    rounds: float = 2.0,
+    seed: int = 0,
+    max_steps: int = 2_000_000,
+) -> dict[str, float]:
+    """A closed loop in virtual time: `concurrency` clients, each sending its next request the
+    moment the last one finishes (InferenceX's max-concurrency runs, trtllm-bench's offline runs).
+
+    Prompt lengths are uniform in [isl[0], isl[1]]; every request asks for `osl` tokens. The
+    first wave asks for uniform 1..osl tokens so the clients fall out of step, as they are after
+    a real run's first minutes; measurement runs from the end of that wave until the last of
+    `rounds` x concurrency requests is sent, while exactly `concurrency` are in flight.
+    Returns output and total tok/s of the deployment and the median TPOT (s) of the requests
+    that ran wholly inside the window.
+    """
+    rng = np.random.default_rng(seed)
+    c = concurrency
+    n = c + max(int(rounds * c), 1)
+    prompts = rng.integers(isl[0], isl[1] + 1, n)
+    warm = rng.integers(1, osl + 1, c)
+    first: dict[int, float] = {}
+    sent_at: dict[int, float] = {}
+    finished: list[tuple[int, float]] = []
+    t, steps, tokens = 0.0, 0, 0
+    t_lo = t_hi = None
+    tok_lo = tok_hi = 0
+    for k in range(c):
+        engine.add_request(k, int(prompts[k]), int(warm[k]))
+        sent_at[k] = 0.0
+    started, warm_left = c, c
+    while engine.has_work():
+        steps += 1
+        if steps > max_steps:
+            raise RuntimeError(f"closed loop did not finish within {max_steps} steps")
+        res = engine.step()
+        if res is None:
+            break
+        t += res.duration_s
+        tokens += res.n_decode + len(res.first_tokens)
+        for seq in res.first_tokens:
+            first.setdefault(seq.id, t)
+        for seq in res.finished:
+            if seq.id < c:
+                warm_left -= 1
+            else:
+                finished.append((seq.id, t))
+            if started < n:
+                engine.add_request(started, int(prompts[started]), osl)
+                sent_at[started] = t
+                started += 1
+        if t_lo is None and warm_left == 0:
+            t_lo, tok_lo = t, tokens
+        if t_hi is None and started >= n:
+            t_hi, tok_hi = t, tokens
+    if t_lo is None or t_hi is None or t_hi <= t_lo:
+        raise RuntimeError("closed loop too short to measure; raise rounds")
+    out_tps = (tok_hi - tok_lo) / (t_hi - t_lo)
+    inside = [(first[k], e) for k, e in finished if sent_at[k] >= t_lo and e <= t_hi]
+    tpots = [(e - f) / max(osl - 1, 1) for f, e in inside] or [
+        (e - first[k]) / max(osl - 1, 1) for k, e in finished
+    ]
+    mean_prompt = float(np.mean(prompts[c:]))
+    return {
+        "output_tps": float(out_tps),
+        "total_tps": float(out_tps * (1 + mean_prompt / osl)),
+        "tpot_s": float(np.median(tpots)),
+    }

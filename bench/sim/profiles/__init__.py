@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 HERE = Path(__file__).parent
 GPUS_YAML = HERE / "gpus.yaml"
 MODELS_YAML = HERE / "models.yaml"
+EFFICIENCY_YAML = HERE / "efficiency.yaml"
 
 COMPUTE_PRECISIONS = ("bf16", "fp8", "fp4")
 
@@ -42,6 +43,7 @@ class GPUProfile(_Frozen):
     scale_up_gbps: float
     scale_up_tech: str = ""
     world_size: int = 8
+    rack_gpus: int = 0
     aliases: tuple[str, ...] = ()
     notes: str = ""
     source: str
@@ -101,6 +103,9 @@ class ModelProfile(_Frozen):
     head_dim: int | None = None
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    mtp_layers: int = 0
     sliding_window_layers: int = 0
     sliding_window: int | None = None
     ffn: int | None = None
@@ -143,6 +148,30 @@ class ModelProfile(_Frozen):
         """Parameters of one routed expert in one layer (gated MLP: gate, up, down)."""
         return 3 * self.hidden * (self.expert_ffn or 0) if self.is_moe else 0.0
 
+    def routed_expert_params(self) -> float:
+        """Parameters of all routed experts across all MoE layers."""
+        return self.experts * self.moe_layers * self.expert_params()
+
+    def active_expert_params(self) -> float:
+        """Routed-expert parameters one token runs through (top-k experts in every MoE layer)."""
+        return self.experts_per_token * self.moe_layers * self.expert_params()
+
+    def attn_pair_flops(self, decode: bool) -> float:
+        """FLOPs per (query token, context token) pair summed over the layers that attend.
+
+        GQA: QK^T and PV, 2 x 2 x q_heads x head_dim per layer. MLA (DeepSeek) prefill runs the
+        decompressed heads (qk = nope + rope, v); MLA decode runs in the latent space
+        ("absorbed"): 2 x q_heads x (2 x kv_lora_rank + rope) per layer, which is why MLA decode
+        attention is compute-bound where GQA's is bandwidth-bound.
+        """
+        if self.attention == "mla":
+            if decode:
+                width = 2 * self.kv_lora_rank + self.qk_rope_head_dim
+            else:
+                width = self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim
+            return 2 * self.q_heads * width * self.kv_layers
+        return 4 * self.q_heads * self.head_dim * self.kv_layers
+
     def routed_expert_bytes(self, precision: str) -> float:
         """Bytes of all routed experts across all MoE layers."""
         return (
@@ -154,14 +183,22 @@ class ModelProfile(_Frozen):
 
 
 class Efficiency(_Frozen):
-    """Roofline efficiency parameters (published.md 4a); sources live in gpus.yaml."""
+    """Step-time model efficiency parameters; values and sources live in efficiency.yaml."""
 
     mbu: float
     mfu: float
     mfu_prefill: float
+    mfu_attn: float
     t_fix_s: float
+    t_tok_s: float
+    t_moe_tok_s: float
+    moe_imbalance: float
+    moe_mfu_ratio: float
     allreduce_latency_s: float
+    alltoall_latency_s: float
     nvlink_efficiency: float
+    mtp_tokens: int
+    mtp_acceptance: float
 
 
 class ServingDefaults(_Frozen):
@@ -261,15 +298,59 @@ def _section_values(section: str) -> dict[str, Any]:
     return {k: v["value"] for k, v in raw.items()}
 
 
+@lru_cache(maxsize=4)
+def _efficiency_file(path: Path) -> dict[str, Any]:
+    return _read_yaml(path)
+
+
 def efficiency_sources() -> dict[str, str]:
-    """Where each efficiency parameter's value comes from (for docs and `sim gpus`)."""
-    raw = _read_yaml(GPUS_YAML).get("efficiency") or {}
+    """Where each efficiency parameter's default comes from (for docs and `sim gpus`)."""
+    raw = _efficiency_file(EFFICIENCY_YAML).get("parameters") or {}
     return {k: v["source"] for k, v in raw.items()}
 
 
-def efficiency_for(gpu: GPUProfile, **overrides: float) -> Efficiency:
-    """Shipped efficiency parameters, then the GPU's own overrides, then the caller's."""
-    return Efficiency(**{**_section_values("efficiency"), **gpu.efficiency, **overrides})
+def efficiency_profiles(path: Path = EFFICIENCY_YAML) -> list[dict[str, Any]]:
+    """Hand-set `profiles` then fitted entries, each {match, set, source}."""
+    data = _efficiency_file(path)
+    return list(data.get("profiles") or []) + list(data.get("fitted") or [])
+
+
+def _matches(match: dict[str, str], key: dict[str, str]) -> bool:
+    return all(str(key.get(k, "")).lower() == str(v).lower() for k, v in match.items())
+
+
+def resolve_efficiency(
+    key: dict[str, str], profiles: list[dict[str, Any]] | None = None
+) -> dict[str, float]:
+    """Parameter values for one deployment key {vendor, gpu, compute, precision, engine, model}.
+
+    Defaults first, then every profile whose `match` the key satisfies, least specific first.
+    """
+    raw = _efficiency_file(EFFICIENCY_YAML).get("parameters") or {}
+    values = {k: v["value"] for k, v in raw.items()}
+    chosen = [p for p in (efficiency_profiles() if profiles is None else profiles)]
+    chosen = [p for p in chosen if _matches(p.get("match") or {}, key)]
+    for prof in sorted(chosen, key=lambda p: len(p.get("match") or {})):
+        values.update(prof.get("set") or {})
+    return values
+
+
+def efficiency_for(
+    gpu: GPUProfile,
+    precision: Precision | str = "fp8",
+    engine: str = "vllm",
+    model: str = "",
+    profiles: list[dict[str, Any]] | None = None,
+    **overrides: float,
+) -> Efficiency:
+    """Defaults, then the matching efficiency profiles, then the GPU's own overrides, then the
+    caller's."""
+    prec = get_precision(precision) if isinstance(precision, str) else precision
+    fmt = "nvfp4" if prec.name == "fp4" else prec.name
+    key = {"vendor": gpu.vendor, "gpu": gpu.name, "compute": prec.compute, "precision": fmt}
+    key.update(engine=engine, model=model)
+    values = {**resolve_efficiency(key, profiles), **gpu.efficiency, **overrides}
+    return Efficiency(**values)
 
 
 def serving_defaults() -> ServingDefaults:
@@ -285,6 +366,8 @@ __all__ = [
     "ProfileError",
     "ServingDefaults",
     "efficiency_for",
+    "efficiency_profiles",
+    "resolve_efficiency",
     "efficiency_sources",
     "get_gpu",
     "get_model",

@@ -1,0 +1,31 @@
+"""Is an endpoint a tokenbench simulator? Runs against one are stored as simulated.
+
+`tokenbench sim serve` announces itself in /v1/models (owned_by "tokenbench-simulated", and a
+`tokenbench_simulated` entry naming the GPU, GPU count, precision and parallelism). A run
+stored against it must not read as a measurement, nor be priced as the GPU the user typed.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+SIMULATED_OWNER = "tokenbench-simulated"
+
+
+def detect_simulated(
+    base_url: str, api_key: str | None = None, timeout_s: float = 2.0
+) -> dict | None:
+    """The simulated hardware ({gpu, gpu_count, ...}) when base_url is a tokenbench simulator,
+    else None (a real server, or one that does not answer /v1/models in time)."""
+    url = base_url.rstrip("/")
+    url = url if url.endswith("/v1") else f"{url}/v1"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        resp = httpx.get(f"{url}/models", headers=headers, timeout=timeout_s)
+        models = resp.json().get("data") or [] if resp.status_code == 200 else []
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    for m in models:
+        if isinstance(m, dict) and m.get("owned_by") == SIMULATED_OWNER:
+            return dict(m.get("tokenbench_simulated") or {})
+    return None

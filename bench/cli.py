@@ -973,9 +973,11 @@ def compare_command(
 
 from bench.plan_cli import plan_command  # noqa: E402
 
-app.command("plan", help="GPUs, nodes, $/month and $/Mtok per tier for a demand at the SLO.")(
-    plan_command
-)
+app.command(
+    "plan",
+    help="GPUs, nodes, $/month and $/Mtok per tier for a demand at the SLO.",
+    short_help="GPUs and $/month to serve a demand at the SLO.",
+)(plan_command)
 
 from bench.sim.cli import sim_app  # noqa: E402
 from bench.store.cli import (  # noqa: E402

@@ -22,6 +22,7 @@ from bench.metrics import (
     parse_slo,
     slo_text,
     summarize,
+    with_error_bound,
 )
 
 # Consistent colours on every chart, from the Okabe-Ito palette (safe for the common kinds of
@@ -509,8 +510,9 @@ def capacity_at_slo(curve: RunCurve, slo: Sequence[Threshold]) -> Capacity:
         flags = notes + _confidence_flags(top, slo, True) + _late_flag(top)
         return Capacity("at_least", slo, top, top.output_tps_per_gpu, None, top, None, None, flags)
     b = pts[first]
-    broken = [t for t in slo if not t.passes(b.value(t.metric))]
-    deciding_t = broken[0]
+    # the first broken threshold, the implicit error bound included (metrics.meets_slo)
+    broken = [t for t in with_error_bound(slo) if not t.passes(b.value(t.metric))]
+    deciding_t = broken[0] if broken else slo[0]
     if first == 0:
         flags = notes + _confidence_flags(b, slo, False) + _late_flag(b)
         return Capacity(

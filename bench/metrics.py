@@ -689,7 +689,16 @@ class Threshold:
 # nothing about errors: the percentiles of the requests that survived would flatter it (a
 # sweep once said "every load met the SLO" with 8 of 16 requests failed). An SLO that names
 # error_rate sets its own bound.
-SLO_DEFAULT_MAX_ERROR_RATE = 0.01
+# 5%, not 0: one failure in a thin point of 30 requests must not decide a capacity on its own.
+SLO_DEFAULT_MAX_ERROR_RATE = 0.05
+
+
+def with_error_bound(slo: Sequence[Threshold]) -> list[Threshold]:
+    """The SLO as it is judged: one that does not bound error_rate gets the default bound."""
+    slo = list(slo)
+    if slo and not any(t.metric == "error_rate" for t in slo):
+        slo.append(Threshold("error_rate", "<=", SLO_DEFAULT_MAX_ERROR_RATE))
+    return slo
 
 
 def meets_slo(
@@ -699,9 +708,7 @@ def meets_slo(
     """Whether a load point meets every threshold: the one rule for sweeps and curves."""
     if completed <= 0:
         return False
-    if error_rate > SLO_DEFAULT_MAX_ERROR_RATE and not any(t.metric == "error_rate" for t in slo):
-        return False
-    return all(t.passes(value(t.metric)) for t in slo)
+    return all(t.passes(value(t.metric)) for t in with_error_bound(slo))
 
 
 # vLLM's `--goodput ttft:500 tpot:50` names a per-request limit; as a capacity SLO it is

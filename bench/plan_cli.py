@@ -42,11 +42,24 @@ def plan_command(
         str | None,
         typer.Option("--slo", help="e.g. 'p99_ttft_ms<=500,p99_tpot_ms<=50' or 'ttft:500 tpot:50'"),
     ] = None,
-    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", min=1)] = 8,
-    prices_file: Annotated[Path | None, typer.Option("--prices-file")] = None,
-    price: Annotated[list[str] | None, typer.Option("--price")] = None,
+    gpus_per_node: Annotated[
+        int, typer.Option("--gpus-per-node", min=1, help="GPUs in one node (HGX: 8)")
+    ] = 8,
+    prices_file: Annotated[
+        Path | None, typer.Option("--prices-file", help="Your own price tiers")
+    ] = None,
+    price: Annotated[
+        list[str] | None, typer.Option("--price", help="GPU:tier=USD_per_GPU_hour (repeatable)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON")] = False,
-    db: Annotated[str | None, typer.Option("--db")] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--db",
+            help="SQLAlchemy URL or SQLite path; default $TOKENBENCH_DB, else "
+            "results/tokenbench.db under the current folder",
+        ),
+    ] = None,
 ) -> None:
     """GPUs and nodes each system needs for a demand at the SLO, $/month and $/Mtok on every
     pricing tier, and the cheapest option. Without a demand, the scenario's mean rate."""

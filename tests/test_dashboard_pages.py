@@ -28,7 +28,9 @@ def site(tmp_path_factory):
         store_sweep(db, gpu="B200-SXM", rates=(1, 2, 4, 8, 16)),
         store_sweep(db, gpu="H100-SXM", gpu_count=2, rates=(1, 2, 4, 8), seed=3),
     ]
-    app = create_app(db, api_token="t", allow_hosts=[], open_reads=True)
+    app = create_app(
+        db, api_token="t", allow_hosts=[], open_reads=True, server_names=["testserver"]
+    )
     with TestClient(app) as client:
         yield client, db, ids
     app.state.tb.jobs.shutdown()

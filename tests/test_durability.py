@@ -154,7 +154,7 @@ def test_a_page_corrupted_sqlite_file_is_refused_not_written(tmp_path):
     dispose_all()
     damage_a_page(path)
     before = path.read_bytes()
-    with pytest.raises(DamagedDatabaseError, match=r"is damaged .*\.recover"):
+    with pytest.raises(DamagedDatabaseError, match=r"(?s)is damaged .*\.recover"):
         RunWriter(str(path), name="more")
     dispose_all()
     assert path.read_bytes() == before, "nothing was written to the damaged file"

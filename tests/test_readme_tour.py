@@ -68,7 +68,7 @@ def free_port() -> int:
 def test_the_tour_is_read_whole():
     kinds = {" ".join(c[:2]) if c[0] == "sim" else c[0] for c in tour_commands()}
     assert kinds == {"run", "sweep", "compare", "prices", "runs", "show", "rm", "export-raw",
-                     "import", "sim serve", "sim run", "sim gpus", "sim models"}  # fmt: skip
+                     "import", "plan", "sim serve", "sim run", "sim gpus", "sim models"}  # fmt: skip
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from bench.backends.capture import Capture, ReadStats, arrival_times, to_record
 from bench.backends.openai import get_dialect
 from bench.backends.transport import KERNEL_STAMPS, _Connection
 from bench.metrics import summarize
+from bench.records import RequestRecord
 from bench.runner import RunPlan, execute, new_event_loop, run_blocking
 from bench.workload import LengthDist, Workload
 from tests.helpers import cpu_pressure
@@ -93,14 +94,15 @@ def test_tokens_read_together_are_counted_as_merged():
 
 
 def test_merged_tokens_flag_the_client_only_when_reads_also_waited():
-    # Summaries of no requests are enough for the rule itself.
-    busy = summarize([], merged_token_share=0.03, late_read_share=0.2)
+    # One completed request is enough for the rule itself (a run with none is not judged).
+    done = [RequestRecord(index=0, first_token_ns=1_000_000, end_ns=3_000_000, output_tokens=3)]
+    busy = summarize(done, merged_token_share=0.03, late_read_share=0.2)
     assert busy.client_limited and "read together" in busy.client_limited_reasons[0]
     # The server sent tokens together (a stream interval, a batching proxy): not the client.
-    server_side = summarize([], merged_token_share=0.5, late_read_share=0.0)
+    server_side = summarize(done, merged_token_share=0.5, late_read_share=0.0)
     assert not server_side.client_limited
     # Without kernel stamps a merge cannot be told apart: it counts against the client.
-    unknown = summarize([], merged_token_share=0.03, late_read_share=None)
+    unknown = summarize(done, merged_token_share=0.03, late_read_share=None)
     assert unknown.client_limited
 
 

@@ -28,6 +28,7 @@ from bench.distributed import (
 from bench.metrics import summarize
 from bench.runner import plan_from_scenario, run_blocking, sessions_of
 from bench.scenario import Scenario
+from tests.helpers import cpu_pressure
 from tests.test_runner import plan
 
 try:
@@ -68,11 +69,12 @@ def killer(worker: int, after_completed: int):
 def assert_matches_single(fake_server, ray_address: str | None) -> None:
     """A 2-worker run sends exactly the schedule; its metrics match one process's."""
     p = plan(fake_server.url, 80, out_len=12, rate=80.0)
-    single = run_blocking(p, handle_sigint=False)
     sunk = []
-    merged = run_distributed(
-        p, workers=2, ray_address=ray_address, sink=sunk.append, handle_sigint=False
-    )
+    with cpu_pressure() as pressure:
+        single = run_blocking(p, handle_sigint=False)
+        merged = run_distributed(
+            p, workers=2, ray_address=ray_address, sink=sunk.append, handle_sigint=False
+        )
     assert not merged.partial and not merged.interrupted, merged.warnings
     assert len(merged.records) == len(sunk) == 80
     assert sorted(r.index for r in merged.records) == list(range(80))
@@ -82,12 +84,12 @@ def assert_matches_single(fake_server, ray_address: str | None) -> None:
     b = summarize(merged.records, loop_lag_p99_ms=merged.loop_lag_p99_ms)
     assert a.completed == b.completed == 80
     assert a.total_output_tokens == b.total_output_tokens
-    # The server's TTFT is 50 ms and ITL 10 ms: the figures agree to within noise.
+    # The server's TTFT is 50 ms and ITL 10 ms: the figures agree to within noise. On a
+    # CPU-starved machine the (Python) fake server itself answers late, and by different
+    # amounts in the two runs, so there only the counts and the schedule are compared.
     for metric, tol_ms in (("ttft", 5.0), ("tpot", 1.0), ("itl", 1.0), ("e2el", 6.0)):
-        assert (
-            abs(a.metrics[metric].percentiles["p50"] - b.metrics[metric].percentiles["p50"])
-            < tol_ms
-        ), metric
+        diff = abs(a.metrics[metric].percentiles["p50"] - b.metrics[metric].percentiles["p50"])
+        assert diff < tol_ms or pressure.starved, (metric, diff)
     # Both follow the schedule: send times from each worker's own t0 land on its offsets.
     assert b.send_lag_ms["p50"] < 5.0
     assert abs(a.duration_s - b.duration_s) < 0.2

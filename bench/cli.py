@@ -1002,11 +1002,12 @@ app.add_typer(db_app, name="db")
 app.add_typer(sim_app, name="sim", help="The simulated GPU endpoint (no GPU needed).")
 
 
-@app.command("demo", short_help="B200 beside H100, simulated (about 70 s).")
+@app.command("demo", short_help="B200 beside H100, simulated (about 40 s).")
 def demo_command(
-    db: Annotated[str | None, typer.Option("--db", help="Where to store the two runs")] = None,
+    db: Annotated[str | None, typer.Option("--db", help="Where to store the demo's runs")] = None,
 ) -> None:
-    """B200 beside H100 on simulated endpoints: a short bursty-chat sweep of each (about 70 s)."""
+    """B200 beside H100 on simulated endpoints: dense virtual-time sweeps of each, then a
+    real-time check of one point each through the real load generator (about 40 s)."""
     from bench.sim.demo import run_demo
     from bench.store.errors import StoreError
 

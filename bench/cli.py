@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from bench.console import console, err_console
+from bench.store.cli import DbOption
 from bench.vllm_compat import VllmCommand
 
 app = typer.Typer(
@@ -320,14 +321,7 @@ NumGpusOpt = Annotated[
     int | None, typer.Option("--num-gpus", min=1, help="GPUs behind the endpoint (for $/Mtok)")
 ]
 LabelOpt = Annotated[str | None, typer.Option("--label", help="A name for this run")]
-DbOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--db",
-        help="SQLAlchemy URL or SQLite path; default $TOKENBENCH_DB, else "
-        "results/tokenbench.db under the current folder",
-    ),
-]
+DbOpt = DbOption  # one --db option and help text for every command
 NoStoreOpt = Annotated[bool, typer.Option("--no-store", help="Do not write to the database")]
 ScrapeOpt = Annotated[bool, SCRAPE_OPT]
 MetricsUrlOpt = Annotated[str | None, METRICS_URL_OPT]

@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from bench.console import console
+from bench.store.cli import DbOption
 
 
 def _money(x: float | None, digits: int = 0) -> str:
@@ -52,14 +53,7 @@ def plan_command(
         list[str] | None, typer.Option("--price", help="GPU:tier=USD_per_GPU_hour (repeatable)")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON")] = False,
-    db: Annotated[
-        str | None,
-        typer.Option(
-            "--db",
-            help="SQLAlchemy URL or SQLite path; default $TOKENBENCH_DB, else "
-            "results/tokenbench.db under the current folder",
-        ),
-    ] = None,
+    db: DbOption = None,
 ) -> None:
     """GPUs and nodes each system needs for a demand at the SLO, $/month and $/Mtok on every
     pricing tier, and the cheapest option. Without a demand, the scenario's mean rate."""

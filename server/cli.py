@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from bench.store.cli import DbOption
 from server.datafiles import DEFAULT_MAX_FILE_MB
 
 # Not 8000: that is vLLM's (and trtllm-serve's) default, where the endpoint under test runs.
@@ -18,14 +19,7 @@ DEFAULT_PORT = 8300
 
 
 def serve_command(
-    db: Annotated[
-        str | None,
-        typer.Option(
-            "--db",
-            help="SQLAlchemy URL or SQLite path; default $TOKENBENCH_DB, else "
-            "results/tokenbench.db under the current folder",
-        ),
-    ] = None,
+    db: DbOption = None,
     host: Annotated[
         str,
         typer.Option(help="Address to listen on; beyond loopback, reads need the token too"),

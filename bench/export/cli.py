@@ -14,6 +14,8 @@ from typing import Annotated
 
 import typer
 
+from bench.store.cli import DbOption
+
 
 class ExportFormat(StrEnum):
     pptx = "pptx"
@@ -109,14 +111,7 @@ def export_command(
         Path | None, typer.Option("--prices-file", help="Your own price tiers (YAML)")
     ] = None,
     price: Annotated[list[str] | None, typer.Option("--price", help="GPU:tier=USD")] = None,
-    db: Annotated[
-        str | None,
-        typer.Option(
-            "--db",
-            help="SQLAlchemy URL or SQLite path; default $TOKENBENCH_DB, else "
-            "results/tokenbench.db under the current folder",
-        ),
-    ] = None,
+    db: DbOption = None,
 ) -> None:
     """Export runs for a procurement deck: PowerPoint, Excel, CSV, HTML, PNG or SVG."""
     from bench.cost import PriceCatalogueError, load_catalogue

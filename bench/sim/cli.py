@@ -14,6 +14,7 @@ import typer
 from rich.table import Table
 
 from bench.console import console, err_console
+from bench.store.cli import DbOption
 
 sim_app = typer.Typer(
     help="The simulated GPU endpoint (results are simulated).", no_args_is_help=True
@@ -111,7 +112,7 @@ def run(
         None, "--random-output-len", min=1, help="output tokens per request"
     ),
     seed: int | None = typer.Option(None, help="same seed, same schedule and prompts"),
-    db: str | None = typer.Option(None, "--db", help="SQLAlchemy URL of the results database"),
+    db: DbOption = None,
 ) -> None:
     """Run a scenario in virtual time (no HTTP, far faster than real time), stored as simulated."""
     from bench.cli import fail, flag_overrides, resolve_scenario

@@ -219,21 +219,38 @@ def to_record(
             expected_input_len, expected_output_len, stats, served, count_tokens,
         )  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - one bad response fails one request
-        rec = RequestRecord(
-            index=index,
-            load_point=load_point,
-            turn=turn,
-            intended_ns=intended_ns - t0_ns,
-            sent_ns=cap.sent_ns - t0_ns,
-            end_ns=None if cap.end_ns is None else cap.end_ns - t0_ns,
-            http_status=cap.status,
-            expected_input_len=expected_input_len,
-            expected_output_len=expected_output_len,
-            retries=cap.retries,
-        )
+        rec = _bare_record(
+            cap, index, intended_ns, t0_ns, load_point, turn,
+            expected_input_len, expected_output_len,
+        )  # fmt: skip
         rec.state, rec.error_kind = FAILED, ERR_CLIENT
         rec.error_message = f"tokenbench could not decode this response: {exc!r}"[:500]
         return rec
+
+
+def _bare_record(
+    cap: Capture,
+    index: int,
+    intended_ns: int,
+    t0_ns: int,
+    load_point: int,
+    turn: int,
+    expected_input_len: int | None,
+    expected_output_len: int | None,
+) -> RequestRecord:
+    """What is known of any request, decoded or not: who it was and when it went and ended."""
+    return RequestRecord(
+        index=index,
+        load_point=load_point,
+        turn=turn,
+        intended_ns=intended_ns - t0_ns,
+        sent_ns=cap.sent_ns - t0_ns,
+        end_ns=None if cap.end_ns is None else cap.end_ns - t0_ns,
+        http_status=cap.status,
+        expected_input_len=expected_input_len,
+        expected_output_len=expected_output_len,
+        retries=cap.retries,
+    )
 
 
 def _to_record(
@@ -258,19 +275,10 @@ def _to_record(
             cap.first_byte_ns = min(cap.first_byte_ns, int(arrived[0]))
         if cap.end_ns is not None and cap.end_ns == cap.reads[-4]:  # ended by its last read
             cap.end_ns = int(arrived[-1])
-    rec = RequestRecord(
-        index=index,
-        load_point=load_point,
-        turn=turn,
-        intended_ns=intended_ns - t0_ns,
-        sent_ns=cap.sent_ns - t0_ns,
-        first_byte_ns=None if cap.first_byte_ns is None else cap.first_byte_ns - t0_ns,
-        end_ns=None if cap.end_ns is None else cap.end_ns - t0_ns,
-        http_status=cap.status,
-        expected_input_len=expected_input_len,
-        expected_output_len=expected_output_len,
-        retries=cap.retries,
+    rec = _bare_record(
+        cap, index, intended_ns, t0_ns, load_point, turn, expected_input_len, expected_output_len
     )
+    rec.first_byte_ns = None if cap.first_byte_ns is None else cap.first_byte_ns - t0_ns
     if cap.cancelled:
         rec.state, rec.error_kind, rec.error_message = CANCELLED, "cancelled", "run stopped"
         return rec

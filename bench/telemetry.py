@@ -722,7 +722,7 @@ def save_recording(
     recording: Recording, run_id: str, load_point: int, t0_ns: int, db: Any = None
 ) -> None:
     """Store a load point's samples with the run (replacing an earlier copy)."""
-    from bench.store.read import save_artifact
+    from bench.store import save_artifact
 
     data = encode(recording.to_payload(t0_ns, load_point))
     save_artifact(run_id, artifact_name(load_point), data, media_type=MEDIA_TYPE, db=db)
@@ -730,20 +730,14 @@ def save_recording(
 
 def load_payloads(run_id: str, db: Any = None, load_point: int | None = None) -> list[dict]:
     """The stored telemetry artifacts of a run (one per load point), in load-point order."""
-    from sqlalchemy import select
+    from bench.store import load_artifact, load_artifacts
 
-    from bench.store.engine import get_engine
-    from bench.store.models import RunArtifact
-
-    engine = get_engine(db)
-    query = select(RunArtifact.name, RunArtifact.data).where(RunArtifact.run_id == run_id)
     if load_point is None:
-        query = query.where(RunArtifact.name.startswith(ARTIFACT_PREFIX, autoescape=True))
+        found = [data for _, data in load_artifacts(run_id, ARTIFACT_PREFIX, db)]
     else:
-        query = query.where(RunArtifact.name == artifact_name(load_point))
-    with engine.connect() as conn:
-        rows = conn.execute(query).all()
-    payloads = [decode(bytes(data)) for _, data in rows]
+        data = load_artifact(run_id, artifact_name(load_point), db)
+        found = [] if data is None else [data]
+    payloads = [decode(data) for data in found]
     return sorted(payloads, key=lambda p: p.get("load_point", 0))
 
 
@@ -798,7 +792,7 @@ def load_telemetry(run_id: str, db: Any = None, load_point: int | None = None) -
     name), type (counter, gauge, histogram, ...). Empty (with these columns) when the run
     has none. `run_id` may be an id prefix or a run name.
     """
-    from bench.store.read import resolve_run
+    from bench.store import resolve_run
 
     run_id = resolve_run(run_id, db)
     return frame_from_payloads(load_payloads(run_id, db, load_point))
@@ -914,7 +908,7 @@ def energy_per_output_token(run_id: str, db: Any = None, catalogue: Any = None) 
 
     from bench.cost import energy_estimate
     from bench.records import OK
-    from bench.store.read import get_run, load_columns
+    from bench.store import get_run, load_columns
 
     run = get_run(run_id, db)
     power = power_w(load_telemetry(run.id, db))

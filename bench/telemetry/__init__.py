@@ -13,14 +13,13 @@ waiting, KV cache full, preemptions), and board power says what a token costs in
     readers.py     stored telemetry back as a long DataFrame, and its views: queue depth,
                    KV-cache use, board power, the prompt cache
     energy.py      measured energy per output token
-    digest.py      one line for the terminal when a load point ends
+    terminal.py    digest(): one line for the terminal when a load point ends
 
 Every name is importable from `bench.telemetry` itself; callers need not know the layout.
 Times are `t_s`, seconds since the load point's start, on the same perf_counter clock as
 every RequestRecord, so server samples line up exactly with bench.metrics.time_series.
 """
 
-from bench.telemetry.digest import digest
 from bench.telemetry.energy import ENERGY_COLUMNS, energy_per_output_token, mean_power
 from bench.telemetry.names import (
     ENGINE_PREFIXES,
@@ -69,6 +68,7 @@ from bench.telemetry.scrapers import (
     TelemetryError,
     start_scraper,
 )
+from bench.telemetry.terminal import digest
 
 __all__ = [
     "ARTIFACT_PREFIX",

@@ -174,7 +174,7 @@ def _title(lp) -> str:
 def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
     """Every load point of a stored run as a curve, recomputed from its requests."""
 
-    from bench.store.read import get_run, load_columns
+    from bench.store import get_run, load_columns
 
     run = get_run(run_ref, db)
     gpus = run.gpu_count or 1

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.metrics import Columns, summarize, time_series
-from bench.store.read import RunInfo, load_columns, load_records
+from bench.store import RunInfo, load_columns, load_records
 
 # Dense where the tail lives: 1..90 by 1, 90..99 by 0.25, 99..99.99 by 0.05 (about 300 levels).
 CDF_PERCENTILES: tuple[float, ...] = tuple(

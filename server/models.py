@@ -1,6 +1,6 @@
 """Pydantic shapes of every API body and answer, so /docs and /openapi.json are exact.
 
-Answers mirror the library's own facts (bench.store.read.RunInfo, bench.curves.CurvePoint,
+Answers mirror the library's own facts (bench.store.RunInfo, bench.curves.CurvePoint,
 bench.cost.CostRow, the Summary.to_json contract) and are built from them by the
 `from_*` helpers here, never computed anew. Request bodies forbid unknown fields, so a
 typo is a 422 naming the field instead of a silently ignored option.
@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from bench.cost import CostRow, TierKind
 from bench.curves import Capacity, CurvePoint, Ratio, RunComparison, RunCurve
 from bench.plan import Demand, Plan, Recommendation, SystemPlan
-from bench.store.read import LoadPointInfo, RunInfo
+from bench.store import LoadPointInfo, RunInfo
 
 
 def _finite(v: float | None) -> float | None:
@@ -159,7 +159,7 @@ class RunDetail(RunOut):
 
 
 class RequestOut(BaseModel):
-    """One stored request (bench.store.models.Request); times are ns since the point's start."""
+    """One stored request (a row of bench/store/models.py's Request); times are ns since the point's start."""
 
     id: int
     load_point: int

@@ -1,10 +1,27 @@
-"""Helpers shared by tests (and benchmarks): no fixtures here, plain functions."""
+"""Helpers shared by tests: no fixtures here, plain functions and classes.
+
+benchmarks/ never imports this (nor any test module): what both need lives in the library
+(e.g. server.live.LiveServer) or is started by path (tests/fake_openai_server.py).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from time import perf_counter_ns
+from unittest import mock
+
+import numpy as np
+
+from bench.backends.capture import Capture
+from bench.backends.openai import COMPLETIONS, get_dialect
+from bench.backends.transport import _Connection, _expire
+from bench.runner import Progress, RunPlan, RunResult, execute
+from bench.workload import LengthDist, Workload
 
 
 class CpuPressure:
@@ -44,3 +61,248 @@ def cpu_pressure() -> Iterator[CpuPressure]:
     after = _cpu_wait()
     if before and after:
         result.share = (after[1] - before[1]) / max(1, after[0] - before[0])
+
+
+# ---------------------------------------------------------------- plans
+
+
+def plan(url: str, n: int, *, out_len: int = 16, rate: float | None = 50.0, **kw) -> RunPlan:
+    """A plan of n requests (32-token prompts, out_len tokens out, vLLM dialect): an open
+    loop at `rate` req/s evenly spaced, or a closed loop when rate is None."""
+    workload = Workload(seed=3, input=LengthDist(mean=32), output=LengthDist(mean=out_len))
+    offsets = None if rate is None else np.arange(n) / rate
+    defaults = dict(
+        base_url=url,
+        endpoint=COMPLETIONS,
+        dialect=get_dialect("vllm"),
+        model="fake-model",
+        workload=workload,
+        specs=workload.specs(n),
+        offsets_s=offsets,
+    )
+    defaults.update(kw)
+    return RunPlan(**defaults)
+
+
+# ---------------------------------------------------------------- scripted responses
+#
+# A response is given as the reads a client would make of it: raw HTTP bytes, each read at a
+# scripted time. They go through the raw transport's own parser (_Connection.feed) into a
+# Capture, then through capture.to_record: the same path a real socket's bytes take, with
+# no server, no socket and no clock, so accounting, decoding and timing are checked exactly
+# and in milliseconds.
+
+
+def sse(data: dict | str) -> bytes:
+    """One SSE event: `data: <json>` (or the text as given, e.g. "[DONE]") and a blank line."""
+    text = data if isinstance(data, str) else json.dumps(data)
+    return f"data: {text}\n\n".encode()
+
+
+def token_event(text: str, *, chat: bool = False) -> bytes:
+    choice = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+    return sse({"choices": [choice]})
+
+
+def usage_event(prompt_tokens: int, completion_tokens: int) -> bytes:
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+    return sse({"choices": [], "usage": usage})
+
+
+DONE = sse("[DONE]")
+
+
+def stream_events(
+    n_tokens: int, *, chat: bool = False, usage: bool = True, prompt_tokens: int = 8
+) -> list[bytes]:
+    """A good stream's events: one per token, the usage (if any), then [DONE]."""
+    events = [token_event(f"t{i} ", chat=chat) for i in range(n_tokens)]
+    if usage:
+        events.append(usage_event(prompt_tokens, n_tokens))
+    return [*events, DONE]
+
+
+def http_head(
+    status: int = 200,
+    *,
+    chunked: bool = True,
+    length: int | None = None,
+    content_type: str = "text/event-stream",
+) -> bytes:
+    lines = [f"HTTP/1.1 {status} X", f"Content-Type: {content_type}"]
+    if chunked:
+        lines.append("Transfer-Encoding: chunked")
+    elif length is not None:
+        lines.append(f"Content-Length: {length}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def http_chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+LAST_CHUNK = b"0\r\n\r\n"
+
+
+def chunked_reads(events: list[bytes], *, status: int = 200, end: bool = True) -> list[bytes]:
+    """A chunked response as reads: the head, one chunk per event, the last chunk."""
+    return [http_head(status), *(http_chunk(e) for e in events), *([LAST_CHUNK] if end else [])]
+
+
+def error_reads(status: int, body: dict | str) -> list[bytes]:
+    """A non-200 answer with a JSON (or text) body framed by Content-Length, in one read."""
+    data = (body if isinstance(body, str) else json.dumps(body)).encode()
+    head = http_head(status, chunked=False, length=len(data), content_type="application/json")
+    return [head + data]
+
+
+def feed_capture(reads: list[tuple[int, bytes]], *, sent_ns: int = 0) -> Capture:
+    """A Capture filled by the raw transport's parser from (read time ns, bytes) pairs.
+
+    No kernel stamps: each read's arrival is its read time, so a token's time is exactly
+    the time given for the read that completed its event."""
+    conn = _Connection(None, None)
+    cap = Capture()
+    cap.sent_ns = sent_ns
+    conn.expect(cap)
+    for t, data in reads:
+        conn.feed(data, t)
+    return cap
+
+
+@dataclass
+class Reply:
+    """What a scripted server does with one request.
+
+    `reads`: (ns after the send, raw bytes) pairs, in time order: each is delivered that long
+    after the send and stamped with exactly that time; `then`: what follows the last read: "end" (the bytes were the
+    whole response), "reset" (the connection closes) or "hang" (nothing: only the request
+    timeout or the run's stop ends it).
+    """
+
+    reads: list[tuple[int, bytes]]
+    then: str = "end"
+
+
+def ok_reply(
+    n_tokens: int = 4, *, ttft_ns: int = 1_000_000, itl_ns: int = 1_000_000, chat: bool = False
+) -> Reply:
+    """A good stream: the head with the first token at ttft_ns, then one token every itl_ns,
+    the last read carrying the usage, [DONE] and the last chunk (so E2EL = TTFT + (n-1) ITL
+    and TPOT = ITL exactly)."""
+    head, *chunks = chunked_reads(stream_events(n_tokens, chat=chat))
+    tokens, tail = chunks[:n_tokens], b"".join(chunks[n_tokens:])
+    reads = [head + tokens[0], *tokens[1:]]
+    reads[-1] += tail
+    return Reply([(ttft_ns + i * itl_ns, data) for i, data in enumerate(reads)])
+
+
+class ScriptedTransport:
+    """The Transport protocol (bench.backends.transport) answered by a script, not a server.
+
+    `reply(n, path, body)` says what the n-th request started (0-based, in send order, as
+    the fake server counts) gets. Its reads are handed to the raw transport's parser at
+    their scripted times after the send (loop timers) and stamped with exactly those times,
+    so the records' TTFT and ITL are the script's, and no stamp is later than the moment the
+    client really read it (as with a kernel's arrival stamps). The runner drives it as it drives
+    the raw transport (timeouts by `_expire`, a stop by cancel_all), so what it counts is
+    what a run against a server counts. `started`, `bodies`, `log` (("start" | "end", request
+    index, turn) in order), `max_in_flight` and `in_flight` are the server's truth; `stop_when(self)`, checked after every start and every end,
+    sets the run's stop event once true.
+    """
+
+    def __init__(
+        self,
+        reply: Callable[[int, str, dict], Reply],
+        *,
+        stop_when: Callable[[ScriptedTransport], bool] | None = None,
+    ) -> None:
+        self.reply = reply
+        self.stop_when = stop_when
+        self.stop: asyncio.Event | None = None
+        self.started = 0
+        self.ended = 0
+        self.bodies: list[dict] = []
+        self.log: list[tuple[str, int, int]] = []
+        self.in_flight: dict[Capture, tuple[_Connection, list[asyncio.Handle]]] = {}
+        self.max_in_flight = 0
+
+    def prepare(self, path: str, body: bytes) -> tuple[str, bytes]:
+        return path, body
+
+    async def warm(self, n: int) -> None:
+        return None
+
+    def start(self, prepared: tuple[str, bytes], cap: Capture, timeout_s: float, done) -> None:
+        path, raw = prepared
+        body = json.loads(raw)
+        n = self.started
+        self.started += 1
+        self.bodies.append(body)
+        self.log.append(("start", cap.spec.index, cap.spec.turn))
+        reply = self.reply(n, path, body)
+        conn = _Connection(None, None)
+        conn.timeout_s = timeout_s
+
+        def ended(cap: Capture) -> None:
+            for handle in self.in_flight.pop(cap)[1]:
+                handle.cancel()
+            self.ended += 1
+            self.log.append(("end", cap.spec.index, cap.spec.turn))
+            done(cap)
+            self._check()
+
+        conn.expect(cap, ended)
+        cap.sent_ns = perf_counter_ns()
+        loop = asyncio.get_running_loop()
+        handles: list[asyncio.Handle] = []
+        last_s = 0.0
+        for after_ns, data in reply.reads:
+            last_s = after_ns / 1e9
+            t = cap.sent_ns + after_ns
+            handles.append(loop.call_later(last_s, self._read, conn, cap, data, t))
+        if reply.then == "reset":
+            handles.append(loop.call_later(last_s, self._reset, conn, cap))
+        handles.append(loop.call_later(timeout_s, _expire, conn))
+        self.in_flight[cap] = (conn, handles)
+        self.max_in_flight = max(self.max_in_flight, len(self.in_flight))
+        self._check()
+
+    @staticmethod
+    def _read(conn: _Connection, cap: Capture, data: bytes, t: int) -> None:
+        if conn.cap is cap:
+            conn.feed(data, t)
+
+    @staticmethod
+    def _reset(conn: _Connection, cap: Capture) -> None:
+        if conn.cap is cap:
+            conn.close_lost(ConnectionResetError("connection reset by peer"))
+
+    def _check(self) -> None:
+        if self.stop is not None and self.stop_when is not None and self.stop_when(self):
+            self.stop.set()
+
+    def cancel_all(self) -> None:
+        """As RawTransport.cancel_all: every request in flight ends cancelled."""
+        for cap, (conn, _handles) in list(self.in_flight.items()):
+            cap.cancelled = True
+            cap.end_ns = perf_counter_ns()
+            conn.keep_alive = False
+            conn.release()
+
+    async def aclose(self) -> None:
+        return None
+
+
+def run_scripted(
+    plan: RunPlan, transport: ScriptedTransport, progress: Progress | None = None
+) -> RunResult:
+    """Run `plan` with the real runner (bench.runner.execute), its requests answered by
+    `transport` instead of the transport the plan names."""
+
+    async def main() -> RunResult:
+        transport.stop = asyncio.Event()
+        with mock.patch("bench.runner.make_transport", lambda *args, **kw: transport):
+            return await execute(plan, progress=progress, stop=transport.stop)
+
+    return asyncio.run(main())

@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 
-from bench.backends.openai import get_dialect
 from bench.metrics import summarize
 from bench.records import (
     ERR_CONNECT,
@@ -21,26 +20,11 @@ from bench.records import (
     ERR_STREAM_ERROR,
     ERR_TIMEOUT,
 )
-from bench.runner import RunPlan, run_blocking
+from bench.runner import run_blocking
 from bench.workload import LengthDist, Workload
+from tests.helpers import plan
 
 TTFT_MS, ITL_MS = 50.0, 10.0
-
-
-def plan(url: str, n: int, *, out_len: int = 16, rate: float | None = 50.0, **kw) -> RunPlan:
-    workload = Workload(seed=3, input=LengthDist(mean=32), output=LengthDist(mean=out_len))
-    offsets = None if rate is None else np.arange(n) / rate
-    defaults = dict(
-        base_url=url,
-        endpoint="/v1/completions",
-        dialect=get_dialect("vllm"),
-        model="fake-model",
-        workload=workload,
-        specs=workload.specs(n),
-        offsets_s=offsets,
-    )
-    defaults.update(kw)
-    return RunPlan(**defaults)
 
 
 def server_truth(server, log) -> list[list[float]]:

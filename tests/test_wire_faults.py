@@ -33,7 +33,7 @@ from bench.records import (
 )
 from bench.runner import Progress, run_blocking
 from bench.store import list_runs, load_records
-from tests.test_runner import plan
+from tests.helpers import plan
 
 
 def server_requests(url: str) -> int:

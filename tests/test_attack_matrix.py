@@ -302,6 +302,7 @@ async def wait_job(c, job_id: str, until, timeout_s: float = 90.0) -> dict:
     raise AssertionError(f"job {job_id} never reached the state: {state}")
 
 
+@pytest.mark.slow
 async def test_credentials_never_reach_readers_or_storage(live, fake_server, tmp_path):
     """A target URL's password and ?api_key=: not in /api/jobs, the run, or export-raw."""
     password, key = "hunter2-pass-xyz", "qs-key-9876543210"
@@ -334,6 +335,7 @@ async def test_credentials_never_reach_readers_or_storage(live, fake_server, tmp
     assert run.scenario()["target"]["base_url"].startswith("http://***@127.0.0.1")
 
 
+@pytest.mark.slow
 async def test_a_run_cannot_be_deleted_while_its_job_writes_it(live, server_factory):
     slow = server_factory("--ttft-ms", "20", "--itl-ms", "40")
     scenario = "load: {shape: poisson, request_rate: 20, num_prompts: 2000}\nworkload: {output: {mean: 8}}\n"
@@ -352,6 +354,7 @@ async def test_a_run_cannot_be_deleted_while_its_job_writes_it(live, server_fact
     assert r.status_code == 200 and r.json()["deleted_requests"] == run.request_count
 
 
+@pytest.mark.slow
 async def test_background_runs_measure_in_their_own_process(live, fake_server):
     scenario = (
         "load: {shape: poisson, request_rate: 50, num_prompts: 8}\nworkload: {output: {mean: 4}}\n"

@@ -34,13 +34,16 @@ try:
 except ImportError:  # pragma: no cover - depends on the machine
     sync_playwright = None
 
-pytestmark = pytest.mark.skipif(
-    sync_playwright is None or not Path(CHROMIUM).exists(),
-    reason=(
-        "BROWSER TEST SKIPPED: needs `apt-get install -y chromium` (/usr/bin/chromium) and "
-        "`pip install playwright` (do not run `playwright install`)"
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        sync_playwright is None or not Path(CHROMIUM).exists(),
+        reason=(
+            "BROWSER TEST SKIPPED: needs `apt-get install -y chromium` (/usr/bin/chromium) and "
+            "`pip install playwright` (do not run `playwright install`)"
+        ),
     ),
-)
+]
 
 
 def launch(playwright):

@@ -79,6 +79,7 @@ def get_run_id(db: str) -> str:
     return list_runs(db)[0].id
 
 
+@pytest.mark.slow
 def test_full_disk_counts_exactly_and_the_fallback_imports(fake_server, tmp_path):
     """The database fills mid-run: the count of missing records is exact, and the fallback
     file, holding every record, loads with `tokenbench import`."""
@@ -185,6 +186,7 @@ async def test_the_service_says_a_database_is_damaged(tmp_path):
     app.state.tb.jobs.shutdown()
 
 
+@pytest.mark.slow
 def test_a_database_on_a_read_only_filesystem_can_be_read(tmp_path):
     """Bind-mounted read-only in a private mount namespace (root only; skipped otherwise)."""
     import shutil

@@ -263,6 +263,7 @@ def sse_events(text: str) -> list[tuple[str, dict]]:
     return out
 
 
+@pytest.mark.slow
 async def test_background_run_and_sweep_with_progress_events(client, fake_server, db):
     body = {
         "kind": "run",
@@ -305,6 +306,7 @@ async def test_background_run_and_sweep_with_progress_events(client, fake_server
             await client.delete(f"/api/runs/{rid}", headers=AUTH)
 
 
+@pytest.mark.slow
 async def test_cancel_stops_gently_and_keeps_the_data(client, server_factory, db):
     slow = server_factory("--ttft-ms", "20", "--itl-ms", "50")
     body = {

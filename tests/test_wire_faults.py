@@ -45,6 +45,7 @@ def server_requests(url: str) -> int:
 # ---------------------------------------------------------------- connections
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["raw", "httpx"])
 def test_a_stale_reused_connection_is_resent_once_and_counted_once(server_factory, transport):
     """The server closes every connection at its second request without answering (what a
@@ -70,6 +71,7 @@ def test_a_stale_reused_connection_is_resent_once_and_counted_once(server_factor
     assert (progress.completed, progress.failed, progress.sent) == (24, 0, 24)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["raw", "httpx"])
 @pytest.mark.parametrize("mode", ["eof", "close", "http10"])
 def test_connections_the_server_closes_or_will_not_reuse(server_factory, mode, transport):
@@ -90,6 +92,7 @@ def test_connections_the_server_closes_or_will_not_reuse(server_factory, mode, t
     assert all(r.output_tokens == 4 for r in result.records)
 
 
+@pytest.mark.slow
 def test_an_idle_connection_the_server_closed_is_noticed_before_reuse(server_factory):
     """The server closes after each response; with 100 ms between a user's requests the
     close has arrived before the next send, so no request is written onto a dead socket
@@ -120,6 +123,7 @@ BAD = {
 }
 
 
+@pytest.mark.slow
 def test_each_bad_response_fails_one_request_under_its_own_kind(server_factory, tmp_path):
     args = [a for every, (kind, _) in BAD.items() for a in ("--fault", f"{every}:{kind}")]
     server = server_factory("--ttft-ms", "2", "--itl-ms", "1", *args)
@@ -152,6 +156,7 @@ def test_each_bad_response_fails_one_request_under_its_own_kind(server_factory, 
     assert all(r.output_tokens == 4 for r in bad_usage)  # counted from chunks instead
 
 
+@pytest.mark.slow
 def test_bad_responses_are_stored_and_do_not_fail_the_run(server_factory, tmp_path):
     """End to end through storage: usage 1e30 and a 200k-deep JSON event in one run."""
     server = server_factory(
@@ -223,6 +228,7 @@ def tokenbench(*args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_base_url_with_v1_or_without_scheme_reaches_the_endpoint(server_factory):
     server = server_factory("--ttft-ms", "2", "--itl-ms", "1")
     for url in (f"{server.url}/v1", f"127.0.0.1:{server.port}", f"{server.url}/v1/"):
@@ -232,6 +238,7 @@ def test_base_url_with_v1_or_without_scheme_reaches_the_endpoint(server_factory)
         assert server_requests(server.url) - before == 3
 
 
+@pytest.mark.slow
 def test_no_success_exits_1_with_the_servers_message(server_factory, tmp_path):
     server = server_factory("--fault", "1:http_400")
     db = f"sqlite:///{tmp_path / 'tb.db'}"
@@ -244,6 +251,7 @@ def test_no_success_exits_1_with_the_servers_message(server_factory, tmp_path):
     assert run.status == "failed"
 
 
+@pytest.mark.slow
 def test_a_model_the_server_does_not_list_is_warned_about(server_factory, tmp_path):
     server = server_factory("--ttft-ms", "2", "--itl-ms", "1")
     out = tmp_path / "s.json"
@@ -318,6 +326,7 @@ def test_one_byte_chunks_cost_per_read_not_per_chunk():
     assert cpu < 0.6, cpu
 
 
+@pytest.mark.slow
 def test_tiny_chunks_end_to_end(server_factory):
     """Every byte its own chunk: the same tokens and timings as ordinary chunks."""
     server = server_factory("--ttft-ms", "20", "--itl-ms", "5", "--tiny-chunks")
@@ -328,6 +337,7 @@ def test_tiny_chunks_end_to_end(server_factory):
     assert s.metrics["tpot"].percentiles["p50"] == pytest.approx(5.0, abs=1.0)
 
 
+@pytest.mark.slow
 def test_a_tiny_chunk_flood_leaves_the_other_streams_timed_right(server_factory, tmp_path):
     """Every 10th response carries 1.7 MB of SSE comments in 1-byte chunks (10 MB on the
     wire) before its first token. The client keeps up (CPU per read, not per chunk) and the

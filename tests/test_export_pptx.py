@@ -207,6 +207,7 @@ def test_nothing_leaves_its_slide(deck):
                     assert wrapped_lines(text, w, pt) * pt * 1.22 / 72 <= h + 1e-6
 
 
+@pytest.mark.slow
 def test_long_tables_split_across_slides(demo_db, tmp_path):  # noqa: F811
     db, runs, _ = demo_db
     report = build_report(runs, db, None, load_catalogue(), 1.0)

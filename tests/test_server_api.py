@@ -208,6 +208,14 @@ async def test_allow_list_keeps_runs_on_listed_hosts(client, db):
     assert "allow-list" in allow.check("http://11.0.0.1")
     assert "allow-list" in allow.check("http://gpu-box.lab.evil.com")
     assert "allow-list" in allow.check("http://0x7f000001")  # names are never resolved
+    app.state.tb.jobs.shutdown()
+
+
+@pytest.mark.slow
+async def test_a_listed_host_gets_its_job(db):
+    """Submitting starts a job process (seconds), so this half of the allow-list is slow."""
+    body = {"kind": "run", "scenario": FAST_SCENARIO}
+    app = make_app(db, allow_hosts=["10.0.0.0/8"])
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         r = await c.post(
             "/api/jobs",

@@ -308,6 +308,7 @@ def test_fake_dcgm_exporter_gives_joules_per_output_token(sim, exporter, tmp_pat
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("broken", ["404", "garbage", "refused"])
 def test_broken_metrics_endpoint_only_warns(broken, sim, exporter, tmp_path, caplog):
     url = {

@@ -21,7 +21,7 @@ from bench.store.engine import dispose_all
 from bench.store.raw_export import export_raw
 from bench.store.read import get_run
 from server.app import create_app
-from tests.test_dashboard_figures import store_sweep
+from tests.helpers import store_sweep
 
 TOKEN = "matrix-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -408,7 +408,7 @@ def test_a_killed_service_leaves_its_job_stored_interrupted(server_factory, tmp_
     import subprocess
     import sys
 
-    from tests.test_durability import wait_for
+    from tests.helpers import wait_for
 
     target = server_factory("--ttft-ms", "20", "--itl-ms", "40")
     db = f"sqlite:///{tmp_path / 'killed.db'}"

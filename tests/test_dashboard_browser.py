@@ -53,7 +53,7 @@ def launch(playwright):
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     from server.app import create_app
-    from tests.test_dashboard_figures import store_sweep
+    from tests.helpers import store_sweep
 
     db = f"sqlite:///{tmp_path_factory.mktemp('browser') / 'b.db'}"
     ids = [

@@ -7,29 +7,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from bench.store import get_run, load_records
 from bench.store.engine import dispose_all
+from tests.helpers import wait_for
 
 
 @pytest.fixture
 def db(tmp_path):
     yield f"sqlite:///{tmp_path / 'd.db'}"
     dispose_all()
-
-
-def wait_for(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def stored_count(db: str) -> int:
@@ -148,7 +138,7 @@ def damage_a_page(path: Path) -> None:
 def test_a_page_corrupted_sqlite_file_is_refused_not_written(tmp_path):
     from bench.store import RunWriter
     from bench.store.errors import DamagedDatabaseError
-    from tests.test_dashboard_figures import store_sweep
+    from tests.helpers import store_sweep
 
     path = tmp_path / "bad.db"
     store_sweep(f"sqlite:///{path}", per_point=400)
@@ -166,7 +156,7 @@ async def test_the_service_says_a_database_is_damaged(tmp_path):
 
     from bench.store import list_runs
     from server.app import create_app
-    from tests.test_dashboard_figures import store_sweep
+    from tests.helpers import store_sweep
 
     path = tmp_path / "bad.db"
     run_id = store_sweep(f"sqlite:///{path}", per_point=400)
@@ -191,7 +181,7 @@ def test_a_database_on_a_read_only_filesystem_can_be_read(tmp_path):
     """Bind-mounted read-only in a private mount namespace (root only; skipped otherwise)."""
     import shutil
 
-    from tests.test_dashboard_figures import store_sweep
+    from tests.helpers import store_sweep
 
     if shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.skip("needs root and unshare to mount a read-only filesystem")

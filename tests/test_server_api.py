@@ -11,7 +11,7 @@ import pytest
 from bench.curves import run_curves
 from bench.store.read import get_run, list_runs
 from server.app import create_app
-from tests.test_dashboard_figures import store_sweep
+from tests.helpers import store_sweep
 
 TOKEN = "test-token-123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -211,3 +211,56 @@ def test_tokens_are_counted_from_chunks_when_the_server_sends_no_usage(chat):
     rec = to_record(feed_capture(reads), index=0, intended_ns=0, t0_ns=0)
     assert rec.state == OK and rec.output_tokens == 5 and rec.token_count_source == "chunks"
     assert rec.prompt_tokens is None
+
+
+def test_a_noisy_stream_without_framing_counts_only_content_chunks():
+    """Comments, a role-only and an empty delta, CRLF line ends, usage in its own event, and
+    a body that simply ends when the server closes (no chunking, no length)."""
+    crlf = [
+        b": keep-alive comment\r\n\r\n",
+        sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
+        *(token_event(f"t{i} ", chat=True) for i in range(5)),
+        sse({"choices": [{"index": 0, "delta": {}}]}),
+        usage_event(8, 5),
+        DONE,
+    ]
+    events = [e.replace(b"\n", b"\r\n") if i < 4 else e for i, e in enumerate(crlf)]
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+    reads = [(MS * (i + 1), data) for i, data in enumerate([head + events[0], *events[1:]])]
+    transport = ScriptedTransport(lambda k, path, body: Reply(reads, then="reset"))
+    result = run_scripted(plan("http://scripted", 3, out_len=5, endpoint=CHAT), transport)
+    for r in result.records:
+        assert r.ok, r.error_message
+        assert len(r.chunk_times_ns) == 5 and r.output_tokens == 5
+        assert r.ttft_ns == 3 * MS  # the first content, not the comment or the role chunk
+
+
+def test_output_is_counted_with_the_tokenizer_when_the_server_sends_no_usage():
+    head, *chunks = chunked_reads(stream_events(3, usage=False))
+    reads = [(MS * (i + 1), data) for i, data in enumerate([head + chunks[0], *chunks[1:]])]
+    counted = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return 2 * len(text.split())  # a tokenizer that makes two tokens of every word
+
+    rec = to_record(feed_capture(reads), index=0, intended_ns=0, t0_ns=0, count_tokens=count)
+    assert counted == ["t0 t1 t2 "]  # the whole output text, once
+    assert rec.output_tokens == 6 and rec.token_count_source == "tokenizer"
+    assert len(rec.chunk_times_ns) == 3
+
+
+def test_waiting_for_a_concurrency_slot_is_recorded_as_slot_wait_not_send_lag():
+    transport = ScriptedTransport(lambda k, path, body: ok_reply(2, ttft_ns=2 * MS))
+    p = plan("http://scripted", 6, out_len=2, rate=float("inf"), max_concurrency=2)
+    result = run_scripted(p, transport)
+    assert transport.max_in_flight == 2 and summarize(result.records).completed == 6
+    records = sorted(result.records, key=lambda r: r.sent_ns)
+    first, queued = records[:2], records[2:]
+    assert all(r.slot_wait_ns == 0 for r in first)
+    # A queued request waited for an earlier one to end: at least that one's 2 ms.
+    assert all(r.slot_wait_ns >= 2 * MS for r in queued)
+    # TTFT from the schedule includes the wait; the send lag (the client's own lateness)
+    # does not.
+    assert all(r.ttft_from_intended_ns >= r.ttft_ns + r.slot_wait_ns for r in queued)
+    assert all(r.send_lag_ns >= 0 for r in queued)

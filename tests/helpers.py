@@ -177,8 +177,8 @@ def plan(url: str, n: int, *, out_len: int = 16, rate: float | None = 50.0, **kw
 # A response is given as the reads a client would make of it: raw HTTP bytes, each read at a
 # scripted time. They go through the raw transport's own parser (_Connection.feed) into a
 # Capture, then through capture.to_record: the same path a real socket's bytes take, with
-# no server, no socket and no clock, so accounting, decoding and timing are checked exactly
-# and in milliseconds.
+# no server and no socket, and stamped with the script's times, so accounting, decoding and
+# the timing definitions are checked exactly and in milliseconds.
 
 
 def sse(data: dict | str) -> bytes:

@@ -289,14 +289,16 @@ class ScriptedTransport:
     """The Transport protocol (bench.backends.transport) answered by a script, not a server.
 
     `reply(n, path, body)` says what the n-th request started (0-based, in send order, as
-    the fake server counts) gets. Its reads are handed to the raw transport's parser at
-    their scripted times after the send (loop timers) and stamped with exactly those times,
-    so the records' TTFT and ITL are the script's, and no stamp is later than the moment the
-    client really read it (as with a kernel's arrival stamps). The runner drives it as it drives
-    the raw transport (timeouts by `_expire`, a stop by cancel_all), so what it counts is
-    what a run against a server counts. `started`, `bodies`, `log` (("start" | "end", request
-    index, turn) in order), `max_in_flight` and `in_flight` are the server's truth; `stop_when(self)`, checked after every start and every end,
-    sets the run's stop event once true.
+    the fake server counts) gets. Its reads are handed to the raw transport's parser one
+    after another, each once its scripted time after the send has passed (a loop timer per
+    read, set from the one before, so reads keep their order) and stamped with exactly that
+    time: the records' TTFT and ITL are the script's, and no stamp is later than the moment
+    the client really read it (as with a kernel's arrival stamps). The runner drives it as
+    it drives the raw transport (timeouts by `_expire`, a stop by cancel_all), so what it
+    counts is what a run against a server counts. `started`, `bodies`, `log` (("start" |
+    "end", request index, turn) in order), `max_in_flight` and `in_flight` are the server's
+    truth; `stop_when(self)`, checked after every start and every end, sets the run's stop
+    event once true.
     """
 
     def __init__(
@@ -312,6 +314,7 @@ class ScriptedTransport:
         self.ended = 0
         self.bodies: list[dict] = []
         self.log: list[tuple[str, int, int]] = []
+        # each request in flight: its parser and its pending timers (next read, timeout)
         self.in_flight: dict[Capture, tuple[_Connection, list[asyncio.Handle]]] = {}
         self.max_in_flight = 0
 
@@ -343,28 +346,31 @@ class ScriptedTransport:
         conn.expect(cap, ended)
         cap.sent_ns = perf_counter_ns()
         loop = asyncio.get_running_loop()
-        handles: list[asyncio.Handle] = []
-        last_s = 0.0
-        for after_ns, data in reply.reads:
-            last_s = after_ns / 1e9
-            t = cap.sent_ns + after_ns
-            handles.append(loop.call_later(last_s, self._read, conn, cap, data, t))
-        if reply.then == "reset":
-            handles.append(loop.call_later(last_s, self._reset, conn, cap))
-        handles.append(loop.call_later(timeout_s, _expire, conn))
-        self.in_flight[cap] = (conn, handles)
+        first_s = reply.reads[0][0] / 1e9 if reply.reads else 0.0
+        timers = [
+            loop.call_later(first_s, self._deliver, conn, cap, reply, 0),
+            loop.call_later(timeout_s, _expire, conn),
+        ]
+        self.in_flight[cap] = (conn, timers)
         self.max_in_flight = max(self.max_in_flight, len(self.in_flight))
         self._check()
 
-    @staticmethod
-    def _read(conn: _Connection, cap: Capture, data: bytes, t: int) -> None:
+    def _deliver(self, conn: _Connection, cap: Capture, reply: Reply, i: int) -> None:
+        """Read i of the reply (or, past the last, what follows it); set the next one's timer."""
+        if conn.cap is not cap:
+            return  # the request has ended (timed out, cancelled, broken framing)
+        if i == len(reply.reads):
+            if reply.then == "reset":
+                conn.close_lost(ConnectionResetError("connection reset by peer"))
+            return  # "hang", or an "end" whose bytes did not end the response
+        after_ns, data = reply.reads[i]
+        conn.feed(data, cap.sent_ns + after_ns)
         if conn.cap is cap:
-            conn.feed(data, t)
-
-    @staticmethod
-    def _reset(conn: _Connection, cap: Capture) -> None:
-        if conn.cap is cap:
-            conn.close_lost(ConnectionResetError("connection reset by peer"))
+            wait_ns = reply.reads[i + 1][0] - after_ns if i + 1 < len(reply.reads) else 0
+            later = asyncio.get_running_loop().call_later(
+                max(0, wait_ns) / 1e9, self._deliver, conn, cap, reply, i + 1
+            )
+            self.in_flight[cap][1][0] = later
 
     def _check(self) -> None:
         if self.stop is not None and self.stop_when is not None and self.stop_when(self):
@@ -372,7 +378,7 @@ class ScriptedTransport:
 
     def cancel_all(self) -> None:
         """As RawTransport.cancel_all: every request in flight ends cancelled."""
-        for cap, (conn, _handles) in list(self.in_flight.items()):
+        for cap, (conn, _timers) in list(self.in_flight.items()):
             cap.cancelled = True
             cap.end_ns = perf_counter_ns()
             conn.keep_alive = False

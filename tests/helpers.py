@@ -262,10 +262,10 @@ def feed_capture(reads: list[tuple[int, bytes]], *, sent_ns: int = 0) -> Capture
 class Reply:
     """What a scripted server does with one request.
 
-    `reads`: (ns after the send, raw bytes) pairs, in time order: each is delivered that long
-    after the send and stamped with exactly that time; `then`: what follows the last read: "end" (the bytes were the
-    whole response), "reset" (the connection closes) or "hang" (nothing: only the request
-    timeout or the run's stop ends it).
+    `reads`: (ns after the send, raw bytes) pairs, in time order: each is delivered that
+    long after the send (or later) and stamped with exactly that time. `then`, what follows
+    the last read: "end" (the bytes were the whole response), "reset" (the connection
+    closes) or "hang" (nothing: only the request timeout or the run's stop ends it).
     """
 
     reads: list[tuple[int, bytes]]

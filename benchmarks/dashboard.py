@@ -218,7 +218,7 @@ def main() -> None:
     print(f"database: {path} ({total:,} requests in {len(runs)} runs)")
 
     from server.app import create_app
-    from tests.test_dashboard_browser import LiveServer
+    from server.live import LiveServer
 
     server = LiveServer(create_app(db, api_token="bench", allow_hosts=[], open_reads=True))
     try:

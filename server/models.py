@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from bench.backends.openai import Endpoint
 from bench.cost import CostRow, TierKind
 from bench.curves import Capacity, CurvePoint, Ratio, RunComparison, RunCurve
 from bench.plan import Demand, Plan, Recommendation, SystemPlan
@@ -468,7 +469,7 @@ class TargetIn(Strict):
         examples=["http://127.0.0.1:8001"],
     )
     model: str | None = Field(default=None, max_length=200)
-    endpoint: Literal["/v1/completions", "/v1/chat/completions"] | None = None
+    endpoint: Endpoint | None = None
     backend: Literal["vllm", "sglang", "trtllm", "openai"] | None = None
 
 

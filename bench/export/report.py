@@ -256,14 +256,6 @@ METHODOLOGY: tuple[tuple[str, str], ...] = (
 
 # --------------------------------------------------------------------------- building
 
-CHART_KEYS = (
-    "tput_vs_interactivity",
-    "cost_vs_interactivity",
-    "tput_vs_p99_ttft",
-    "tput_vs_p99_tpot",
-    "cost_per_tier",
-)
-
 
 def _provenance(curve: RunCurve) -> str:
     if curve.simulated:

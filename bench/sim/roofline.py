@@ -87,12 +87,14 @@ class Deployment:
         ep: int = 1,
         engine: str = "vllm",
         mtp: bool | None = None,
+        profiles: list[dict] | None = None,
         **efficiency: float,
     ) -> Deployment:
         """Resolve names to profiles and check the GPU can run the precision and parallelism.
 
         mtp: None = the engine profile's default; False/True turns MTP off/on where the model
-        has an MTP module.
+        has an MTP module. profiles: efficiency profiles to resolve against instead of
+        efficiency.yaml's (the calibration fit passes its trial values here).
         """
         g = get_gpu(gpu) if isinstance(gpu, str) else gpu
         m = get_model(model) if isinstance(model, str) else model
@@ -111,11 +113,11 @@ class Deployment:
                 f"supported precisions: {', '.join(g.supported_precisions)}"
             )
         kv = get_precision(kv_precision or p.kv_default)
-        eff = efficiency_for(g, p, engine, m.name, **efficiency)
+        eff = efficiency_for(g, p, engine, m.name, profiles, **efficiency)
         if mtp is False or not m.mtp_layers:
             eff = eff.model_copy(update={"mtp_tokens": 0})
         elif mtp is True and not eff.mtp_tokens:
-            eff = eff.model_copy(update={"mtp_tokens": 1})
+            eff = eff.model_copy(update={"mtp_tokens": eff.mtp_draft_tokens})
         return cls(g, m, p, tp, kv, eff, dp, ep, engine)
 
     def with_efficiency(self, eff: Efficiency) -> Deployment:

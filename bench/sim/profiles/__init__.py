@@ -198,6 +198,7 @@ class Efficiency(_Frozen):
     alltoall_latency_s: float
     nvlink_efficiency: float
     mtp_tokens: int
+    mtp_draft_tokens: int
     mtp_acceptance: float
 
 

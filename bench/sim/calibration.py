@@ -48,7 +48,11 @@ import yaml
 from bench.sim.profiles import (
     EFFICIENCY_YAML,
     HERE,
+    Efficiency,
+    GPUProfile,
+    ModelProfile,
     _efficiency_file,
+    efficiency_for,
     get_gpu,
     get_model,
     get_precision,
@@ -194,6 +198,7 @@ class Sim:
         self.profiles, self.clock = profiles, clock
         self.pub = pub or load_published()
         self._deps: dict[tuple, Deployment | None] = {}
+        self._effs: dict[tuple, Efficiency] = {}
         self._runs: dict[tuple, tuple[float, float, float]] = {}
         self._fronts: dict[tuple, list[tuple[float, float, str]]] = {}
 
@@ -208,12 +213,16 @@ class Sim:
 
     def _build(self, gpu: str, model: str, precision: str, parallel: str, engine: str, mtp: bool):
         tp, dp, ep = parse_parallel(parallel)
-        if ep > 1 and not get_model(model).is_moe:
+        g, m = _gpu(gpu), _model(model)
+        if ep > 1 and not m.is_moe:
             return None
+        key = (g.name, m.name, precision, engine)
+        if key not in self._effs:
+            self._effs[key] = efficiency_for(g, precision, engine, m.name, self.profiles)
         try:
             dep = Deployment.build(
-                gpu, model, precision, tp, dp=dp, ep=ep, engine=engine, mtp=mtp,
-                profiles=self.profiles,
+                g, m, precision, tp, dp=dp, ep=ep, engine=engine, mtp=mtp,
+                resolved=self._effs[key],
             )  # fmt: skip
             dep.kv_capacity_tokens(serving_defaults().gpu_memory_utilization)
         except ValueError:
@@ -236,7 +245,7 @@ class Sim:
         if key in self._fronts:
             return self._fronts[key]
         runs: list[tuple[float, float, str, Deployment, float]] = []
-        mtps = (False, True) if get_model(p.model).mtp_layers else (False,)
+        mtps = (False, True) if _model(p.model).mtp_layers else (False,)
         for par in self.pub.sweeps[p.sweep]:
             for mtp in mtps:
                 dep = self.deployment(p.gpu, p.model, p.precision, par, p.engine, mtp)
@@ -281,6 +290,16 @@ class Sim:
             )  # fmt: skip
             vals.append(self.reproduce(p).simulated)
         return vals[0] / vals[1] if vals[1] else 0.0
+
+
+@lru_cache(maxsize=64)
+def _gpu(name: str) -> GPUProfile:
+    return get_gpu(name)
+
+
+@lru_cache(maxsize=64)
+def _model(name: str) -> ModelProfile:
+    return get_model(name)
 
 
 def _near_front(runs: list[tuple], margin: float) -> list[tuple]:

@@ -88,13 +88,16 @@ class Deployment:
         engine: str = "vllm",
         mtp: bool | None = None,
         profiles: list[dict] | None = None,
+        resolved: Efficiency | None = None,
         **efficiency: float,
     ) -> Deployment:
         """Resolve names to profiles and check the GPU can run the precision and parallelism.
 
         mtp: None = the engine profile's default; False/True turns MTP off/on where the model
         has an MTP module. profiles: efficiency profiles to resolve against instead of
-        efficiency.yaml's (the calibration fit passes its trial values here).
+        efficiency.yaml's (the calibration fit passes its trial values here). resolved: the
+        efficiency already resolved for this GPU, precision, engine and model (a caller building
+        many parallelisms of one deployment resolves it once); MTP is still applied.
         """
         g = get_gpu(gpu) if isinstance(gpu, str) else gpu
         m = get_model(model) if isinstance(model, str) else model
@@ -113,7 +116,7 @@ class Deployment:
                 f"supported precisions: {', '.join(g.supported_precisions)}"
             )
         kv = get_precision(kv_precision or p.kv_default)
-        eff = efficiency_for(g, p, engine, m.name, profiles, **efficiency)
+        eff = resolved or efficiency_for(g, p, engine, m.name, profiles, **efficiency)
         if mtp is False or not m.mtp_layers:
             eff = eff.model_copy(update={"mtp_tokens": 0})
         elif mtp is True and not eff.mtp_tokens:

@@ -49,6 +49,7 @@ def validation(loso: bool) -> None:
         leave_one_source_out,
         load_published,
         mean_abs_error,
+        source_disagreements,
         summary,
         table,
         validate,
@@ -85,6 +86,9 @@ def validation(loso: bool) -> None:
         for src, rs in sorted(by_source.items()):
             errs = " ".join(f"{r.error:+.0%}{'' if r.group_fitted else 'P'}" for r in rs)
             print(f"    {src:5} {len(rs):2} points, MAE {mean_abs_error(rs):5.1%}: {errs}")
+    print("  sources publishing the same curve, each point against the other's curve:")
+    for line in source_disagreements(pub):
+        print(f"    {line}")
     skipped = [p for p in pub.points if not p.expressible]
     print(
         f"  not expressible ({len(skipped)}): " + "; ".join(f"{p.id}: {p.reason}" for p in skipped)

@@ -275,7 +275,10 @@ class Sim:
             return Result(p, self.measure(dep, p, 1)[0], f"{p.parallel} c1")
         if p.kind == "max_tput":
             limits = self.pub.engine_limits.get(_engine_family(p.engine), {})
-            c = max_concurrency(dep, p.isl, p.osl, limits.get("max_batch_size", 0))
+            c = max_concurrency(
+                dep, p.isl, p.osl, limits.get("max_batch_size", 0),
+                limits.get("kv_reserve") == "prompt+max_output",
+            )  # fmt: skip
             return Result(p, self.measure(dep, p, c)[1], f"{p.parallel} c{c:.0f}")
         raise ValueError(f"unknown reference point kind {p.kind!r} ({p.id})")
 
@@ -312,11 +315,16 @@ def _near_front(runs: list[tuple], margin: float) -> list[tuple]:
     return kept
 
 
-def max_concurrency(dep: Deployment, isl: float, osl: int, max_batch: int = 0) -> float:
-    """Sequences the KV cache holds at mean context ISL + OSL/2, at most max_batch per
-    data-parallel rank (each rank is its own engine instance)."""
+def max_concurrency(
+    dep: Deployment, isl: float, osl: int, max_batch: int = 0, reserve_full: bool = False
+) -> float:
+    """Sequences the KV cache holds, at most max_batch per data-parallel rank (each rank is its
+    own engine instance). An engine that admits by the context a sequence has (vLLM, SGLang)
+    holds KV / (ISL + OSL/2) in steady state; one that reserves every request's prompt plus its
+    whole output at admission (reserve_full: TensorRT-LLM's GUARANTEED_NO_EVICT) KV / (ISL + OSL).
+    """
     util = serving_defaults().gpu_memory_utilization
-    c = dep.kv_capacity_tokens(util) / (isl + osl / 2)
+    c = dep.kv_capacity_tokens(util) / (isl + (osl if reserve_full else osl / 2))
     return min(c, max_batch * dep.dp) if max_batch else c
 
 
@@ -385,6 +393,34 @@ def validate(
     """Every expressible published point reproduced with the given (or shipped) efficiencies."""
     sim = sim or Sim(profiles, clock)
     return [sim.reproduce(p) for p in (points or sim.pub.scored)]
+
+
+def source_disagreements(pub: Published | None = None, tolerance: float = 0.10) -> list[str]:
+    """Where two sources publish the same InferenceX curve (GPU, model, precision, ISL/OSL) over
+    overlapping interactivity, each one's points against the other's curve (log-linear
+    interpolation between its points); pairs apart by more than `tolerance` are listed. A
+    simulator cannot be closer to both than they are to each other."""
+    pub = pub or load_published()
+    curves: dict[tuple, dict[str, list[Point]]] = {}
+    for p in pub.scored:
+        if p.kind == "interactivity":
+            key = (p.gpu, p.model, p.precision, p.isl, p.osl)
+            curves.setdefault(key, {}).setdefault(p.source, []).append(p)
+    out = []
+    for by_src in curves.values():
+        for a, pa in by_src.items():
+            for b, pb in by_src.items():
+                if a == b:
+                    continue
+                xs = sorted((q.interactivity, math.log(q.measured)) for q in pb)
+                for q in pa:
+                    if not xs[0][0] <= q.interactivity <= xs[-1][0]:
+                        continue
+                    other = math.exp(np.interp(q.interactivity, *zip(*xs, strict=True)))
+                    gap = q.measured / other - 1
+                    note = f"{q.id} ({a}) {q.measured:,.0f} vs {b}'s curve {other:,.0f}: {gap:+.0%}"
+                    out.append(("!! " if abs(gap) > tolerance else "ok ") + note)
+    return out
 
 
 def mean_abs_error(results: list[Result]) -> float:

@@ -35,11 +35,11 @@ from bench.sim.roofline import Deployment, steady_state
 ROOT = Path(__file__).resolve().parents[1]
 
 # Figures reached when efficiency.yaml was last fitted (formula clock, 60 scored points):
-# mean abs. error 11.6% (dense 4.4%, MoE 15.4%, AMD 11.9%), 52 points within +-25%.
-PINNED_MAE = 0.117
-PINNED_MAE_DENSE = 0.045
-PINNED_MAE_MOE = 0.155
-PINNED_WITHIN_25 = 52
+# mean abs. error 10.9% (dense 4.1%, MoE 14.5%, AMD 11.7%), 53 points within +-25%.
+PINNED_MAE = 0.110
+PINNED_MAE_DENSE = 0.042
+PINNED_MAE_MOE = 0.146
+PINNED_WITHIN_25 = 53
 
 
 def _ideal(gpu: str) -> Deployment:
@@ -126,7 +126,7 @@ def test_sweep_skips_deployments_that_do_not_fit() -> None:
     # DeepSeek-R1 FP8 (671 GB) does not fit on 1, 2 or 4 B200s: the sweep skips them, no crash
     p = next(p for p in load_published().scored if p.id == "ix-b200-dsr1-8k1k-32")
     r = reproduce(p)
-    assert r.simulated > 0 and "tp1 " not in r.config
+    assert r.simulated > 0 and not re.search(r"\b(tp|dep)[124]\b", r.config), r.config
 
 
 def test_unreachable_interactivity_has_no_value() -> None:
@@ -210,10 +210,10 @@ def test_gpu_ratios(results) -> None:
     assert got["trt-h200-h100-70b"][1] == pytest.approx(got["trt-h200-h100-70b"][0], rel=0.10)
     assert got["trt-b200-h100-70b"][1] == pytest.approx(got["trt-b200-h100-70b"][0], rel=0.10)
     assert got["mlperf-b200-h100"][1] == pytest.approx(got["mlperf-b200-h100"][0], rel=0.10)
-    # H200 on one GPU against H100 on two (MLPerf): +10.2%, just outside; pinned as measured
+    # H200 on one GPU against H100 on two (MLPerf): +10.7%, just outside; pinned as measured
     assert got["mlperf-h200-h100"][1] / got["mlperf-h200-h100"][0] < 1.11
     # MI300X vLLM has no measured point: its efficiency is the prior (vLLM FP8 as fitted on
-    # NVIDIA), which overstates MLPerf's ratio by 31% (it was 0.38, -61%, when AMD took
+    # NVIDIA), which overstates MLPerf's ratio by 30% (it was 0.38, -61%, when AMD took
     # SGLang's DeepSeek efficiency): pinned as measured
     assert 0.9 < got["mlperf-mi300x-h100"][1] / got["mlperf-mi300x-h100"][0] < 1.32
 
@@ -295,12 +295,12 @@ def test_rack_scale_nvl72() -> None:
 
 # -- slow: held-out error and the engine clock -------------------------------------------------
 
-# Held out, 60 points: 51.8% over all; 20.5% over the 38 whose (vendor, engine, format) group
-# another source still fits; 106% over the 22 that only the prior can reach (AMD, vLLM on
+# Held out, 60 points: 42.6% over all; 18.1% over the 38 whose (vendor, engine, format) group
+# another source still fits; 85% over the 22 that only the prior can reach (AMD, vLLM on
 # Llama, TensorRT-LLM gpt-oss, SGLang FP4: each measured by one source). Target 15%: missed.
-PINNED_LOSO_MAE = 0.52
-PINNED_LOSO_MAE_FITTED = 0.21
-PINNED_ENGINE_MAE = 0.117
+PINNED_LOSO_MAE = 0.427
+PINNED_LOSO_MAE_FITTED = 0.182
+PINNED_ENGINE_MAE = 0.110
 
 
 @pytest.mark.slow

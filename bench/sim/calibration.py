@@ -171,6 +171,7 @@ def load_published(path: Path = PUBLISHED_YAML) -> Published:
 
 # -- reproducing points ------------------------------------------------------------------------
 
+MTP_SWEEP = (0, 1)  # drafted tokens InferenceX's curves are searched over (0 = MTP off)
 FRONT_MARGIN = (
     0.10  # engine clock: configurations the formula puts >10% behind the front are skipped
 )
@@ -203,7 +204,7 @@ class Sim:
         self._fronts: dict[tuple, list[tuple[float, float, str]]] = {}
 
     def deployment(
-        self, gpu: str, model: str, precision: str, parallel: str, engine: str, mtp: bool = False
+        self, gpu: str, model: str, precision: str, parallel: str, engine: str, mtp: int = 0
     ) -> Deployment | None:
         """The deployment, or None when it cannot exist (too many GPUs, does not fit)."""
         key = (gpu, model, precision, parallel, _engine_family(engine), mtp)
@@ -211,7 +212,7 @@ class Sim:
             self._deps[key] = self._build(*key)
         return self._deps[key]
 
-    def _build(self, gpu: str, model: str, precision: str, parallel: str, engine: str, mtp: bool):
+    def _build(self, gpu: str, model: str, precision: str, parallel: str, engine: str, mtp: int):
         tp, dp, ep = parse_parallel(parallel)
         g, m = _gpu(gpu), _model(model)
         if ep > 1 and not m.is_moe:
@@ -245,7 +246,7 @@ class Sim:
         if key in self._fronts:
             return self._fronts[key]
         runs: list[tuple[float, float, str, Deployment, float]] = []
-        mtps = (False, True) if _model(p.model).mtp_layers else (False,)
+        mtps = MTP_SWEEP if _model(p.model).mtp_layers else (0,)
         for par in self.pub.sweeps[p.sweep]:
             for mtp in mtps:
                 dep = self.deployment(p.gpu, p.model, p.precision, par, p.engine, mtp)
@@ -256,7 +257,8 @@ class Sim:
                     if c * 0.5 > cap:  # the engine would only queue: InferenceX drops such runs
                         continue
                     x, _, y = self.measure(dep, p, min(c, cap), "formula")
-                    cfg = f"{dep.parallel}{' mtp' if dep.eff.mtp_tokens else ''} c{c}"
+                    d = dep.eff.mtp_tokens
+                    cfg = f"{dep.parallel}{f' mtp{d}' if d else ''} c{c}"
                     runs.append((x, y, cfg, dep, min(c, cap)))
         if self.clock == "engine":
             kept = _near_front(runs, FRONT_MARGIN)

@@ -22,8 +22,10 @@ Experts touched: E (1 - (1 - k/E)^n) for n tokens routed top-k among E (every ex
 picks). Expert-parallel imbalance: the busiest GPU holds 1 + moe_imbalance + sqrt(2 ln G / m)
 times the mean m token-assignments (random routing's maximum, plus hot experts).
 MTP / speculative decoding with d draft tokens and acceptance a: a verify step runs 1 + d tokens
-per sequence and yields g = 1 + a + ... + a^d tokens; the engine emits one token per sequence
-per step, so a step lasts T(verify) / g, with prefill scaled so its share per token is kept.
+per sequence and yields g = 1 + a + ... + a^d tokens, after d drafting passes of the MTP module
+(one more decoder layer plus the BF16 output head, for every decoding sequence); the engine
+emits one token per sequence per step, so a step lasts (T(verify) + d T(draft)) / g, with
+prefill scaled so its share per token is kept.
 Everything here is a pure function of its inputs, so the engine stays deterministic.
 """
 
@@ -86,7 +88,7 @@ class Deployment:
         dp: int = 1,
         ep: int = 1,
         engine: str = "vllm",
-        mtp: bool | None = None,
+        mtp: bool | int | None = None,
         profiles: list[dict] | None = None,
         resolved: Efficiency | None = None,
         **efficiency: float,
@@ -117,10 +119,12 @@ class Deployment:
             )
         kv = get_precision(kv_precision or p.kv_default)
         eff = resolved or efficiency_for(g, p, engine, m.name, profiles, **efficiency)
-        if mtp is False or not m.mtp_layers:
+        if mtp is False or mtp == 0 or not m.mtp_layers:
             eff = eff.model_copy(update={"mtp_tokens": 0})
         elif mtp is True and not eff.mtp_tokens:
             eff = eff.model_copy(update={"mtp_tokens": eff.mtp_draft_tokens})
+        elif mtp is not None and mtp is not True:
+            eff = eff.model_copy(update={"mtp_tokens": int(mtp)})
         return cls(g, m, p, tp, kv, eff, dp, ep, engine)
 
     def with_efficiency(self, eff: Efficiency) -> Deployment:
@@ -252,10 +256,18 @@ class Deployment:
         if n_decode + n_prefill == 0:
             return 0.0
         if n_decode and self.eff.mtp_tokens:
-            g = self.mtp_gain
-            q = 1 + int(self.eff.mtp_tokens)
-            return self._iteration(n_decode, decode_ctx, n_prefill * g, prefill_ctx * g, q) / g
+            g, d = self.mtp_gain, int(self.eff.mtp_tokens)
+            t = self._iteration(n_decode, decode_ctx, n_prefill * g, prefill_ctx * g, 1 + d)
+            return (t + d * self._draft_time(n_decode, decode_ctx)) / g
         return self._iteration(n_decode, decode_ctx, n_prefill, prefill_ctx, 1)
+
+    def _draft_time(self, n_decode: float, decode_ctx: float) -> float:
+        """One drafting pass: the MTP module is one more decoder layer plus the (shared, BF16)
+        output head, run for every decoding sequence, once per drafted token."""
+        m = self.model
+        body = self._iteration(n_decode, decode_ctx, 0, 0, 1) - self.eff.t_fix_s
+        head = m.vocab * m.hidden * 2 / self.tp / self._bw
+        return body / m.layers + head
 
     def _iteration(
         self, n_decode: float, decode_ctx: float, n_prefill: float, prefill_ctx: float, q: int

@@ -298,8 +298,8 @@ def test_rack_scale_nvl72() -> None:
 # Held out, 60 points: 42.6% over all; 18.1% over the 38 whose (vendor, engine, format) group
 # another source still fits; 85% over the 22 that only the prior can reach (AMD, vLLM on
 # Llama, TensorRT-LLM gpt-oss, SGLang FP4: each measured by one source). Target 15%: missed.
-PINNED_LOSO_MAE = 0.427
-PINNED_LOSO_MAE_FITTED = 0.182
+PINNED_LOSO_MAE = 0.43  # 0.426 reached; 9 refits, so a little headroom for other BLAS builds
+PINNED_LOSO_MAE_FITTED = 0.185  # 0.181 reached
 PINNED_ENGINE_MAE = 0.110
 
 

@@ -172,9 +172,8 @@ def load_published(path: Path = PUBLISHED_YAML) -> Published:
 # -- reproducing points ------------------------------------------------------------------------
 
 MTP_SWEEP = (0, 1)  # drafted tokens InferenceX's curves are searched over (0 = MTP off)
-FRONT_MARGIN = (
-    0.10  # engine clock: configurations the formula puts >10% behind the front are skipped
-)
+# engine clock: configurations the formula puts more than 10% behind the front are not run
+FRONT_MARGIN = 0.10
 
 
 class Sim:

@@ -3,7 +3,9 @@
 The validation figures are pinned: if a profile figure, an efficiency parameter or the cost model
 changes and the error against published measurements rises, these fail. Re-run
 `python -m bench.sim.calibration` (add --fit to refit efficiency.yaml) and look at the table
-before touching a bound. The leave-one-source-out and engine-clock figures are @slow.
+before touching a bound. The formula-clock table of all 60 points takes well under a second;
+leave-one-source-out (nine refits) and the engine clock (closed loops in virtual time) take
+minutes and are @slow. test_representative_points_fast is the quick check of both clocks.
 """
 
 import re
@@ -12,13 +14,17 @@ from pathlib import Path
 import pytest
 
 from bench.sim.calibration import (
+    GROUP,
     Point,
+    Sim,
+    _prior,
     leave_one_source_out,
     load_published,
     mean_abs_error,
     pareto_interpolate,
     ratio_value,
     reproduce,
+    source_disagreements,
     summary,
     validate,
 )
@@ -29,10 +35,10 @@ from bench.sim.roofline import Deployment, steady_state
 ROOT = Path(__file__).resolve().parents[1]
 
 # Figures reached when efficiency.yaml was last fitted (formula clock, 60 scored points):
-# mean abs. error 12.3% (dense 4.6%, MoE 16.5%), 53 points within +-25%.
-PINNED_MAE = 0.125
-PINNED_MAE_DENSE = 0.05
-PINNED_MAE_MOE = 0.17
+# mean abs. error 10.9% (dense 4.1%, MoE 14.5%, AMD 11.7%), 53 points within +-25%.
+PINNED_MAE = 0.110
+PINNED_MAE_DENSE = 0.042
+PINNED_MAE_MOE = 0.146
 PINNED_WITHIN_25 = 53
 
 
@@ -101,8 +107,10 @@ def test_fitted_profiles_name_their_points() -> None:
 
     ids = {p.id for p in load_published().points}
     fitted = yaml.safe_load(EFFICIENCY_YAML.read_text())["fitted"]
-    groups = [f for f in fitted if len(f["match"]) == 3]
+    groups = [f for f in fitted if len(f["match"]) == 3 and f["source"].startswith("fitted")]
     assert len(groups) >= 8, "efficiency.yaml lacks fitted per-(vendor, engine, format) profiles"
+    priors = [f for f in fitted if len(f["match"]) == 3 and f not in groups]
+    assert all(f["source"].startswith("fallback (prior): ") for f in priors)
     for prof in groups:
         m = re.match(r"fitted on (\d+) points: (.*)", prof["source"])
         assert m, prof["source"]
@@ -118,7 +126,7 @@ def test_sweep_skips_deployments_that_do_not_fit() -> None:
     # DeepSeek-R1 FP8 (671 GB) does not fit on 1, 2 or 4 B200s: the sweep skips them, no crash
     p = next(p for p in load_published().scored if p.id == "ix-b200-dsr1-8k1k-32")
     r = reproduce(p)
-    assert r.simulated > 0 and "tp1 " not in r.config
+    assert r.simulated > 0 and not re.search(r"\b(tp|dep)[124]\b", r.config), r.config
 
 
 def test_unreachable_interactivity_has_no_value() -> None:
@@ -139,6 +147,30 @@ def test_unreachable_interactivity_has_no_value() -> None:
 
 # -- validation against every expressible published point (issue 19 item 3) -------------------
 
+# (point, error bound): one of each kind and family, all within the +-25% target
+REPRESENTATIVE = [
+    ("h200-70b-b1", 0.05),  # batch 1: the bandwidth floor plus losses
+    ("trt-h100-70b-1k1k", 0.10),  # TensorRT-LLM offline maximum, dense, TP2
+    ("ix-b200-70b-fp8-108", 0.10),  # InferenceX Pareto interpolation, vLLM
+    ("trt-b200-q235-1k1k", 0.15),  # MoE with expert parallelism (DEP4)
+]
+
+
+def test_representative_points_fast() -> None:
+    # the quick check of the whole chain, both clocks: the formula the fit uses and the engine
+    # users run (`sim run`, `sim serve`), memoised so shared configurations run once
+    pts = {p.id: p for p in load_published().scored}
+    formula, engine = Sim(), Sim(clock="engine")
+    for pid, bound in REPRESENTATIVE:
+        f = formula.reproduce(pts[pid])
+        assert abs(f.error) <= bound, (pid, f.error, f.config)
+        if not pid.startswith("ix-"):  # a whole InferenceX sweep in the engine is @slow
+            e = engine.reproduce(pts[pid])
+            assert abs(e.error) <= bound and e.simulated == pytest.approx(f.simulated, rel=0.08)
+    ratios = {r.id: r for r in load_published().ratios}
+    for rid in ("trt-b200-h100-70b", "mlperf-b200-h100"):
+        assert formula.ratio(ratios[rid]) == pytest.approx(ratios[rid].measured, rel=0.10), rid
+
 
 @pytest.fixture(scope="module")
 def results():
@@ -157,6 +189,14 @@ def test_validation_error_is_pinned(results) -> None:
     assert s["within_25"] >= PINNED_WITHIN_25, report
 
 
+def test_sources_publishing_one_curve_are_compared() -> None:
+    # S19b and S19c both publish B200 FP8 DeepSeek-R1 8k/1k: they agree where the simulator
+    # misses most (73-75 tok/s/user) and differ beyond the target at 120 and 164
+    lines = source_disagreements()
+    assert any(x.startswith("ok ix-b200-dsr1-8k1k-75 (S19b)") for x in lines), lines
+    assert any(x.startswith("!! ix-b200-dsr1-8k1k-120 (S19b)") for x in lines), lines
+
+
 def test_trtllm_and_vllm_differ_where_the_measurements_do() -> None:
     # one efficiency set for every engine was a cause of error: TensorRT-LLM's FP4 reaches more
     trt = Deployment.build("B200", "llama-3.3-70b", "fp4", engine="trtllm")
@@ -170,8 +210,34 @@ def test_gpu_ratios(results) -> None:
     assert got["trt-h200-h100-70b"][1] == pytest.approx(got["trt-h200-h100-70b"][0], rel=0.10)
     assert got["trt-b200-h100-70b"][1] == pytest.approx(got["trt-b200-h100-70b"][0], rel=0.10)
     assert got["mlperf-b200-h100"][1] == pytest.approx(got["mlperf-b200-h100"][0], rel=0.10)
-    # H200:H100 with H200 on one GPU and H100 on two (MLPerf) is overstated: pinned as measured
-    assert got["mlperf-h200-h100"][1] / got["mlperf-h200-h100"][0] < 1.20
+    # H200 on one GPU against H100 on two (MLPerf): +10.7%, just outside; pinned as measured
+    assert got["mlperf-h200-h100"][1] / got["mlperf-h200-h100"][0] < 1.11
+    # MI300X vLLM has no measured point: its efficiency is the prior (vLLM FP8 as fitted on
+    # NVIDIA), which overstates MLPerf's ratio by 30% (it was 0.38, -61%, when AMD took
+    # SGLang's DeepSeek efficiency): pinned as measured
+    assert 0.9 < got["mlperf-mi300x-h100"][1] / got["mlperf-mi300x-h100"][0] < 1.32
+
+
+def test_prior_prefers_the_same_engine_and_stays_in_bounds() -> None:
+    fitted = {
+        ("nvidia", "vllm", "fp8"): {"mbu": 0.9, "mfu": 0.3},
+        ("amd", "sglang", "fp8"): {"mbu": 0.4, "mfu": 0.09},
+        ("nvidia", "trtllm", "nvfp4"): {"mbu": 0.5, "mfu": 0.4},
+        ("nvidia", "trtllm", "mxfp4"): {"mbu": 0.25, "mfu": 0.3},
+        ("nvidia", "vllm", "mxfp4"): {"mbu": 0.7, "mfu": 0.2},
+    }
+    # AMD vLLM: the same engine and format on NVIDIA, not AMD's SGLang/DeepSeek figures
+    vals, why = _prior(("amd", "vllm", "fp8"), fitted)
+    assert vals == pytest.approx({"mbu": 0.9, "mfu": 0.3}) and "vllm fp8" in why
+    # vLLM NVFP4: vLLM's MXFP4 scaled by NVFP4/MXFP4 in TensorRT-LLM (2x), clipped to bounds
+    vals, why = _prior(("nvidia", "vllm", "nvfp4"), fitted)
+    assert vals["mbu"] == GROUP["mbu"][2] and vals["mfu"] == pytest.approx(0.2 * 0.4 / 0.3)
+    # never scaled across tensor-core units (MXFP4 is gpt-oss only: the ratio would be the model's)
+    others = {k: v for k, v in fitted.items() if k != ("nvidia", "vllm", "fp8")}
+    others[("nvidia", "trtllm", "fp8")] = {"mbu": 0.85, "mfu": 0.4}
+    vals, why = _prior(("nvidia", "vllm", "fp8"), others)
+    assert vals == {"mbu": 0.85, "mfu": 0.4} and "nvidia's groups at the same format" in why
+    assert _prior(("nvidia", "vllm", "bf16"), fitted) is None
 
 
 def test_engine_clock_agrees_with_the_formula() -> None:
@@ -229,15 +295,21 @@ def test_rack_scale_nvl72() -> None:
 
 # -- slow: held-out error and the engine clock -------------------------------------------------
 
-PINNED_LOSO_MAE = 0.53  # measured 0.520: see README, the held-out figure misses its 15% target
-PINNED_ENGINE_MAE = 0.125
+# Held out, 60 points: 42.6% over all; 18.1% over the 38 whose (vendor, engine, format) group
+# another source still fits; 85% over the 22 that only the prior can reach (AMD, vLLM on
+# Llama, TensorRT-LLM gpt-oss, SGLang FP4: each measured by one source). Target 15%: missed.
+PINNED_LOSO_MAE = 0.43  # 0.426 reached; 9 refits, so a little headroom for other BLAS builds
+PINNED_LOSO_MAE_FITTED = 0.185  # 0.181 reached
+PINNED_ENGINE_MAE = 0.110
 
 
 @pytest.mark.slow
 def test_leave_one_source_out_is_pinned() -> None:
     held = leave_one_source_out(load_published().scored)
-    assert len(held) == 60
-    assert mean_abs_error(held) <= PINNED_LOSO_MAE
+    s = summary(held, held)
+    assert len(held) == 60 and s["loso_fitted_points"] == 38
+    assert s["loso_mae"] <= PINNED_LOSO_MAE
+    assert s["loso_mae_fitted"] <= PINNED_LOSO_MAE_FITTED
 
 
 @pytest.mark.slow

@@ -17,11 +17,20 @@ closed-loop engine in virtual time, what `sim run` and `sim serve` execute). Dep
 not fit in memory are skipped, not fatal.
 
 The fit (`fit()`): global parameters (overheads, MoE imbalance, collective latency) plus MBU and
-MFU per (vendor, engine, compute precision) group, least squares on log(simulated / published)
+MFU per (vendor, engine, weight format) group, least squares on log(simulated / published)
 with a soft-L1 loss and a weak pull toward the initial values (so a group with three points
-cannot wander to implausible efficiencies); a group without points falls back to the mean of
-the same vendor's groups at its weight format, else at its compute precision.
-`leave_one_source_out()` refits without each source and scores that source's points.
+cannot wander to implausible efficiencies). The Jacobian is sparse (a point sees the globals
+and its own group), so every group is differenced in the same evaluations: a fit takes seconds.
+A group a published point or ratio needs but no fitted point measures gets a prior (`_prior`):
+the same engine and format on another vendor, else the same engine at a sibling format scaled,
+else the vendor's mean at that format; anything else falls back to the vendor's means.
+`leave_one_source_out()` refits without each source and scores that source's points, marking
+those whose group only the prior reaches (`Result.group_fitted`); summary() reports the
+held-out error over all points and over the points whose group is still fitted.
+
+`Sim` memoises deployments and runs within one validation, so the three points of a curve share
+their sweep; with the engine clock, only configurations within 10% of the formula's Pareto front
+run through the engine.
 """
 
 from __future__ import annotations
@@ -39,6 +48,9 @@ import yaml
 from bench.sim.profiles import (
     EFFICIENCY_YAML,
     HERE,
+    Efficiency,
+    GPUProfile,
+    ModelProfile,
     _efficiency_file,
     efficiency_for,
     get_gpu,
@@ -109,6 +121,7 @@ class Result:
     point: Point
     simulated: float  # 0 when unreachable
     config: str = ""  # the parallelism/concurrency that produced it
+    group_fitted: bool = True  # held out: False when no other source informs the point's group
 
     @property
     def error(self) -> float:
@@ -158,38 +171,161 @@ def load_published(path: Path = PUBLISHED_YAML) -> Published:
 
 # -- reproducing points ------------------------------------------------------------------------
 
-
-def _deployment(
-    gpu: str,
-    model: str,
-    precision: str,
-    parallel: str,
-    engine: str,
-    profiles: list[dict] | None,
-    mtp: bool = False,
-) -> Deployment | None:
-    """The deployment, or None when it cannot exist (too many GPUs, does not fit in memory)."""
-    tp, dp, ep = parse_parallel(parallel)
-    m = get_model(model)
-    if ep > 1 and not m.is_moe:
-        return None
-    try:
-        g = get_gpu(gpu)
-        p = get_precision(precision)
-        eff = efficiency_for(g, p, _engine_family(engine), m.name, profiles)
-        dep = Deployment.build(g, m, precision, tp, dp=dp, ep=ep, engine=engine, mtp=mtp)
-        dep = dep.with_efficiency(eff.model_copy(update={"mtp_tokens": dep.eff.mtp_tokens}))
-        dep.kv_capacity_tokens(serving_defaults().gpu_memory_utilization)
-    except ValueError:
-        return None
-    return dep
+MTP_SWEEP = (0, 1)  # drafted tokens InferenceX's curves are searched over (0 = MTP off)
+# engine clock: configurations the formula puts more than 10% behind the front are not run
+FRONT_MARGIN = 0.10
 
 
-def max_concurrency(dep: Deployment, isl: float, osl: int, max_batch: int = 0) -> float:
-    """Sequences the KV cache holds at mean context ISL + OSL/2, at most max_batch per
-    data-parallel rank (each rank is its own engine instance)."""
+class Sim:
+    """The simulator under one set of efficiency profiles and one clock, memoised per run.
+
+    Points of one InferenceX curve share every run of their sweep, and the ratios share the
+    offline points of the TensorRT-LLM table, so each (deployment, concurrency) is simulated
+    once per Sim. With the engine clock, the formula first ranks every configuration of a sweep
+    and only those within FRONT_MARGIN of its Pareto front run through the engine: the two
+    clocks agree within a few per cent, so a configuration 10% behind the formula's front
+    cannot reach the engine's.
+    """
+
+    def __init__(
+        self,
+        profiles: list[dict] | None = None,
+        clock: str = "formula",
+        pub: Published | None = None,
+    ) -> None:
+        if clock not in ("formula", "engine"):
+            raise ValueError(f"clock {clock!r} is not formula or engine")
+        self.profiles, self.clock = profiles, clock
+        self.pub = pub or load_published()
+        self._deps: dict[tuple, Deployment | None] = {}
+        self._effs: dict[tuple, Efficiency] = {}
+        self._runs: dict[tuple, tuple[float, float, float]] = {}
+        self._fronts: dict[tuple, list[tuple[float, float, str]]] = {}
+
+    def deployment(
+        self, gpu: str, model: str, precision: str, parallel: str, engine: str, mtp: int = 0
+    ) -> Deployment | None:
+        """The deployment, or None when it cannot exist (too many GPUs, does not fit)."""
+        key = (gpu, model, precision, parallel, _engine_family(engine), mtp)
+        if key not in self._deps:
+            self._deps[key] = self._build(*key)
+        return self._deps[key]
+
+    def _build(self, gpu: str, model: str, precision: str, parallel: str, engine: str, mtp: int):
+        tp, dp, ep = parse_parallel(parallel)
+        g, m = _gpu(gpu), _model(model)
+        if ep > 1 and not m.is_moe:
+            return None
+        key = (g.name, m.name, precision, engine)
+        if key not in self._effs:
+            self._effs[key] = efficiency_for(g, precision, engine, m.name, self.profiles)
+        try:
+            dep = Deployment.build(
+                g, m, precision, tp, dp=dp, ep=ep, engine=engine, mtp=mtp,
+                resolved=self._effs[key],
+            )  # fmt: skip
+            dep.kv_capacity_tokens(serving_defaults().gpu_memory_utilization)
+        except ValueError:
+            return None
+        return dep
+
+    def measure(
+        self, dep: Deployment, p: Point, conc: float, clock: str | None = None
+    ) -> tuple[float, float, float]:
+        """(interactivity, output tok/s/GPU, total tok/s/GPU) at one concurrency."""
+        clock = clock or self.clock
+        key = (id(dep), p.kind == "interactivity", p.isl, p.osl, conc, clock)
+        if key not in self._runs:
+            self._runs[key] = _measure(dep, p, conc, clock)
+        return self._runs[key]
+
+    def front(self, p: Point) -> list[tuple[float, float, str]]:
+        """Every (interactivity, total tok/s/GPU, config) of the point's sweep worth running."""
+        key = (p.gpu, p.model, p.precision, _engine_family(p.engine), p.sweep, p.isl, p.osl)
+        if key in self._fronts:
+            return self._fronts[key]
+        runs: list[tuple[float, float, str, Deployment, float]] = []
+        mtps = MTP_SWEEP if _model(p.model).mtp_layers else (0,)
+        for par in self.pub.sweeps[p.sweep]:
+            for mtp in mtps:
+                dep = self.deployment(p.gpu, p.model, p.precision, par, p.engine, mtp)
+                if dep is None:
+                    continue
+                cap = max_concurrency(dep, p.mean_isl, p.osl)
+                for c in self.pub.concurrency:
+                    if c * 0.5 > cap:  # the engine would only queue: InferenceX drops such runs
+                        continue
+                    x, _, y = self.measure(dep, p, min(c, cap), "formula")
+                    d = dep.eff.mtp_tokens
+                    cfg = f"{dep.parallel}{f' mtp{d}' if d else ''} c{c}"
+                    runs.append((x, y, cfg, dep, min(c, cap)))
+        if self.clock == "engine":
+            kept = _near_front(runs, FRONT_MARGIN)
+            runs = [(*self.measure(d, p, c)[::2], cfg, d, c) for _, _, cfg, d, c in kept]
+        self._fronts[key] = [(x, y, cfg) for x, y, cfg, _, _ in runs]
+        return self._fronts[key]
+
+    def reproduce(self, p: Point) -> Result:
+        """The simulator's figure for one published point, by that point's method."""
+        if p.kind == "interactivity":
+            return pareto_interpolate(p, self.front(p))
+        dep = self.deployment(p.gpu, p.model, p.precision, p.parallel, p.engine)
+        if dep is None:
+            return Result(p, 0.0, f"{p.parallel} does not fit")
+        if p.kind == "batch1":
+            return Result(p, self.measure(dep, p, 1)[0], f"{p.parallel} c1")
+        if p.kind == "max_tput":
+            limits = self.pub.engine_limits.get(_engine_family(p.engine), {})
+            c = max_concurrency(
+                dep, p.isl, p.osl, limits.get("max_batch_size", 0),
+                limits.get("kv_reserve") == "prompt+max_output",
+            )  # fmt: skip
+            return Result(p, self.measure(dep, p, c)[1], f"{p.parallel} c{c:.0f}")
+        raise ValueError(f"unknown reference point kind {p.kind!r} ({p.id})")
+
+    def ratio(self, r: Ratio) -> float:
+        """Simulated per-GPU offline maximum of num over den (Llama-3.3-70B 1000/1000)."""
+        vals = []
+        for side, engine in ((r.num, r.num_engine or r.engine), (r.den, r.engine)):
+            p = Point(
+                id=r.id, set="ratio", kind="max_tput", gpu=side["gpu"], model="llama-3.3-70b",
+                precision=side["precision"], engine=engine, isl=1000, osl=1000, measured=1.0,
+                source=r.source, parallel=side["parallel"],
+            )  # fmt: skip
+            vals.append(self.reproduce(p).simulated)
+        return vals[0] / vals[1] if vals[1] else 0.0
+
+
+@lru_cache(maxsize=64)
+def _gpu(name: str) -> GPUProfile:
+    return get_gpu(name)
+
+
+@lru_cache(maxsize=64)
+def _model(name: str) -> ModelProfile:
+    return get_model(name)
+
+
+def _near_front(runs: list[tuple], margin: float) -> list[tuple]:
+    """Runs not beaten by another on both axes by more than `margin` (an epsilon-Pareto set)."""
+    kept = []
+    for x, y, *rest in runs:
+        beaten = any(x2 >= x * (1 + margin) and y2 >= y * (1 + margin) for x2, y2, *_ in runs)
+        if not beaten:
+            kept.append((x, y, *rest))
+    return kept
+
+
+def max_concurrency(
+    dep: Deployment, isl: float, osl: int, max_batch: int = 0, reserve_full: bool = False
+) -> float:
+    """Sequences the KV cache holds, at most max_batch per data-parallel rank (each rank is its
+    own engine instance). An engine that admits by the context a sequence has (vLLM, SGLang)
+    holds KV / (ISL + OSL/2) in steady state; one that reserves every request's prompt plus its
+    whole output at admission (reserve_full: TensorRT-LLM's GUARANTEED_NO_EVICT) KV / (ISL + OSL).
+    """
     util = serving_defaults().gpu_memory_utilization
-    c = dep.kv_capacity_tokens(util) / (isl + osl / 2)
+    c = dep.kv_capacity_tokens(util) / (isl + (osl if reserve_full else osl / 2))
     return min(c, max_batch * dep.dp) if max_batch else c
 
 
@@ -212,23 +348,6 @@ def _measure(dep: Deployment, p: Point, conc: float, clock: str) -> tuple[float,
         lo = hi = p.isl
     r = run_closed_loop(Engine(dep, cfg), c, (lo, hi), p.osl)
     return 1 / r["tpot_s"], r["output_tps"] / dep.gpus, r["total_tps"] / dep.gpus
-
-
-def _pareto_at(p: Point, pub: Published, profiles: list[dict] | None, clock: str) -> Result:
-    pts: list[tuple[float, float, str]] = []
-    mtps = (False, True) if get_model(p.model).mtp_layers else (False,)
-    for par in pub.sweeps[p.sweep]:
-        for mtp in mtps:
-            dep = _deployment(p.gpu, p.model, p.precision, par, p.engine, profiles, mtp)
-            if dep is None:
-                continue
-            cap = max_concurrency(dep, p.mean_isl, p.osl)
-            for c in pub.concurrency:
-                if c * 0.5 > cap:  # the engine would only queue: InferenceX drops such runs
-                    continue
-                x, _, y = _measure(dep, p, min(c, cap), clock)
-                pts.append((x, y, f"{dep.parallel}{' mtp' if mtp else ''} c{c}"))
-    return pareto_interpolate(p, pts)
 
 
 def pareto_interpolate(p: Point, pts: list[tuple[float, float, str]]) -> Result:
@@ -258,42 +377,51 @@ def reproduce(
     clock: str = "formula",
 ) -> Result:
     """The simulator's figure for one published point, by that point's method."""
-    pub = pub or load_published()
-    if p.kind == "interactivity":
-        return _pareto_at(p, pub, profiles, clock)
-    dep = _deployment(p.gpu, p.model, p.precision, p.parallel, p.engine, profiles)
-    if dep is None:
-        return Result(p, 0.0, f"{p.parallel} does not fit")
-    if p.kind == "batch1":
-        return Result(p, _measure(dep, p, 1, clock)[0], f"{p.parallel} c1")
-    if p.kind == "max_tput":
-        limits = pub.engine_limits.get(_engine_family(p.engine), {})
-        c = max_concurrency(dep, p.isl, p.osl, limits.get("max_batch_size", 0))
-        return Result(p, _measure(dep, p, c, clock)[1], f"{p.parallel} c{c:.0f}")
-    raise ValueError(f"unknown reference point kind {p.kind!r} ({p.id})")
+    return Sim(profiles, clock, pub).reproduce(p)
 
 
-def ratio_value(r: Ratio, profiles: list[dict] | None = None) -> float:
+def ratio_value(r: Ratio, profiles: list[dict] | None = None, sim: Sim | None = None) -> float:
     """Simulated per-GPU offline maximum of num over den (Llama-3.3-70B 1000/1000)."""
-    vals = []
-    for side, engine in ((r.num, r.num_engine or r.engine), (r.den, r.engine)):
-        p = Point(
-            id=r.id, set="ratio", kind="max_tput", gpu=side["gpu"], model="llama-3.3-70b",
-            precision=side["precision"], engine=engine, isl=1000, osl=1000, measured=1.0,
-            source=r.source, parallel=side["parallel"],
-        )  # fmt: skip
-        vals.append(reproduce(p, profiles=profiles).simulated)
-    return vals[0] / vals[1] if vals[1] else 0.0
+    return (sim or Sim(profiles)).ratio(r)
 
 
 def validate(
     profiles: list[dict] | None = None,
     clock: str = "formula",
     points: list[Point] | None = None,
+    sim: Sim | None = None,
 ) -> list[Result]:
     """Every expressible published point reproduced with the given (or shipped) efficiencies."""
-    pub = load_published()
-    return [reproduce(p, pub, profiles, clock) for p in (points or pub.scored)]
+    sim = sim or Sim(profiles, clock)
+    return [sim.reproduce(p) for p in (points or sim.pub.scored)]
+
+
+def source_disagreements(pub: Published | None = None, tolerance: float = 0.10) -> list[str]:
+    """Where two sources publish the same InferenceX curve (GPU, model, precision, ISL/OSL) over
+    overlapping interactivity, each one's points against the other's curve (log-linear
+    interpolation between its points); pairs apart by more than `tolerance` are listed. A
+    simulator cannot be closer to both than they are to each other."""
+    pub = pub or load_published()
+    curves: dict[tuple, dict[str, list[Point]]] = {}
+    for p in pub.scored:
+        if p.kind == "interactivity":
+            key = (p.gpu, p.model, p.precision, p.isl, p.osl)
+            curves.setdefault(key, {}).setdefault(p.source, []).append(p)
+    out = []
+    for by_src in curves.values():
+        for a, pa in by_src.items():
+            for b, pb in by_src.items():
+                if a == b:
+                    continue
+                xs = sorted((q.interactivity, math.log(q.measured)) for q in pb)
+                for q in pa:
+                    if not xs[0][0] <= q.interactivity <= xs[-1][0]:
+                        continue
+                    other = math.exp(np.interp(q.interactivity, *zip(*xs, strict=True)))
+                    gap = q.measured / other - 1
+                    note = f"{q.id} ({a}) {q.measured:,.0f} vs {b}'s curve {other:,.0f}: {gap:+.0%}"
+                    out.append(("!! " if abs(gap) > tolerance else "ok ") + note)
+    return out
 
 
 def mean_abs_error(results: list[Result]) -> float:
@@ -312,43 +440,131 @@ GLOBAL = {  # name: (initial, low, high)
     "mfu_prefill_ratio": (1.2, 0.7, 2.0),
 }
 GROUP = {"mbu": (0.8, 0.4, 0.95), "mfu": (0.4, 0.08, 0.85)}
+FIT_NFEV = 150  # cost evaluations of the least-squares fit (each Jacobian costs ~10 more)
 PRIOR_WEIGHT = 0.05  # per parameter, on log(value / initial): a 2x move costs as a 3.5% miss
 
 
-def _profiles_from(x: np.ndarray, groups: list[tuple[str, str, str]]) -> list[dict]:
+Group = tuple[str, str, str]  # (vendor, engine family, weight format)
+
+
+def _profiles_from(
+    x: np.ndarray, groups: list[Group], wanted: list[Group] | None = None
+) -> list[dict]:
+    """Efficiency profiles for parameter vector x: the global values, one profile per fitted
+    group, a prior (`_prior`) for every wanted group without points, and vendor-level means for
+    any other deployment a user may simulate."""
     names = list(GLOBAL)
     g = dict(zip(names, x[: len(names)], strict=True))
     ratio = g.pop("mfu_prefill_ratio")
     g["alltoall_latency_s"] = g["allreduce_latency_s"]
     profiles: list[dict] = [{"match": {}, "set": {k: float(v) for k, v in g.items()}}]
-    by_key: dict[tuple, list[dict]] = {}
-    for i, (vendor, engine, fmt) in enumerate(groups):
+    fitted: dict[Group, dict[str, float]] = {}
+    for i, grp in enumerate(groups):
         off = len(names) + i * len(GROUP)
-        vals = dict(zip(GROUP, x[off : off + len(GROUP)], strict=True))
-        vals["mfu_prefill"] = min(vals["mfu"] * ratio, 0.9)
-        vals = {k: float(v) for k, v in vals.items()}
-        profiles.append(
-            {"match": {"vendor": vendor, "engine": engine, "precision": fmt}, "set": vals}
-        )
+        fitted[grp] = {k: float(v) for k, v in zip(GROUP, x[off : off + len(GROUP)], strict=True)}
+
+    def entry(grp: Group, vals: dict[str, float], source: str = "") -> dict:
+        vals = {**vals, "mfu_prefill": min(vals["mfu"] * ratio, 0.9)}
+        vendor, engine, fmt = grp
+        prof = {"match": {"vendor": vendor, "engine": engine, "precision": fmt}, "set": vals}
+        return {**prof, "source": source} if source else prof
+
+    # vendor-level means for deployments no published point or ratio names: the same vendor's
+    # groups at the same compute precision, overridden by those at the same weight format
+    # (listed later, so applied later); never another vendor's groups
+    by_key: dict[tuple, list[dict]] = {}
+    for (vendor, _, fmt), vals in fitted.items():
         compute = get_precision(fmt).compute
         by_key.setdefault((("vendor", vendor), ("compute", compute)), []).append(vals)
         by_key.setdefault((("vendor", vendor), ("precision", fmt)), []).append(vals)
-    # fallbacks for groups without points: the same vendor's groups at the same compute
-    # precision, overridden by those at the same weight format (listed later, so applied later);
-    # never another vendor's groups: their kernels and engines differ
     for key in sorted(by_key, key=lambda k: k[1][0]):
-        vals = by_key[key]
-        mean = {k: float(np.mean([v[k] for v in vals])) for k in vals[0]}
-        profiles.append({"match": dict(key), "set": mean})
+        vals = _mean(by_key[key])
+        profiles.append(
+            {"match": dict(key), "set": {**vals, "mfu_prefill": min(vals["mfu"] * ratio, 0.9)}}
+        )
+    profiles += [entry(grp, vals) for grp, vals in fitted.items()]
+    for grp in sorted(set(wanted or ()) - set(fitted)):
+        prior = _prior(grp, fitted)
+        if prior:
+            profiles.append(entry(grp, prior[0], f"fallback (prior): {prior[1]}"))
     return profiles
+
+
+def _mean(vals: list[dict[str, float]]) -> dict[str, float]:
+    """Geometric mean per parameter (efficiencies combine multiplicatively)."""
+    return {k: float(np.exp(np.mean([np.log(v[k]) for v in vals]))) for k in vals[0]}
+
+
+def _prior(grp: Group, fitted: dict[Group, dict[str, float]]) -> tuple[dict, str] | None:
+    """What a group without points of its own falls back to, most specific evidence first.
+
+    1. The same engine at the same format on another vendor: the engine's kernels and scheduler
+       set most of the efficiency (vLLM's FP8 GEMMs on ROCm are hipBLASLt's, tuned as cuBLAS).
+    2. The same vendor and engine at another format run by the same tensor-core unit (NVFP4
+       and MXFP4 both on the FP4 cores), scaled by how the two formats compare in the engines
+       fitted at both (per parameter, geometric mean). Formats on different units are not
+       scaled into each other: the only MXFP4 points are gpt-oss (MoE), the only FP8 vLLM
+       ones Llama (dense), so their ratio would carry the model, not the format.
+    3. The mean of the same vendor's groups at the same format, else at the same compute unit.
+    Values stay inside the fit's bounds (GROUP). None: nothing to go on; the defaults apply.
+    """
+    vendor, engine, fmt = grp
+    same = [v for (vd, e, f), v in fitted.items() if e == engine and f == fmt and vd != vendor]
+    if same:
+        return _mean(same), f"{engine} {fmt} as fitted on another vendor"
+    scaled, via = [], []
+    compute = get_precision(fmt).compute
+    for (vd, e, f), vals in fitted.items():
+        if vd != vendor or e != engine or get_precision(f).compute != compute:
+            continue
+        pairs = [
+            (fitted[(v2, e2, fmt)], fitted[(v2, e2, f)])
+            for (v2, e2, f2) in fitted
+            if f2 == f and (v2, e2, fmt) in fitted
+        ]
+        if pairs:
+            factor = {k: _mean([{k: a[k] / b[k]} for a, b in pairs])[k] for k in vals}
+            scaled.append({k: vals[k] * factor[k] for k in vals})
+            via.append(f"{f} x {fmt}/{f} of {len(pairs)} engine(s)")
+    if scaled:
+        vals = _mean(scaled)
+        vals = {k: min(max(v, GROUP[k][1]), GROUP[k][2]) for k, v in vals.items()}
+        return vals, f"{vendor} {engine} at " + "; ".join(via)
+    for level, test in (
+        ("format", lambda f: f == fmt),
+        ("compute", lambda f: get_precision(f).compute == get_precision(fmt).compute),
+    ):
+        near = [v for (vd, _, f), v in fitted.items() if vd == vendor and test(f)]
+        if near:
+            return _mean(near), f"mean of {vendor}'s groups at the same {level}"
+    return None
+
+
+def wanted_groups(pub: Published) -> list[Group]:
+    """Every (vendor, engine, format) a published point or ratio needs."""
+    wanted = {p.group for p in pub.scored}
+    for r in pub.ratios:
+        for side, engine in ((r.num, r.num_engine or r.engine), (r.den, r.engine)):
+            vendor = get_gpu(side["gpu"]).vendor
+            wanted.add((vendor, _engine_family(engine), weight_format(side["precision"])))
+    return sorted(wanted)
 
 
 def _residuals(results: list[Result]) -> np.ndarray:
     return np.array([math.log(max(r.simulated, 1e-9 * r.point.measured) / r.point.measured) if r.simulated > 0 else math.log(0.05) for r in results])  # fmt: skip
 
 
-def fit(points: list[Point]) -> tuple[list[dict], list[tuple[str, str, str]]]:
-    """Fit global and per-group parameters on `points` (formula clock); returns the profiles."""
+def _hand_profiles() -> list[dict]:
+    """efficiency.yaml's hand-set profiles (engine defaults such as MTP), kept under every fit."""
+    return list(_efficiency_file(EFFICIENCY_YAML).get("profiles") or [])
+
+
+def fit(points: list[Point]) -> tuple[list[dict], list[Group]]:
+    """Fit global and per-group parameters on `points` (formula clock); returns the profiles.
+
+    A point depends on the global parameters and on its own group's only, so the Jacobian is
+    sparse and every group's columns are estimated in the same evaluations.
+    """
     from scipy.optimize import least_squares
 
     groups = sorted({p.group for p in points})
@@ -357,25 +573,59 @@ def fit(points: list[Point]) -> tuple[list[dict], list[tuple[str, str, str]]]:
     lo, hi = np.log([s[1] for s in specs]), np.log([s[2] for s in specs])
     x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
     pub = load_published()
+    hand = _hand_profiles()
 
     def resid(z: np.ndarray) -> np.ndarray:
-        profs = _profiles_from(np.exp(z), groups)
-        fit_terms = _residuals([reproduce(p, pub, profs) for p in points])
+        sim = Sim(hand + _profiles_from(np.exp(z), groups), "formula", pub)
+        fit_terms = _residuals([sim.reproduce(p) for p in points])
         return np.concatenate([fit_terms, PRIOR_WEIGHT * (z - x0)])  # pull toward defaults
 
+    # columns that touch disjoint points are differenced together: each global alone, then
+    # parameter k of every group at once (the prior rows are diagonal, so they never collide)
+    n_glob = len(GLOBAL)
+    colours = [[i] for i in range(n_glob)] + [
+        [n_glob + j * len(GROUP) + k for j in range(len(groups))] for k in range(len(GROUP))
+    ]
+
+    def jac(z: np.ndarray) -> np.ndarray:
+        f0 = resid(z)
+        J = np.zeros((len(f0), len(z)))
+        for cols in colours:
+            h = np.zeros_like(z)
+            h[cols] = 0.02 * np.maximum(1.0, np.abs(z[cols])) * np.where(z[cols] >= 0, 1, -1)
+            step = np.where(z + h > hi, -h, h)  # stay inside the bounds
+            df = resid(z + step) - f0
+            for c in cols:
+                rows = np.zeros(len(f0), dtype=bool)
+                rows[len(points) + c] = True
+                if c < n_glob:
+                    rows[: len(points)] = True
+                else:
+                    grp = groups[(c - n_glob) // len(GROUP)]
+                    rows[: len(points)] = [p.group == grp for p in points]
+                J[rows, c] = df[rows] / step[c]
+        return J
+
     sol = least_squares(
-        resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, diff_step=0.02, max_nfev=60
+        resid, x0, jac=jac, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, max_nfev=FIT_NFEV
     )
-    return _profiles_from(np.exp(sol.x), groups), groups
+    return hand + _profiles_from(np.exp(sol.x), groups, wanted_groups(pub)), groups
 
 
 def leave_one_source_out(points: list[Point]) -> list[Result]:
-    """For each source, fit on every other source's points and reproduce this source's."""
+    """For each source, fit on every other source's points and reproduce this source's.
+
+    A held-out point whose (vendor, engine, format) group no other source measures is marked
+    group_fitted=False: its efficiency is the prior (`_prior`), not a fit, so it tests the
+    prior's physics rather than the fit's transfer. summary() reports both figures.
+    """
     out: list[Result] = []
     for src in sorted({p.source for p in points}):
         train = [p for p in points if p.source != src]
-        profiles, _ = fit(train)
-        out += validate(profiles, points=[p for p in points if p.source == src])
+        profiles, groups = fit(train)
+        for r in validate(profiles, points=[p for p in points if p.source == src]):
+            r.group_fitted = r.point.group in groups
+            out.append(r)
     return out
 
 
@@ -386,6 +636,8 @@ def write_fit(profiles: list[dict], points: list[Point], path: Path = EFFICIENCY
     for p in points:
         ids_by_group.setdefault(p.group, []).append(p.id)
     srcs = sorted({p.source for p in points})
+    hand = _hand_profiles()
+    profiles = [dict(prof) for prof in profiles if prof not in hand]
     for prof in profiles:
         m = prof["match"]
         key = (m.get("vendor"), m.get("engine"), m.get("precision"))
@@ -395,7 +647,7 @@ def write_fit(profiles: list[dict], points: list[Point], path: Path = EFFICIENCY
             prof["source"] = f"fitted (global) on {len(points)} points of {', '.join(srcs)}"
         elif ids:
             prof["source"] = f"fitted on {len(ids)} points: {', '.join(ids)}"
-        else:
+        elif not prof.get("source"):
             prof["source"] = "fallback: mean of this vendor's fitted groups it matches"
     data["fitted"] = profiles
     header = path.read_text().split("schema_version")[0]
@@ -433,6 +685,10 @@ def summary(results: list[Result], loso: list[Result] | None = None) -> dict[str
     if loso:
         out["loso_mae"] = mean_abs_error(loso)
         out["loso_max_abs"] = max(abs(r.error) for r in loso)
+        fitted = [r for r in loso if r.group_fitted]
+        out["loso_fitted_points"] = len(fitted)
+        out["loso_mae_fitted"] = mean_abs_error(fitted)
+        out["loso_mae_prior"] = mean_abs_error([r for r in loso if not r.group_fitted])
     return out
 
 
@@ -446,14 +702,15 @@ def main() -> None:
     if args.fit:
         profiles, _ = fit(pts)
         write_fit(profiles, pts)
-    results = validate(clock=args.clock)
+    sim = Sim(clock=args.clock)
+    results = validate(sim=sim)
     loso = leave_one_source_out(pts) if args.loso else None
     print(table(results, loso))
     print(
         {k: round(v, 3) if isinstance(v, float) else v for k, v in summary(results, loso).items()}
     )
     for r in load_published().ratios:
-        print(f"ratio {r.id}: published {r.measured:.2f} simulated {ratio_value(r):.2f}")
+        print(f"ratio {r.id}: published {r.measured:.2f} simulated {sim.ratio(r):.2f}")
 
 
 if __name__ == "__main__":

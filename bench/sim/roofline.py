@@ -22,8 +22,10 @@ Experts touched: E (1 - (1 - k/E)^n) for n tokens routed top-k among E (every ex
 picks). Expert-parallel imbalance: the busiest GPU holds 1 + moe_imbalance + sqrt(2 ln G / m)
 times the mean m token-assignments (random routing's maximum, plus hot experts).
 MTP / speculative decoding with d draft tokens and acceptance a: a verify step runs 1 + d tokens
-per sequence and yields g = 1 + a + ... + a^d tokens; the engine emits one token per sequence
-per step, so a step lasts T(verify) / g, with prefill scaled so its share per token is kept.
+per sequence and yields g = 1 + a + ... + a^d tokens, after d drafting passes of the MTP module
+(one more decoder layer plus the BF16 output head, for every decoding sequence); the engine
+emits one token per sequence per step, so a step lasts (T(verify) + d T(draft)) / g, with
+prefill scaled so its share per token is kept.
 Everything here is a pure function of its inputs, so the engine stays deterministic.
 """
 
@@ -86,13 +88,18 @@ class Deployment:
         dp: int = 1,
         ep: int = 1,
         engine: str = "vllm",
-        mtp: bool | None = None,
+        mtp: bool | int | None = None,
+        profiles: list[dict] | None = None,
+        resolved: Efficiency | None = None,
         **efficiency: float,
     ) -> Deployment:
         """Resolve names to profiles and check the GPU can run the precision and parallelism.
 
         mtp: None = the engine profile's default; False/True turns MTP off/on where the model
-        has an MTP module.
+        has an MTP module. profiles: efficiency profiles to resolve against instead of
+        efficiency.yaml's (the calibration fit passes its trial values here). resolved: the
+        efficiency already resolved for this GPU, precision, engine and model (a caller building
+        many parallelisms of one deployment resolves it once); MTP is still applied.
         """
         g = get_gpu(gpu) if isinstance(gpu, str) else gpu
         m = get_model(model) if isinstance(model, str) else model
@@ -111,11 +118,13 @@ class Deployment:
                 f"supported precisions: {', '.join(g.supported_precisions)}"
             )
         kv = get_precision(kv_precision or p.kv_default)
-        eff = efficiency_for(g, p, engine, m.name, **efficiency)
-        if mtp is False or not m.mtp_layers:
+        eff = resolved or efficiency_for(g, p, engine, m.name, profiles, **efficiency)
+        if mtp is False or mtp == 0 or not m.mtp_layers:
             eff = eff.model_copy(update={"mtp_tokens": 0})
         elif mtp is True and not eff.mtp_tokens:
-            eff = eff.model_copy(update={"mtp_tokens": 1})
+            eff = eff.model_copy(update={"mtp_tokens": eff.mtp_draft_tokens})
+        elif mtp is not None and mtp is not True:
+            eff = eff.model_copy(update={"mtp_tokens": int(mtp)})
         return cls(g, m, p, tp, kv, eff, dp, ep, engine)
 
     def with_efficiency(self, eff: Efficiency) -> Deployment:
@@ -247,10 +256,18 @@ class Deployment:
         if n_decode + n_prefill == 0:
             return 0.0
         if n_decode and self.eff.mtp_tokens:
-            g = self.mtp_gain
-            q = 1 + int(self.eff.mtp_tokens)
-            return self._iteration(n_decode, decode_ctx, n_prefill * g, prefill_ctx * g, q) / g
+            g, d = self.mtp_gain, int(self.eff.mtp_tokens)
+            t = self._iteration(n_decode, decode_ctx, n_prefill * g, prefill_ctx * g, 1 + d)
+            return (t + d * self._draft_time(n_decode, decode_ctx)) / g
         return self._iteration(n_decode, decode_ctx, n_prefill, prefill_ctx, 1)
+
+    def _draft_time(self, n_decode: float, decode_ctx: float) -> float:
+        """One drafting pass: the MTP module is one more decoder layer plus the (shared, BF16)
+        output head, run for every decoding sequence, once per drafted token."""
+        m = self.model
+        body = self._iteration(n_decode, decode_ctx, 0, 0, 1) - self.eff.t_fix_s
+        head = m.vocab * m.hidden * 2 / self.tp / self._bw
+        return body / m.layers + head
 
     def _iteration(
         self, n_decode: float, decode_ctx: float, n_prefill: float, prefill_ctx: float, q: int

@@ -198,6 +198,7 @@ class Efficiency(_Frozen):
     alltoall_latency_s: float
     nvlink_efficiency: float
     mtp_tokens: int
+    mtp_draft_tokens: int
     mtp_acceptance: float
 
 
@@ -353,8 +354,10 @@ def efficiency_for(
     return Efficiency(**values)
 
 
+@lru_cache(maxsize=1)
 def serving_defaults() -> ServingDefaults:
-    """vLLM serving defaults (gpu_memory_utilization, block size, batch limits)."""
+    """vLLM serving defaults (gpu_memory_utilization, block size, batch limits); frozen, so one
+    instance is shared (the calibration fit asks for it ~100,000 times)."""
     return ServingDefaults(**_section_values("serving"))
 
 

@@ -200,6 +200,20 @@ def sweep_table(points, *, gpus: int = 1, title: str = "Sweep") -> Table:
     return t
 
 
+def sweep_progress(point, remaining) -> None:
+    """One console line per finished point: what was measured and what is left."""
+    s = point.summary
+    left = "" if remaining is None else f"  ({remaining} planned points left)"
+    if s.interrupted:
+        left += "  [bold yellow]interrupted: partial point, not used for the capacity or knee[/]"
+    console.print(
+        f"[bold]point {point.index + 1}[/] {point.spec.title}: {s.requests_per_s:.2f} req/s, "
+        f"{s.output_tokens_per_s:,.0f} out tok/s, p99 TTFT {s.value('p99_ttft_ms') or 0:,.0f} ms, "
+        f"p99 TPOT {s.value('p99_tpot_ms') or 0:,.1f} ms, failed {s.failed}{left}"
+        + (f"  [yellow]CACHED PROMPTS {s.cached_share:.0%}[/]" if s.largely_cached else "")
+    )
+
+
 def cost_rows_table(rows, *, title: str) -> Table:
     """$/Mtok per pricing tier (output and total tokens) at one throughput."""
     t = Table(title=title, title_justify="left")

@@ -371,7 +371,7 @@ def export(
     import tempfile
     from pathlib import Path as FilePath
 
-    from bench.export.cli import write
+    from bench.export.formats import write
     from bench.export.report import build_report
 
     state = tb(request)
@@ -714,7 +714,7 @@ def _confine_files(sc, data, extra_roots: tuple) -> list:
 
 
 def _overrides(body: JobIn) -> dict:
-    """The body's fields as scenario overrides, as the CLI's flags are (bench.cli)."""
+    """The body's fields as scenario overrides, as the CLI's flags are (bench/cli/common.py)."""
     out: dict = {}
     if body.target is not None:
         target = {k: v for k, v in body.target.model_dump().items() if v is not None}

@@ -332,7 +332,7 @@ def compare_page(
 def unavailable_downloads() -> dict[str, str]:
     """Download formats whose optional extra is not installed -> what to install, so the
     page shows the hint instead of a link that answers 400."""
-    from bench.export.cli import NEEDS
+    from bench.export.formats import NEEDS
     from bench.extras import available, missing_message
 
     return {

@@ -457,7 +457,7 @@ def test_plan_command_prints_the_library_plan(swept):
 
 
 def test_interrupted_sweep_says_so_in_the_console(capsys):
-    from bench.cli import print_sweep_result
+    from bench.cli.sweep import print_sweep_result
     from bench.cost import load_catalogue as cat
 
     sweep = _sweep(_Session(interrupt_at=4))

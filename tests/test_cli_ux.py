@@ -179,7 +179,7 @@ def test_serve_on_a_busy_port_is_one_line_before_any_banner(tmp_path):
 
 
 def test_serve_defaults_to_a_port_other_than_vllms():
-    from server.cli import DEFAULT_PORT
+    from bench.cli.serve import DEFAULT_PORT
 
     assert DEFAULT_PORT != 8000
     text = " ".join(tokenbench("serve", "--help").stdout.split())

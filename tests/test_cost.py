@@ -10,6 +10,7 @@ import yaml
 from typer.testing import CliRunner
 
 from bench import cost
+from bench.cli import app
 from bench.cost import (
     PriceCatalogueError,
     cost_at_utilisation,
@@ -23,7 +24,6 @@ from bench.cost import (
     tco_breakdown,
     utilisation_multiple,
 )
-from bench.cost_cli import app
 
 SHIPPED_GPUS = ["H100-SXM", "H200-SXM", "B200-SXM", "B300-SXM", "MI300X", "MI355X"]
 

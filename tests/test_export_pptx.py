@@ -19,9 +19,9 @@ from pptx.enum.chart import XL_CHART_TYPE
 from pptx.util import Emu
 from typer.testing import CliRunner
 
+from bench.cli.export import export_command
 from bench.cost import load_catalogue
 from bench.curves import latency_curve
-from bench.export.cli import export_command
 from bench.export.pptx import SLIDE_H, SLIDE_W, fit_pt, wrapped_lines, write_pptx
 from bench.export.report import build_report
 from tests.test_export_report import demo_db  # noqa: F401 - the shared fixture

@@ -19,7 +19,7 @@ from openpyxl import load_workbook
 
 from bench.cost import load_catalogue
 from bench.curves import compare_runs, ratio_sentence, run_curves
-from bench.export.cli import write
+from bench.export.formats import write
 from bench.export.report import build_report
 from bench.metrics import parse_thresholds
 from bench.sim.virtual import simulate

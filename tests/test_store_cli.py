@@ -8,7 +8,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from bench.store import cli
+from bench.cli import store as cli
 from bench.store.engine import dispose_all
 from tests.test_store_helpers import make_records
 from tests.test_store_roundtrip import write_run

@@ -1,7 +1,4 @@
-"""`tokenbench prices`: show the pricing catalogue as a table.
-
-A thin shell over bench.cost; the lead mounts it with ``app.command("prices")(prices_command)``.
-"""
+"""`tokenbench prices`: show the pricing catalogue as a table (a thin shell over bench.cost)."""
 
 from __future__ import annotations
 
@@ -67,14 +64,3 @@ def prices_command(
         raise typer.Exit(code=2) from None
     # Piped or captured output is printed at the table's natural width (bench.console).
     console.print(table)
-
-
-app = typer.Typer(help="GPU pricing catalogue.", no_args_is_help=True)
-
-
-@app.callback()
-def _group() -> None:
-    """GPU pricing catalogue (kept a group so `prices` is a sub-command, as when mounted)."""
-
-
-app.command("prices")(prices_command)

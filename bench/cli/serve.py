@@ -1,7 +1,7 @@
 """`tokenbench serve`: the API and dashboard on uvicorn.
 
-bench/cli.py mounts `serve_command` (a plain function with typer annotations), so the web
-stack is imported only when the service starts.
+The web stack (server/, uvicorn) is imported only inside the command, when the service
+starts; registering it imports only server/datafiles.py's size default (standard library only).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from bench.store.cli import DbOption
+from bench.cli.options import DbOption
 from server.datafiles import DEFAULT_MAX_FILE_MB
 
 # Not 8000: that is vLLM's (and trtllm-serve's) default, where the endpoint under test runs.

@@ -1,8 +1,8 @@
 """`tokenbench export`: chosen runs -> pptx | xlsx | csv | html | png | svg.
 
-A plain function with typer annotations; bench/cli.py mounts it with
-``app.command("export")(export_command)``. Bad input (unknown run, bad SLO, unknown
-format, unreadable price file, no browser for images) prints one line and exits 2.
+A thin shell over bench.export (the format dispatcher lives in bench/export/formats.py).
+Bad input (unknown run, bad SLO, unknown format, unreadable price file, no browser for
+images) prints one line and exits 2.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Annotated
 
 import typer
 
-from bench.store.cli import DbOption
+from bench.cli.options import DbOption
+from bench.export.formats import require_extra, write
 
 
 class ExportFormat(StrEnum):
@@ -34,50 +35,6 @@ def _fail(message: str) -> typer.Exit:
 def default_out(fmt: str) -> Path:
     """results/report.<fmt>, or a folder results/report-<fmt>/ for csv and images."""
     return Path("results") / (f"report-{fmt}" if fmt in ("csv", "png", "svg") else f"report.{fmt}")
-
-
-# format -> (module of its optional extra, what the user asked for)
-NEEDS = {
-    "pptx": ("pptx", "PowerPoint export"),
-    "xlsx": ("openpyxl", "Excel export"),
-    "png": ("kaleido", "PNG export"),
-    "svg": ("kaleido", "SVG export"),
-}
-
-
-def require_extra(fmt: str) -> None:
-    """Raise MissingExtraError (one line naming the pip extra) if fmt's extra is missing."""
-    if fmt in NEEDS:
-        from bench.extras import require
-
-        require(*NEEDS[fmt])
-
-
-def write(report, fmt: str, out: Path) -> Path:
-    """Render `report` in `fmt` to `out`; returns what was written (file or folder)."""
-    require_extra(fmt)
-    if fmt == "pptx":
-        from bench.export.pptx import write_pptx
-
-        return write_pptx(report, out)
-    if fmt == "xlsx":
-        from bench.export.xlsx import write_xlsx
-
-        return write_xlsx(report, out)
-    if fmt == "csv":
-        from bench.export.csv import write_csv
-
-        return write_csv(report, out)
-    if fmt == "html":
-        from bench.export.html import write_html
-
-        return write_html(report, out)
-    if fmt in ("png", "svg"):
-        from bench.export.images import write_images
-
-        write_images(report, out, fmt)
-        return out
-    raise ValueError(f"--format {fmt!r}: expected one of pptx, xlsx, csv, html, png, svg")
 
 
 def export_command(
@@ -114,10 +71,10 @@ def export_command(
     db: DbOption = None,
 ) -> None:
     """Export runs for a procurement deck: PowerPoint, Excel, CSV, HTML, PNG or SVG."""
+    from bench.cli.store import existing_database
     from bench.cost import PriceCatalogueError, load_catalogue
     from bench.export.images import ImageExportError
     from bench.export.report import build_report
-    from bench.store.cli import existing_database
     from bench.store.errors import StoreError
 
     refs = [r.strip() for r in runs.split(",") if r.strip()]
@@ -149,4 +106,4 @@ def export_command(
     print(f"wrote {written}")
 
 
-__all__ = ["ExportFormat", "export_command", "write"]
+__all__ = ["ExportFormat", "export_command"]

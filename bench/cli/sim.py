@@ -1,7 +1,7 @@
 """`tokenbench sim ...`: serve a simulated endpoint, list the GPU and model profiles.
 
-The lead engineer mounts `sim_app` on the main CLI; each command is a thin shell over the
-library (bench.sim.server, bench.sim.profiles).
+Each command is a thin shell over the library (bench.sim.server, bench.sim.profiles);
+bench/cli/__init__.py registers them on the `sim` group.
 """
 
 from __future__ import annotations
@@ -13,15 +13,11 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from bench.cli.common import fail, flag_overrides, resolve_scenario
+from bench.cli.options import DbOption
 from bench.console import console, err_console
-from bench.store.cli import DbOption
-
-sim_app = typer.Typer(
-    help="The simulated GPU endpoint (results are simulated).", no_args_is_help=True
-)
 
 
-@sim_app.command(short_help="An OpenAI-compatible simulated endpoint.")
 def serve(
     gpu: str = typer.Option("B200", help="GPU profile or alias (see `sim gpus`)"),
     model: str = typer.Option("llama-3.3-70b", help="model profile (see `sim models`)"),
@@ -81,7 +77,6 @@ def serve(
     console.print("stopped")
 
 
-@sim_app.command("run", short_help="A scenario in virtual time, stored.")
 def run(
     gpu: str = typer.Option("B200", help="GPU profile or alias (see `sim gpus`)"),
     model: str = typer.Option("llama-3.3-70b", help="model profile (see `sim models`)"),
@@ -115,7 +110,6 @@ def run(
     db: DbOption = None,
 ) -> None:
     """Run a scenario in virtual time (no HTTP, far faster than real time), stored as simulated."""
-    from bench.cli import fail, flag_overrides, resolve_scenario
     from bench.console import sweep_table
     from bench.sim.profiles import ProfileError
     from bench.sim.roofline import parse_parallel
@@ -153,7 +147,6 @@ def run(
                   f"{time.monotonic() - started:.1f} s. `tokenbench show {run_id[:8]}`")  # fmt: skip
 
 
-@sim_app.command(short_help="GPU profiles and efficiency sources.")
 def gpus() -> None:
     """List the GPU profiles (gpus.yaml) and the efficiency parameters with their sources."""
     from bench.sim.profiles import efficiency_sources, load_gpus
@@ -191,7 +184,6 @@ def gpus() -> None:
     console.print(eff)
 
 
-@sim_app.command(short_help="Model profiles: weights and KV sizes.")
 def models() -> None:
     """List the model profiles (models.yaml) with derived weight and KV sizes."""
     from bench.sim.profiles import load_models

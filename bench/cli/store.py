@@ -1,8 +1,5 @@
-"""Store sub-commands as plain typer-annotated functions; bench/cli.py mounts them.
-
-    app.command("runs")(runs_command)      app.command("show")(show_command)
-    app.command("rm")(rm_command)          app.command("export-raw")(export_raw_command)
-    app.command("import")(import_command)  db_app.command("upgrade")(db_upgrade_command)
+"""Store commands: runs, show, rm, export-raw, import and db upgrade (bench/cli/__init__.py
+registers them).
 
 Every failure the user can fix is one line on stderr and exit status 2, never a traceback.
 """
@@ -19,15 +16,11 @@ import typer
 from rich.markup import escape
 from rich.table import Column, Table
 
+from bench.cli.options import DbOption
 from bench.console import console as out
 from bench.console import err_console as err
 
 F = TypeVar("F", bound=Callable[..., Any])
-DB_HELP = (
-    "Database URL or SQLite path (default: $TOKENBENCH_DB, else results/tokenbench.db "
-    "under the current folder)."
-)
-DbOption = Annotated[str | None, typer.Option("--db", help=DB_HELP)]
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

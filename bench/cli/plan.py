@@ -10,8 +10,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from bench.cli.common import _catalogue, fail
+from bench.cli.options import DbOption
 from bench.console import console
-from bench.store.cli import DbOption
 
 
 def _money(x: float | None, digits: int = 0) -> str:
@@ -57,7 +58,6 @@ def plan_command(
 ) -> None:
     """GPUs and nodes each system needs for a demand at the SLO, $/month and $/Mtok on every
     pricing tier, and the cheapest option. Without a demand, the scenario's mean rate."""
-    from bench.cli import _catalogue, fail
     from bench.curves import compare_runs, resolve_slo, run_curves, slo_line
     from bench.plan import Demand, default_demand, plan_capacity
     from bench.store.errors import StoreError

@@ -1,0 +1,132 @@
+"""Options shared by several commands, defined once (names follow `vllm bench serve`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+DB_HELP = (
+    "Database URL or SQLite path (default: $TOKENBENCH_DB, else results/tokenbench.db "
+    "under the current folder)."
+)
+DbOption = Annotated[str | None, typer.Option("--db", help=DB_HELP)]
+
+# Server telemetry flags, shared by run and sweep (bench/telemetry.py).
+SCRAPE_OPT = typer.Option(
+    "--scrape-metrics/--no-scrape-metrics",
+    help="Scrape the server's Prometheus /metrics during the run (a failure only warns)",
+)
+METRICS_URL_OPT = typer.Option(
+    "--metrics-url", help="Default {base_url}/metrics (then /prometheus/metrics for trtllm-serve)"
+)
+METRICS_INTERVAL_OPT = typer.Option("--metrics-interval", help="Seconds between scrapes")
+DCGM_URL_OPT = typer.Option(
+    "--dcgm-url", help="DCGM exporter /metrics URL: GPU power, clocks, memory, throttling"
+)
+NVML_OPT = typer.Option("--nvml", help="Read this host's GPUs through NVML (nvidia-ml-py)")
+
+
+# Options shared by run and sweep, defined once (names follow `vllm bench serve`).
+BaseUrlOpt = Annotated[
+    str | None, typer.Option("--base-url", help="Server URL, e.g. http://127.0.0.1:8000")
+]
+EndpointOpt = Annotated[
+    str | None, typer.Option("--endpoint", help="/v1/completions or /v1/chat/completions")
+]
+BackendOpt = Annotated[
+    str | None,
+    typer.Option("--backend", help="vllm, sglang, trtllm or openai: fields that force the length"),
+]
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", help="Model name; default: the first /v1/models lists")
+]
+ScenarioOpt = Annotated[
+    Path | None, typer.Option("--scenario", help="Scenario YAML; flags override its values")
+]
+NumPromptsOpt = Annotated[
+    int | None, typer.Option("--num-prompts", min=1, help="Requests (per point in a sweep)")
+]
+InputLenOpt = Annotated[
+    int | None,
+    typer.Option("--random-input-len", "--input-len", min=1, help="Prompt tokens per request"),
+]
+OutputLenOpt = Annotated[
+    int | None,
+    typer.Option("--random-output-len", "--output-len", min=1, help="Output tokens per request"),
+]
+RangeRatioOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--random-range-ratio",
+        min=0,
+        max=0.999,
+        help="Lengths uniform in mean x [1-r, 1+r]; 0 = every request the same",
+    ),
+]
+DatasetNameOpt = Annotated[
+    str | None, typer.Option("--dataset-name", help="random, sharegpt or jsonl")
+]
+DatasetPathOpt = Annotated[
+    str | None,
+    typer.Option("--dataset-path", help="ShareGPT JSON or JSONL prompts file (--dataset-name)"),
+]
+PercentileMetricsOpt = Annotated[
+    str | None,
+    typer.Option("--percentile-metrics", help="Metrics to show, e.g. ttft,tpot,itl,e2el"),
+]
+MetricPercentilesOpt = Annotated[
+    str | None, typer.Option("--metric-percentiles", help="e.g. 50,90,99,99.9")
+]
+GoodputOpt = Annotated[
+    list[str] | None,
+    typer.Option("--goodput", help="SLOs in ms, one or more after the flag: ttft:500 tpot:50"),
+]
+TokenizerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tokenizer",
+        help="Local tokenizer (folder with tokenizer.json, or the file): exact prompt lengths",
+    ),
+]
+SeedOpt = Annotated[int | None, typer.Option("--seed", help="Same seed, same schedule and prompts")]
+IgnoreEosOpt = Annotated[
+    bool | None,
+    typer.Option("--ignore-eos/--no-ignore-eos", help="Force exactly the requested output length"),
+]
+RequestTimeoutOpt = Annotated[
+    float | None, typer.Option("--request-timeout", help="Seconds one request may take")
+]
+ApiKeyOpt = Annotated[
+    str | None,
+    typer.Option("--api-key", help="Bearer token; default from $OPENAI_API_KEY. Never stored."),
+]
+TransportOpt = Annotated[str, typer.Option("--transport", help="raw (default, leanest) or httpx")]
+GpuOpt = Annotated[
+    str | None, typer.Option("--gpu", help="GPU type served (for $/Mtok), e.g. H100-SXM")
+]
+NumGpusOpt = Annotated[
+    int | None, typer.Option("--num-gpus", min=1, help="GPUs behind the endpoint (for $/Mtok)")
+]
+LabelOpt = Annotated[str | None, typer.Option("--label", help="A name for this run")]
+DbOpt = DbOption  # one --db option and help text for every command
+NoStoreOpt = Annotated[bool, typer.Option("--no-store", help="Do not write to the database")]
+ScrapeOpt = Annotated[bool, SCRAPE_OPT]
+MetricsUrlOpt = Annotated[str | None, METRICS_URL_OPT]
+MetricsIntervalOpt = Annotated[float, METRICS_INTERVAL_OPT]
+DcgmUrlOpt = Annotated[str | None, DCGM_URL_OPT]
+NvmlOpt = Annotated[bool, NVML_OPT]
+PricesFileOpt = Annotated[Path | None, typer.Option("--prices-file", help="Your own price tiers")]
+PriceOpt = Annotated[
+    list[str] | None, typer.Option("--price", help="GPU:tier=USD_per_GPU_hour (repeatable)")
+]
+UtilisationOpt = Annotated[
+    float, typer.Option("--utilisation", min=0.01, max=1.0, help="Fleet utilisation for $/Mtok")
+]
+
+
+SummaryJsonOpt = Annotated[
+    Path | None,
+    typer.Option("--summary-json", help="Write the summary JSON contract (for CI) here"),
+]

@@ -1,0 +1,291 @@
+"""`tokenbench sweep`: many load points in one stored run, its knee and SLO capacity."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from bench.cli.common import (
+    _catalogue,
+    fail,
+    flag_overrides,
+    resolve_scenario,
+    resolve_target,
+    telemetry_config,
+)
+from bench.cli.options import (
+    ApiKeyOpt,
+    BackendOpt,
+    BaseUrlOpt,
+    DatasetNameOpt,
+    DatasetPathOpt,
+    DbOpt,
+    DcgmUrlOpt,
+    EndpointOpt,
+    GoodputOpt,
+    GpuOpt,
+    IgnoreEosOpt,
+    InputLenOpt,
+    LabelOpt,
+    MetricPercentilesOpt,
+    MetricsIntervalOpt,
+    MetricsUrlOpt,
+    ModelOpt,
+    NoStoreOpt,
+    NumGpusOpt,
+    NumPromptsOpt,
+    NvmlOpt,
+    OutputLenOpt,
+    PriceOpt,
+    PricesFileOpt,
+    RangeRatioOpt,
+    RequestTimeoutOpt,
+    ScenarioOpt,
+    ScrapeOpt,
+    SeedOpt,
+    SummaryJsonOpt,
+    TokenizerOpt,
+    TransportOpt,
+    UtilisationOpt,
+)
+from bench.cli.summary_json import summary_document, write_json
+from bench.console import console, err_console, sweep_progress
+
+
+def sweep_command(
+    base_url: BaseUrlOpt = None,
+    endpoint: EndpointOpt = None,
+    backend: BackendOpt = None,
+    model: ModelOpt = None,
+    scenario: ScenarioOpt = None,
+    request_rates: Annotated[
+        str | None, typer.Option("--request-rates", help="Open-loop points, e.g. 1,2,4,8,inf")
+    ] = None,
+    concurrency: Annotated[
+        str | None, typer.Option("--concurrency", help="Closed-loop points, e.g. 1,4,16,64,256")
+    ] = None,
+    auto: Annotated[
+        int | None,
+        typer.Option("--auto", min=1, help="Synchronous + saturated baseline, then N rates"),
+    ] = None,
+    slo: Annotated[
+        str | None,
+        typer.Option("--slo", help="e.g. 'p99_ttft_ms<=500,p99_tpot_ms<=50': find the capacity"),
+    ] = None,
+    slo_iterations: Annotated[
+        int, typer.Option("--slo-iterations", min=0, help="Bisection steps for the SLO capacity")
+    ] = 4,
+    num_prompts: NumPromptsOpt = None,
+    point_duration: Annotated[
+        float | None, typer.Option("--point-duration", help="Seconds of load per point")
+    ] = None,
+    warmup: Annotated[
+        float, typer.Option("--warmup", min=0, help="Seconds at each point's start left out")
+    ] = 0.0,
+    cooldown: Annotated[
+        float, typer.Option("--cooldown", min=0, help="Seconds at each point's end left out")
+    ] = 0.0,
+    max_error_rate: Annotated[
+        float, typer.Option("--max-error-rate", help="Stop when a point fails more than this")
+    ] = 0.5,
+    random_input_len: InputLenOpt = None,
+    random_output_len: OutputLenOpt = None,
+    random_range_ratio: RangeRatioOpt = None,
+    dataset_name: DatasetNameOpt = None,
+    dataset_path: DatasetPathOpt = None,
+    tokenizer: TokenizerOpt = None,
+    metric_percentiles: MetricPercentilesOpt = None,
+    goodput: GoodputOpt = None,
+    seed: SeedOpt = None,
+    ignore_eos: IgnoreEosOpt = None,
+    request_timeout: RequestTimeoutOpt = None,
+    api_key: ApiKeyOpt = None,
+    transport: TransportOpt = "raw",
+    summary_json: SummaryJsonOpt = None,
+    fail_on: Annotated[
+        str | None,
+        typer.Option(
+            "--fail-on",
+            help="e.g. 'p99_ttft_ms<800,error_rate<0.01': exit 1 if any load point breaks it",
+        ),
+    ] = None,
+    gpu: GpuOpt = None,
+    num_gpus: NumGpusOpt = None,
+    label: LabelOpt = None,
+    prices_file: PricesFileOpt = None,
+    price: PriceOpt = None,
+    utilisation: UtilisationOpt = 1.0,
+    db: DbOpt = None,
+    no_store: NoStoreOpt = False,
+    scrape_metrics: ScrapeOpt = True,
+    metrics_url: MetricsUrlOpt = None,
+    metrics_interval: MetricsIntervalOpt = 1.0,
+    dcgm_url: DcgmUrlOpt = None,
+    nvml: NvmlOpt = False,
+) -> None:
+    """Measure the throughput-versus-latency curve: many load points in one stored run."""
+    from bench.metrics import parse_thresholds
+    from bench.runner import defer_termination, interrupted_exit_code
+    from bench.sweep import PointSpec, parse_values
+
+    defer_termination()  # SIGTERM stops like Ctrl-C: flush, mark interrupted, exit 143
+
+    modes = [m for m in (request_rates, concurrency, auto) if m is not None]
+    if len(modes) != 1:
+        raise fail("give exactly one of --request-rates, --concurrency or --auto N")
+    try:
+        thresholds = parse_thresholds(slo, flag="--slo")
+        gates = parse_thresholds(fail_on)
+        if request_rates is not None:
+            specs = [PointSpec("rate", v) for v in parse_values(request_rates, "--request-rates")]
+        elif concurrency is not None:
+            specs = [
+                PointSpec("concurrency", int(v)) for v in parse_values(concurrency, "--concurrency")
+            ]
+        else:
+            specs = []
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    overrides = flag_overrides(
+        base_url=base_url, endpoint=endpoint, backend=backend, model=model,
+        num_prompts=num_prompts, random_input_len=random_input_len,
+        random_output_len=random_output_len, random_range_ratio=random_range_ratio,
+        dataset_name=dataset_name, dataset_path=dataset_path, tokenizer=tokenizer,
+        metric_percentiles=metric_percentiles, goodput=goodput, seed=seed,
+        ignore_eos=ignore_eos, request_timeout=request_timeout, gpu=gpu, num_gpus=num_gpus,
+        label=label,
+    )  # fmt: skip
+    sc = resolve_scenario(scenario, overrides, {"load": {"num_prompts": 200}})
+    if slo is None and sc.slo:  # the scenario file's SLO, same grammar
+        thresholds = parse_thresholds(sc.slo, flag="slo")
+    key = resolve_target(sc, api_key)
+    catalogue = _catalogue(prices_file, price)
+    from bench.store.errors import StoreError
+    from bench.sweep import SweepPlan, run_sweep
+
+    plan = SweepPlan(
+        specs=specs, auto=auto, thresholds=thresholds, slo_iterations=slo_iterations,
+        point_duration_s=point_duration, warmup_s=warmup, cooldown_s=cooldown,
+        max_error_rate=max_error_rate,
+    )  # fmt: skip
+    try:
+        result = run_sweep(
+            sc, plan, api_key=key, transport=transport, db=db, store=not no_store,
+            base_dir=scenario.parent if scenario else None, on_point=sweep_progress,
+            telemetry=telemetry_config(scrape_metrics, metrics_url, metrics_interval, dcgm_url, nvml),
+        )  # fmt: skip
+    except (ValueError, StoreError) as exc:
+        raise fail(str(exc)) from None
+    print_sweep_result(result, sc, catalogue, utilisation)
+    broken = sweep_gates(result, gates)
+    if summary_json is not None:
+        write_json(summary_json, sweep_document(result, sc, db, broken))
+    for line in broken:
+        err_console.print(f"[bold red]FAIL[/] {line}", highlight=False, soft_wrap=True)
+    if broken:
+        raise typer.Exit(1)
+    if result.interrupted:
+        raise typer.Exit(interrupted_exit_code())
+
+
+def sweep_gates(result, gates) -> list[str]:
+    """--fail-on on a sweep: every measured load point must hold every threshold."""
+    from bench.metrics import broken_thresholds
+
+    return [
+        f"point {p.index + 1} ({p.spec.title}): {line}"
+        for p in result.points
+        for line in broken_thresholds(p.summary, gates)
+    ]
+
+
+def sweep_document(result, sc, db: str | None, broken: list[str]) -> dict:
+    """`sweep --summary-json`: the run, its target and settings, and per load point the
+    same summary contract as `run --summary-json` (with its failure examples, read back
+    from the store), plus the knee, the SLO capacity and the --fail-on verdict."""
+    points = []
+    for p in result.points:
+        records = _stored_failures(result.run_id, p.index, db) if p.summary.failed else []
+        doc = summary_document(p.summary, sc, records, result.run_id)
+        doc["load"] = {**doc["load"], "point": p.spec.title}
+        points.append({"index": p.index, "role": p.role, "meets_slo": p.meets_slo, **doc})
+    return {
+        "run_id": result.run_id,
+        "model": sc.target.model,
+        "base_url": sc.target.base_url,
+        "endpoint": sc.target.endpoint,
+        "backend": sc.target.backend,
+        "interrupted": result.interrupted,
+        "stopped_early": result.stopped_early,
+        "knee_point": result.knee.index if result.knee else None,
+        "capacity_point": result.capacity.index if result.capacity else None,
+        "capacity_note": result.capacity_note,
+        "failed_gates": broken,
+        "points": points,
+    }
+
+
+def _stored_failures(run_id: str | None, load_point: int, db: str | None) -> list:
+    if run_id is None:
+        return []
+    from bench.store.errors import StoreError
+    from bench.store.read import load_records
+
+    try:
+        return [r for r in load_records(run_id, load_point, db) if r.state != "ok"]
+    except StoreError:
+        return []
+
+
+def print_sweep_result(result, sc, catalogue, utilisation: float) -> None:
+    from bench.console import cost_rows_table, sweep_table
+    from bench.cost import PriceCatalogueError, cost_table
+    from bench.metrics import slo_text
+
+    gpus = sc.gpu.count
+    console.print(
+        sweep_table(result.points, gpus=gpus, title=f"Sweep: {sc.name} (run {result.run_id})")
+    )
+    if result.stopped_early:
+        console.print(f"[yellow]{result.stopped_early}[/]")
+    if result.knee is not None:
+        console.print(
+            f"Knee of the curve: point {result.knee.index + 1} ({result.knee.spec.title})"
+        )
+    if result.interrupted:
+        console.print(
+            "[bold yellow]Sweep interrupted[/]: the last point is partial and is neither the "
+            "knee nor the capacity."
+        )
+    cap = result.at_slo
+    if cap is not None:
+        colour = {"interpolated": "green", "at_least": "yellow"}.get(cap.kind, "red")
+        console.print(f"[bold {colour}]SLO capacity[/] ({slo_text(cap.slo)}): {cap.text()}")
+        if cap.last_pass is not None or cap.first_fail is not None:
+            between = " and ".join(
+                f"{p.title} ({p.output_tps_per_gpu:,.0f} tok/s/GPU)"
+                for p in (cap.last_pass, cap.first_fail)
+                if p is not None
+            )
+            console.print(
+                f"  bracket: {between}" + (f"; decided by {cap.deciding}" if cap.deciding else "")
+            )
+        for flag in cap.flags:
+            console.print(f"  [yellow]caution:[/] {flag}")
+    at_point = cap.point if cap is not None and cap.point is not None else None
+    at = result.capacity or result.knee
+    if at is None or not sc.gpu.type:
+        if not sc.gpu.type:
+            console.print("Give --gpu (and --num-gpus) to see $/Mtok per pricing tier.")
+        return
+    out_tps, tot_tps = at.summary.output_tokens_per_s, at.summary.total_tokens_per_s
+    if at_point is not None:  # priced at the interpolated capacity, as `compare` prices it
+        out_tps, tot_tps = at_point.output_tps, at_point.total_tps
+    try:
+        rows = cost_table(sc.gpu.type, gpus, out_tps, tot_tps, catalogue, utilisation)
+    except PriceCatalogueError as exc:
+        console.print(f"[yellow]no cost: {exc}[/]")
+        return
+    where = "SLO capacity" if result.capacity else "the knee"
+    console.print(cost_rows_table(rows, title=f"$/Mtok on {sc.gpu.type} x{gpus} at {where}"))

@@ -224,3 +224,57 @@ def test_two_worker_sweep_finds_a_capacity_with_warmup(server_factory, tmp_path)
     run = get_run(result.run_id, db)
     assert all("distributed" in lp.summary_json for lp in run.load_points)
     assert run.summary_json["sweep"]["capacity"]["kind"] == "at_least"
+
+
+# ------------------------------------------------------------------ the commands (slow)
+
+
+def tokenbench(*args: str):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_sim_run_finds_a_capacity_at_the_slo_stored_simulated(tmp_path):
+    import json
+
+    db, out = f"sqlite:///{tmp_path / 'v.db'}", tmp_path / "sum.json"
+    proc = tokenbench(
+        "sim", "run", "--gpu", "h100", "--tp", "2", "--request-rates", "1,32",
+        "--slo", "p99_ttft_ms<=1000", "--slo-iterations", "3", "--point-duration", "60",
+        "--warmup", "5", "--db", db, "--summary-json", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "SIMULATED (virtual time)" in proc.stdout and "SLO capacity" in proc.stdout
+    doc = json.loads(out.read_text())
+    assert [p["role"] for p in doc["points"]] == ["grid", "grid"] + ["slo-search"] * 3
+    run = get_run(doc["run_id"], db)
+    assert run.simulated and run.endpoint == "sim://virtual"
+    assert run.summary_json["sweep"]["capacity"]["kind"] == "interpolated"
+    assert all(lp.warmup_s == 5 for lp in run.load_points)
+
+
+@pytest.mark.slow
+def test_sweep_with_workers_searches_the_slo(server_factory, tmp_path):
+    import json
+
+    server = server_factory("--ttft-ms", "50", "--itl-ms", "10")
+    db, out = f"sqlite:///{tmp_path / 'w.db'}", tmp_path / "sum.json"
+    proc = tokenbench(
+        "sweep", "--base-url", server.url, "--model", "fake-model", "--request-rates", "5,10",
+        "--slo", "p99_ttft_ms<=5000", "--slo-iterations", "1", "--num-prompts", "20",
+        "--random-output-len", "8", "--workers", "2", "--db", db, "--summary-json", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "SLO capacity (p99_ttft_ms<=5000): at least" in proc.stdout
+    doc = json.loads(out.read_text())
+    assert [p["role"] for p in doc["points"]] == ["grid", "grid", "slo-search"]
+    run = get_run(doc["run_id"], db)
+    assert run.extra_json["distributed"]["workers"] == 2
+    assert all(lp.summary_json["distributed"]["backend"] == "processes" for lp in run.load_points)

@@ -47,7 +47,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from multiprocessing import connection as mp_connection
 from time import perf_counter_ns
 from typing import Any
@@ -118,30 +118,8 @@ class WorkerStats:
         return self.cpu_s / self.duration_s
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "worker": self.worker,
-            "host": self.host,
-            "pid": self.pid,
-            "planned_sessions": self.planned_sessions,
-            "users": self.users,
-            "sent": self.sent,
-            "completed": self.completed,
-            "failed": self.failed,
-            "records_received": self.received,
-            "first_send_ms": self.first_send_ms,
-            "send_lag_p99_ms": self.send_lag_p99_ms,
-            "loop_lag_p99_ms": self.loop_lag_p99_ms,
-            "loop_lag_max_ms": self.loop_lag_max_ms,
-            "loop_cpu_share": self.loop_cpu_share,
-            "late_read_share": self.late_read_share,
-            "merged_token_share": self.merged_token_share,
-            "duration_s": self.duration_s,
-            "cpu_busy": self.cpu_busy,
-            "alive": self.alive,
-            "client_limited": bool(self.client_limited_reasons),
-            "client_limited_reasons": list(self.client_limited_reasons),
-            "error": self.error,
-        }
+        limited = bool(self.client_limited_reasons)
+        return {**asdict(self), "cpu_busy": self.cpu_busy, "client_limited": limited}
 
 
 @dataclass
@@ -228,11 +206,7 @@ def split_plan(plan: RunPlan, workers: int) -> list[RunPlan]:
     Fewer plans come back when there is less to share than workers (fewer sessions,
     closed-loop users, or --max-concurrency slots than workers): no worker idles.
     """
-    positions, overrides = _assign(plan, workers)
-    return [
-        replace(plan, specs=[plan.specs[i] for i in pos], **ov)
-        for pos, ov in zip(positions, overrides, strict=True)
-    ]
+    return [share.unpack() for share in _shares(plan, workers)]
 
 
 _SPEC_COLUMNS = ("index", "input_len", "output_len", "session", "turn")

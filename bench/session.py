@@ -27,7 +27,6 @@ from bench.runner import Progress as RunProgress
 from bench.store.errors import StoreError
 from bench.telemetry import (
     Recording,
-    Scraper,
     TelemetryConfig,
     digest,
     prompt_cache,
@@ -248,29 +247,15 @@ class RunSession:
         params: dict | None = None,
     ) -> tuple[RunResult, Summary]:
         """Run one load point to its end, store it, and summarise its measured window."""
-        point_meta = {
-            "load_point": plan.load_point,
-            "label": title,
-            "mode": mode,
-            "target_rate": target_rate,
-            "concurrency": concurrency,
-            "warmup_s": warmup_s,
-            "cooldown_s": cooldown_s,
-            "params": params,
-        }
-        self.load_points.append(point_meta)
+        point = dict(label=title, mode=mode, target_rate=target_rate, concurrency=concurrency,
+                     warmup_s=warmup_s, cooldown_s=cooldown_s, params=params)  # fmt: skip
+        point_meta = {"load_point": plan.load_point, **point}
+        self.load_points.append(point_meta)  # what the fallback file needs
         if self.writer is not None:
-            self.writer.start_load_point(
-                plan.load_point,
-                label=title,
-                mode=mode,
-                target_rate=target_rate,
-                concurrency=concurrency,
-                warmup_s=warmup_s,
-                cooldown_s=cooldown_s,
-                params=params,
-            )
-        scraper = self.start_telemetry(plan)
+            self.writer.start_load_point(plan.load_point, **point)
+        scraper = None
+        if self.telemetry is not None:  # scraped on the records' clock, around the point
+            scraper = start_scraper(self.telemetry, plan.base_url, self._telemetry_warning)
         try:
             result = self._execute(plan, title or self.scenario.name)
         finally:
@@ -313,13 +298,6 @@ class RunSession:
             import logging
 
             logging.getLogger("tokenbench.telemetry").warning(message)
-
-    def start_telemetry(self, plan: RunPlan) -> Scraper | None:
-        """A started bench.telemetry.Scraper for this point, or None; stop() it when the
-        point ends and hand its Recording to keep_telemetry (distributed runs can too)."""
-        if self.telemetry is None:
-            return None
-        return start_scraper(self.telemetry, plan.base_url, self._telemetry_warning)
 
     def keep_telemetry(
         self, load_point: int, recording: Recording, t0_ns: int, duration_s: float

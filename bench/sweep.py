@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from bench.curves import Capacity, CurvePoint, capacity_at_slo, point_from_summary
 from bench.metrics import Summary, Threshold, meets_slo
@@ -180,32 +181,21 @@ class Sweep:
         scenario,
         session,
         plan: SweepPlan,
-        *,
-        base_dir=None,
-        api_key: str | None = None,
-        transport: str = "raw",
+        plan_for: Callable[..., RunPlan] = plan_from_scenario,
         on_point: Callable[[PointResult, int | None], None] | None = None,
     ) -> None:
+        """`plan_for(scenario, load_point=i)` resolves one point's scenario into its plan."""
         self.scenario = scenario
         self.session = session
         self.sweep_plan = plan
         self.slo = list(plan.thresholds)
-        self.base_dir = base_dir
-        self.api_key = api_key
-        self.transport = transport
+        self.plan_for = plan_for
         self.on_point = on_point
         self.result = SweepResult(run_id=session.run_id)
 
     def plan(self, spec: PointSpec) -> tuple[object, RunPlan]:
         sc = scenario_at(self.scenario, spec, point_duration_s=self.sweep_plan.point_duration_s)
-        plan = plan_from_scenario(
-            sc,
-            base_dir=self.base_dir,
-            api_key=self.api_key,
-            transport=self.transport,
-            load_point=len(self.result.points),
-        )
-        return sc, plan
+        return sc, self.plan_for(sc, load_point=len(self.result.points))
 
     def measure(
         self, spec: PointSpec, role: str = "grid", remaining: int | None = None
@@ -430,25 +420,20 @@ def run_sweep(
         from bench.telemetry import TelemetryConfig
 
         telemetry = TelemetryConfig()
-    first = (
-        scenario_at(scenario, plan.specs[0], point_duration_s=plan.point_duration_s)
-        if plan.specs
-        else scenario
-    )
-    plan0 = plan_from_scenario(first, base_dir=base_dir, api_key=api_key, transport=transport)
+    plan_for = partial(plan_from_scenario, base_dir=base_dir, api_key=api_key, transport=transport)
+    first = scenario  # the stored run is described by its first point's plan
+    if plan.specs:
+        first = scenario_at(scenario, plan.specs[0], point_duration_s=plan.point_duration_s)
     windows = {"warmup_s": plan.warmup_s, "cooldown_s": plan.cooldown_s}
     session = RunSession(
-        scenario, plan0, executor=executor, db_url=db, store=store, simulated=simulated,
-        show_progress=show_progress, telemetry=telemetry, stop_event=stop_event,
-        on_tick=on_tick, run_id=run_id,
+        scenario, plan_for(first), executor=executor, db_url=db, store=store,
+        simulated=simulated, show_progress=show_progress, telemetry=telemetry,
+        stop_event=stop_event, on_tick=on_tick, run_id=run_id,
         extra={**(extra or {}), "sweep": {"slo": [str(t) for t in plan.thresholds], **windows}},
     )  # fmt: skip
     if on_start is not None:
         on_start(session.run_id)
-    sweep = Sweep(
-        scenario, session, plan, base_dir=base_dir, api_key=api_key, transport=transport,
-        on_point=on_point,
-    )  # fmt: skip
+    sweep = Sweep(scenario, session, plan, plan_for, on_point)
     status = "failed"
     try:
         if plan.auto is not None:

@@ -317,13 +317,8 @@ class _WorkerCore:
             "finished": done and not self.records,
             "error": self.error,
             "interrupted": bool(r and r.interrupted),
-            "duration_s": r.duration_s if r else None,
             "cpu_s": self.cpu_s,
-            "loop_lag_p99_ms": r.loop_lag_p99_ms if r else None,
-            "loop_lag_max_ms": r.loop_lag_max_ms if r else None,
-            "loop_cpu_share": r.loop_cpu_share if r else None,
-            "late_read_share": r.late_read_share if r else None,
-            "merged_token_share": r.merged_token_share if r else None,
+            **{key: getattr(r, key) if r else None for key in _SHIPPED},
         }
 
     def _run(self) -> None:
@@ -444,7 +439,7 @@ class _Driver:
                     self.sink(rec)
         for key in ("sent", "completed", "failed", "in_flight"):
             setattr(st, key, status[key])
-        for key in _READ_STATS + ("loop_lag_max_ms", "duration_s"):
+        for key in _SHIPPED:
             setattr(st, key, status[key])
         st.cpu_s = status["cpu_s"]
         if status["error"]:
@@ -528,9 +523,10 @@ class _Driver:
         )
 
 
-# What each worker measured about its own reads, shipped with its status; the merged
-# run carries the worst worker's (_worst).
+# What each worker measured about its own reads, shipped with its status (with the rest of
+# its RunResult's figures named in _SHIPPED); the merged run carries the worst worker's.
 _READ_STATS = ("loop_lag_p99_ms", "loop_cpu_share", "late_read_share", "merged_token_share")
+_SHIPPED = (*_READ_STATS, "loop_lag_max_ms", "duration_s")
 
 
 def _worst(stats: list[WorkerStats], key: str) -> float | None:

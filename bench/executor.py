@@ -1,10 +1,9 @@
 """The Executor seam: whatever turns a RunPlan into RequestRecords.
 
-Three implementations: the local runner (bench.runner.LocalExecutor), the same plan split
-over processes or Ray workers (bench.distributed.DistributedExecutor) and the virtual-time
-simulator (bench.sim.virtual.VirtualExecutor). RunSession (bench.session) and Sweep
-(bench.sweep) are written once over this protocol, so every way of producing records gets
-warm-up, telemetry, the self-check, SLO search, stop rules, Ctrl-C and the fallback file
+The local runner (bench.runner.LocalExecutor), the plan split over processes or Ray workers
+(bench.distributed.DistributedExecutor) and the virtual-time simulator
+(bench.sim.virtual.VirtualExecutor). RunSession and Sweep are written once over it, so each
+gets warm-up, telemetry, the self-check, SLO search, stop rules, Ctrl-C and the fallback file
 from the same code.
 """
 

@@ -154,7 +154,7 @@ def test_one_rule_judges_each_worker_and_the_merged_run_as_one_process(fake_serv
     a = window_summary(merged, sc).client_limited_reasons
     b = window_summary(single, sc).client_limited_reasons
     assert a == b and len(a) == 2
-    assert any("read together" in r for r in a) and any("busy" in r for r in a)
+    assert reason_kinds(a) == {"read together", "event loop was busy"}
 
 
 # ------------------------------------------------------------------ real workers (slow)
@@ -278,3 +278,80 @@ def test_sweep_with_workers_searches_the_slo(server_factory, tmp_path):
     run = get_run(doc["run_id"], db)
     assert run.extra_json["distributed"]["workers"] == 2
     assert all(lp.summary_json["distributed"]["backend"] == "processes" for lp in run.load_points)
+
+
+def reason_kinds(reasons: list[str]) -> set[str]:
+    """Which of the self-check's rules a list of reasons comes from."""
+    rules = ("send lag", "read together", "event loop was busy", "event-loop lag")
+    return {rule for rule in rules for r in reasons if rule in r}
+
+
+@pytest.mark.slow
+def test_one_overload_is_named_alike_by_one_process_and_two_workers(server_factory):
+    """The client is starved of CPU mid-run (pinned to one CPU at the idle scheduling class,
+    beside a process that spins 20 ms in every 30 for 1.5 s): one process and two workers,
+    starved alike, must name the same kinds of reason."""
+    import os
+    import subprocess
+    import sys
+
+    from bench.distributed import run_distributed
+    from bench.runner import run_blocking
+
+    if not hasattr(os, "SCHED_IDLE") or os.geteuid() != 0 or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs Linux SCHED_IDLE, root (to leave it again) and two CPUs")
+    server = server_factory("--ttft-ms", "20", "--itl-ms", "5")
+    os.sched_setaffinity(server.proc.pid, {1})  # the server keeps its schedule on CPU 1
+    # 50 stalls of 20 ms, 10 ms apart: many late reads, tokens merged, sends late
+    hog_code = (
+        "import sys, time\nsys.stdin.readline()\nfor _ in range(50):\n"
+        "    end = time.time() + 0.02\n    while time.time() < end: pass\n    time.sleep(0.01)\n"
+    )
+    sc = parse_scenario(f"target: {{base_url: '{server.url}', model: fake-model}}\n")
+    affinity = os.sched_getaffinity(0)
+    results = {}
+    try:
+        for name in ("one process", "two workers"):
+            hog = subprocess.Popen([sys.executable, "-c", hog_code], stdin=subprocess.PIPE,
+                                   text=True)  # fmt: skip
+            os.sched_setaffinity(hog.pid, {0})
+            started: list[bool] = []
+
+            def tick(p, hog=hog, started=started) -> None:
+                if p.completed >= 20 and not started:
+                    started.append(True)
+                    hog.stdin.write("go\n")
+                    hog.stdin.flush()
+
+            os.sched_setaffinity(0, {0})
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            try:
+                p = plan(server.url, 120, out_len=64, rate=40.0)  # ~13 streams in flight
+                if name == "one process":
+                    results[name] = run_blocking(p, on_tick=tick, handle_sigint=False)
+                else:
+                    results[name] = run_distributed(p, workers=2, on_tick=tick,
+                                                    handle_sigint=False)  # fmt: skip
+            finally:
+                os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+                os.sched_setaffinity(0, affinity)
+                hog.stdin.close()
+                hog.wait(timeout=30)
+            assert started, f"{name}: the starvation never began"
+    finally:
+        os.sched_setaffinity(0, affinity)
+    single = window_summary(results["one process"], sc)
+    print(
+        "DEBUG",
+        single.client_limited_reasons,
+        window_summary(results["two workers"], sc).client_limited_reasons,
+    )
+    merged = window_summary(results["two workers"], sc)
+    assert single.completed == merged.completed == 120
+    kinds = reason_kinds(single.client_limited_reasons)
+    assert "read together" in kinds, single.client_limited_reasons  # starved reads merge
+    assert reason_kinds(merged.client_limited_reasons) == kinds, (
+        single.client_limited_reasons, merged.client_limited_reasons
+    )  # fmt: skip
+    workers = results["two workers"].workers
+    assert set().union(*(reason_kinds(w.client_limited_reasons) for w in workers)) <= kinds

@@ -341,11 +341,6 @@ def test_one_overload_is_named_alike_by_one_process_and_two_workers(server_facto
     finally:
         os.sched_setaffinity(0, affinity)
     single = window_summary(results["one process"], sc)
-    print(
-        "DEBUG",
-        single.client_limited_reasons,
-        window_summary(results["two workers"], sc).client_limited_reasons,
-    )
     merged = window_summary(results["two workers"], sc)
     assert single.completed == merged.completed == 120
     kinds = reason_kinds(single.client_limited_reasons)

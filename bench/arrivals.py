@@ -17,8 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Literal, get_args
 
 import numpy as np
+
+# How arrivals are drawn inside a rate function: at random (Poisson) or evenly spaced.
+Process = Literal["poisson", "constant"]
+PROCESSES: tuple[str, ...] = get_args(Process)
 
 
 def renewal(
@@ -68,8 +73,8 @@ def piecewise(
     intensity Λ(t); Poisson uses exponential clock gaps, 'constant' uses gaps of exactly 1.
     With repeat=True the segments cycle until max_requests arrivals exist.
     """
-    if process not in ("poisson", "constant"):
-        raise ValueError(f"process must be 'poisson' or 'constant', got {process!r}")
+    if process not in PROCESSES:
+        raise ValueError(f"process must be one of {', '.join(PROCESSES)}, got {process!r}")
     if not segments:
         return np.zeros(0)
     for s in segments:

@@ -45,8 +45,6 @@ class PipeSafeConsole(Console):
 console = PipeSafeConsole(stderr=False, highlight=False)
 err_console = PipeSafeConsole(stderr=True, highlight=False)
 
-_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
-
 
 def _fmt(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
@@ -56,7 +54,7 @@ def summary_tables(
     summary: Summary, *, title: str = "Results", metrics: tuple[str, ...] | None = None
 ) -> list[Table]:
     """The results table (counts, throughput) and the latency table (ms)."""
-    from bench.metrics import LATENCY_METRICS
+    from bench.metrics import LATENCY_LABELS, LATENCY_METRICS
 
     metrics = metrics or LATENCY_METRICS
     head = Table(title=title, show_header=False, title_justify="left")
@@ -111,13 +109,13 @@ def summary_tables(
         stats = summary.metrics[m]
         conf = stats.confidence()
         lat.add_row(
-            _NAMES[m],
+            LATENCY_LABELS[m],
             f"{stats.count:,}",
             _fmt(stats.mean),
             _fmt(stats.std),
             *(percentile_cell(stats.percentiles.get(k), conf.get(k)) for k in keys),
         )
-        thin += thin_tails(_NAMES[m], conf, keys)
+        thin += thin_tails(LATENCY_LABELS[m], conf, keys)
     if thin:
         lat.caption += f"\nthin tail (at or beyond the slowest request): {'; '.join(thin)}"
     queued = summary.ttft_from_intended

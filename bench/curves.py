@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from bench.metrics import (
+    DEFAULT_PERCENTILES,
+    FLAT_METRICS,
     Threshold,
     is_thin,
     meets_slo,
@@ -102,15 +104,17 @@ class CurvePoint:
 
     def value(self, name: str) -> float | None:
         """Same names as Summary.value: p99_ttft_ms, error_rate, output_tokens_per_s, ..."""
-        flat = {
-            "error_rate": self.error_rate,
-            "requests_per_s": self.requests_per_s,
-            "output_tokens_per_s": self.output_tps,
-            "total_tokens_per_s": self.total_tps,
-            "goodput_requests_per_s": self.goodput_requests_per_s,
-        }
-        if name in flat:
-            return flat[name]
+        if name in FLAT_METRICS:
+            value = {
+                "error_rate": self.error_rate,
+                "requests_per_s": self.requests_per_s,
+                "output_tokens_per_s": self.output_tps,
+                "total_tokens_per_s": self.total_tps,
+                "goodput_requests_per_s": self.goodput_requests_per_s,
+                "completed": self.completed,
+                "failed": self.failed,
+            }[name]
+            return None if value is None else float(value)
         stat, _, rest = name.partition("_")
         return self.latency(rest.removesuffix("_ms"), stat)
 
@@ -174,12 +178,12 @@ def _title(lp) -> str:
 def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
     """Every load point of a stored run as a curve, recomputed from its requests."""
 
-    from bench.store.read import get_run, load_columns
+    from bench.store import get_run, load_columns
 
     run = get_run(run_ref, db)
     gpus = run.gpu_count or 1
     scenario = run.scenario()
-    percentiles = scenario.get("percentiles") or (50, 90, 95, 99, 99.9)
+    percentiles = scenario.get("percentiles") or DEFAULT_PERCENTILES
     goodput = parse_goodput(scenario.get("goodput"))
     curve = RunCurve(
         run_id=run.id,
@@ -197,9 +201,7 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
     for lp in lps:
         cols = load_columns(run.id, lp.load_point, db)
         if len(cols.state):
-            if lp.warmup_s or lp.cooldown_s:
-                last = float(cols.intended_ns.max())
-                cols = cols.window((lp.warmup_s or 0) * 1e9, last - (lp.cooldown_s or 0) * 1e9 + 1)
+            cols = cols.measured(lp.warmup_s, lp.cooldown_s)
             summary = summarize(cols, percentiles=percentiles, goodput=goodput).to_json()
         elif lp.summary_json:
             summary = lp.summary_json

@@ -20,6 +20,24 @@ from bench.records import CANCELLED, FAILED, OK, RequestRecord
 
 DEFAULT_PERCENTILES: tuple[float, ...] = (50, 90, 95, 99, 99.9)
 LATENCY_METRICS: tuple[str, ...] = ("ttft", "tpot", "itl", "e2el")
+# How a latency metric is named to people (tables, chart axes, legends).
+LATENCY_LABELS: dict[str, str] = {
+    "ttft": "TTFT",
+    "tpot": "TPOT",
+    "itl": "ITL",
+    "e2el": "E2E latency",
+}
+# The figures an SLO, --fail-on or a sweep may name besides STAT_METRIC_ms (p99_ttft_ms, ...):
+# Summary.value and CurvePoint.value read every one of them.
+FLAT_METRICS: tuple[str, ...] = (
+    "error_rate",
+    "requests_per_s",
+    "output_tokens_per_s",
+    "total_tokens_per_s",
+    "goodput_requests_per_s",
+    "completed",
+    "failed",
+)
 # Send lag (actual send - intended send, minus any wait for a --max-concurrency slot) below
 # this is scheduler jitter on any busy host and never a verdict by itself.
 CLIENT_LIMIT_SEND_LAG_MS = 5.0
@@ -141,17 +159,9 @@ class Summary:
 
         One grammar shared by --fail-on, SLO checks and sweeps.
         """
-        flat = {
-            "error_rate": self.error_rate,
-            "requests_per_s": self.requests_per_s,
-            "output_tokens_per_s": self.output_tokens_per_s,
-            "total_tokens_per_s": self.total_tokens_per_s,
-            "goodput_requests_per_s": self.goodput_requests_per_s,
-            "completed": float(self.completed),
-            "failed": float(self.failed),
-        }
-        if name in flat:
-            return flat[name]
+        if name in FLAT_METRICS:
+            value = getattr(self, name)
+            return None if value is None else float(value)
         stat, _, rest = name.partition("_")
         metric = rest.removesuffix("_ms")
         stats = self.metrics.get(metric)
@@ -369,6 +379,16 @@ class Columns:
         if end_ns is not None:
             mask &= self.intended_ns < end_ns
         return self.select(mask)
+
+    def measured(self, warmup_s: float | None = None, cooldown_s: float | None = None) -> Columns:
+        """The requests a load point's statistics count: those scheduled after its first
+        `warmup_s` seconds and before its last `cooldown_s` (by intended send time, from the
+        point's start to its last scheduled request). The one rule for the session, stored
+        curves and the dashboard."""
+        if not len(self.state) or not (warmup_s or cooldown_s):
+            return self
+        last = float(np.nanmax(self.intended_ns))
+        return self.window((warmup_s or 0) * 1e9, last - (cooldown_s or 0) * 1e9 + 1)
 
     @classmethod
     def from_records(cls, records: Sequence[RequestRecord]) -> Columns:
@@ -791,19 +811,10 @@ def slo_text(thresholds: Sequence[Threshold]) -> str:
 
 
 def _check_metric_name(name: str, flag: str, item: str) -> None:
-    flat = (
-        "error_rate",
-        "requests_per_s",
-        "output_tokens_per_s",
-        "total_tokens_per_s",
-        "goodput_requests_per_s",
-        "completed",
-        "failed",
-    )
-    if name in flat:
+    if name in FLAT_METRICS:
         return
     stat, _, rest = name.partition("_")
-    stats = {"mean", "std"} | {percentile_key(p) for p in (50, 90, 95, 99, 99.9)}
+    stats = {"mean", "std"} | {percentile_key(p) for p in DEFAULT_PERCENTILES}
     if (
         rest.endswith("_ms")
         and rest.removesuffix("_ms") in LATENCY_METRICS
@@ -812,7 +823,7 @@ def _check_metric_name(name: str, flag: str, item: str) -> None:
         return
     raise ValueError(
         f"{flag} item {item!r}: unknown metric {name!r}; use e.g. p99_ttft_ms, mean_tpot_ms, "
-        f"p50_itl_ms, p99_e2el_ms, or one of {', '.join(flat)}"
+        f"p50_itl_ms, p99_e2el_ms, or one of {', '.join(FLAT_METRICS)}"
     )
 
 

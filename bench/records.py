@@ -40,6 +40,7 @@ ERR_BAD_FRAMING = "bad_framing"  # HTTP framing broken: a chunk size, Content-Le
 ERR_BAD_USAGE = "bad_usage"  # usage token counts that are not counts (a string, <0, 1e30)
 ERR_CLIENT = "client_error"  # decoding this response raised in tokenbench itself (a bug)
 ERR_CANCELLED = "cancelled"  # stopped by the user (Ctrl-C) or the run's end
+ERR_IMPORTED = "imported_error"  # failed in another tool's run (importers keep its message)
 
 EMPTY_TIMES = np.zeros(0, dtype=np.int64)
 
@@ -49,8 +50,8 @@ class RequestRecord:
     """One request, as measured.
 
     `chunk_times_ns` holds the arrival time of every SSE event that carried output content,
-    in order; ITL is the gaps between them. `chunk_tokens` is empty when every chunk carries
-    one token (the common case) and otherwise holds each chunk's token count when known.
+    in order; ITL is the gaps between them. A chunk may carry more than one token (a server
+    that batches its output): `output_tokens` counts tokens, the chunk times count chunks.
     """
 
     index: int

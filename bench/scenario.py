@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import secrets
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import yaml
@@ -25,8 +25,9 @@ from pydantic import (
 )
 
 from bench import arrivals
+from bench.backends.openai import COMPLETIONS, ENDPOINTS
 from bench.backends.urls import normalize_base_url
-from bench.metrics import DEFAULT_PERCENTILES, parse_goodput, parse_slo
+from bench.metrics import DEFAULT_PERCENTILES, LATENCY_METRICS, parse_goodput, parse_slo
 from bench.tokenizer import TokenizerError, load_tokenizer
 from bench.workload import LengthDist, Workload, load_jsonl_prompts, load_sharegpt
 
@@ -41,7 +42,7 @@ class _Strict(BaseModel):
 
 class Target(_Strict):
     base_url: str | None = None
-    endpoint: str = "/v1/completions"
+    endpoint: str = COMPLETIONS
     backend: str = "vllm"
     model: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
@@ -54,8 +55,8 @@ class Target(_Strict):
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, v: str) -> str:
-        if v not in ("/v1/completions", "/v1/chat/completions"):
-            raise ValueError("must be /v1/completions or /v1/chat/completions")
+        if v not in ENDPOINTS:
+            raise ValueError(f"must be {' or '.join(ENDPOINTS)}")
         return v
 
 
@@ -76,13 +77,15 @@ class TraceSpec(_Strict):
     use_lengths: bool = True
 
 
-SHAPES = ("poisson", "constant", "gamma", "on_off", "ramp", "steps", "trace", "closed")
+# Load shapes as scenario files, the CLI and the API name them: renewal processes at a
+# rate, rate functions (bench.arrivals), a replayed trace, or a closed loop of users.
+Shape = Literal["poisson", "constant", "gamma", "on_off", "ramp", "steps", "trace", "closed"]
+SHAPES: tuple[str, ...] = get_args(Shape)
+RATE_SHAPES = ("poisson", "constant", "gamma")  # one rate: a sweep scales it, vLLM-style
 
 
 class Load(_Strict):
-    shape: Literal["poisson", "constant", "gamma", "on_off", "ramp", "steps", "trace", "closed"] = (
-        "poisson"
-    )
+    shape: Shape = "poisson"
     request_rate: float = Field(default=math.inf, gt=0)
     burstiness: float = Field(default=1.0, gt=0)
     num_prompts: int | None = Field(default=None, gt=0)
@@ -96,7 +99,7 @@ class Load(_Strict):
     concurrency: int | None = Field(default=None, gt=0)
     think_time_s: float = Field(default=0.0, ge=0)
     ramp_up_s: float = Field(default=0.0, ge=0)  # closed loop: spread the users' starts
-    process: Literal["poisson", "constant"] = "poisson"
+    process: arrivals.Process = "poisson"
 
     @model_validator(mode="after")
     def _shape_fields(self) -> Load:
@@ -163,7 +166,7 @@ class Scenario(_Strict):
     # "p99_ttft_ms<=2000,p99_tpot_ms<=50" or vLLM's "ttft:2000 tpot:50").
     slo: str | None = None
     percentiles: list[float] = Field(default_factory=lambda: list(DEFAULT_PERCENTILES))
-    percentile_metrics: list[str] = Field(default_factory=lambda: ["ttft", "tpot", "itl", "e2el"])
+    percentile_metrics: list[str] = Field(default_factory=lambda: list(LATENCY_METRICS))
     request_timeout_s: float = Field(default=600.0, gt=0)
     gpu: GPUInfo = Field(default_factory=GPUInfo)
     label: str | None = None
@@ -221,7 +224,7 @@ class Scenario(_Strict):
         n = load.num_prompts
         if load.shape == "closed":
             return None
-        if load.shape in ("poisson", "constant", "gamma"):
+        if load.shape in RATE_SHAPES:
             burstiness = {"poisson": 1.0, "constant": math.inf}.get(load.shape, load.burstiness)
             if n is None:
                 if load.duration_s is None or math.isinf(load.request_rate):

@@ -30,8 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.records import OK, RequestRecord  # noqa: E402
-from bench.store.read import list_runs  # noqa: E402
-from bench.store.writer import RunWriter  # noqa: E402
+from bench.store import RunWriter, list_runs  # noqa: E402
 
 BIG_REQUESTS = 1_000_000
 BIG_POINTS = 10
@@ -219,7 +218,7 @@ def main() -> None:
     print(f"database: {path} ({total:,} requests in {len(runs)} runs)")
 
     from server.app import create_app
-    from tests.test_dashboard_browser import LiveServer
+    from server.live import LiveServer
 
     server = LiveServer(create_app(db, api_token="bench", allow_hosts=[], open_reads=True))
     try:

@@ -25,8 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.metrics import summarize  # noqa: E402
 from bench.records import RequestRecord  # noqa: E402
-from bench.store import RunWriter, load_columns, requests_dataframe  # noqa: E402
-from bench.store.engine import dispose_all  # noqa: E402
+from bench.store import RunWriter, dispose_all, load_columns, requests_dataframe  # noqa: E402
 
 CHUNKS = 16
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from bench.metrics import Columns, summarize, time_series
-from bench.store.read import RunInfo, load_columns, load_records
+from bench.metrics import summarize, time_series
+from bench.store import RunInfo, load_columns, load_records
 
 # Dense where the tail lives: 1..90 by 1, 90..99 by 0.25, 99..99.99 by 0.05 (about 300 levels).
 CDF_PERCENTILES: tuple[float, ...] = tuple(
@@ -39,14 +37,6 @@ class PointDetail:
     cancelled: int
 
 
-def measured_window(cols: Columns, warmup_s: float | None, cooldown_s: float | None) -> Columns:
-    """The requests a load point's statistics count (bench.curves.run_curve keeps the same)."""
-    if len(cols.state) and (warmup_s or cooldown_s):
-        last = float(np.nanmax(cols.intended_ns))
-        return cols.window((warmup_s or 0) * 1e9, last - (cooldown_s or 0) * 1e9 + 1)
-    return cols
-
-
 def point_details(run: RunInfo, db=None) -> list[PointDetail]:
     """CDFs and errors of every load point of a stored run (imported runs have none)."""
     out = []
@@ -54,7 +44,7 @@ def point_details(run: RunInfo, db=None) -> list[PointDetail]:
         cols = load_columns(run.id, lp.load_point, db)
         if not len(cols.state):
             continue
-        cols = measured_window(cols, lp.warmup_s, lp.cooldown_s)
+        cols = cols.measured(lp.warmup_s, lp.cooldown_s)
         s = summarize(cols, percentiles=CDF_PERCENTILES)
         cdfs = {}
         for metric in CDF_METRICS:

@@ -32,7 +32,7 @@ from plotly.subplots import make_subplots
 
 from bench.curves import CurvePoint, RunComparison, RunCurve, compare_runs
 from bench.frontier import cost_view_tier, pareto_front, throughput_at_interactivity
-from bench.metrics import THIN_SAMPLES
+from bench.metrics import LATENCY_LABELS, THIN_SAMPLES
 
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "star-triangle-down", "cross",
            "hexagon")  # fmt: skip
@@ -45,12 +45,6 @@ AXIS_TPS_PER_GPU = "Output tokens/s/GPU"
 AXIS_INTERACTIVITY = "Interactivity (tokens/s/user = 1000 / median TPOT)"
 AXIS_TIME = "Time (s; load points back to back, each from its own start)"
 AXIS_CDF = "Fraction of requests (cumulative)"
-LATENCY_NAMES = {
-    "ttft": "TTFT",
-    "tpot": "TPOT",
-    "itl": "ITL",
-    "e2el": "E2E latency",
-}
 
 
 # ---------------------------------------------------------------- shared styling
@@ -283,7 +277,7 @@ def throughput_vs_latency(
         if comp.basis == "SLO capacity" and x is not None:
             fig.add_trace(_capacity_star(comp, style, x, first))
             first = False
-    name = LATENCY_NAMES.get(metric, metric.upper())
+    name = LATENCY_LABELS.get(metric, metric.upper())
     label = f"{stat.upper()} {name}"
     fig = _layout(
         fig,
@@ -730,7 +724,7 @@ def latency_cdfs(
                 hovertemplate="%{x:,.1f} ms: %{y:.1%} of requests<extra>%{fullData.name}</extra>",
             )
         )
-    name = LATENCY_NAMES.get(metric, metric.upper())
+    name = LATENCY_LABELS.get(metric, metric.upper())
     fig = _layout(
         fig, f"{name} distribution: {curve.legend}", f"{name} (ms)", AXIS_CDF, curve.simulated
     )

@@ -164,7 +164,7 @@ def laid_end_to_end(
     this figure and that one share an axis. Telemetry taken before a point's start (the
     scrape just before its first request) is left out of the laid-out frame.
     """
-    from bench.store.read import get_run, load_records
+    from bench.store import get_run, load_records
 
     run = get_run(run_id, db)
     telemetry = load_telemetry(run.id, db)
@@ -194,7 +194,7 @@ def run_telemetry_figure(
     run_id: str, db=None, load_point: int | None = None, bucket_s: float = 1.0
 ) -> go.Figure:
     """The run page's figure: one load point on its own clock, or the whole run laid out."""
-    from bench.store.read import get_run, load_records
+    from bench.store import get_run, load_records
 
     run = get_run(run_id, db)
     name = run.label or run.name or run.short_id

@@ -15,7 +15,6 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from fastapi.responses import Response, StreamingResponse
-from sqlalchemy import select, tuple_
 
 from bench.cost import PriceCatalogueError, price_per_gpu_hour
 from bench.curves import (
@@ -27,10 +26,14 @@ from bench.curves import (
 )
 from bench.metrics import parse_thresholds
 from bench.scenario import ScenarioError, parse_scenario
-from bench.store.engine import get_engine
-from bench.store.errors import RunBusyError
-from bench.store.models import Request as RequestRow
-from bench.store.read import delete_run, get_run, list_runs, resolve_run
+from bench.store import (
+    RunBusyError,
+    delete_run,
+    get_run,
+    list_runs,
+    request_page,
+    resolve_run,
+)
 from dashboards.data import run_time_series
 from server.datafiles import DataFileError, TooLargeError, without_contents
 from server.jobs import SCENARIOS_DIR, JobPlan, QueueFullError
@@ -182,35 +185,15 @@ def run_requests(
     """
     db = tb(request).db_url
     run_id = resolve_run(ref, db)
-    engine = get_engine(db)
-    after_point = -1
-    with engine.connect() as conn:
-        if after:
-            found = conn.execute(
-                select(RequestRow.load_point).where(RequestRow.id == after)
-            ).scalar_one_or_none()
-            after_point = found if found is not None else -1
-        key = tuple_(RequestRow.load_point, RequestRow.id)
-        query = (
-            select(*RequestRow.__table__.c)
-            .where(RequestRow.run_id == run_id, key > tuple_(after_point, after))
-            .order_by(RequestRow.load_point, RequestRow.id)
-            .limit(limit + 1)
-        )
-        if load_point is not None:
-            query = query.where(RequestRow.load_point == load_point)
-        if state is not None:
-            query = query.where(RequestRow.state == state)
-        rows = [dict(r._mapping) for r in conn.execute(query)]
-    more = len(rows) > limit
-    rows = rows[:limit]
+    page = request_page(run_id, db, load_point=load_point, state=state, after=after, limit=limit)
     return RequestsPage(
         run_id=run_id,
         load_point=load_point,
         items=[
-            RequestOut.model_validate({k: v for k, v in r.items() if k != "run_id"}) for r in rows
+            RequestOut.model_validate({k: v for k, v in r.items() if k != "run_id"})
+            for r in page.rows
         ],
-        next_after=rows[-1]["id"] if more else None,
+        next_after=page.next_after,
     )
 
 

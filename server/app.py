@@ -20,15 +20,19 @@ from pathlib import Path
 import yaml
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DatabaseError
 
 from bench.cost import Catalogue, PriceCatalogueError, load_catalogue
 from bench.curves import RunCurve, gpu_colour, run_curve
 from bench.extras import MissingExtraError
-from bench.store.engine import damaged_message, describe, get_engine
-from bench.store.errors import RunNotFoundError, StoreError
-from bench.store.models import RUNNING
-from bench.store.read import get_run
+from bench.store import (
+    RUNNING,
+    DatabaseError,
+    RunNotFoundError,
+    StoreError,
+    fault_message,
+    get_engine,
+    get_run,
+)
 from server.auth import AllowList, Guard
 from server.datafiles import DEFAULT_MAX_FILE_MB, DataFolder
 from server.frontdoor import FrontDoor, ServedNames
@@ -218,13 +222,7 @@ def create_app(
     @app.exception_handler(DatabaseError)
     async def _database(_request: Request, exc: DatabaseError) -> JSONResponse:
         """A database fault met while reading (a damaged page, a lost server): 503, said."""
-        engine = get_engine(db_url)
-        problem = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
-        if "malformed" in problem or "not a database" in problem:
-            detail = damaged_message(engine, problem)
-        else:
-            detail = f"{describe(engine)}: {problem}"
-        return JSONResponse({"detail": detail}, status_code=503)
+        return JSONResponse({"detail": fault_message(exc, db_url)}, status_code=503)
 
     app.include_router(api_router)
     app.include_router(static_router)
@@ -233,6 +231,6 @@ def create_app(
 
 
 def _version() -> str:
-    from bench.store.writer import tool_version
+    from bench.store import tool_version
 
     return tool_version()

@@ -1,6 +1,6 @@
 """Pydantic shapes of every API body and answer, so /docs and /openapi.json are exact.
 
-Answers mirror the library's own facts (bench.store.read.RunInfo, bench.curves.CurvePoint,
+Answers mirror the library's own facts (bench.store.RunInfo, bench.curves.CurvePoint,
 bench.cost.CostRow, the Summary.to_json contract) and are built from them by the
 `from_*` helpers here, never computed anew. Request bodies forbid unknown fields, so a
 typo is a 422 naming the field instead of a silently ignored option.
@@ -14,10 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from bench.backends.openai import Endpoint
 from bench.cost import CostRow, TierKind
 from bench.curves import Capacity, CurvePoint, Ratio, RunComparison, RunCurve
 from bench.plan import Demand, Plan, Recommendation, SystemPlan
-from bench.store.read import LoadPointInfo, RunInfo
+from bench.store import LoadPointInfo, RunInfo
 from bench.sweep import STOP_ERROR_RATE
 
 
@@ -160,7 +161,7 @@ class RunDetail(RunOut):
 
 
 class RequestOut(BaseModel):
-    """One stored request (bench.store.models.Request); times are ns since the point's start."""
+    """One stored request (a row of bench/store/models.py's Request); times are ns since the point's start."""
 
     id: int
     load_point: int
@@ -469,7 +470,7 @@ class TargetIn(Strict):
         examples=["http://127.0.0.1:8001"],
     )
     model: str | None = Field(default=None, max_length=200)
-    endpoint: Literal["/v1/completions", "/v1/chat/completions"] | None = None
+    endpoint: Endpoint | None = None
     backend: Literal["vllm", "sglang", "trtllm", "openai"] | None = None
 
 

@@ -22,8 +22,7 @@ from markupsafe import Markup
 from bench.curves import compare_runs, ratio_sentence, stored_slo
 from bench.frontier import cost_view_tier, default_interactivity
 from bench.metrics import parse_thresholds, slo_text
-from bench.store.errors import RunNotFoundError
-from bench.store.read import get_run, list_runs
+from bench.store import RunNotFoundError, get_run, list_runs
 from bench.telemetry import load_telemetry
 from dashboards import figures
 from dashboards.data import point_details, run_time_series

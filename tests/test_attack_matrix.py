@@ -21,7 +21,7 @@ from bench.store.engine import dispose_all
 from bench.store.raw_export import export_raw
 from bench.store.read import get_run
 from server.app import create_app
-from tests.test_dashboard_figures import store_sweep
+from tests.helpers import store_sweep
 
 TOKEN = "matrix-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -302,6 +302,7 @@ async def wait_job(c, job_id: str, until, timeout_s: float = 90.0) -> dict:
     raise AssertionError(f"job {job_id} never reached the state: {state}")
 
 
+@pytest.mark.slow
 async def test_credentials_never_reach_readers_or_storage(live, fake_server, tmp_path):
     """A target URL's password and ?api_key=: not in /api/jobs, the run, or export-raw."""
     password, key = "hunter2-pass-xyz", "qs-key-9876543210"
@@ -334,6 +335,7 @@ async def test_credentials_never_reach_readers_or_storage(live, fake_server, tmp
     assert run.scenario()["target"]["base_url"].startswith("http://***@127.0.0.1")
 
 
+@pytest.mark.slow
 async def test_a_run_cannot_be_deleted_while_its_job_writes_it(live, server_factory):
     slow = server_factory("--ttft-ms", "20", "--itl-ms", "40")
     scenario = "load: {shape: poisson, request_rate: 20, num_prompts: 2000}\nworkload: {output: {mean: 8}}\n"
@@ -352,6 +354,7 @@ async def test_a_run_cannot_be_deleted_while_its_job_writes_it(live, server_fact
     assert r.status_code == 200 and r.json()["deleted_requests"] == run.request_count
 
 
+@pytest.mark.slow
 async def test_background_runs_measure_in_their_own_process(live, fake_server):
     scenario = (
         "load: {shape: poisson, request_rate: 50, num_prompts: 8}\nworkload: {output: {mean: 4}}\n"
@@ -405,7 +408,7 @@ def test_a_killed_service_leaves_its_job_stored_interrupted(server_factory, tmp_
     import subprocess
     import sys
 
-    from tests.test_durability import wait_for
+    from tests.helpers import wait_for
 
     target = server_factory("--ttft-ms", "20", "--itl-ms", "40")
     db = f"sqlite:///{tmp_path / 'killed.db'}"

@@ -12,6 +12,10 @@ import time
 import numpy as np
 import pytest
 
+# Every test runs `tokenbench` in a subprocess against the fake server: end-to-end.
+pytestmark = pytest.mark.slow
+
+
 SUMMARY_KEYS = {
     "interrupted",
     "completed",

@@ -38,6 +38,7 @@ def test_every_flag_and_argument_has_help():
     assert missing == []
 
 
+@pytest.mark.slow
 def test_help_at_80_columns_shows_every_flag_name_whole():
     for path, cmd in commands():
         proc = tokenbench(*path, "--help", env={"COLUMNS": "80"})
@@ -49,6 +50,7 @@ def test_help_at_80_columns_shows_every_flag_name_whole():
                     assert name in proc.stdout, (path, name)
 
 
+@pytest.mark.slow
 def test_command_lists_at_80_columns_are_not_cut():
     for group in ([], ["sim"], ["db"]):
         text = tokenbench(*group, "--help", env={"COLUMNS": "80"}).stdout
@@ -56,11 +58,13 @@ def test_command_lists_at_80_columns_are_not_cut():
         assert [line for line in cut if not line.startswith("Usage:")] == [], text
 
 
+@pytest.mark.slow
 def test_root_help_says_where_runs_are_stored():
     proc = tokenbench("--help", env={"COLUMNS": "80"})
     assert "$TOKENBENCH_DB" in proc.stdout and "results/tokenbench.db" in proc.stdout
 
 
+@pytest.mark.slow
 def test_runs_elsewhere_names_the_database_and_creates_nothing(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TOKENBENCH_DB"}
     proc = subprocess.run(
@@ -83,6 +87,7 @@ def test_runs_elsewhere_names_the_database_and_creates_nothing(tmp_path):
     assert not missing.parent.exists()
 
 
+@pytest.mark.slow
 def test_piped_tables_keep_every_number_and_id(fake_server, tmp_path):
     db = f"sqlite:///{tmp_path / 'tb.db'}"
     label = "a-label-long-enough-to-push-the-runs-table-past-eighty-columns"
@@ -105,6 +110,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_sim_serve_busy_port_and_ctrl_c_are_clean():
     port = _free_port()
     server = subprocess.Popen(
@@ -167,6 +173,7 @@ def test_tables_wrap_on_a_narrow_terminal_and_widen_when_piped():
     assert "x" * 30 in piped.getvalue() and "…" not in piped.getvalue()
 
 
+@pytest.mark.slow
 def test_serve_on_a_busy_port_is_one_line_before_any_banner(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -178,6 +185,7 @@ def test_serve_on_a_busy_port_is_one_line_before_any_banner(tmp_path):
     assert proc.stdout == "" and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_serve_defaults_to_a_port_other_than_vllms():
     from bench.cli.serve import DEFAULT_PORT
 

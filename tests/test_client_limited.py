@@ -71,6 +71,7 @@ def run(plan: RunPlan, hog_ms: float = 0.0, hog_gap_s: float = 0.01):
     )
 
 
+@pytest.mark.slow
 def test_light_load_is_not_client_limited(fake_server):
     # 120 requests, so that the p99 send lag is a percentile and not the single worst
     # request: one OS hiccup on one send must not decide the verdict.
@@ -85,6 +86,7 @@ def test_light_load_is_not_client_limited(fake_server):
     assert s.metrics["itl"].percentiles["p50"] is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["raw", "httpx"])
 def test_loop_blocked_by_cpu_hog_is_client_limited(fake_server, transport):
     # 25 ms of work every 10 ms: reads wait up to 25 ms, so tokens 10 ms apart pile up in the
@@ -103,6 +105,7 @@ def test_loop_blocked_by_cpu_hog_is_client_limited(fake_server, transport):
         assert any("event-loop lag" in r for r in s.client_limited_reasons)
 
 
+@pytest.mark.slow
 def test_waiting_for_a_max_concurrency_slot_is_the_cap_working_not_send_lag(fake_server):
     # 40 requests due at once but only 4 may be in flight: most wait for a slot (~10 waves
     # of ~120 ms). That wait is what --max-concurrency asks for (issue 15 saw 1,528 ms of it
@@ -125,6 +128,7 @@ def test_waiting_for_a_max_concurrency_slot_is_the_cap_working_not_send_lag(fake
     )
 
 
+@pytest.mark.slow
 def test_a_loop_busy_most_of_the_time_is_client_limited(fake_server):
     # 3 ms of work at every turn of the loop: wake-ups stay within ~3 ms (under the 5 ms
     # loop-lag bar) but the loop is never idle, so every read waits behind the work.

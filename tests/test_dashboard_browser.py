@@ -9,14 +9,12 @@ The compare page's screenshot is kept at results/screenshots/compare.png for a h
 from __future__ import annotations
 
 import shutil
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from bench.curves import run_curves
+from server.live import LiveServer
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -36,40 +34,16 @@ try:
 except ImportError:  # pragma: no cover - depends on the machine
     sync_playwright = None
 
-pytestmark = pytest.mark.skipif(
-    sync_playwright is None or not Path(CHROMIUM).exists(),
-    reason=(
-        "BROWSER TEST SKIPPED: needs `apt-get install -y chromium` (/usr/bin/chromium) and "
-        "`pip install playwright` (do not run `playwright install`)"
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        sync_playwright is None or not Path(CHROMIUM).exists(),
+        reason=(
+            "BROWSER TEST SKIPPED: needs `apt-get install -y chromium` (/usr/bin/chromium) and "
+            "`pip install playwright` (do not run `playwright install`)"
+        ),
     ),
-)
-
-
-class LiveServer:
-    """uvicorn on a free loopback port in a thread; stopped by stop()."""
-
-    def __init__(self, app) -> None:
-        import uvicorn
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.app = app
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        for _ in range(200):
-            if self.server.started:
-                return
-            time.sleep(0.025)
-        raise RuntimeError("uvicorn did not start")
-
-    def stop(self) -> None:
-        self.app.state.tb.jobs.shutdown()
-        self.server.should_exit = True
-        self.thread.join(10)
+]
 
 
 def launch(playwright):
@@ -79,7 +53,7 @@ def launch(playwright):
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     from server.app import create_app
-    from tests.test_dashboard_figures import store_sweep
+    from tests.helpers import store_sweep
 
     db = f"sqlite:///{tmp_path_factory.mktemp('browser') / 'b.db'}"
     ids = [

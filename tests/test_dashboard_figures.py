@@ -11,81 +11,10 @@ import pytest
 
 from bench.cost import load_catalogue
 from bench.curves import run_curves
-from bench.metrics import parse_thresholds, summarize
-from bench.records import FAILED, OK, RequestRecord
+from bench.metrics import parse_thresholds
 from bench.store.read import get_run
-from bench.store.writer import RunWriter
 from dashboards import data, figures
-
-GPU_SPEED = {"B200-SXM": 2.5, "H100-SXM": 1.0}
-
-
-def store_sweep(
-    db: str,
-    *,
-    gpu: str = "B200-SXM",
-    gpu_count: int = 1,
-    rates: tuple[float, ...] = (1.0, 2.0, 4.0),
-    per_point: int = 40,
-    output_tokens: int = 16,
-    simulated: bool = True,
-    label: str | None = None,
-    failures: int = 0,
-    seed: int = 0,
-    slo: str = "p99_ttft_ms<=400",
-) -> str:
-    """A stored sweep whose latency grows with load, faster GPUs growing slower; its run id."""
-    rng = np.random.default_rng(seed)
-    speed = GPU_SPEED.get(gpu, 1.5)
-    writer = RunWriter(
-        db,
-        name=f"synthetic-{gpu}",
-        label=label or f"{gpu} x{gpu_count} test-model",
-        gpu_type=gpu,
-        gpu_count=gpu_count,
-        model="test-model",
-        simulated=simulated,
-        endpoint="http://127.0.0.1:1",
-        backend="vllm",
-        extra={"sweep": {"slo": [slo] if slo else []}},
-        batch_rows=5000,
-    )
-    last_summary = None
-    for lp, rate in enumerate(rates):
-        writer.start_load_point(
-            lp, label=f"point {lp + 1}: rate {rate:g} req/s", mode="poisson", target_rate=rate
-        )
-        records = []
-        for i in range(per_point):
-            intended = int(i / rate * 1e9)
-            ttft = int((40 + 25 * rate / speed + rng.exponential(10)) * 1e6)
-            tpot = int((8 + 3 * rate / speed) * 1e6)
-            first = intended + ttft
-            failed = lp == 0 and i < failures  # errors in the first point only
-            times = first + np.arange(output_tokens, dtype=np.int64) * tpot
-            records.append(
-                RequestRecord(
-                    index=i,
-                    load_point=lp,
-                    intended_ns=intended,
-                    sent_ns=intended,
-                    first_byte_ns=None if failed else first,
-                    first_token_ns=None if failed else first,
-                    end_ns=intended + 1000 if failed else int(times[-1]),
-                    chunk_times_ns=np.zeros(0, np.int64) if failed else times,
-                    prompt_tokens=128,
-                    output_tokens=0 if failed else output_tokens,
-                    http_status=500 if failed else 200,
-                    state=FAILED if failed else OK,
-                    error_kind="http_5xx" if failed else None,
-                )
-            )
-        for r in records:
-            writer.submit(r)
-        last_summary = summarize(records)
-        writer.end_load_point(lp, ended_ns=int(per_point / rate * 1e9), summary_json=last_summary)
-    writer.finish("completed", last_summary)
-    return writer.run_id
+from tests.helpers import store_sweep
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from bench.curves import compare_runs, ratio_sentence, run_curves
 from bench.frontier import throughput_at_interactivity
 from bench.metrics import parse_slo
 from bench.plan import Demand, plan_capacity
-from tests.test_dashboard_figures import store_sweep
+from tests.helpers import store_sweep
 
 SLO = "p99_ttft_ms<=150"
 

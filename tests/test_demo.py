@@ -16,6 +16,9 @@ from bench.sim.server import start_sim_server_in_thread
 from bench.sim.virtual import simulate
 from bench.workload import LengthDist, Workload
 
+# The demo, `sim run` in a subprocess and a real-time endpoint: end-to-end, tens of seconds.
+pytestmark = pytest.mark.slow
+
 
 def test_demo_stores_two_simulated_runs_and_compares_them(tmp_path, capsys):
     from bench.curves import capacity_at_slo, run_curve

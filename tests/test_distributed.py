@@ -125,9 +125,11 @@ def assert_partial_when_killed(fake_server, ray_address: str | None) -> None:
 
 # ------------------------------------------------------------------ splitting (no processes)
 
+NO_SERVER = "http://127.0.0.1:9"  # splitting a plan sends nothing
 
-def test_open_loop_split_is_an_even_thinning_of_the_schedule(fake_server):
-    p = plan(fake_server.url, 11, rate=10.0, max_concurrency=5)
+
+def test_open_loop_split_is_an_even_thinning_of_the_schedule():
+    p = plan(NO_SERVER, 11, rate=10.0, max_concurrency=5)
     shares = split_plan(p, 3)
     assert [len(s.specs) for s in shares] == [4, 4, 3]
     assert [s.max_concurrency for s in shares] == [2, 2, 1]
@@ -137,8 +139,8 @@ def test_open_loop_split_is_an_even_thinning_of_the_schedule(fake_server):
     assert len(split_plan(p, 50)) == 5  # never more workers than concurrency slots
 
 
-def test_multi_turn_sessions_stay_whole_on_one_worker(fake_server):
-    p = plan(fake_server.url, 12, rate=10.0)
+def test_multi_turn_sessions_stay_whole_on_one_worker():
+    p = plan(NO_SERVER, 12, rate=10.0)
     p.workload.turns = 3
     p.specs = p.workload.specs(12)
     p.offsets_s = np.arange(4) / 10.0
@@ -147,8 +149,8 @@ def test_multi_turn_sessions_stay_whole_on_one_worker(fake_server):
     assert all(len(t) == 3 for x in shares for t in sessions_of(x.specs))
 
 
-def test_closed_loop_split_divides_users_and_their_sessions(fake_server):
-    p = plan(fake_server.url, 30, rate=None, concurrency=3)
+def test_closed_loop_split_divides_users_and_their_sessions():
+    p = plan(NO_SERVER, 30, rate=None, concurrency=3)
     shares = split_plan(p, 2)
     assert [s.concurrency for s in shares] == [2, 1]
     assert [len(s.specs) for s in shares] == [20, 10]  # work in proportion to users
@@ -167,14 +169,17 @@ def test_without_ray_the_flag_names_the_pip_command(monkeypatch):
 # ------------------------------------------------------------------ --workers (processes)
 
 
+@pytest.mark.slow
 def test_processes_two_workers_match_one(fake_server):
     assert_matches_single(fake_server, None)
 
 
+@pytest.mark.slow
 def test_processes_killed_worker_gives_partial_run_with_its_records(fake_server):
     assert_partial_when_killed(fake_server, None)
 
 
+@pytest.mark.slow
 def test_processes_closed_loop_sends_exactly_num_prompts(fake_server):
     p = plan(fake_server.url, 40, out_len=6, rate=None, concurrency=4)
     result = run_distributed(p, workers=2, handle_sigint=False)
@@ -183,6 +188,7 @@ def test_processes_closed_loop_sends_exactly_num_prompts(fake_server):
     assert not result.partial
 
 
+@pytest.mark.slow
 def test_partial_run_is_stored_interrupted_with_worker_detail(fake_server, tmp_path, monkeypatch):
     import bench.distributed as dist
     from bench.store.read import get_run, load_records
@@ -216,14 +222,17 @@ def test_partial_run_is_stored_interrupted_with_worker_detail(fake_server, tmp_p
 # ------------------------------------------------------------------ --ray (local cluster)
 
 
+@pytest.mark.slow
 def test_ray_two_workers_match_one(fake_server, ray_cluster):
     assert_matches_single(fake_server, ray_cluster)
 
 
+@pytest.mark.slow
 def test_ray_killed_worker_gives_partial_run_with_its_records(fake_server, ray_cluster):
     assert_partial_when_killed(fake_server, ray_cluster)
 
 
+@pytest.mark.slow
 def test_ray_reports_every_worker_where_it_ran(fake_server, ray_cluster):
     result = run_distributed(
         plan(fake_server.url, 20, out_len=4, rate=50.0),
@@ -236,6 +245,7 @@ def test_ray_reports_every_worker_where_it_ran(fake_server, ray_cluster):
     assert all(w.host and w.loop_lag_p99_ms is not None for w in result.workers)
 
 
+@pytest.mark.slow
 def test_processes_stop_keeps_what_was_measured_and_is_not_partial(fake_server):
     stop = threading.Event()
 

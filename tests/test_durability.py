@@ -7,29 +7,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from bench.store import get_run, load_records
 from bench.store.engine import dispose_all
+from tests.helpers import wait_for
 
 
 @pytest.fixture
 def db(tmp_path):
     yield f"sqlite:///{tmp_path / 'd.db'}"
     dispose_all()
-
-
-def wait_for(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def stored_count(db: str) -> int:
@@ -79,6 +69,7 @@ def get_run_id(db: str) -> str:
     return list_runs(db)[0].id
 
 
+@pytest.mark.slow
 def test_full_disk_counts_exactly_and_the_fallback_imports(fake_server, tmp_path):
     """The database fills mid-run: the count of missing records is exact, and the fallback
     file, holding every record, loads with `tokenbench import`."""
@@ -147,7 +138,7 @@ def damage_a_page(path: Path) -> None:
 def test_a_page_corrupted_sqlite_file_is_refused_not_written(tmp_path):
     from bench.store import RunWriter
     from bench.store.errors import DamagedDatabaseError
-    from tests.test_dashboard_figures import store_sweep
+    from tests.helpers import store_sweep
 
     path = tmp_path / "bad.db"
     store_sweep(f"sqlite:///{path}", per_point=400)
@@ -165,7 +156,7 @@ async def test_the_service_says_a_database_is_damaged(tmp_path):
 
     from bench.store import list_runs
     from server.app import create_app
-    from tests.test_dashboard_figures import store_sweep
+    from tests.helpers import store_sweep
 
     path = tmp_path / "bad.db"
     run_id = store_sweep(f"sqlite:///{path}", per_point=400)
@@ -185,11 +176,12 @@ async def test_the_service_says_a_database_is_damaged(tmp_path):
     app.state.tb.jobs.shutdown()
 
 
+@pytest.mark.slow
 def test_a_database_on_a_read_only_filesystem_can_be_read(tmp_path):
     """Bind-mounted read-only in a private mount namespace (root only; skipped otherwise)."""
     import shutil
 
-    from tests.test_dashboard_figures import store_sweep
+    from tests.helpers import store_sweep
 
     if shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.skip("needs root and unshare to mount a read-only filesystem")

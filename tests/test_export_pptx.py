@@ -207,6 +207,7 @@ def test_nothing_leaves_its_slide(deck):
                     assert wrapped_lines(text, w, pt) * pt * 1.22 / 72 <= h + 1e-6
 
 
+@pytest.mark.slow
 def test_long_tables_split_across_slides(demo_db, tmp_path):  # noqa: F811
     db, runs, _ = demo_db
     report = build_report(runs, db, None, load_catalogue(), 1.0)
@@ -234,6 +235,7 @@ def test_cli_writes_and_rejects_bad_input(demo_db, tmp_path):  # noqa: F811
         assert "Traceback" not in res.output
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not (shutil.which("soffice") and shutil.which("pdftoppm")),
     reason="LOUD SKIP: LibreOffice/poppler not installed (apt-get install -y libreoffice-impress "
@@ -249,6 +251,7 @@ def test_deck_renders_one_png_per_slide(deck, tmp_path):
     assert len(res.stdout.split()) == len(prs.slides)
 
 
+@pytest.mark.slow
 def test_images_png_and_svg(deck, tmp_path):
     from bench.export.images import find_browser, write_images
 

@@ -227,6 +227,7 @@ def test_xlsx_derives_cost_with_formulas(report, tmp_path):
     assert {"Utilisation", "HoursPerMonth", "DemandRps", "FacilityPUE"} <= set(wb.defined_names)
 
 
+@pytest.mark.slow
 def test_xlsx_recalculates_in_libreoffice_when_a_price_changes(demo_db, tmp_path):
     from bench.plan import HOURS_PER_MONTH, Demand
 

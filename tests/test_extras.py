@@ -52,6 +52,7 @@ def test_require_names_the_extra(monkeypatch):
     assert set(EXTRAS.values()) >= {("export", "openpyxl"), ("pg", "psycopg")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "blocked, args, said",
     [
@@ -75,6 +76,7 @@ def test_exports_without_their_extra_say_which_to_install(stored_run, tmp_path, 
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_postgres_without_psycopg_says_which_extra(tmp_path):
     proc = tokenbench_without(["psycopg"], "runs", "--db", "postgresql://me@127.0.0.1:1/tb")
     assert proc.returncode == 2
@@ -82,6 +84,7 @@ def test_postgres_without_psycopg_says_which_extra(tmp_path):
     assert "Traceback" not in proc.stderr and "No module named" not in proc.stderr
 
 
+@pytest.mark.slow
 async def test_the_dashboard_download_without_the_extra_is_a_400(stored_run, monkeypatch):
     db, run = stored_run
     app = make_app(db)

@@ -7,10 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from bench.backends.openai import get_dialect
 from bench.metrics import summarize
 from bench.records import (
-    ERR_CONNECT,
     ERR_HTTP_4XX,
     ERR_HTTP_5XX,
     ERR_HTTP_429,
@@ -21,26 +19,16 @@ from bench.records import (
     ERR_STREAM_ERROR,
     ERR_TIMEOUT,
 )
-from bench.runner import RunPlan, run_blocking
+from bench.runner import run_blocking
 from bench.workload import LengthDist, Workload
+from tests.helpers import plan
+
+# Every test runs against the fake server in a subprocess; the same accounting, decoding and
+# definitions are checked without one in test_scripted_runs.py.
+pytestmark = pytest.mark.slow
+
 
 TTFT_MS, ITL_MS = 50.0, 10.0
-
-
-def plan(url: str, n: int, *, out_len: int = 16, rate: float | None = 50.0, **kw) -> RunPlan:
-    workload = Workload(seed=3, input=LengthDist(mean=32), output=LengthDist(mean=out_len))
-    offsets = None if rate is None else np.arange(n) / rate
-    defaults = dict(
-        base_url=url,
-        endpoint="/v1/completions",
-        dialect=get_dialect("vllm"),
-        model="fake-model",
-        workload=workload,
-        specs=workload.specs(n),
-        offsets_s=offsets,
-    )
-    defaults.update(kw)
-    return RunPlan(**defaults)
 
 
 def server_truth(server, log) -> list[list[float]]:
@@ -223,14 +211,6 @@ def test_poisson_schedule_is_followed(fake_server):
     sent = np.array(sorted(r.sent_ns for r in result.records)) / 1e9
     assert np.median(np.abs(sent - np.sort(rng_plan.offsets_s))) < 0.005
     assert np.abs(sent - np.sort(rng_plan.offsets_s)).max() < 0.1
-
-
-def test_unreachable_port_is_a_connect_error():
-    # Nothing listens on port 9 (discard) on loopback in the test environment.
-    result = run_blocking(plan("http://127.0.0.1:9", 3, rate=100.0), handle_sigint=False)
-    s = summarize(result.records)
-    assert s.errors == {ERR_CONNECT: 3}
-    assert "cannot connect" in result.records[0].error_message
 
 
 def test_multi_turn_sessions_send_turns_in_order(fake_server):

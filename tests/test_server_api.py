@@ -11,7 +11,7 @@ import pytest
 from bench.curves import run_curves
 from bench.store.read import get_run, list_runs
 from server.app import create_app
-from tests.test_dashboard_figures import store_sweep
+from tests.helpers import store_sweep
 
 TOKEN = "test-token-123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -208,6 +208,14 @@ async def test_allow_list_keeps_runs_on_listed_hosts(client, db):
     assert "allow-list" in allow.check("http://11.0.0.1")
     assert "allow-list" in allow.check("http://gpu-box.lab.evil.com")
     assert "allow-list" in allow.check("http://0x7f000001")  # names are never resolved
+    app.state.tb.jobs.shutdown()
+
+
+@pytest.mark.slow
+async def test_a_listed_host_gets_its_job(db):
+    """Submitting starts a job process (seconds), so this half of the allow-list is slow."""
+    body = {"kind": "run", "scenario": FAST_SCENARIO}
+    app = make_app(db, allow_hosts=["10.0.0.0/8"])
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         r = await c.post(
             "/api/jobs",
@@ -263,6 +271,7 @@ def sse_events(text: str) -> list[tuple[str, dict]]:
     return out
 
 
+@pytest.mark.slow
 async def test_background_run_and_sweep_with_progress_events(client, fake_server, db):
     body = {
         "kind": "run",
@@ -305,6 +314,7 @@ async def test_background_run_and_sweep_with_progress_events(client, fake_server
             await client.delete(f"/api/runs/{rid}", headers=AUTH)
 
 
+@pytest.mark.slow
 async def test_cancel_stops_gently_and_keeps_the_data(client, server_factory, db):
     slow = server_factory("--ttft-ms", "20", "--itl-ms", "50")
     body = {

@@ -13,7 +13,11 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 
 from server.app import create_app  # noqa: E402
-from tests.test_dashboard_figures import store_sweep  # noqa: E402
+from tests.helpers import store_sweep  # noqa: E402
+
+# Fuzzing every endpoint takes ~40 s.
+pytestmark = pytest.mark.slow
+
 
 TOKEN = "fuzz-token"
 

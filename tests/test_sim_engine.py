@@ -142,6 +142,7 @@ def test_virtual_records_shape() -> None:
     assert r1.sent_ns == 250_000_000 and r1.first_token_ns > r1.sent_ns and r1.tpot_ns is None
 
 
+@pytest.mark.slow
 def test_virtual_hour_speed() -> None:
     # an hour of 50 req/s (1k in / 256 out) is the target; here 10 minutes must take < 10 s
     import time

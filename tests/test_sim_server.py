@@ -135,6 +135,7 @@ def url_70b():
     stop()
 
 
+@pytest.mark.slow
 async def test_timing_matches_virtual_time_at_modest_concurrency(url_70b: str) -> None:
     # 16 concurrent streams: the wall-clock token timing must match the same engine in virtual
     # time, and the server must report it stayed on schedule

@@ -29,6 +29,7 @@ def db(tmp_path):
     dispose_all()
 
 
+@pytest.mark.slow
 def test_sigkill_keeps_everything_older_than_a_second(db, monkeypatch):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(

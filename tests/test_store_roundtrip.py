@@ -225,6 +225,7 @@ def test_export_raw(db, tmp_path, fmt):
         assert list(frame["chunk_gaps_ns"][3]) == records[3].itl_ns().tolist()
 
 
+@pytest.mark.slow
 def test_every_new_database_gets_its_schema_even_when_engines_are_recycled(tmp_path):
     """The schema check once remembered engines by id(); a freed engine's id, reused by a
     new engine for a new file, made that file skip its tables."""

@@ -86,6 +86,7 @@ def tokenbench(*args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_sweep_stores_load_points_and_finds_capacity(server_factory, tmp_path):
     # TTFT 30 ms, 5 ms per token: p99 TTFT stays ~30 ms at low load; inf sends all at once.
     server = server_factory("--ttft-ms", "30", "--itl-ms", "5")
@@ -128,6 +129,7 @@ def test_sweep_stores_load_points_and_finds_capacity(server_factory, tmp_path):
     assert cap.kind == "at_least" and cap.point is best and cap.value == best.output_tps_per_gpu
 
 
+@pytest.mark.slow
 def test_sweep_stop_rule_ends_early_against_failing_server(server_factory, tmp_path):
     server = server_factory("--ttft-ms", "5", "--itl-ms", "1", "--fault", "1:http_500")
     proc = tokenbench(

@@ -249,6 +249,7 @@ def test_mean_power_is_time_weighted_over_the_window():
 # ------------------------------------------------------------------ real scraping, sim endpoint
 
 
+@pytest.mark.slow
 def test_run_against_the_simulator_stores_server_samples(sim, tmp_path):
     db = f"sqlite:///{tmp_path / 't.db'}"
     result, summary, run_id = run(sim, db, TelemetryConfig(interval_s=0.2), n=60)
@@ -274,6 +275,7 @@ def test_run_against_the_simulator_stores_server_samples(sim, tmp_path):
     assert load_telemetry(run_id, db, load_point=1).empty
 
 
+@pytest.mark.slow
 def test_fake_dcgm_exporter_gives_joules_per_output_token(sim, exporter, tmp_path):
     db = f"sqlite:///{tmp_path / 'e.db'}"
     config = TelemetryConfig(scrape_metrics=False, dcgm_url=f"{exporter}/metrics", interval_s=0.2)
@@ -306,6 +308,7 @@ def test_fake_dcgm_exporter_gives_joules_per_output_token(sim, exporter, tmp_pat
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("broken", ["404", "garbage", "refused"])
 def test_broken_metrics_endpoint_only_warns(broken, sim, exporter, tmp_path, caplog):
     url = {
@@ -417,6 +420,7 @@ def tokenbench(*args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_cli_run_and_sweep_scrape_by_default(sim, exporter, tmp_path):
     db = f"sqlite:///{tmp_path / 'cli.db'}"
     common = ["--base-url", sim, "--random-input-len", "64", "--random-output-len", "16"]

@@ -89,6 +89,7 @@ def test_a_missing_or_wrong_path_says_what_to_give(tmp_path, tokenizer_dir):
     assert w.tokenizer_path and w.tokenizer.count(w.render(w.specs(1)[0])[0]) == 40
 
 
+@pytest.mark.slow
 def test_output_tokens_counted_with_the_tokenizer_when_the_server_sends_no_usage(
     server_factory, tokenizer_dir, tmp_path
 ):

@@ -18,10 +18,10 @@ from bench.backends.capture import Capture, ReadStats, arrival_times, to_record
 from bench.backends.openai import get_dialect
 from bench.backends.transport import KERNEL_STAMPS, _Connection
 from bench.metrics import summarize
-from bench.records import RequestRecord
+from bench.records import ERR_CONNECT, RequestRecord
 from bench.runner import RunPlan, execute, new_event_loop, run_blocking
 from bench.workload import LengthDist, Workload
-from tests.helpers import cpu_pressure
+from tests.helpers import cpu_pressure, plan
 
 
 def stamp(t_realtime_ns: int) -> bytes:
@@ -106,6 +106,7 @@ def test_merged_tokens_flag_the_client_only_when_reads_also_waited():
     assert unknown.client_limited
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not KERNEL_STAMPS, reason="kernel receive stamps are Linux-only")
 def test_a_busy_loop_delays_reads_but_not_their_times(server_factory, tmp_path):
     """13 ms of work every 17 ms (out of step with the 40 ms between tokens): reads wait up
@@ -228,6 +229,7 @@ def self_signed_cert(tmp_path, *, for_ip: bool) -> tuple[str, str]:
     return str(cert), str(key)
 
 
+@pytest.mark.slow
 def test_https_endpoint_streams_through_tls(tmp_path, monkeypatch, server_factory):
     cert, key = self_signed_cert(tmp_path, for_ip=True)
     server = server_factory(
@@ -251,6 +253,7 @@ def test_https_endpoint_streams_through_tls(tmp_path, monkeypatch, server_factor
     assert sys.platform != "linux" or result.late_read_share is not None  # stamped under TLS
 
 
+@pytest.mark.slow
 def test_https_with_an_untrusted_certificate_is_a_connect_error(tmp_path, server_factory):
     cert, key = self_signed_cert(tmp_path, for_ip=False)  # not trusted either
     server = server_factory("--tls-cert", cert, "--tls-key", key)
@@ -268,3 +271,11 @@ def test_https_with_an_untrusted_certificate_is_a_connect_error(tmp_path, server
     s = summarize(result.records)
     assert s.errors == {"connect_error": 2}
     assert "certificate" in result.records[0].error_message.lower()
+
+
+def test_unreachable_port_is_a_connect_error():
+    # Nothing listens on port 9 (discard) on loopback in the test environment.
+    result = run_blocking(plan("http://127.0.0.1:9", 3, rate=100.0), handle_sigint=False)
+    s = summarize(result.records)
+    assert s.errors == {ERR_CONNECT: 3}
+    assert "cannot connect" in result.records[0].error_message

@@ -41,6 +41,7 @@ def test_several_values_after_one_flag_become_one_flag_each():
         parse_metadata(["oops"])
 
 
+@pytest.mark.slow
 def test_a_vllm_command_line_writes_a_vllm_result_json(fake_server, tmp_path):
     out = tmp_path / "vllm-results"
     proc = tokenbench(
@@ -78,6 +79,7 @@ def test_a_vllm_command_line_writes_a_vllm_result_json(fake_server, tmp_path):
     assert r["tokenbench"]["run_id"] in proc.stdout
 
 
+@pytest.mark.slow
 def test_vllm_result_default_name_and_summary_only_without_save_detailed(fake_server, tmp_path):
     proc = tokenbench(
         "run", "--base-url", fake_server.url, "--num-prompts", "5", "--request-rate", "50",
@@ -111,6 +113,7 @@ def test_a_vllm_only_flag_names_our_equivalent(flag, hint):
     assert "Did you mean" not in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_concurrency_with_a_rate_caps_in_flight_requests(fake_server, tmp_path):
     out = tmp_path / "s.json"
     proc = tokenbench(
@@ -142,6 +145,7 @@ def test_concurrency_with_a_rate_caps_in_flight_requests(fake_server, tmp_path):
     assert conflict.returncode == 2 and "give one of them" in conflict.stderr
 
 
+@pytest.mark.slow
 def test_sweep_summary_json_and_fail_on(fake_server, tmp_path):
     out = tmp_path / "sweep.json"
     args = ["sweep", "--base-url", fake_server.url, "--request-rates", "20,40", "--num-prompts",
@@ -161,6 +165,7 @@ def test_sweep_summary_json_and_fail_on(fake_server, tmp_path):
     assert json.loads(out.read_text())["failed_gates"] == []
 
 
+@pytest.mark.slow
 def test_failure_examples_name_each_kind_once(server_factory, tmp_path):
     server = server_factory("--ttft-ms", "5", "--itl-ms", "1", "--fault", "3:http_500")
     out = tmp_path / "s.json"

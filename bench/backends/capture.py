@@ -28,6 +28,7 @@ from bench.records import (
     COUNT_CHUNKS,
     COUNT_TOKENIZER,
     COUNT_USAGE,
+    ERR_CANCELLED,
     ERR_CLIENT,
     ERR_HTTP_3XX,
     ERR_HTTP_4XX,
@@ -280,7 +281,7 @@ def _to_record(
     )
     rec.first_byte_ns = None if cap.first_byte_ns is None else cap.first_byte_ns - t0_ns
     if cap.cancelled:
-        rec.state, rec.error_kind, rec.error_message = CANCELLED, "cancelled", "run stopped"
+        rec.state, rec.error_kind, rec.error_message = CANCELLED, ERR_CANCELLED, "run stopped"
         return rec
     if cap.status is not None and cap.status != 200 and cap.error_kind is None:
         text = bytes(cap.body[:300]).decode("utf-8", "replace").strip()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from bench.backends.sse import SSEEvent
 from bench.records import ERR_BAD_USAGE, ERR_MALFORMED, ERR_NO_DONE, ERR_STREAM_ERROR
@@ -17,8 +18,10 @@ from bench.records import ERR_BAD_USAGE, ERR_MALFORMED, ERR_NO_DONE, ERR_STREAM_
 # context window, far below what breaks an int64 column or a sum over a run.
 MAX_USAGE_TOKENS = 100_000_000
 
-COMPLETIONS = "/v1/completions"
-CHAT = "/v1/chat/completions"
+# The streaming endpoints tokenbench drives (scenario files, the API, the simulator).
+Endpoint = Literal["/v1/completions", "/v1/chat/completions"]
+ENDPOINTS: tuple[str, ...] = get_args(Endpoint)
+COMPLETIONS, CHAT = ENDPOINTS
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
+from bench.backends.openai import ENDPOINTS
+
 
 def normalize_base_url(url: str) -> str:
     """`scheme://host:port[/prefix]` without a trailing `/` or `/v1`; raises ValueError
@@ -34,7 +36,7 @@ def normalize_base_url(url: str) -> str:
             "(give an API key with --api-key or OPENAI_API_KEY)"
         )
     path = parts.path.rstrip("/")
-    for suffix in ("/v1/completions", "/v1/chat/completions", "/v1"):
+    for suffix in (*ENDPOINTS, "/v1"):
         if path.endswith(suffix):
             path = path[: -len(suffix)]
             break

@@ -122,7 +122,7 @@ class Chart:
 
 @dataclass
 class RunFacts:
-    """What the assumptions slide says about one run (from bench.store.read.RunInfo)."""
+    """What the assumptions slide says about one run (from bench.store.RunInfo)."""
 
     run_id: str
     legend: str
@@ -255,14 +255,6 @@ METHODOLOGY: tuple[tuple[str, str], ...] = (
 )
 
 # --------------------------------------------------------------------------- building
-
-CHART_KEYS = (
-    "tput_vs_interactivity",
-    "cost_vs_interactivity",
-    "tput_vs_p99_ttft",
-    "tput_vs_p99_tpot",
-    "cost_per_tier",
-)
 
 
 def _provenance(curve: RunCurve) -> str:
@@ -1041,10 +1033,10 @@ def build_report(
 
     `slo` None means "not given": the SLO the runs were swept against is used when they
     all stored the same one. An empty sequence means no SLO (capacity = peak throughput).
-    Raises bench.store.errors.StoreError (or KeyError) for an unknown run reference and
+    Raises bench.store.StoreError (or KeyError) for an unknown run reference and
     ValueError for a bad SLO or utilisation; everything else missing goes to `missing`.
     """
-    from bench.store.read import get_run
+    from bench.store import get_run
 
     if not run_refs:
         raise ValueError("give at least one run")

@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bench.backends.openai import ENDPOINTS
 from bench.sim.engine import Engine, Seq
 from bench.sim.virtual import build_engine
 
@@ -456,7 +457,7 @@ class HTTPProtocol(asyncio.Protocol):
         if method == "GET" and path in ("/health", "/"):
             self._send(200, "OK", b"text/plain", b"ok (simulated)\n")
             return self.finish_response()
-        if path in ("/v1/completions", "/v1/chat/completions"):
+        if path in ENDPOINTS:
             if method != "POST":
                 return self._error(405, f"{path} takes POST")
             try:

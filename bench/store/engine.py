@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Engine, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError
 
 from bench.store.errors import DamagedDatabaseError, StoreError
 
@@ -154,8 +154,6 @@ def check_integrity(engine: Engine) -> None:
     """
     if engine.url.get_backend_name() != "sqlite" or engine.url.database in (None, "", ":memory:"):
         return
-    from sqlalchemy.exc import DatabaseError
-
     try:
         with engine.connect() as conn:
             problems = [str(r) for r in conn.exec_driver_sql("PRAGMA quick_check(3)").scalars()]
@@ -172,6 +170,17 @@ def damaged_message(engine: Engine, problem: str) -> str:
         f"Recover what it holds with `sqlite3 {path} .recover | sqlite3 recovered.db`, "
         "or use another --db"
     )
+
+
+def fault_message(exc: DatabaseError, db: str | Engine | None = None) -> str:
+    """What a user is told about a database fault met while reading (a damaged page, a
+    lost server): the database's name, the driver's first line, and for a damaged SQLite
+    file how to recover it. `exc` is the DatabaseError the query raised."""
+    engine = get_engine(db)
+    problem = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+    if "malformed" in problem or "not a database" in problem:
+        return damaged_message(engine, problem)
+    return f"{describe(engine)}: {problem}"
 
 
 def get_engine(db: str | Engine | None = None) -> Engine:

@@ -29,7 +29,16 @@ import numpy as np
 from sqlalchemy.engine import Engine
 
 from bench.metrics import summarize
-from bench.records import CANCELLED, COUNT_TOKENIZER, COUNT_USAGE, FAILED, OK, RequestRecord
+from bench.records import (
+    CANCELLED,
+    COUNT_TOKENIZER,
+    COUNT_USAGE,
+    ERR_CANCELLED,
+    ERR_IMPORTED,
+    FAILED,
+    OK,
+    RequestRecord,
+)
 from bench.store.writer import RunWriter
 
 FORMATS = ("vllm", "guidellm", "aiperf", "tokenbench")
@@ -228,7 +237,7 @@ def _vllm(doc: dict[str, Any], path: Path) -> dict[str, Any]:
                     intended_ns=sent - wait,
                     slot_wait_ns=wait,
                     state=FAILED,
-                    error_kind="imported_error",
+                    error_kind=ERR_IMPORTED,
                     error_message=str(error),
                     prompt_tokens=in_lens[i],
                     token_count_source=COUNT_TOKENIZER,
@@ -422,7 +431,7 @@ def _guidellm_request(req: dict, state: str, lp: int, index: int, t0: float) -> 
         cached_prompt_tokens=req.get("cached_tokens"),  # 0.8: the server's usage said so
         token_count_source=COUNT_USAGE,
         state=state,
-        error_kind=None if state == OK else ("imported_error" if state == FAILED else "cancelled"),
+        error_kind=None if state == OK else (ERR_IMPORTED if state == FAILED else ERR_CANCELLED),
         error_message=None if error is None else str(error),
     )
 
@@ -528,9 +537,7 @@ def _aiperf_records(lines: Iterable[dict]) -> list[RequestRecord]:
                 else COUNT_TOKENIZER,
                 state=state,
                 http_status=(error or {}).get("code") if isinstance(error, dict) else None,
-                error_kind=None
-                if state == OK
-                else ("cancelled" if cancelled else "imported_error"),
+                error_kind=None if state == OK else (ERR_CANCELLED if cancelled else ERR_IMPORTED),
                 error_message=None
                 if not error
                 else (error.get("message") if isinstance(error, dict) else str(error)),

@@ -416,3 +416,19 @@ def load_artifact(run_id: str, name: str, db: str | Engine | None = None) -> byt
             select(RunArtifact.data).where(RunArtifact.run_id == run_id, RunArtifact.name == name)
         ).scalar_one_or_none()
     return None if data is None else bytes(data)
+
+
+def load_artifacts(
+    run_id: str, prefix: str, db: str | Engine | None = None
+) -> list[tuple[str, bytes]]:
+    """A run's artifacts whose names start with `prefix`, as (name, data), in one query.
+
+    For artifacts kept one per load point (telemetry/lp0.json.gz, telemetry/lp1...): the
+    caller reads them all at once and orders them by what they hold.
+    """
+    engine = get_engine(db)
+    query = select(RunArtifact.name, RunArtifact.data).where(
+        RunArtifact.run_id == run_id, RunArtifact.name.startswith(prefix, autoescape=True)
+    )
+    with engine.connect() as conn:
+        return [(name, bytes(data)) for name, data in conn.execute(query).all()]

@@ -9,6 +9,7 @@ import typer
 
 from bench.cli.common import (
     _csv_floats,
+    executor_for,
     fail,
     flag_overrides,
     resolve_scenario,
@@ -180,7 +181,6 @@ def run_command(
     except ValueError as exc:
         raise fail(str(exc)) from None
 
-    from bench.cli.sweep import executor_for
     from bench.distributed import DistributedError
     from bench.session import run_and_store
     from bench.store.errors import StoreError

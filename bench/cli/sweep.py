@@ -6,6 +6,7 @@ import typer
 
 from bench.cli.common import (
     _catalogue,
+    executor_for,
     fail,
     flag_overrides,
     resolve_scenario,
@@ -172,17 +173,6 @@ def sweep_plan(
         max_error_rate=STOP_ERROR_RATE if max_error_rate is None else max_error_rate,
     )  # fmt: skip
     return plan, gates
-
-
-def executor_for(workers: int, ray: str | None):
-    """--workers N / --ray ADDRESS: the distributed executor; otherwise this process."""
-    if workers > 1 or ray is not None:
-        from bench.distributed import DistributedExecutor
-
-        return DistributedExecutor(workers=workers, ray_address=ray)
-    from bench.runner import LocalExecutor
-
-    return LocalExecutor()
 
 
 def measure_sweep(sc, plan, **kw):

@@ -77,8 +77,9 @@ def run_virtual(
 ) -> list[RequestRecord]:
     """Simulate (send offset s, input tokens, output tokens) requests; one record per request."""
     reqs = np.asarray(list(requests), dtype=float).reshape(-1, 3)
+    lengths = reqs[:, 1:].astype(np.int64)
     arrivals = [(float(off), k) for k, off in enumerate(reqs[:, 0])]
-    return _drive(engine, reqs[:, 1:].astype(np.int64), arrivals, load_point, max_steps)
+    return _records(_drive(engine, lengths, arrivals, max_steps), lengths, load_point)
 
 
 def run_virtual_closed(
@@ -96,6 +97,11 @@ def run_virtual_closed(
     output) `lengths` the moment its last request ends (plus think time), as the HTTP
     runner's closed loop does; starts are spread over ramp_up_s; no request is started
     after duration_s. One record per request sent."""
+    trace = _closed(engine, lengths, users, think_time_s, ramp_up_s, duration_s, max_steps)
+    return _records(trace, lengths, load_point)
+
+
+def _closed(engine, lengths, users, think_time_s, ramp_up_s, duration_s, max_steps) -> _Trace:
     n = len(lengths)
     first = [(u * ramp_up_s / users, u) for u in range(min(users, n))]
     upcoming = [len(first)]
@@ -107,25 +113,38 @@ def run_virtual_closed(
         upcoming[0] += 1
         return at, k
 
-    return _drive(engine, lengths, first, load_point, max_steps, then)
+    return _drive(engine, lengths, first, max_steps, then)
+
+
+@dataclass
+class _Trace:
+    """What the event loop saw: per request its send time (NaN: never sent) and emission
+    step ranges (or why it was refused), and the end time of every step."""
+
+    sent_s: np.ndarray
+    tracks: list[_Track | None]
+    refused: dict[int, str]
+    step_end: np.ndarray
+
+    def times(self, k: int) -> np.ndarray:
+        """Step indices at whose ends request k emitted its tokens (a sequence preempted
+        before its first token has a segment starting at -1: nothing emitted)."""
+        return np.concatenate([np.arange(a, b) for a, b in self.tracks[k].segments if a >= 0])
 
 
 def _drive(
     engine: Engine,
     lengths: np.ndarray,
     arrivals: list[tuple[float, int]],
-    load_point: int,
     max_steps: int,
     then: Callable[[float], tuple[float, int] | None] | None = None,
-) -> list[RequestRecord]:
+) -> _Trace:
     """The event loop of virtual time. `lengths` is (input, output) per request; `arrivals`
     (time s, request) are sent when due; `then(t)`, called when a request ends at t, may
-    give the next arrival (a closed loop's user). Returns the records of requests sent."""
+    give the next arrival (a closed loop's user)."""
     heapq.heapify(arrivals)
     n = len(lengths)
-    sent_s = np.zeros(n)
-    records: list[RequestRecord | None] = [None] * n
-    tracks: list[_Track | None] = [None] * n
+    trace = _Trace(np.full(n, np.nan), [None] * n, {}, np.zeros(0))
     step_end: list[float] = []
     t = 0.0
 
@@ -141,12 +160,12 @@ def _drive(
             t = max(t, arrivals[0][0])
         while arrivals and arrivals[0][0] <= t:
             at, k = heapq.heappop(arrivals)
-            sent_s[k] = at
-            prompt, out = int(lengths[k, 0]), int(lengths[k, 1])
+            trace.sent_s[k] = at
             try:
-                tracks[k] = engine.add_request(k, prompt, out, tag=_Track(k)).tag
+                seq = engine.add_request(k, int(lengths[k, 0]), int(lengths[k, 1]), tag=_Track(k))
+                trace.tracks[k] = seq.tag
             except ValueError as exc:
-                records[k] = _rejected(k, load_point, at, prompt, out, str(exc))
+                trace.refused[k] = str(exc)
                 ended()
         res = engine.step()
         if res is None:
@@ -166,36 +185,46 @@ def _drive(
             ended()
     else:
         raise RuntimeError(f"virtual run did not finish within {max_steps} steps")
-    times_ns = np.round(np.asarray(step_end) * 1e9).astype(np.int64)
-    for k in range(n):
-        tr = tracks[k]
-        if tr is None:
-            continue
-        chunks = np.concatenate([times_ns[a:b] for a, b in tr.segments])
-        sent = int(round(sent_s[k] * 1e9))
-        records[k] = RequestRecord(
-            index=k,
-            load_point=load_point,
-            intended_ns=sent,
-            sent_ns=sent,
-            first_byte_ns=int(chunks[0]),
-            first_token_ns=int(chunks[0]),
-            end_ns=int(chunks[-1]),
-            chunk_times_ns=chunks,
-            prompt_tokens=int(lengths[k, 0]),
-            output_tokens=len(chunks),
-            token_count_source=COUNT_TOKENIZER,
-            http_status=200,
-            expected_input_len=int(lengths[k, 0]),
-            expected_output_len=int(lengths[k, 1]),
+    trace.step_end = np.asarray(step_end)
+    return trace
+
+
+def _records(trace: _Trace, lengths: np.ndarray, load_point: int) -> list[RequestRecord]:
+    """One RequestRecord per request sent, as the HTTP runner would have measured it."""
+    times_ns = np.round(trace.step_end * 1e9).astype(np.int64)
+    records = []
+    for k in np.flatnonzero(~np.isnan(trace.sent_s)).tolist():
+        sent, prompt, out = (
+            int(round(trace.sent_s[k] * 1e9)),
+            int(lengths[k, 0]),
+            int(lengths[k, 1]),
         )
-    return [r for r in records if r is not None]
+        if k in trace.refused:
+            records.append(_rejected(k, load_point, sent, prompt, out, trace.refused[k]))
+            continue
+        chunks = times_ns[trace.times(k)]
+        records.append(
+            RequestRecord(
+                index=k,
+                load_point=load_point,
+                intended_ns=sent,
+                sent_ns=sent,
+                first_byte_ns=int(chunks[0]),
+                first_token_ns=int(chunks[0]),
+                end_ns=int(chunks[-1]),
+                chunk_times_ns=chunks,
+                prompt_tokens=prompt,
+                output_tokens=len(chunks),
+                token_count_source=COUNT_TOKENIZER,
+                http_status=200,
+                expected_input_len=prompt,
+                expected_output_len=out,
+            )  # fmt: skip
+        )
+    return records
 
 
-def _rejected(
-    k: int, load_point: int, offset: float, prompt: int, out: int, msg: str
-) -> RequestRecord:
-    sent = int(round(offset * 1e9))
+def _rejected(k: int, load_point: int, sent: int, prompt: int, out: int, msg: str) -> RequestRecord:
     return RequestRecord(
         index=k,
         load_point=load_point,
@@ -362,50 +391,24 @@ def run_closed_loop(
     n = c + max(int(rounds * c), 1)
     prompts = rng.integers(isl[0], isl[1] + 1, n)
     warm = rng.integers(1, osl + 1, c)
-    first: dict[int, float] = {}
-    sent_at: dict[int, float] = {}
-    finished: list[tuple[int, float]] = []
-    t, steps, tokens = 0.0, 0, 0
-    t_lo = t_hi = None
-    tok_lo = tok_hi = 0
-    for k in range(c):
-        engine.add_request(k, int(prompts[k]), int(warm[k]))
-        sent_at[k] = 0.0
-    started, warm_left = c, c
-    while engine.has_work():
-        steps += 1
-        if steps > max_steps:
-            raise RuntimeError(f"closed loop did not finish within {max_steps} steps")
-        res = engine.step()
-        if res is None:
-            break
-        t += res.duration_s
-        tokens += res.n_decode + len(res.first_tokens)
-        for seq in res.first_tokens:
-            first.setdefault(seq.id, t)
-        for seq in res.finished:
-            if seq.id < c:
-                warm_left -= 1
-            else:
-                finished.append((seq.id, t))
-            if started < n:
-                engine.add_request(started, int(prompts[started]), osl)
-                sent_at[started] = t
-                started += 1
-        if t_lo is None and warm_left == 0:
-            t_lo, tok_lo = t, tokens
-        if t_hi is None and started >= n:
-            t_hi, tok_hi = t, tokens
-    if t_lo is None or t_hi is None or t_hi <= t_lo:
+    lengths = np.column_stack([prompts, np.concatenate([warm, np.full(n - c, osl)])])
+    trace = _closed(engine, lengths, c, 0.0, 0.0, None, max_steps)
+    steps = [trace.times(k) for k in range(n)]  # every request is sent: n users' worth
+    i_lo = max(int(s[-1]) for s in steps[:c])  # the step that ended the warm wave
+    i_hi = int(np.searchsorted(trace.step_end, trace.sent_s.max()))  # the last send's
+    t_lo, t_hi = trace.step_end[i_lo], trace.step_end[i_hi]
+    if t_hi <= t_lo:
         raise RuntimeError("closed loop too short to measure; raise rounds")
-    out_tps = (tok_hi - tok_lo) / (t_hi - t_lo)
-    inside = [(first[k], e) for k, e in finished if sent_at[k] >= t_lo and e <= t_hi]
-    tpots = [(e - f) / max(osl - 1, 1) for f, e in inside] or [
-        (e - first[k]) / max(osl - 1, 1) for k, e in finished
+    tokens = sum(int(((s > i_lo) & (s <= i_hi)).sum()) for s in steps)
+    out_tps = tokens / (t_hi - t_lo)
+    spans = [(trace.sent_s[k], trace.step_end[s[0]], trace.step_end[s[-1]]) for k, s in
+             enumerate(steps) if k >= c]  # fmt: skip
+    inside = [(f, e) for sent, f, e in spans if sent >= t_lo and e <= t_hi] or [
+        (f, e) for _, f, e in spans
     ]
-    mean_prompt = float(np.mean(prompts[c:]))
+    tpots = [(e - f) / max(osl - 1, 1) for f, e in inside]
     return {
         "output_tps": float(out_tps),
-        "total_tps": float(out_tps * (1 + mean_prompt / osl)),
+        "total_tps": float(out_tps * (1 + float(np.mean(prompts[c:])) / osl)),
         "tpot_s": float(np.median(tpots)),
     }

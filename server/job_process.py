@@ -118,15 +118,24 @@ def _execute(plan, db_url, run_id, conn, stop_event, service_pid) -> str:  # noq
             stop_sim()
 
 
+def _executor():
+    """The executor of every job, a simulated one too (it measures the loopback endpoint
+    started for it, over HTTP in real time, as the API promises): this process's runner,
+    without signal handlers, since the service relays its stop through stop_event."""
+    from bench.runner import LocalExecutor
+
+    return LocalExecutor(handle_sigint=False)
+
+
 def _run(plan, db_url, run_id, conn, stop_event, extra) -> str:  # noqa: ANN001
-    from bench.runner import LocalExecutor, plan_from_scenario
+    from bench.runner import plan_from_scenario
     from bench.session import run_and_store
     from server.jobs import point_done
 
     sc = plan.scenario
     run_plan = plan_from_scenario(sc, base_dir=plan.base_dir, api_key=plan.api_key)
     result, summary, _ = run_and_store(
-        sc, run_plan, executor=LocalExecutor(handle_sigint=False), db_url=db_url,
+        sc, run_plan, executor=_executor(), db_url=db_url,
         show_progress=False, simulated=bool(plan.simulate), stop_event=stop_event,
         on_tick=_progress(conn), run_id=run_id, extra=extra,
     )  # fmt: skip
@@ -135,7 +144,6 @@ def _run(plan, db_url, run_id, conn, stop_event, extra) -> str:  # noqa: ANN001
 
 
 def _sweep(plan, db_url, run_id, conn, stop_event, extra) -> str:  # noqa: ANN001
-    from bench.runner import LocalExecutor
     from bench.sweep import run_sweep
     from server.jobs import point_done
 
@@ -145,7 +153,7 @@ def _sweep(plan, db_url, run_id, conn, stop_event, extra) -> str:  # noqa: ANN00
         conn.send(("point", point_done(point.index, point.spec.title, point.summary)))
 
     result = run_sweep(
-        plan.scenario, plan.sweep, executor=LocalExecutor(handle_sigint=False),
+        plan.scenario, plan.sweep, executor=_executor(),
         api_key=plan.api_key, base_dir=plan.base_dir, db=db_url, simulated=bool(plan.simulate),
         show_progress=False, on_point=on_point, stop_event=stop_event,
         on_tick=_progress(conn), run_id=run_id, extra=extra,

@@ -21,8 +21,10 @@ How the pieces fit:
 - Records: all times in a RequestRecord are durations since the worker's own t0, so records
   merge as they are. Each worker buffers them and the driver pulls them in batches every
   BATCH_S and feeds them to the sink (the store's RunWriter) as they arrive.
-- Accountability: per-worker counters, send-lag p99 and loop-lag p99 are kept and checked
-  one by one, so one slow machine cannot hide inside the merged percentiles. A worker that
+- Accountability: per-worker counters and each worker's own read statistics (loop busy
+  share, late reads, merged tokens, loop lag) are kept, and every worker is judged one by
+  one by the same rule as the merged run (bench.metrics.client_limited_reasons), so one
+  slow machine cannot hide inside the merged percentiles. A worker that
   dies mid-run is reported with its error; what it had already streamed back is kept and
   the run is marked partial, never silently short.
 
@@ -45,15 +47,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from multiprocessing import connection as mp_connection
 from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
 
+from bench.executor import StoredAs
 from bench.extras import install_hint
-from bench.metrics import CLIENT_LIMIT_LOOP_LAG_MS, CLIENT_LIMIT_SEND_LAG_MS
+from bench.metrics import client_limited_reasons
 from bench.records import RequestRecord
 from bench.runner import Progress, RunPlan, RunResult, execute, new_event_loop, sessions_of
 from bench.workload import RequestSpec
@@ -95,6 +98,12 @@ class WorkerStats:
     send_lag_p99_ms: float | None = None
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
+    # what the worker measured about its own reads (bench.runner.RunResult's fields)
+    loop_cpu_share: float | None = None
+    late_read_share: float | None = None
+    merged_token_share: float | None = None
+    # bench.metrics.client_limited_reasons of this worker's records and read statistics
+    client_limited_reasons: list[str] = field(default_factory=list)
     duration_s: float | None = None
     cpu_s: float | None = None  # the worker process's CPU time over its run (all threads)
     alive: bool = True
@@ -108,33 +117,9 @@ class WorkerStats:
             return None
         return self.cpu_s / self.duration_s
 
-    @property
-    def client_limited(self) -> bool:
-        return (self.send_lag_p99_ms or 0.0) > CLIENT_LIMIT_SEND_LAG_MS or (
-            self.loop_lag_p99_ms or 0.0
-        ) > CLIENT_LIMIT_LOOP_LAG_MS
-
     def to_json(self) -> dict[str, Any]:
-        return {
-            "worker": self.worker,
-            "host": self.host,
-            "pid": self.pid,
-            "planned_sessions": self.planned_sessions,
-            "users": self.users,
-            "sent": self.sent,
-            "completed": self.completed,
-            "failed": self.failed,
-            "records_received": self.received,
-            "first_send_ms": self.first_send_ms,
-            "send_lag_p99_ms": self.send_lag_p99_ms,
-            "loop_lag_p99_ms": self.loop_lag_p99_ms,
-            "loop_lag_max_ms": self.loop_lag_max_ms,
-            "duration_s": self.duration_s,
-            "cpu_busy": self.cpu_busy,
-            "alive": self.alive,
-            "client_limited": self.client_limited,
-            "error": self.error,
-        }
+        limited = bool(self.client_limited_reasons)
+        return {**asdict(self), "cpu_busy": self.cpu_busy, "client_limited": limited}
 
 
 @dataclass
@@ -150,7 +135,9 @@ class DistributedResult(RunResult):
 
     `interrupted` is true when the run was stopped *or* is partial, so callers that only
     know RunResult (summaries, exit codes) never present a short run as complete.
-    `loop_lag_p99_ms` is the worst worker's, since any one late loop delays its timestamps.
+    The loop lag and read statistics are the worst worker's, since any one late or busy
+    loop delays its own timestamps: the merged run's self-check then names what the worst
+    worker's own would.
     """
 
     workers: list[WorkerStats] = field(default_factory=list)
@@ -219,11 +206,7 @@ def split_plan(plan: RunPlan, workers: int) -> list[RunPlan]:
     Fewer plans come back when there is less to share than workers (fewer sessions,
     closed-loop users, or --max-concurrency slots than workers): no worker idles.
     """
-    positions, overrides = _assign(plan, workers)
-    return [
-        replace(plan, specs=[plan.specs[i] for i in pos], **ov)
-        for pos, ov in zip(positions, overrides, strict=True)
-    ]
+    return [share.unpack() for share in _shares(plan, workers)]
 
 
 _SPEC_COLUMNS = ("index", "input_len", "output_len", "session", "turn")
@@ -334,10 +317,8 @@ class _WorkerCore:
             "finished": done and not self.records,
             "error": self.error,
             "interrupted": bool(r and r.interrupted),
-            "duration_s": r.duration_s if r else None,
             "cpu_s": self.cpu_s,
-            "loop_lag_p99_ms": r.loop_lag_p99_ms if r else None,
-            "loop_lag_max_ms": r.loop_lag_max_ms if r else None,
+            **{key: getattr(r, key) if r else None for key in _SHIPPED},
         }
 
     def _run(self) -> None:
@@ -423,7 +404,7 @@ class _Driver:
         self.sink = sink
         self.on_tick = on_tick
         self.records: list[RequestRecord] = []
-        self.lags: list[list[np.ndarray]] = [[] for _ in shares]
+        self.by_worker: list[list[RequestRecord]] = [[] for _ in shares]
         self.stats = [
             WorkerStats(
                 worker=k,
@@ -445,8 +426,8 @@ class _Driver:
         st = self.stats[k]
         if records:
             self.records.extend(records)
+            self.by_worker[k].extend(records)
             st.received += len(records)
-            self.lags[k].append(np.array([r.send_lag_ns for r in records]))
             first = min(r.sent_ns for r in records) / 1e6
             st.first_send_ms = first if st.first_send_ms is None else min(first, st.first_send_ms)
             recent = self.progress.recent_ttft_ms
@@ -458,9 +439,8 @@ class _Driver:
                     self.sink(rec)
         for key in ("sent", "completed", "failed", "in_flight"):
             setattr(st, key, status[key])
-        st.loop_lag_p99_ms = status["loop_lag_p99_ms"]
-        st.loop_lag_max_ms = status["loop_lag_max_ms"]
-        st.duration_s = status["duration_s"]
+        for key in _SHIPPED:
+            setattr(st, key, status[key])
         st.cpu_s = status["cpu_s"]
         if status["error"]:
             self.died(k, status["error"])
@@ -497,9 +477,12 @@ class _Driver:
     def result(self, backend: str) -> DistributedResult:
         warnings = []
         for k, st in enumerate(self.stats):
-            lag = np.concatenate(self.lags[k]) if self.lags[k] else None
-            if lag is not None and lag.size:
-                st.send_lag_p99_ms = float(np.percentile(lag, 99) / 1e6)
+            lags = [r.send_lag_ns for r in self.by_worker[k]]
+            if lags:
+                st.send_lag_p99_ms = float(np.percentile(lags, 99) / 1e6)
+            reads = {key: getattr(st, key) for key in _READ_STATS}
+            if any(r.ok for r in self.by_worker[k]):
+                st.client_limited_reasons = client_limited_reasons(self.by_worker[k], **reads)
             where = f"worker {k} ({st.host or '?'} pid {st.pid})"
             if not st.alive:
                 warnings.append(
@@ -515,21 +498,11 @@ class _Driver:
                     f"{where}: first request {st.first_send_ms - planned_first_ms:.0f} ms after "
                     "its scheduled start: it started late (slow setup or an overloaded host)"
                 )
-            if (st.send_lag_p99_ms or 0.0) > CLIENT_LIMIT_SEND_LAG_MS:
-                warnings.append(
-                    f"{where}: send lag p99 {st.send_lag_p99_ms:.1f} ms > "
-                    f"{CLIENT_LIMIT_SEND_LAG_MS:g} ms: it could not keep to its schedule"
-                )
-            if (st.loop_lag_p99_ms or 0.0) > CLIENT_LIMIT_LOOP_LAG_MS:
-                warnings.append(
-                    f"{where}: event-loop lag p99 {st.loop_lag_p99_ms:.1f} ms > "
-                    f"{CLIENT_LIMIT_LOOP_LAG_MS:g} ms: its token timestamps may be late"
-                )
+            warnings.extend(f"{where}: {reason}" for reason in st.client_limited_reasons)
         partial = any(not st.alive for st in self.stats)
         stopped = self.stop_requested.is_set()
         self.records.sort(key=lambda r: (r.sent_ns, r.index))
-        loop_p99 = [s.loop_lag_p99_ms for s in self.stats if s.loop_lag_p99_ms is not None]
-        loop_max = [s.loop_lag_max_ms for s in self.stats if s.loop_lag_max_ms is not None]
+        worst = {key: _worst(self.stats, key) for key in _READ_STATS + ("loop_lag_max_ms",)}
         durations = [s.duration_s for s in self.stats if s.duration_s is not None]
         if not durations and self.records:  # every worker died: measure from the records
             ends = [r.end_ns or r.sent_ns for r in self.records]
@@ -538,8 +511,9 @@ class _Driver:
         return DistributedResult(
             records=self.records,
             duration_s=max(durations, default=0.0),
-            loop_lag_p99_ms=max(loop_p99, default=0.0),
-            loop_lag_max_ms=max(loop_max, default=0.0),
+            loop_lag_p99_ms=worst.pop("loop_lag_p99_ms") or 0.0,
+            loop_lag_max_ms=worst.pop("loop_lag_max_ms") or 0.0,
+            **worst,
             interrupted=stopped or partial,
             t0_ns=self.t0_ns,
             workers=self.stats,
@@ -547,6 +521,17 @@ class _Driver:
             partial=partial,
             warnings=warnings,
         )
+
+
+# What each worker measured about its own reads, shipped with its status (with the rest of
+# its RunResult's figures named in _SHIPPED); the merged run carries the worst worker's.
+_READ_STATS = ("loop_lag_p99_ms", "loop_cpu_share", "late_read_share", "merged_token_share")
+_SHIPPED = (*_READ_STATS, "loop_lag_max_ms", "duration_s")
+
+
+def _worst(stats: list[WorkerStats], key: str) -> float | None:
+    values = [getattr(s, key) for s in stats if getattr(s, key) is not None]
+    return max(values, default=None)
 
 
 @contextlib.contextmanager
@@ -804,62 +789,28 @@ def run_distributed(
         return _run_ray(driver, ray_address, stop, start_delay_s)
 
 
-def run_distributed_and_store(
-    scenario,
-    plan: RunPlan,
-    *,
-    workers: int,
-    ray_address: str | None = None,
-    db_url: str | None = None,
-    store: bool = True,
-    show_progress: bool = True,
-    simulated: bool = False,
-) -> tuple[DistributedResult, Any, str | None]:
-    """bench.session.run_and_store for a distributed run: same writer, bar and summary.
+@dataclass
+class DistributedExecutor:
+    """The Executor (bench.executor) over `workers` processes, or Ray actors when
+    `ray_address` is set (see run_distributed). The stored run says how it was measured."""
 
-    Returns (result, summary, run_id) like run_and_store. The store has no 'partial'
-    status, so a partial run (a worker died) is stored as 'interrupted'; its summary JSON
-    (run and load point) carries `partial: true` and per-worker detail under `distributed`.
-    """
-    from bench.session import RunSession, annotate, progress_bar, window_summary
+    workers: int
+    ray_address: str | None = None
+    handle_sigint: bool = True
 
-    backend = "processes" if ray_address is None else "ray"
-    session = RunSession(
-        scenario, plan, db_url=db_url, store=store, simulated=simulated,
-        show_progress=show_progress,
-        extra={"distributed": {"backend": backend, "workers": workers, "ray": ray_address}},
-    )  # fmt: skip
-    writer, load = session.writer, scenario.load
-    if writer is not None:
-        writer.start_load_point(
-            plan.load_point,
-            label=scenario.name,
-            mode="closed" if plan.offsets_s is None else load.shape,
-            target_rate=None if plan.offsets_s is None else load.request_rate,
-            concurrency=plan.concurrency or plan.max_concurrency,
-        )
-    status, summary, detail = "failed", None, None
-    try:
-        # RunSession's sink keeps every record and feeds the writer (fallback file on failure).
-        run = dict(workers=workers, ray_address=ray_address, sink=session._sink)
-        if show_progress:
-            bar, tick = progress_bar(len(plan.specs), scenario.name)
-            with bar:
-                result = run_distributed(plan, on_tick=tick, **run)
-        else:
-            result = run_distributed(plan, **run)
-        summary = window_summary(result, scenario)
-        annotate(summary, scenario, plan, None)  # fixed seed, approximate prompt lengths
-        detail = result.detail_json()
-        if writer is not None:
-            writer.end_load_point(
-                plan.load_point,
-                ended_ns=int(result.duration_s * 1e9),
-                summary_json={**summary.to_json(), **detail},
-            )
-        status = "interrupted" if result.interrupted else "completed"
-        if summary.completed == 0 and summary.failed and not result.interrupted:
-            status = "failed"  # every request failed, as bench.session.run_and_store says
-    finally:
-        session.finish(status, summary, detail)
-    return result, summary, session.run_id
+    def run(
+        self,
+        plan: RunPlan,
+        sink: Callable[[RequestRecord], None],
+        stop: threading.Event | None = None,
+        on_tick: Callable[[Progress], None] | None = None,
+    ) -> DistributedResult:
+        return run_distributed(
+            plan, workers=self.workers, ray_address=self.ray_address, sink=sink,
+            on_tick=on_tick, stop=stop, handle_sigint=self.handle_sigint,
+        )  # fmt: skip
+
+    def stored_as(self) -> StoredAs:
+        backend = "processes" if self.ray_address is None else "ray"
+        where = {"backend": backend, "workers": self.workers, "ray": self.ray_address}
+        return StoredAs(extra={"distributed": where})

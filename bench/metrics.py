@@ -473,20 +473,21 @@ def summarize(
             good &= np.isnan(values) | (values <= limit_ms * 1e6)
         goodput_rps = per_s(float(good.sum()))
 
-    waits = cols.slot_wait_ns if cols.slot_wait_ns is not None else np.zeros(cols.sent_ns.shape)
-    waits = np.nan_to_num(waits)
-    send_lag = _lag_stats(cols.sent_ns - cols.intended_ns - waits)
+    waits = np.nan_to_num(_slot_waits_ns(cols))
+    send_lag = _lag_stats(_send_lag_ns(cols))
     slot_wait = _lag_stats(waits) if waits.any() else {"p50": None, "p99": None, "max": None}
-    verdict, reasons = self_check(
-        completed=completed,
-        send_lag_p99_ms=send_lag["p99"],
-        ttft_p50_ms=metrics["ttft"].percentiles.get("p50") or _median_ms(ttft),
-        schedule_gap_p50_ms=_median_gap_ms(cols.intended_ns),
-        loop_lag_p99_ms=loop_lag_p99_ms,
-        loop_cpu_share=loop_cpu_share,
-        late_read_share=late_read_share,
-        merged_token_share=merged_token_share,
+    reasons = (
+        client_limited_reasons(
+            cols,
+            loop_lag_p99_ms=loop_lag_p99_ms,
+            loop_cpu_share=loop_cpu_share,
+            late_read_share=late_read_share,
+            merged_token_share=merged_token_share,
+        )
+        if completed
+        else []
     )
+    verdict = NOT_JUDGED if not completed else ("client-limited" if reasons else "ok")
 
     return Summary(
         completed=completed,
@@ -538,27 +539,43 @@ def _median_gap_ms(intended_ns: np.ndarray) -> float | None:
     return float(np.median(gaps) / 1e6) if gaps.size * 2 >= max(1, times.size - 1) else None
 
 
-def self_check(
+def _slot_waits_ns(cols: Columns) -> np.ndarray:
+    if cols.slot_wait_ns is None:
+        return np.zeros(cols.sent_ns.shape)
+    return cols.slot_wait_ns
+
+
+def _send_lag_ns(cols: Columns) -> np.ndarray:
+    """Actual send - intended send, less any wait for a --max-concurrency slot."""
+    return cols.sent_ns - cols.intended_ns - np.nan_to_num(_slot_waits_ns(cols))
+
+
+NOT_JUDGED = "not judged: no request completed, so there is no figure to judge"
+
+
+def client_limited_reasons(
+    records: Sequence[RequestRecord] | Columns,
     *,
-    completed: int,
-    send_lag_p99_ms: float | None,
-    ttft_p50_ms: float | None = None,
-    schedule_gap_p50_ms: float | None = None,
     loop_lag_p99_ms: float | None = None,
     loop_cpu_share: float | None = None,
     late_read_share: float | None = None,
     merged_token_share: float | None = None,
-) -> tuple[str, list[str]]:
-    """Did the client itself limit the figures? ("ok" | "client-limited" | "not judged: ...",
-    the reasons). Each rule judges what the client's lateness does to the figures measured,
-    not a fixed bar alone: a 6 ms send lag is harmless beside 1 s between requests and a
-    120 ms TTFT, and decisive beside 2 ms gaps."""
-    if completed == 0:
-        return "not judged: no request completed, so there is no figure to judge", []
+) -> list[str]:
+    """Why the client itself limited these figures ([] when it did not).
+
+    The one rule for a whole run and for one worker of a distributed run alike: the records
+    give the send lag, the schedule's spacing and the TTFT; the keyword arguments are what
+    the client measured about itself while it ran (bench.runner.RunResult's fields, which
+    each worker ships to the driver). Each rule judges what the client's lateness does to
+    the figures measured, not a fixed bar alone: a 6 ms send lag is harmless beside 1 s
+    between requests and a 120 ms TTFT, and decisive beside 2 ms gaps.
+    """
+    cols = records if isinstance(records, Columns) else Columns.from_records(records)
     reasons = []
-    lag = send_lag_p99_ms
+    lag = _lag_stats(_send_lag_ns(cols))["p99"]
     if lag is not None and lag > CLIENT_LIMIT_SEND_LAG_MS:
-        gap, ttft = schedule_gap_p50_ms, ttft_p50_ms
+        gap = _median_gap_ms(cols.intended_ns)
+        ttft = _median_ms((cols.first_token_ns - cols.sent_ns)[cols.state == OK])
         if gap is not None and lag > CLIENT_LIMIT_LAG_OF_GAP * gap:
             reasons.append(
                 f"send lag p99 {lag:.1f} ms is over {CLIENT_LIMIT_LAG_OF_GAP:.0%} of the median "
@@ -596,7 +613,7 @@ def self_check(
             f"event-loop lag p99 {loop_lag_p99_ms:.1f} ms > {CLIENT_LIMIT_LOOP_LAG_MS:g} ms: "
             "token timestamps may be late"
         )
-    return ("client-limited" if reasons else "ok"), reasons
+    return reasons
 
 
 def prompt_cache(cols: Columns) -> dict | None:

@@ -31,6 +31,7 @@ from bench.backends.capture import Capture, ReadStats, to_record
 from bench.backends.openai import CHAT, Dialect, build_body
 from bench.backends.transport import Transport, make_transport
 from bench.backends.urls import normalize_base_url
+from bench.executor import StoredAs
 from bench.records import FAILED, RequestRecord
 from bench.workload import RequestSpec, Workload
 
@@ -694,9 +695,11 @@ def run_blocking(
     on_tick: Callable[[Progress], None] | None = None,
     tick_s: float = 0.25,
     handle_sigint: bool = True,
+    stop_event: threading.Event | None = None,
 ) -> RunResult:
     """Run a plan on a fresh event loop; Ctrl-C (and SIGTERM) stop gently, keeping what
-    was measured."""
+    was measured. Setting `stop_event` from any thread (a service job's cancel) does too;
+    off the main thread, or with handle_sigint=False, no signal handler is installed."""
     progress = progress or Progress()
     signals = (signal.SIGINT, signal.SIGTERM)
 
@@ -717,11 +720,14 @@ def run_blocking(
         if signal.SIGTERM in _stopped_by:
             stop.set()  # terminated while setting up: measure nothing more
         ticker = None
-        if on_tick is not None:
+        if on_tick is not None or stop_event is not None:
 
             async def tick() -> None:
                 while True:
-                    on_tick(progress)
+                    if on_tick is not None:
+                        on_tick(progress)
+                    if stop_event is not None and stop_event.is_set():
+                        stop.set()
                     await asyncio.sleep(tick_s)
 
             ticker = asyncio.ensure_future(tick())
@@ -730,6 +736,7 @@ def run_blocking(
         finally:
             if ticker is not None:
                 ticker.cancel()
+            if on_tick is not None:
                 on_tick(progress)
             for sig, handler in previous.items():
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError, TypeError):
@@ -740,6 +747,31 @@ def run_blocking(
 
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         return runner.run(main())
+
+
+@dataclass
+class LocalExecutor:
+    """The Executor (bench.executor) of this process: run_blocking on one event loop.
+
+    handle_sigint: Ctrl-C and SIGTERM stop the point gently when run on the main thread;
+    a service job's process turns it off (it relays its own stop event instead).
+    """
+
+    handle_sigint: bool = True
+
+    def run(
+        self,
+        plan: RunPlan,
+        sink: Callable[[RequestRecord], None],
+        stop: threading.Event | None = None,
+        on_tick: Callable[[Progress], None] | None = None,
+    ) -> RunResult:
+        return run_blocking(
+            plan, sink=sink, on_tick=on_tick, stop_event=stop, handle_sigint=self.handle_sigint
+        )
+
+    def stored_as(self) -> StoredAs:
+        return StoredAs()
 
 
 def plan_from_scenario(

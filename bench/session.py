@@ -9,7 +9,6 @@ gives: nothing measured is lost.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import tempfile
 import threading
@@ -20,14 +19,14 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from bench.executor import Executor
 from bench.metrics import Columns, Summary, parse_goodput, summarize
 from bench.records import RequestRecord
+from bench.runner import LocalExecutor, RunPlan, RunResult
 from bench.runner import Progress as RunProgress
-from bench.runner import RunPlan, RunResult, execute, new_event_loop, run_blocking
 from bench.store.errors import StoreError
 from bench.telemetry import (
     Recording,
-    Scraper,
     TelemetryConfig,
     digest,
     prompt_cache,
@@ -89,7 +88,7 @@ def window_summary(
     )
 
 
-def prompts_info(scenario, plan: RunPlan) -> dict:
+def prompts_info(scenario, plan: RunPlan, exact: bool = False) -> dict:
     """What the stored run keeps about its prompts: the seed actually used (so a run with
     fresh prompts can be replayed with --seed), and whether their lengths were exact."""
     workload = plan.workload
@@ -98,21 +97,28 @@ def prompts_info(scenario, plan: RunPlan) -> dict:
         "seed_fixed": scenario.seed_fixed,
         "fresh_per_load_point": not scenario.seed_fixed,
         "tokenizer": getattr(workload, "tokenizer_path", None),
-        "lengths": prompt_lengths(plan),
+        "lengths": prompt_lengths(plan, exact),
     }
 
 
-def prompt_lengths(plan: RunPlan) -> str:
-    """'exact' (rendered with a tokenizer, or token ids), 'dataset', or 'approximate'."""
+def prompt_lengths(plan: RunPlan, exact: bool = False) -> str:
+    """'exact' (rendered with a tokenizer, or token ids, or simulated as token counts),
+    'dataset', or 'approximate'."""
     workload = plan.workload
     if workload.dataset is not None:
         return "dataset"
-    if workload.prompt_format == "token_ids" or getattr(workload, "tokenizer", None) is not None:
+    if (
+        exact
+        or workload.prompt_format == "token_ids"
+        or getattr(workload, "tokenizer", None) is not None
+    ):
         return "exact"
     return "approximate"
 
 
-def annotate(summary: Summary, scenario, plan: RunPlan, server_cache: dict | None) -> None:
+def annotate(
+    summary: Summary, scenario, plan: RunPlan, server_cache: dict | None, exact: bool = False
+) -> None:
     """Add what the reader must know to read this point's figures right: the server's own
     prompt-cache counters, a fixed seed, approximate prompt lengths."""
     if server_cache is not None:
@@ -123,7 +129,7 @@ def annotate(summary: Summary, scenario, plan: RunPlan, server_cache: dict | Non
             "with that seed (and every load point of a sweep the same ones), which a server's "
             "prefix cache can answer; leave --seed out for fresh prompts"
         )
-    if prompt_lengths(plan) == "approximate" and summary.completed:
+    if prompt_lengths(plan, exact) == "approximate" and summary.completed:
         mean = summary.total_input_tokens / summary.completed
         told = f" (the server counted {mean:,.1f} prompt tokens per request)" if mean else ""
         summary.notes.append(
@@ -132,48 +138,15 @@ def annotate(summary: Summary, scenario, plan: RunPlan, server_cache: dict | Non
         )
 
 
-def run_stoppable(
-    plan: RunPlan,
-    *,
-    sink: Callable[[RequestRecord], None] | None = None,
-    on_tick: Callable[[RunProgress], None] | None = None,
-    stop_event: threading.Event | None = None,
-    tick_s: float = 0.25,
-) -> RunResult:
-    """run_blocking for a worker thread (the service's background runs): no signal handler;
-    setting `stop_event` from any thread stops the point gently, keeping what was measured."""
-    progress = RunProgress()
-
-    async def main() -> RunResult:
-        stop = asyncio.Event()
-
-        async def watch() -> None:
-            while True:
-                if on_tick is not None:
-                    on_tick(progress)
-                if stop_event is not None and stop_event.is_set():
-                    stop.set()
-                await asyncio.sleep(tick_s)
-
-        watcher = asyncio.ensure_future(watch())
-        try:
-            return await execute(plan, sink=sink, progress=progress, stop=stop)
-        finally:
-            watcher.cancel()
-            if on_tick is not None:
-                on_tick(progress)
-
-    with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        return runner.run(main())
-
-
 class RunSession:
     """A run in the database (or not, with store=False) that load points are added to.
 
-    `stop_event` and `on_tick` are for runs started off the main thread (server/jobs.py):
-    the event stops the current point like Ctrl-C does, `on_tick` sees live counters.
+    Each point's records come from `executor` (bench.executor: local by default, or
+    distributed, or virtual time); everything else is done here, the same for each.
+    `stop_event` stops the current point like Ctrl-C does (the service's jobs set it from
+    another thread), `on_tick` sees live counters instead of the progress bar.
     `telemetry` scrapes the server's /metrics (and GPU power) around each point
-    (bench/telemetry.py); None scrapes nothing.
+    (bench.telemetry); None scrapes nothing.
     """
 
     def __init__(
@@ -181,6 +154,7 @@ class RunSession:
         scenario,
         plan: RunPlan,
         *,
+        executor: Executor | None = None,
         db_url: str | None = None,
         store: bool = True,
         simulated: bool = False,
@@ -191,8 +165,10 @@ class RunSession:
         telemetry: TelemetryConfig | None = None,
         run_id: str | None = None,
     ) -> None:
+        self.executor = executor or LocalExecutor()
+        where = self.executor.stored_as()
         self.scenario = scenario
-        self.telemetry = telemetry
+        self.telemetry = telemetry if where.scrapes else None
         self.telemetry_warnings: list[str] = []
         self.show_progress = show_progress
         self.stop_event = stop_event
@@ -200,13 +176,37 @@ class RunSession:
         self.errors: list[StoreError] = []
         self.kept: list[RequestRecord] = []
         self.load_points: list[dict] = []  # what the fallback file needs to rebuild the run
+        self.exact_lengths = where.exact_lengths
+        extra = {
+            **(extra or {}),
+            **where.extra,
+            "prompts": prompts_info(scenario, plan, where.exact_lengths),
+        }
+        hw = where.sim
+        if hw is None and store and not simulated:  # a `sim serve` endpoint?
+            from bench.sim.detect import detect_simulated
+
+            hw = detect_simulated(plan.base_url, plan.api_key)
+            if hw is not None and show_progress:
+                Console(stderr=True).print(
+                    f"[yellow]{plan.base_url} is a tokenbench simulator "
+                    f"({hw.get('gpu_count')}x {hw.get('gpu')}): the run is stored as "
+                    "simulated, on the simulated GPUs"
+                )
+        if hw is not None:  # stored simulated, on its GPUs
+            simulated = True
+            extra["sim"] = hw
+            # the caller prices and labels from the scenario: make it say what was run
+            scenario.gpu.type = hw.get("gpu") or scenario.gpu.type
+            scenario.gpu.count = hw.get("gpu_count") or scenario.gpu.count
+        self.simulated = simulated
         self.meta = {
             "name": scenario.name,
             "label": scenario.label,
             "scenario": scenario.model_dump(mode="json"),
-            "endpoint": plan.base_url,
-            "backend": plan.dialect.name,
-            "model": plan.model,
+            "endpoint": where.endpoint or plan.base_url,
+            "backend": where.backend or plan.dialect.name,
+            "model": plan.model or (hw or {}).get("model") or "",
             "gpu_type": scenario.gpu.type,
             "gpu_count": scenario.gpu.count,
             "simulated": simulated,
@@ -214,41 +214,11 @@ class RunSession:
         }
         self.secrets = [plan.api_key]
         self.writer = None
-        extra = {**(extra or {}), "prompts": prompts_info(scenario, plan)}
-        gpu_type, gpu_count = scenario.gpu.type, scenario.gpu.count
-        if store and not simulated:  # a `sim serve` endpoint: store simulated, on its GPUs
-            from bench.sim.detect import detect_simulated
-
-            hw = detect_simulated(plan.base_url, plan.api_key)
-            if hw is not None:
-                simulated = True
-                gpu_type, gpu_count = hw.get("gpu") or gpu_type, hw.get("gpu_count") or gpu_count
-                extra = {**(extra or {}), "sim": hw}
-                # the caller prices and labels from the scenario: make it say what was run
-                scenario.gpu.type, scenario.gpu.count = gpu_type, gpu_count
-                if show_progress:
-                    Console(stderr=True).print(
-                        f"[yellow]{plan.base_url} is a tokenbench simulator ({gpu_count}x "
-                        f"{gpu_type}): the run is stored as simulated, on the simulated GPUs"
-                    )
-        self.simulated = simulated
         if store:
             from bench.store.writer import RunWriter
 
             self.writer = RunWriter(
-                db_url or None,
-                name=scenario.name,
-                label=scenario.label,
-                scenario=scenario.model_dump(mode="json"),
-                endpoint=plan.base_url,
-                backend=plan.dialect.name,
-                model=plan.model,
-                gpu_type=gpu_type,
-                gpu_count=gpu_count,
-                simulated=simulated,
-                secrets=[plan.api_key],
-                extra=extra,
-                run_id=run_id,
+                db_url or None, **self.meta, secrets=self.secrets, run_id=run_id
             )
 
     @property
@@ -277,40 +247,17 @@ class RunSession:
         params: dict | None = None,
     ) -> tuple[RunResult, Summary]:
         """Run one load point to its end, store it, and summarise its measured window."""
-        point_meta = {
-            "load_point": plan.load_point,
-            "label": title,
-            "mode": mode,
-            "target_rate": target_rate,
-            "concurrency": concurrency,
-            "warmup_s": warmup_s,
-            "cooldown_s": cooldown_s,
-            "params": params,
-        }
-        self.load_points.append(point_meta)
+        point = dict(label=title, mode=mode, target_rate=target_rate, concurrency=concurrency,
+                     warmup_s=warmup_s, cooldown_s=cooldown_s, params=params)  # fmt: skip
+        point_meta = {"load_point": plan.load_point, **point}
+        self.load_points.append(point_meta)  # what the fallback file needs
         if self.writer is not None:
-            self.writer.start_load_point(
-                plan.load_point,
-                label=title,
-                mode=mode,
-                target_rate=target_rate,
-                concurrency=concurrency,
-                warmup_s=warmup_s,
-                cooldown_s=cooldown_s,
-                params=params,
-            )
-        scraper = self.start_telemetry(plan)
+            self.writer.start_load_point(plan.load_point, **point)
+        scraper = None
+        if self.telemetry is not None:  # scraped on the records' clock, around the point
+            scraper = start_scraper(self.telemetry, plan.base_url, self._telemetry_warning)
         try:
-            if self.stop_event is not None or self.on_tick is not None:
-                result = run_stoppable(
-                    plan, sink=self._sink, on_tick=self.on_tick, stop_event=self.stop_event
-                )
-            elif self.show_progress:
-                bar, tick = progress_bar(len(plan.specs), title or self.scenario.name)
-                with bar:
-                    result = run_blocking(plan, sink=self._sink, on_tick=tick)
-            else:
-                result = run_blocking(plan, sink=self._sink)
+            result = self._execute(plan, title or self.scenario.name)
         finally:
             recording = scraper.stop() if scraper is not None else None
         summary = window_summary(result, self.scenario, warmup_s=warmup_s, cooldown_s=cooldown_s)
@@ -319,14 +266,22 @@ class RunSession:
         if recording is not None:
             server_cache = prompt_cache(recording_frame(recording, result.t0_ns))
             self.keep_telemetry(plan.load_point, recording, result.t0_ns, result.duration_s)
-        annotate(summary, self.scenario, plan, server_cache)
+        annotate(summary, self.scenario, plan, server_cache, self.exact_lengths)
         if self.writer is not None:
             self.writer.end_load_point(
                 plan.load_point,
                 ended_ns=int(result.duration_s * 1e9),
-                summary_json=summary.to_json(),
+                summary_json={**summary.to_json(), **result_detail(result)},
             )
         return result, summary
+
+    def _execute(self, plan: RunPlan, title: str) -> RunResult:
+        """The executor's run, with the progress bar unless someone else watches the ticks."""
+        if self.on_tick is None and self.show_progress:
+            bar, tick = progress_bar(len(plan.specs), title)
+            with bar:
+                return self.executor.run(plan, self._sink, self.stop_event, tick)
+        return self.executor.run(plan, self._sink, self.stop_event, self.on_tick)
 
     def _telemetry_warning(self, message: str) -> None:
         """Each distinct telemetry problem is said once per session, never fails the run."""
@@ -343,13 +298,6 @@ class RunSession:
             import logging
 
             logging.getLogger("tokenbench.telemetry").warning(message)
-
-    def start_telemetry(self, plan: RunPlan) -> Scraper | None:
-        """A started bench.telemetry.Scraper for this point, or None; stop() it when the
-        point ends and hand its Recording to keep_telemetry (distributed runs can too)."""
-        if self.telemetry is None:
-            return None
-        return start_scraper(self.telemetry, plan.base_url, self._telemetry_warning)
 
     def keep_telemetry(
         self, load_point: int, recording: Recording, t0_ns: int, duration_s: float
@@ -394,10 +342,18 @@ class RunSession:
             )
 
 
+def result_detail(result: RunResult) -> dict:
+    """What an executor's result adds to a point's stored summary JSON (a distributed run:
+    `partial` and per-worker detail); nothing for a local one."""
+    detail = getattr(result, "detail_json", None)
+    return detail() if detail is not None else {}
+
+
 def run_and_store(
     scenario,
     plan: RunPlan,
     *,
+    executor: Executor | None = None,
     db_url: str | None = None,
     store: bool = True,
     show_progress: bool = True,
@@ -411,21 +367,15 @@ def run_and_store(
     """`tokenbench run`: one load point, stored unless store=False. Returns the run id.
 
     `run_id` names the stored run in advance (the service's jobs: a run being written can
-    then never be deleted); `extra` is stored with the run (where it was measured).
+    then never be deleted); `extra` is stored with the run (where it was measured). The
+    store has no 'partial' status: a distributed run whose worker died is 'interrupted',
+    and its summary JSON says `partial: true` (bench.distributed).
     """
     session = RunSession(
-        scenario,
-        plan,
-        db_url=db_url,
-        store=store,
-        simulated=simulated,
-        show_progress=show_progress,
-        stop_event=stop_event,
-        on_tick=on_tick,
-        telemetry=telemetry,
-        run_id=run_id,
-        extra=extra,
-    )
+        scenario, plan, executor=executor, db_url=db_url, store=store, simulated=simulated,
+        show_progress=show_progress, stop_event=stop_event, on_tick=on_tick,
+        telemetry=telemetry, run_id=run_id, extra=extra,
+    )  # fmt: skip
     load = scenario.load
     status, summary, extra = "failed", None, None
     try:
@@ -439,7 +389,7 @@ def run_and_store(
         status = "interrupted" if result.interrupted else "completed"
         if summary.completed == 0 and summary.failed and not result.interrupted:
             status = "failed"  # every request failed: no figure here measures the server
-        extra = {"served_models": result.served_models}
+        extra = {"served_models": result.served_models, **result_detail(result)}
     finally:
         session.finish(status, summary, extra)
     return result, summary, session.run_id

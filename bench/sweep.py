@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from bench.curves import Capacity, CurvePoint, capacity_at_slo, point_from_summary
 from bench.metrics import Summary, Threshold, meets_slo
@@ -169,48 +170,32 @@ def stop_reason(summary: Summary, slo: Sequence[Threshold], max_error_rate: floa
 
 
 class Sweep:
-    """Runs points through a RunSession (bench.session) and keeps their results."""
+    """Runs a SweepPlan's points through a RunSession (bench.session) and keeps their results.
+
+    The session's executor (local, distributed or virtual time) measures each point; the
+    grid, auto sweep, SLO search, stop rules and conclusions here are the same for all.
+    """
 
     def __init__(
         self,
         scenario,
         session,
-        *,
-        base_dir=None,
-        api_key: str | None = None,
-        transport: str = "raw",
-        point_duration_s: float | None = None,
-        warmup_s: float = 0.0,
-        cooldown_s: float = 0.0,
-        slo: Sequence[Threshold] = (),
-        max_error_rate: float = STOP_ERROR_RATE,
+        plan: SweepPlan,
+        plan_for: Callable[..., RunPlan] = plan_from_scenario,
         on_point: Callable[[PointResult, int | None], None] | None = None,
-        stop_event=None,
     ) -> None:
+        """`plan_for(scenario, load_point=i)` resolves one point's scenario into its plan."""
         self.scenario = scenario
-        self.stop_event = stop_event
         self.session = session
-        self.base_dir = base_dir
-        self.api_key = api_key
-        self.transport = transport
-        self.point_duration_s = point_duration_s
-        self.warmup_s = warmup_s
-        self.cooldown_s = cooldown_s
-        self.slo = list(slo)
-        self.max_error_rate = max_error_rate
+        self.sweep_plan = plan
+        self.slo = list(plan.thresholds)
+        self.plan_for = plan_for
         self.on_point = on_point
         self.result = SweepResult(run_id=session.run_id)
 
     def plan(self, spec: PointSpec) -> tuple[object, RunPlan]:
-        sc = scenario_at(self.scenario, spec, point_duration_s=self.point_duration_s)
-        plan = plan_from_scenario(
-            sc,
-            base_dir=self.base_dir,
-            api_key=self.api_key,
-            transport=self.transport,
-            load_point=len(self.result.points),
-        )
-        return sc, plan
+        sc = scenario_at(self.scenario, spec, point_duration_s=self.sweep_plan.point_duration_s)
+        return sc, self.plan_for(sc, load_point=len(self.result.points))
 
     def measure(
         self, spec: PointSpec, role: str = "grid", remaining: int | None = None
@@ -223,8 +208,8 @@ class Sweep:
             mode="closed" if spec.kind == "concurrency" else sc.load.shape,
             target_rate=spec.value if spec.kind == "rate" else None,
             concurrency=int(spec.value) if spec.kind == "concurrency" else sc.load.max_concurrency,
-            warmup_s=self.warmup_s,
-            cooldown_s=self.cooldown_s,
+            warmup_s=self.sweep_plan.warmup_s,
+            cooldown_s=self.sweep_plan.cooldown_s,
             params={"role": role, "kind": spec.kind, "value": spec.value},
         )
         point = PointResult(
@@ -242,7 +227,7 @@ class Sweep:
             point = self.measure(spec, remaining=len(specs) - i - 1)
             if self.result.interrupted:
                 return
-            reason = stop_reason(point.summary, self.slo, self.max_error_rate)
+            reason = stop_reason(point.summary, self.slo, self.sweep_plan.max_error_rate)
             if reason and i < len(specs) - 1:
                 self.result.stopped_early = f"stopped after {spec.title}: {reason}"
                 return
@@ -356,10 +341,6 @@ def _curve_point(p: PointResult, gpus: int) -> CurvePoint:
     return point
 
 
-class SweepStopped(Exception):
-    """Raised between points once the sweep's stop event is set (a cancel or Ctrl-C)."""
-
-
 @dataclass
 class SweepPlan:
     """What to measure: a grid of points or an auto sweep, the SLO and each point's windows."""
@@ -408,6 +389,7 @@ def run_sweep(
     scenario,
     plan: SweepPlan,
     *,
+    executor=None,
     api_key: str | None = None,
     transport: str = "raw",
     base_dir=None,
@@ -423,12 +405,14 @@ def run_sweep(
     run_id: str | None = None,
     extra: dict | None = None,
 ) -> SweepResult:
-    """A whole sweep in one stored run: the CLI's `sweep`, the demo and the service call this.
+    """A whole sweep in one stored run: the CLI's `sweep` and `sim run`, the demo and the
+    service call this, each choosing an executor (bench.executor; local by default).
 
     Simulated endpoints serve /metrics, so a simulated sweep scrapes them unless told
-    otherwise. Setting `stop_event` (a threading.Event) stops the point in flight and the
-    sweep, keeping what was measured (status interrupted). Raises ValueError for a plan that
-    cannot run and bench.store.errors.StoreError when the database fails.
+    otherwise (virtual time has no endpoint: it scrapes nothing). Setting `stop_event` (a
+    threading.Event) stops the point in flight and the sweep, keeping what was measured
+    (status interrupted). Raises ValueError for a plan that cannot run and
+    bench.store.errors.StoreError when the database fails.
     """
     from bench.session import RunSession
 
@@ -436,58 +420,27 @@ def run_sweep(
         from bench.telemetry import TelemetryConfig
 
         telemetry = TelemetryConfig()
-    first = (
-        scenario_at(scenario, plan.specs[0], point_duration_s=plan.point_duration_s)
-        if plan.specs
-        else scenario
-    )
-    plan0 = plan_from_scenario(first, base_dir=base_dir, api_key=api_key, transport=transport)
+    plan_for = partial(plan_from_scenario, base_dir=base_dir, api_key=api_key, transport=transport)
+    first = scenario  # the stored run is described by its first point's plan
+    if plan.specs:
+        first = scenario_at(scenario, plan.specs[0], point_duration_s=plan.point_duration_s)
+    windows = {"warmup_s": plan.warmup_s, "cooldown_s": plan.cooldown_s}
     session = RunSession(
-        scenario,
-        plan0,
-        db_url=db,
-        store=store,
-        simulated=simulated,
-        show_progress=show_progress,
-        extra={
-            **(extra or {}),
-            "sweep": {
-                "slo": [str(t) for t in plan.thresholds],
-                "warmup_s": plan.warmup_s,
-                "cooldown_s": plan.cooldown_s,
-            },
-        },
-        telemetry=telemetry,
-        stop_event=stop_event,
-        on_tick=on_tick,
-        run_id=run_id,
-    )
+        scenario, plan_for(first), executor=executor, db_url=db, store=store,
+        simulated=simulated, show_progress=show_progress, telemetry=telemetry,
+        stop_event=stop_event, on_tick=on_tick, run_id=run_id,
+        extra={**(extra or {}), "sweep": {"slo": [str(t) for t in plan.thresholds], **windows}},
+    )  # fmt: skip
     if on_start is not None:
         on_start(session.run_id)
-    sweep = Sweep(
-        scenario,
-        session,
-        base_dir=base_dir,
-        api_key=api_key,
-        transport=transport,
-        point_duration_s=plan.point_duration_s,
-        warmup_s=plan.warmup_s,
-        cooldown_s=plan.cooldown_s,
-        slo=plan.thresholds,
-        max_error_rate=plan.max_error_rate,
-        on_point=on_point,
-        stop_event=stop_event,
-    )
+    sweep = Sweep(scenario, session, plan, plan_for, on_point)
     status = "failed"
     try:
-        try:
-            if plan.auto is not None:
-                sweep.auto(plan.auto)
-            else:
-                sweep.grid(plan.specs)
-            sweep.slo_search(plan.slo_iterations)
-        except SweepStopped:
-            sweep.result.interrupted = True
+        if plan.auto is not None:
+            sweep.auto(plan.auto)
+        else:
+            sweep.grid(plan.specs)
+        sweep.slo_search(plan.slo_iterations)
         result = sweep.conclude()
         status = "interrupted" if result.interrupted else "completed"
     finally:

@@ -591,7 +591,7 @@ def build_plan(body: JobIn, state) -> JobPlan:
     Everything that can be wrong is found here, so a bad job is a 4xx now, not a failure later.
     """
     from bench.runner import UnreachableError, check_reachable, plan_from_scenario
-    from bench.sweep import PointSpec, scenario_at
+    from bench.sweep import PointSpec, SweepPlan, scenario_at
 
     base_dir = None
     if body.scenario_name is not None:
@@ -650,22 +650,24 @@ def build_plan(body: JobIn, state) -> JobPlan:
     )
     if body.sweep is not None:
         s = body.sweep
-        plan.thresholds = thresholds(s.slo, ["body", "sweep", "slo"])
+        slo = thresholds(s.slo, ["body", "sweep", "slo"])
         if s.request_rates:
-            plan.specs = [PointSpec("rate", float(v)) for v in s.request_rates]
-        elif s.concurrency:
-            plan.specs = [PointSpec("concurrency", int(v)) for v in s.concurrency]
-        plan.auto = s.auto
-        plan.slo_iterations = s.slo_iterations if plan.thresholds else 0
-        plan.point_duration_s = s.point_duration_s
-        plan.warmup_s, plan.cooldown_s = s.warmup_s, s.cooldown_s
-        plan.max_error_rate = s.max_error_rate
+            specs = [PointSpec("rate", float(v)) for v in s.request_rates]
+        else:
+            specs = [PointSpec("concurrency", int(v)) for v in s.concurrency or ()]
+        plan.sweep = SweepPlan(
+            specs=specs, auto=s.auto, thresholds=slo, slo_iterations=s.slo_iterations if slo else 0,
+            point_duration_s=s.point_duration_s, warmup_s=s.warmup_s, cooldown_s=s.cooldown_s,
+            max_error_rate=s.max_error_rate,
+        )  # fmt: skip
     # Resolve the (first) point's plan now: a dataset path or load shape that cannot work
     # is the caller's to fix, so it is a 422 rather than a failed job.
     probe = sc.model_copy(deep=True)
     probe.target.base_url = probe.target.base_url or "http://127.0.0.1:9"
-    if plan.specs:
-        probe = scenario_at(probe, plan.specs[0], point_duration_s=plan.point_duration_s)
+    if plan.sweep.specs:
+        probe = scenario_at(
+            probe, plan.sweep.specs[0], point_duration_s=plan.sweep.point_duration_s
+        )
     try:
         plan_from_scenario(probe, base_dir=base_dir)
     except (ScenarioError, ValueError, OSError) as exc:

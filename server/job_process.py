@@ -118,6 +118,15 @@ def _execute(plan, db_url, run_id, conn, stop_event, service_pid) -> str:  # noq
             stop_sim()
 
 
+def _executor():
+    """The executor of every job, a simulated one too (it measures the loopback endpoint
+    started for it, over HTTP in real time, as the API promises): this process's runner,
+    without signal handlers, since the service relays its stop through stop_event."""
+    from bench.runner import LocalExecutor
+
+    return LocalExecutor(handle_sigint=False)
+
+
 def _run(plan, db_url, run_id, conn, stop_event, extra) -> str:  # noqa: ANN001
     from bench.runner import plan_from_scenario
     from bench.session import run_and_store
@@ -126,51 +135,27 @@ def _run(plan, db_url, run_id, conn, stop_event, extra) -> str:  # noqa: ANN001
     sc = plan.scenario
     run_plan = plan_from_scenario(sc, base_dir=plan.base_dir, api_key=plan.api_key)
     result, summary, _ = run_and_store(
-        sc,
-        run_plan,
-        db_url=db_url,
-        show_progress=False,
-        simulated=bool(plan.simulate),
-        stop_event=stop_event,
-        on_tick=_progress(conn),
-        run_id=run_id,
-        extra=extra,
-    )
+        sc, run_plan, executor=_executor(), db_url=db_url,
+        show_progress=False, simulated=bool(plan.simulate), stop_event=stop_event,
+        on_tick=_progress(conn), run_id=run_id, extra=extra,
+    )  # fmt: skip
     conn.send(("point", point_done(0, sc.name, summary)))
     return "interrupted" if result.interrupted else "completed"
 
 
 def _sweep(plan, db_url, run_id, conn, stop_event, extra) -> str:  # noqa: ANN001
-    from bench.sweep import SweepPlan, run_sweep
+    from bench.sweep import run_sweep
     from server.jobs import point_done
 
-    sweep_plan = SweepPlan(
-        specs=list(plan.specs),
-        auto=plan.auto,
-        thresholds=list(plan.thresholds),
-        slo_iterations=plan.slo_iterations,
-        point_duration_s=plan.point_duration_s,
-        warmup_s=plan.warmup_s,
-        cooldown_s=plan.cooldown_s,
-        max_error_rate=plan.max_error_rate,
-    )
-    conn.send(("planned", sweep_plan.planned_points()))
+    conn.send(("planned", plan.sweep.planned_points()))
 
     def on_point(point, remaining) -> None:  # noqa: ANN001
         conn.send(("point", point_done(point.index, point.spec.title, point.summary)))
 
     result = run_sweep(
-        plan.scenario,
-        sweep_plan,
-        api_key=plan.api_key,
-        base_dir=plan.base_dir,
-        db=db_url,
-        simulated=bool(plan.simulate),
-        show_progress=False,
-        on_point=on_point,
-        stop_event=stop_event,
-        on_tick=_progress(conn),
-        run_id=run_id,
-        extra=extra,
-    )
+        plan.scenario, plan.sweep, executor=_executor(),
+        api_key=plan.api_key, base_dir=plan.base_dir, db=db_url, simulated=bool(plan.simulate),
+        show_progress=False, on_point=on_point, stop_event=stop_event,
+        on_tick=_progress(conn), run_id=run_id, extra=extra,
+    )  # fmt: skip
     return "interrupted" if result.interrupted else "completed"

@@ -5,9 +5,10 @@ machine would limit each other and both results would be wrong. Each job measure
 process of its own (server/job_process.py), so the service's own work (API readers, pages)
 cannot skew its timings; the worker thread here only relays its progress. A job runs
 through the same library calls as the CLI (bench.session.run_and_store for a run,
-bench.sweep.run_sweep for a sweep), so it is stored and summarised exactly like a run
-started from a terminal, and its run id is chosen at submission. Cancelling sets an event
-the process relays to the runner (RunSession's stop_event): the point in flight stops like
+bench.sweep.run_sweep for a sweep, over the local executor), so it is stored and summarised
+exactly like a run started from a terminal, and its run id is chosen at submission.
+Cancelling sets an event the process relays to the executor (RunSession's stop_event):
+the point in flight stops like
 Ctrl-C, what it measured is kept, and the run is stored as interrupted.
 """
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from bench.runner import Progress as RunProgress
 from bench.session import live_p99
 from bench.store.redact import Redactor, strip_url
+from bench.sweep import SweepPlan
 from server.models import JobOut, PointDone, ProgressOut
 
 SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
@@ -48,14 +50,7 @@ class JobPlan:
     scenario: object  # bench.scenario.Scenario with target, gpu and label resolved
     base_dir: Path | None
     simulate: dict | None = None  # {gpu, model, precision, tp} for a simulated endpoint
-    specs: list = field(default_factory=list)  # bench.sweep.PointSpec for a grid sweep
-    auto: int | None = None
-    thresholds: list = field(default_factory=list)
-    slo_iterations: int = 0
-    point_duration_s: float | None = None
-    warmup_s: float = 0.0
-    cooldown_s: float = 0.0
-    max_error_rate: float = 0.5
+    sweep: SweepPlan = field(default_factory=SweepPlan)  # a sweep's points, SLO and windows
     api_key: str | None = None
 
 

@@ -19,6 +19,7 @@ from bench.cost import CostRow, TierKind
 from bench.curves import Capacity, CurvePoint, Ratio, RunComparison, RunCurve
 from bench.plan import Demand, Plan, Recommendation, SystemPlan
 from bench.store import LoadPointInfo, RunInfo
+from bench.sweep import STOP_ERROR_RATE
 
 
 def _finite(v: float | None) -> float | None:
@@ -497,7 +498,7 @@ class SweepIn(Strict):
     slo_iterations: int = Field(default=0, ge=0, le=8)
     warmup_s: float = Field(default=0.0, ge=0, le=600)
     cooldown_s: float = Field(default=0.0, ge=0, le=600)
-    max_error_rate: float = Field(default=0.5, gt=0, le=1)
+    max_error_rate: float = Field(default=STOP_ERROR_RATE, gt=0, le=1)
 
     @model_validator(mode="after")
     def _one_mode(self) -> SweepIn:

@@ -33,7 +33,7 @@ from bench.metrics import (
 )
 from bench.plan import Demand, plan_capacity
 from bench.scenario import parse_scenario
-from bench.sweep import PointSpec, Sweep, knee
+from bench.sweep import PointSpec, Sweep, SweepPlan, knee
 
 SLO = parse_slo("p99_ttft_ms<=2000,p99_tpot_ms<=50")
 
@@ -272,7 +272,7 @@ def _sweep(session) -> Sweep:
         "target: {base_url: 'http://127.0.0.1:9'}\n"
         "load: {shape: poisson, request_rate: 1, num_prompts: 5}\n"
     )
-    return Sweep(sc, session, slo=parse_slo("p99_ttft_ms<=1000"))
+    return Sweep(sc, session, SweepPlan(thresholds=parse_slo("p99_ttft_ms<=1000")))
 
 
 def test_slo_search_extends_until_a_load_fails_then_bisects():

@@ -19,15 +19,16 @@ import pytest
 
 from bench.distributed import (
     DistributedError,
+    DistributedExecutor,
     DistributedProgress,
     require_ray,
     run_distributed,
-    run_distributed_and_store,
     split_plan,
 )
 from bench.metrics import summarize
 from bench.runner import plan_from_scenario, run_blocking, sessions_of
 from bench.scenario import Scenario
+from bench.session import run_and_store
 from tests.helpers import cpu_pressure
 from tests.test_runner import plan
 
@@ -207,8 +208,8 @@ def test_partial_run_is_stored_interrupted_with_worker_detail(fake_server, tmp_p
         dist, "run_distributed", lambda plan, **kw: real(plan, **{**kw, "on_tick": tick})
     )
     db = f"sqlite:///{tmp_path / 'runs.db'}"
-    result, summary, run_id = run_distributed_and_store(
-        sc, p, workers=2, db_url=db, show_progress=False
+    result, summary, run_id = run_and_store(
+        sc, p, executor=DistributedExecutor(workers=2), db_url=db, show_progress=False
     )
     assert killed and result.partial and summary.interrupted
     info = get_run(run_id, db)

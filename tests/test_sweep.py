@@ -22,7 +22,16 @@ from bench.curves import (
 )
 from bench.metrics import Summary, parse_thresholds, stats_ms
 from bench.scenario import parse_scenario
-from bench.sweep import PointResult, PointSpec, knee, mean_rate, scenario_at, stop_reason
+from bench.sweep import (
+    PointResult,
+    PointSpec,
+    SweepPlan,
+    knee,
+    mean_rate,
+    run_sweep,
+    scenario_at,
+    stop_reason,
+)
 
 
 def _summary(out_tps: float, p99_e2el: float, *, failed: int = 0, completed: int = 100) -> Summary:
@@ -133,7 +142,7 @@ def test_sweep_stop_rule_ends_early_against_failing_server(server_factory, tmp_p
 
 def test_slo_bisection_narrows_capacity(tmp_path):
     """In virtual time (fast, exact): bisection lands between the passing and failing rates."""
-    from bench.sim.virtual import run_virtual_sweep
+    from bench.sim.virtual import VirtualExecutor
 
     sc = parse_scenario(
         "load: {shape: poisson, request_rate: 1, num_prompts: 200}\n"
@@ -141,11 +150,13 @@ def test_slo_bisection_narrows_capacity(tmp_path):
     )
     db = f"sqlite:///{tmp_path / 'v.db'}"
     rates = [0.5, 1, 2, 4, 8, 16, 32]
-    run_id, results = run_virtual_sweep(
-        sc, [PointSpec("rate", r) for r in rates], gpu="H100", model="llama-3.3-70b", tp=2,
-        point_duration_s=60, db=db,
+    virtual = VirtualExecutor("H100", "llama-3.3-70b", tp=2)
+    result = run_sweep(
+        virtual.adopt(sc), SweepPlan([PointSpec("rate", r) for r in rates], point_duration_s=60),
+        executor=virtual, db=db, show_progress=False,
     )  # fmt: skip
-    p99 = [s.value("p99_ttft_ms") for _, s in results]
+    run_id = result.run_id
+    p99 = [p.summary.value("p99_ttft_ms") for p in result.points]
     assert p99[-1] > 5 * p99[0]  # overload shows up as queueing in TTFT
     curve = run_curve(run_id, db)
     assert curve.simulated and len(curve.points) == len(rates)

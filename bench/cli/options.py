@@ -130,3 +130,54 @@ SummaryJsonOpt = Annotated[
     Path | None,
     typer.Option("--summary-json", help="Write the summary JSON contract (for CI) here"),
 ]
+
+
+# How a load point's records are produced (bench.executor): `run` and `sweep`.
+WorkersOpt = Annotated[
+    int, typer.Option("--workers", min=1, help="Split the load over N processes")
+]
+RayOpt = Annotated[
+    str | None,
+    typer.Option("--ray", help="Run workers as Ray actors: auto, local or a cluster address"),
+]
+
+# A sweep's plan (bench.sweep.SweepPlan): `sweep` and `sim run`.
+RequestRatesOpt = Annotated[
+    str | None, typer.Option("--request-rates", help="Open-loop points, e.g. 1,2,4,8,inf")
+]
+ConcurrencyPointsOpt = Annotated[
+    str | None, typer.Option("--concurrency", help="Closed-loop points, e.g. 1,4,16,64,256")
+]
+AutoOpt = Annotated[
+    int | None,
+    typer.Option("--auto", min=1, help="Synchronous + saturated baseline, then N rates"),
+]
+SloOpt = Annotated[
+    str | None,
+    typer.Option("--slo", help="e.g. 'p99_ttft_ms<=500,p99_tpot_ms<=50': find the capacity"),
+]
+SloIterationsOpt = Annotated[
+    int, typer.Option("--slo-iterations", min=0, help="Bisection steps for the SLO capacity")
+]
+PointDurationOpt = Annotated[
+    float | None, typer.Option("--point-duration", help="Seconds of load per point")
+]
+WarmupOpt = Annotated[
+    float, typer.Option("--warmup", min=0, help="Seconds at each point's start left out")
+]
+CooldownOpt = Annotated[
+    float, typer.Option("--cooldown", min=0, help="Seconds at each point's end left out")
+]
+MaxErrorRateOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-error-rate", help="Stop when a point fails more than this share (default: half)"
+    ),
+]
+SweepFailOnOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--fail-on",
+        help="e.g. 'p99_ttft_ms<800,error_rate<0.01': exit 1 if any load point breaks it",
+    ),
+]

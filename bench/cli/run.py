@@ -9,6 +9,7 @@ import typer
 
 from bench.cli.common import (
     _csv_floats,
+    executor_for,
     fail,
     flag_overrides,
     resolve_scenario,
@@ -40,6 +41,7 @@ from bench.cli.options import (
     OutputLenOpt,
     PercentileMetricsOpt,
     RangeRatioOpt,
+    RayOpt,
     RequestTimeoutOpt,
     ScenarioOpt,
     ScrapeOpt,
@@ -47,6 +49,7 @@ from bench.cli.options import (
     SummaryJsonOpt,
     TokenizerOpt,
     TransportOpt,
+    WorkersOpt,
 )
 from bench.cli.summary_json import summary_document, write_json
 from bench.console import console, err_console
@@ -132,13 +135,8 @@ def run_command(
     disable_tqdm: Annotated[
         bool, typer.Option("--disable-tqdm", help="No progress bar (vLLM's flag)")
     ] = False,
-    workers: Annotated[
-        int, typer.Option("--workers", min=1, help="Split the load over N processes")
-    ] = 1,
-    ray: Annotated[
-        str | None,
-        typer.Option("--ray", help="Run workers as Ray actors: auto, local or a cluster address"),
-    ] = None,
+    workers: WorkersOpt = 1,
+    ray: RayOpt = None,
     gpu: GpuOpt = None,
     num_gpus: NumGpusOpt = None,
     label: LabelOpt = None,
@@ -183,25 +181,20 @@ def run_command(
     except ValueError as exc:
         raise fail(str(exc)) from None
 
-    from bench.distributed import DistributedError, run_distributed_and_store
+    from bench.distributed import DistributedError
     from bench.session import run_and_store
     from bench.store.errors import StoreError
 
     try:
-        if workers > 1 or ray is not None:
-            result, summary, run_id = run_distributed_and_store(
-                sc, plan, workers=workers, ray_address=ray, db_url=db, store=not no_store,
-                show_progress=not disable_tqdm,
-            )  # fmt: skip
-            for line in result.warnings:
-                err_console.print(f"[yellow]warning:[/] {line}")
-        else:
-            result, summary, run_id = run_and_store(
-                sc, plan, db_url=db, store=not no_store, show_progress=not disable_tqdm,
-                telemetry=telemetry_config(scrape_metrics, metrics_url, metrics_interval, dcgm_url, nvml),
-            )  # fmt: skip
+        result, summary, run_id = run_and_store(
+            sc, plan, executor=executor_for(workers, ray), db_url=db, store=not no_store,
+            show_progress=not disable_tqdm,
+            telemetry=telemetry_config(scrape_metrics, metrics_url, metrics_interval, dcgm_url, nvml),
+        )  # fmt: skip
     except (StoreError, DistributedError) as exc:
         raise fail(str(exc)) from None
+    for line in getattr(result, "warnings", ()):  # a distributed run's per-worker findings
+        err_console.print(f"[yellow]warning:[/] {line}")
     from bench.console import outcome, print_outcome, print_summary
 
     print_summary(

@@ -14,7 +14,20 @@ import typer
 from rich.table import Table
 
 from bench.cli.common import fail, flag_overrides, resolve_scenario
-from bench.cli.options import DbOption
+from bench.cli.options import (
+    AutoOpt,
+    ConcurrencyPointsOpt,
+    CooldownOpt,
+    DbOption,
+    MaxErrorRateOpt,
+    PointDurationOpt,
+    RequestRatesOpt,
+    SloIterationsOpt,
+    SloOpt,
+    SummaryJsonOpt,
+    SweepFailOnOpt,
+    WarmupOpt,
+)
 from bench.console import console, err_console
 
 
@@ -90,16 +103,19 @@ def run(
         "--engine",
         help="serving engine whose efficiency profile to use: vllm, sglang, trtllm",
     ),
-    scenario: Path | None = typer.Option(None, "--scenario", help="scenario YAML (open loop)"),
-    request_rates: str | None = typer.Option(
-        None, "--request-rates", help="sweep: mean rates, e.g. 1,2,4,8 (default: the scenario's)"
-    ),
+    scenario: Path | None = typer.Option(None, "--scenario", help="scenario YAML"),
+    request_rates: RequestRatesOpt = None,
+    concurrency: ConcurrencyPointsOpt = None,
+    auto: AutoOpt = None,
+    slo: SloOpt = None,
+    slo_iterations: SloIterationsOpt = 4,
     num_prompts: int | None = typer.Option(
         None, "--num-prompts", min=1, help="requests per point (default 1000)"
     ),
-    point_duration: float | None = typer.Option(
-        None, "--point-duration", help="seconds of (virtual) traffic per point"
-    ),
+    point_duration: PointDurationOpt = None,
+    warmup: WarmupOpt = 0.0,
+    cooldown: CooldownOpt = 0.0,
+    max_error_rate: MaxErrorRateOpt = None,
     random_input_len: int | None = typer.Option(
         None, "--random-input-len", min=1, help="prompt tokens per request"
     ),
@@ -107,44 +123,51 @@ def run(
         None, "--random-output-len", min=1, help="output tokens per request"
     ),
     seed: int | None = typer.Option(None, help="same seed, same schedule and prompts"),
+    summary_json: SummaryJsonOpt = None,
+    fail_on: SweepFailOnOpt = None,
     db: DbOption = None,
 ) -> None:
-    """Run a scenario in virtual time (no HTTP, far faster than real time), stored as simulated."""
-    from bench.console import sweep_table
+    """Run a scenario in virtual time (no HTTP, far faster than real time), stored as
+    simulated: one point (the scenario's load), or a sweep with the flags of `sweep`."""
+    from bench.cli.sweep import conclude_sweep, measure_sweep, print_sweep_result, sweep_plan
+    from bench.cost import load_catalogue
     from bench.sim.profiles import ProfileError
-    from bench.sim.roofline import parse_parallel
-    from bench.sim.virtual import run_virtual_sweep
-    from bench.store.errors import StoreError
-    from bench.sweep import PointResult, PointSpec, mean_rate, parse_values
+    from bench.sim.virtual import VirtualExecutor
+    from bench.sweep import PointSpec, mean_rate
 
+    if len([m for m in (request_rates, concurrency, auto) if m is not None]) > 1:
+        raise fail("give at most one of --request-rates, --concurrency or --auto N")
     overrides = flag_overrides(
-        num_prompts=num_prompts,
-        random_input_len=random_input_len,
-        random_output_len=random_output_len,
-        seed=seed,
-    )
+        num_prompts=num_prompts, random_input_len=random_input_len,
+        random_output_len=random_output_len, seed=seed,
+    )  # fmt: skip
     sc = resolve_scenario(scenario, overrides, {"load": {"num_prompts": 1000, "request_rate": 4}})
+    virtual = VirtualExecutor(gpu, model, precision, tp, parallel=parallel, engine=engine_name)
     try:
-        if request_rates:
-            specs = [PointSpec("rate", v) for v in parse_values(request_rates, "--request-rates")]
-        else:
-            specs = [PointSpec("rate", mean_rate(sc) or sc.load.request_rate)]
-        started = time.monotonic()
-        run_id, results = run_virtual_sweep(
-            sc, specs, gpu=gpu, model=model, precision=precision, tp=tp,
-            point_duration_s=point_duration, db=db,
-            base_dir=scenario.parent if scenario else None, parallel=parallel, engine=engine_name,
-        )  # fmt: skip
-    except (ProfileError, ValueError, StoreError) as exc:
+        sc = virtual.adopt(sc)
+    except (ProfileError, ValueError) as exc:
         raise fail(str(exc)) from None
-    points = [PointResult(i, spec, summary, "virtual") for i, (spec, summary) in enumerate(results)]
-    n_gpus = tp
-    if parallel:
-        p_tp, p_dp, _ = parse_parallel(parallel)
-        n_gpus = p_tp * p_dp
-    console.print(sweep_table(points, gpus=n_gpus, title=f"SIMULATED (virtual time): run {run_id}"))
-    console.print(f"{sum(s.completed + s.failed for _, s in results):,} requests simulated in "
-                  f"{time.monotonic() - started:.1f} s. `tokenbench show {run_id[:8]}`")  # fmt: skip
+    plan, gates = sweep_plan(
+        sc, request_rates, concurrency, auto, slo, slo_iterations, point_duration, warmup,
+        cooldown, max_error_rate, fail_on,
+    )  # fmt: skip
+    if not plan.specs and plan.auto is None:  # one point: the scenario's own load
+        if sc.load.shape == "closed":
+            plan.specs = [PointSpec("concurrency", sc.load.concurrency or 1)]
+        else:
+            plan.specs = [PointSpec("rate", mean_rate(sc) or sc.load.request_rate)]
+    started = time.monotonic()
+    result = measure_sweep(
+        sc, plan, executor=virtual, db=db, show_progress=False,
+        base_dir=scenario.parent if scenario else None,
+    )  # fmt: skip
+    print_sweep_result(
+        result, sc, load_catalogue(), 1.0, title=f"SIMULATED (virtual time): run {result.run_id}"
+    )
+    requests = sum(p.summary.completed + p.summary.failed for p in result.points)
+    console.print(f"{requests:,} requests simulated in {time.monotonic() - started:.1f} s. "
+                  f"`tokenbench show {(result.run_id or '')[:8]}`")  # fmt: skip
+    conclude_sweep(result, sc, db, gates, summary_json)
 
 
 def gpus() -> None:

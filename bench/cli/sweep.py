@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
 from bench.cli.common import (
     _catalogue,
+    executor_for,
     fail,
     flag_overrides,
     resolve_scenario,
@@ -16,8 +15,11 @@ from bench.cli.common import (
 )
 from bench.cli.options import (
     ApiKeyOpt,
+    AutoOpt,
     BackendOpt,
     BaseUrlOpt,
+    ConcurrencyPointsOpt,
+    CooldownOpt,
     DatasetNameOpt,
     DatasetPathOpt,
     DbOpt,
@@ -28,6 +30,7 @@ from bench.cli.options import (
     IgnoreEosOpt,
     InputLenOpt,
     LabelOpt,
+    MaxErrorRateOpt,
     MetricPercentilesOpt,
     MetricsIntervalOpt,
     MetricsUrlOpt,
@@ -37,17 +40,25 @@ from bench.cli.options import (
     NumPromptsOpt,
     NvmlOpt,
     OutputLenOpt,
+    PointDurationOpt,
     PriceOpt,
     PricesFileOpt,
     RangeRatioOpt,
+    RayOpt,
+    RequestRatesOpt,
     RequestTimeoutOpt,
     ScenarioOpt,
     ScrapeOpt,
     SeedOpt,
+    SloIterationsOpt,
+    SloOpt,
     SummaryJsonOpt,
+    SweepFailOnOpt,
     TokenizerOpt,
     TransportOpt,
     UtilisationOpt,
+    WarmupOpt,
+    WorkersOpt,
 )
 from bench.cli.summary_json import summary_document, write_json
 from bench.console import console, err_console, sweep_progress
@@ -59,36 +70,16 @@ def sweep_command(
     backend: BackendOpt = None,
     model: ModelOpt = None,
     scenario: ScenarioOpt = None,
-    request_rates: Annotated[
-        str | None, typer.Option("--request-rates", help="Open-loop points, e.g. 1,2,4,8,inf")
-    ] = None,
-    concurrency: Annotated[
-        str | None, typer.Option("--concurrency", help="Closed-loop points, e.g. 1,4,16,64,256")
-    ] = None,
-    auto: Annotated[
-        int | None,
-        typer.Option("--auto", min=1, help="Synchronous + saturated baseline, then N rates"),
-    ] = None,
-    slo: Annotated[
-        str | None,
-        typer.Option("--slo", help="e.g. 'p99_ttft_ms<=500,p99_tpot_ms<=50': find the capacity"),
-    ] = None,
-    slo_iterations: Annotated[
-        int, typer.Option("--slo-iterations", min=0, help="Bisection steps for the SLO capacity")
-    ] = 4,
+    request_rates: RequestRatesOpt = None,
+    concurrency: ConcurrencyPointsOpt = None,
+    auto: AutoOpt = None,
+    slo: SloOpt = None,
+    slo_iterations: SloIterationsOpt = 4,
     num_prompts: NumPromptsOpt = None,
-    point_duration: Annotated[
-        float | None, typer.Option("--point-duration", help="Seconds of load per point")
-    ] = None,
-    warmup: Annotated[
-        float, typer.Option("--warmup", min=0, help="Seconds at each point's start left out")
-    ] = 0.0,
-    cooldown: Annotated[
-        float, typer.Option("--cooldown", min=0, help="Seconds at each point's end left out")
-    ] = 0.0,
-    max_error_rate: Annotated[
-        float, typer.Option("--max-error-rate", help="Stop when a point fails more than this")
-    ] = 0.5,
+    point_duration: PointDurationOpt = None,
+    warmup: WarmupOpt = 0.0,
+    cooldown: CooldownOpt = 0.0,
+    max_error_rate: MaxErrorRateOpt = None,
     random_input_len: InputLenOpt = None,
     random_output_len: OutputLenOpt = None,
     random_range_ratio: RangeRatioOpt = None,
@@ -103,13 +94,9 @@ def sweep_command(
     api_key: ApiKeyOpt = None,
     transport: TransportOpt = "raw",
     summary_json: SummaryJsonOpt = None,
-    fail_on: Annotated[
-        str | None,
-        typer.Option(
-            "--fail-on",
-            help="e.g. 'p99_ttft_ms<800,error_rate<0.01': exit 1 if any load point breaks it",
-        ),
-    ] = None,
+    fail_on: SweepFailOnOpt = None,
+    workers: WorkersOpt = 1,
+    ray: RayOpt = None,
     gpu: GpuOpt = None,
     num_gpus: NumGpusOpt = None,
     label: LabelOpt = None,
@@ -125,28 +112,12 @@ def sweep_command(
     nvml: NvmlOpt = False,
 ) -> None:
     """Measure the throughput-versus-latency curve: many load points in one stored run."""
-    from bench.metrics import parse_thresholds
-    from bench.runner import defer_termination, interrupted_exit_code
-    from bench.sweep import PointSpec, parse_values
+    from bench.runner import defer_termination
 
     defer_termination()  # SIGTERM stops like Ctrl-C: flush, mark interrupted, exit 143
 
-    modes = [m for m in (request_rates, concurrency, auto) if m is not None]
-    if len(modes) != 1:
+    if len([m for m in (request_rates, concurrency, auto) if m is not None]) != 1:
         raise fail("give exactly one of --request-rates, --concurrency or --auto N")
-    try:
-        thresholds = parse_thresholds(slo, flag="--slo")
-        gates = parse_thresholds(fail_on)
-        if request_rates is not None:
-            specs = [PointSpec("rate", v) for v in parse_values(request_rates, "--request-rates")]
-        elif concurrency is not None:
-            specs = [
-                PointSpec("concurrency", int(v)) for v in parse_values(concurrency, "--concurrency")
-            ]
-        else:
-            specs = []
-    except ValueError as exc:
-        raise fail(str(exc)) from None
     overrides = flag_overrides(
         base_url=base_url, endpoint=endpoint, backend=backend, model=model,
         num_prompts=num_prompts, random_input_len=random_input_len,
@@ -157,27 +128,69 @@ def sweep_command(
         label=label,
     )  # fmt: skip
     sc = resolve_scenario(scenario, overrides, {"load": {"num_prompts": 200}})
-    if slo is None and sc.slo:  # the scenario file's SLO, same grammar
-        thresholds = parse_thresholds(sc.slo, flag="slo")
+    plan, gates = sweep_plan(
+        sc, request_rates, concurrency, auto, slo, slo_iterations, point_duration, warmup,
+        cooldown, max_error_rate, fail_on,
+    )  # fmt: skip
     key = resolve_target(sc, api_key)
     catalogue = _catalogue(prices_file, price)
-    from bench.store.errors import StoreError
-    from bench.sweep import SweepPlan, run_sweep
+    result = measure_sweep(
+        sc, plan, executor=executor_for(workers, ray), api_key=key, transport=transport, db=db,
+        store=not no_store, base_dir=scenario.parent if scenario else None,
+        telemetry=telemetry_config(scrape_metrics, metrics_url, metrics_interval, dcgm_url, nvml),
+    )  # fmt: skip
+    print_sweep_result(result, sc, catalogue, utilisation)
+    conclude_sweep(result, sc, db, gates, summary_json)
 
+
+def sweep_plan(
+    sc, request_rates, concurrency, auto, slo, slo_iterations, point_duration, warmup,
+    cooldown, max_error_rate, fail_on,
+):  # fmt: skip
+    """The sweep flags as (bench.sweep.SweepPlan, --fail-on thresholds); a bad flag is one
+    line naming it. No --slo: the scenario file's SLO, same grammar."""
+    from bench.metrics import parse_thresholds
+    from bench.sweep import STOP_ERROR_RATE, PointSpec, SweepPlan, parse_values
+
+    try:
+        if request_rates is not None:
+            specs = [PointSpec("rate", v) for v in parse_values(request_rates, "--request-rates")]
+        elif concurrency is not None:
+            values = parse_values(concurrency, "--concurrency")
+            specs = [PointSpec("concurrency", int(v)) for v in values]
+        else:
+            specs = []
+        if slo is None and sc.slo:
+            thresholds = parse_thresholds(sc.slo, flag="slo")
+        else:
+            thresholds = parse_thresholds(slo, flag="--slo")
+        gates = parse_thresholds(fail_on)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
     plan = SweepPlan(
         specs=specs, auto=auto, thresholds=thresholds, slo_iterations=slo_iterations,
         point_duration_s=point_duration, warmup_s=warmup, cooldown_s=cooldown,
-        max_error_rate=max_error_rate,
+        max_error_rate=STOP_ERROR_RATE if max_error_rate is None else max_error_rate,
     )  # fmt: skip
+    return plan, gates
+
+
+def measure_sweep(sc, plan, **kw):
+    """bench.sweep.run_sweep with a progress line per point; its errors as one line."""
+    from bench.distributed import DistributedError
+    from bench.store.errors import StoreError
+    from bench.sweep import run_sweep
+
     try:
-        result = run_sweep(
-            sc, plan, api_key=key, transport=transport, db=db, store=not no_store,
-            base_dir=scenario.parent if scenario else None, on_point=sweep_progress,
-            telemetry=telemetry_config(scrape_metrics, metrics_url, metrics_interval, dcgm_url, nvml),
-        )  # fmt: skip
-    except (ValueError, StoreError) as exc:
+        return run_sweep(sc, plan, on_point=sweep_progress, **kw)
+    except (ValueError, StoreError, DistributedError) as exc:
         raise fail(str(exc)) from None
-    print_sweep_result(result, sc, catalogue, utilisation)
+
+
+def conclude_sweep(result, sc, db: str | None, gates, summary_json) -> None:
+    """--summary-json, the --fail-on verdict and the exit code of a finished sweep."""
+    from bench.runner import interrupted_exit_code
+
     broken = sweep_gates(result, gates)
     if summary_json is not None:
         write_json(summary_json, sweep_document(result, sc, db, broken))
@@ -238,15 +251,14 @@ def _stored_failures(run_id: str | None, load_point: int, db: str | None) -> lis
         return []
 
 
-def print_sweep_result(result, sc, catalogue, utilisation: float) -> None:
+def print_sweep_result(result, sc, catalogue, utilisation: float, title: str = "") -> None:
     from bench.console import cost_rows_table, sweep_table
     from bench.cost import PriceCatalogueError, cost_table
     from bench.metrics import slo_text
 
     gpus = sc.gpu.count
-    console.print(
-        sweep_table(result.points, gpus=gpus, title=f"Sweep: {sc.name} (run {result.run_id})")
-    )
+    title = title or f"Sweep: {sc.name} (run {result.run_id})"
+    console.print(sweep_table(result.points, gpus=gpus, title=title))
     if result.stopped_early:
         console.print(f"[yellow]{result.stopped_early}[/]")
     if result.knee is not None:

@@ -77,56 +77,26 @@ def demo_scenario(target: DemoTarget, base_url: str | None = None):
 def virtual_sweep(target: DemoTarget, rates, point_s: float, slo: str, db: str | None) -> str:
     """A rate sweep in virtual time, stored like `tokenbench sweep` stores one (SLO included,
     so `compare`, the dashboard and the exports use it by default). Returns the run id."""
-    from bench.metrics import parse_goodput, summarize
-    from bench.runner import plan_from_scenario
-    from bench.sim.virtual import build_engine, run_virtual, virtual_requests
-    from bench.store.writer import RunWriter
-    from bench.sweep import scenario_at
+    from bench.metrics import parse_slo
+    from bench.sim.virtual import VirtualExecutor
 
     sc = demo_scenario(target)
     sc.label += " (virtual time)"
-    writer = RunWriter(
-        db,
-        name=sc.name,
-        label=sc.label,
-        scenario=sc.model_dump(mode="json"),
-        endpoint="sim://virtual",
-        backend="sim",
-        model=DEMO_MODEL,
-        gpu_type=target.gpu,
-        gpu_count=target.tp,
-        simulated=True,
-        extra={
-            "sim": {"precision": DEMO_PRECISION, "tp": target.tp, "clock": "virtual"},
-            "sweep": {"slo": slo.split(",")},
-            # The example demand the demo sizes: `plan`, the API and the exports default to it.
-            "demand": {
-                "requests_per_s": DEMO_DEMAND_RPS,
-                "peak_factor": DEMO_PEAK_FACTOR,
-                "source": "the demo's example demand",
-            },
-        },
-    )
-    status, last = "failed", None
-    try:
-        for i, rate in enumerate(rates):
-            spec = PointSpec("rate", rate)
-            point = scenario_at(sc, spec, point_duration_s=point_s)
-            plan = plan_from_scenario(point, base_dir=DEMO_SCENARIO.parent, load_point=i)
-            engine = build_engine(target.gpu, DEMO_MODEL, DEMO_PRECISION, target.tp)
-            records = run_virtual(engine, virtual_requests(plan), load_point=i)
-            writer.start_load_point(
-                i, label=f"point {i + 1}: {spec.title}", mode=point.load.shape, target_rate=rate
-            )
-            for rec in records:
-                writer.submit(rec)
-            last = summarize(records, percentiles=sc.percentiles, goodput=parse_goodput(sc.goodput))
-            end = max((r.end_ns or 0) for r in records) if records else 0
-            writer.end_load_point(i, ended_ns=end, summary_json=last.to_json())
-        status = "completed"
-    finally:
-        writer.finish(status, last.to_json() if last else None)
-    return writer.run_id
+    # The example demand the demo sizes: `plan`, the API and the exports default to it.
+    demand = {
+        "requests_per_s": DEMO_DEMAND_RPS,
+        "peak_factor": DEMO_PEAK_FACTOR,
+        "source": "the demo's example demand",
+    }
+    plan = SweepPlan(
+        specs=[PointSpec("rate", rate) for rate in rates], thresholds=parse_slo(slo),
+        slo_iterations=0, point_duration_s=point_s,
+    )  # fmt: skip
+    result = run_sweep(
+        sc, plan, executor=VirtualExecutor(target.gpu, DEMO_MODEL, DEMO_PRECISION, target.tp),
+        base_dir=DEMO_SCENARIO.parent, db=db, show_progress=False, extra={"demand": demand},
+    )  # fmt: skip
+    return result.run_id
 
 
 def run_demo(
@@ -152,9 +122,11 @@ def run_demo(
     for target in TARGETS:
         t0 = time.monotonic()
         verdict_ids.append(virtual_sweep(target, rates, point_s, DEMO_SLO, db))
+        (curve,) = run_curves(verdict_ids[-1:], db)
+        top = max(p.offered for p in curve.points)  # the stop rule ends far past the SLO
         console.print(
-            f"{target.gpu} x{target.tp}: {len(rates)} mean rates from {min(rates):g} to "
-            f"{max(rates):g} req/s, {point_s:g} s of bursty traffic each "
+            f"{target.gpu} x{target.tp}: {len(curve.points)} mean rates from {min(rates):g} to "
+            f"{top:g} req/s, {point_s:g} s of bursty traffic each "
             f"({time.monotonic() - t0:.1f} s)"
         )
     curves = run_curves(verdict_ids, db)

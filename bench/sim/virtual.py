@@ -10,13 +10,19 @@ perfect network, marked by the caller as simulated.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
+from bench.executor import StoredAs
 from bench.records import COUNT_TOKENIZER, ERR_HTTP_4XX, FAILED, RequestRecord
 from bench.sim.engine import Engine, EngineConfig
 from bench.sim.roofline import Deployment
+
+VIRTUAL_URL = "http://sim.virtual"  # a plan's target in virtual time; nothing calls it
 
 
 class _Track:
@@ -71,26 +77,96 @@ def run_virtual(
 ) -> list[RequestRecord]:
     """Simulate (send offset s, input tokens, output tokens) requests; one record per request."""
     reqs = np.asarray(list(requests), dtype=float).reshape(-1, 3)
-    n = len(reqs)
-    order = np.argsort(reqs[:, 0], kind="stable")
-    offsets = reqs[:, 0]
-    records: list[RequestRecord | None] = [None] * n
-    tracks: list[_Track | None] = [None] * n
+    lengths = reqs[:, 1:].astype(np.int64)
+    arrivals = [(float(off), k) for k, off in enumerate(reqs[:, 0])]
+    return _records(_drive(engine, lengths, arrivals, max_steps), lengths, load_point)
+
+
+def run_virtual_closed(
+    engine: Engine,
+    lengths: np.ndarray,
+    users: int,
+    *,
+    think_time_s: float = 0.0,
+    ramp_up_s: float = 0.0,
+    duration_s: float | None = None,
+    load_point: int = 0,
+    max_steps: int = 50_000_000,
+) -> list[RequestRecord]:
+    """A closed loop of `users` in virtual time: each user sends the next of the (input,
+    output) `lengths` the moment its last request ends (plus think time), as the HTTP
+    runner's closed loop does; starts are spread over ramp_up_s; no request is started
+    after duration_s. One record per request sent."""
+    trace = _closed(engine, lengths, users, think_time_s, ramp_up_s, duration_s, max_steps)
+    return _records(trace, lengths, load_point)
+
+
+def _closed(engine, lengths, users, think_time_s, ramp_up_s, duration_s, max_steps) -> _Trace:
+    n = len(lengths)
+    first = [(u * ramp_up_s / users, u) for u in range(min(users, n))]
+    upcoming = [len(first)]
+
+    def then(t: float) -> tuple[float, int] | None:
+        k, at = upcoming[0], t + think_time_s
+        if k >= n or (duration_s is not None and at >= duration_s):
+            return None
+        upcoming[0] += 1
+        return at, k
+
+    return _drive(engine, lengths, first, max_steps, then)
+
+
+@dataclass
+class _Trace:
+    """What the event loop saw: per request its send time (NaN: never sent) and emission
+    step ranges (or why it was refused), and the end time of every step."""
+
+    sent_s: np.ndarray
+    tracks: list[_Track | None]
+    refused: dict[int, str]
+    step_end: np.ndarray
+
+    def times(self, k: int) -> np.ndarray:
+        """Step indices at whose ends request k emitted its tokens (a sequence preempted
+        before its first token has a segment starting at -1: nothing emitted)."""
+        return np.concatenate([np.arange(a, b) for a, b in self.tracks[k].segments if a >= 0])
+
+
+def _drive(
+    engine: Engine,
+    lengths: np.ndarray,
+    arrivals: list[tuple[float, int]],
+    max_steps: int,
+    then: Callable[[float], tuple[float, int] | None] | None = None,
+) -> _Trace:
+    """The event loop of virtual time. `lengths` is (input, output) per request; `arrivals`
+    (time s, request) are sent when due; `then(t)`, called when a request ends at t, may
+    give the next arrival (a closed loop's user)."""
+    heapq.heapify(arrivals)
+    n = len(lengths)
+    trace = _Trace(np.full(n, np.nan), [None] * n, {}, np.zeros(0))
     step_end: list[float] = []
-    t, i = 0.0, 0
+    t = 0.0
+
+    def ended() -> None:
+        nxt = then(t) if then is not None else None
+        if nxt is not None:
+            heapq.heappush(arrivals, nxt)
+
     for _ in range(max_steps):
         if not engine.has_work():
-            if i >= n:
+            if not arrivals:
                 break
-            t = max(t, float(offsets[order[i]]))
-        while i < n and offsets[order[i]] <= t:
-            k = int(order[i])
-            i += 1
-            prompt, out = int(reqs[k, 1]), int(reqs[k, 2])
+            t = max(t, arrivals[0][0])
+        while arrivals and arrivals[0][0] <= t:
+            at, k = heapq.heappop(arrivals)
+            trace.sent_s[k] = at
             try:
-                tracks[k] = engine.add_request(k, prompt, out, tag=_Track(k)).tag
+                seq = engine.add_request(k, int(lengths[k, 0]), int(lengths[k, 1]), tag=_Track(k))
+                trace.tracks[k] = seq.tag
             except ValueError as exc:
-                records[k] = _rejected(k, load_point, offsets[k], prompt, out, str(exc))
+                trace.refused[k] = str(exc)
+                ended()
         res = engine.step()
         if res is None:
             continue
@@ -106,38 +182,49 @@ def run_virtual(
         for seq in res.finished:
             tr = seq.tag
             tr.segments.append((tr.start, s + 1))
+            ended()
     else:
         raise RuntimeError(f"virtual run did not finish within {max_steps} steps")
-    times_ns = np.round(np.asarray(step_end) * 1e9).astype(np.int64)
-    for k in range(n):
-        tr = tracks[k]
-        if tr is None:
-            continue
-        chunks = np.concatenate([times_ns[a:b] for a, b in tr.segments])
-        sent = int(round(offsets[k] * 1e9))
-        records[k] = RequestRecord(
-            index=k,
-            load_point=load_point,
-            intended_ns=sent,
-            sent_ns=sent,
-            first_byte_ns=int(chunks[0]),
-            first_token_ns=int(chunks[0]),
-            end_ns=int(chunks[-1]),
-            chunk_times_ns=chunks,
-            prompt_tokens=int(reqs[k, 1]),
-            output_tokens=len(chunks),
-            token_count_source=COUNT_TOKENIZER,
-            http_status=200,
-            expected_input_len=int(reqs[k, 1]),
-            expected_output_len=int(reqs[k, 2]),
+    trace.step_end = np.asarray(step_end)
+    return trace
+
+
+def _records(trace: _Trace, lengths: np.ndarray, load_point: int) -> list[RequestRecord]:
+    """One RequestRecord per request sent, as the HTTP runner would have measured it."""
+    times_ns = np.round(trace.step_end * 1e9).astype(np.int64)
+    records = []
+    for k in np.flatnonzero(~np.isnan(trace.sent_s)).tolist():
+        sent, prompt, out = (
+            int(round(trace.sent_s[k] * 1e9)),
+            int(lengths[k, 0]),
+            int(lengths[k, 1]),
         )
-    return records  # type: ignore[return-value]
+        if k in trace.refused:
+            records.append(_rejected(k, load_point, sent, prompt, out, trace.refused[k]))
+            continue
+        chunks = times_ns[trace.times(k)]
+        records.append(
+            RequestRecord(
+                index=k,
+                load_point=load_point,
+                intended_ns=sent,
+                sent_ns=sent,
+                first_byte_ns=int(chunks[0]),
+                first_token_ns=int(chunks[0]),
+                end_ns=int(chunks[-1]),
+                chunk_times_ns=chunks,
+                prompt_tokens=prompt,
+                output_tokens=len(chunks),
+                token_count_source=COUNT_TOKENIZER,
+                http_status=200,
+                expected_input_len=prompt,
+                expected_output_len=out,
+            )  # fmt: skip
+        )
+    return records
 
 
-def _rejected(
-    k: int, load_point: int, offset: float, prompt: int, out: int, msg: str
-) -> RequestRecord:
-    sent = int(round(offset * 1e9))
+def _rejected(k: int, load_point: int, sent: int, prompt: int, out: int, msg: str) -> RequestRecord:
     return RequestRecord(
         index=k,
         load_point=load_point,
@@ -181,101 +268,103 @@ def simulate(
 
 def virtual_requests(plan) -> list[tuple[float, int, int]]:
     """(offset s, input tokens, output tokens) of an open-loop single-turn RunPlan."""
-    if plan.offsets_s is None:
-        raise ValueError(
-            "virtual time runs open-loop shapes only; for a closed loop use "
-            "`tokenbench sim serve` and `tokenbench run --concurrency N`"
-        )
-    if any(spec.turn for spec in plan.specs):
-        raise ValueError(
-            "virtual time runs single-turn workloads only; for multi-turn use "
-            "`tokenbench sim serve` and `tokenbench run`"
-        )
+    _single_turn(plan)
     return [
         (float(off), spec.input_len, spec.output_len)
         for off, spec in zip(plan.offsets_s, plan.specs, strict=False)
     ]
 
 
-def run_virtual_sweep(
-    scenario,
-    specs,
-    *,
-    gpu: str,
-    model: str,
-    precision: str = "fp8",
-    tp: int = 1,
-    point_duration_s: float | None = None,
-    db: str | None = None,
-    base_dir=None,
-    parallel: str | None = None,
-    engine: str = "vllm",
-):
-    """A run (one or many load points) in virtual time, stored like a measured run and
-    marked simulated. Returns (run id, [(PointSpec, Summary), ...])."""
-    from bench.metrics import parse_goodput, summarize
-    from bench.runner import plan_from_scenario
-    from bench.store.writer import RunWriter
-    from bench.sweep import scenario_at
+def _single_turn(plan) -> None:
+    if any(spec.turn for spec in plan.specs):
+        raise ValueError(
+            "virtual time runs single-turn workloads only; for multi-turn use "
+            "`tokenbench sim serve` and `tokenbench run`"
+        )
 
-    engine_args = (gpu, model, precision, tp)
-    engine_kw = {"parallel": parallel, "engine": engine}
-    dep = build_engine(*engine_args, **engine_kw).dep
-    n_gpus = dep.gpus
-    scenario = scenario.model_copy(deep=True)
-    scenario.target.base_url = scenario.target.base_url or "http://sim.virtual"
-    scenario.target.model = scenario.target.model or dep.model.name
-    scenario.gpu.type, scenario.gpu.count = dep.gpu.name, n_gpus
-    scenario.label = scenario.label or (
-        f"{dep.gpu.name} x{n_gpus} {dep.model.name} {precision} (virtual time)"
-    )
-    writer = RunWriter(
-        db,
-        name=scenario.name,
-        label=scenario.label,
-        scenario=scenario.model_dump(mode="json"),
-        endpoint="sim://virtual",
-        backend="sim",
-        model=dep.model.name,
-        gpu_type=dep.gpu.name,
-        gpu_count=n_gpus,
-        simulated=True,
-        extra={
-            "sim": {
-                "precision": precision,
-                "tp": dep.tp,
-                "parallel": dep.parallel,
-                "engine": engine,
-                "clock": "virtual",
-            }
-        },  # fmt: skip
-    )
-    results = []
-    status = "failed"
-    try:
-        for i, spec in enumerate(specs):
-            sc = scenario_at(scenario, spec, point_duration_s=point_duration_s)
-            plan = plan_from_scenario(sc, base_dir=base_dir, load_point=i)
-            eng = build_engine(*engine_args, **engine_kw)
-            records = run_virtual(eng, virtual_requests(plan), load_point=i)
-            writer.start_load_point(
-                i,
-                label=f"point {i + 1}: {spec.title}",
-                mode=sc.load.shape,
-                target_rate=spec.value,
-            )
-            for rec in records:
-                writer.submit(rec)
-            summary = summarize(
-                records, percentiles=sc.percentiles, goodput=parse_goodput(sc.goodput)
-            )
-            end = max((r.end_ns or 0) for r in records) if records else 0
-            writer.end_load_point(i, ended_ns=end, summary_json=summary.to_json())
-            results.append((spec, summary))
-        status = "completed"
-    finally:
-        writer.finish(status, results[-1][1].to_json() if results else None)
-    return writer.run_id, results
+
+@dataclass
+class VirtualExecutor:
+    """The Executor (bench.executor) in virtual time: each load point on a fresh simulated
+    engine (build_engine's arguments), no HTTP, no waiting. Open loops send at their
+    intended offsets; closed loops run their users back to back (run_virtual_closed).
+    Its runs are stored simulated, on the simulated GPUs, at endpoint sim://virtual."""
+
+    gpu: str
+    model: str
+    precision: str = "fp8"
+    tp: int = 1
+    parallel: str | None = None
+    engine: str = "vllm"
+
+    def build(self) -> Engine:
+        return build_engine(
+            self.gpu, self.model, self.precision, self.tp, parallel=self.parallel,
+            engine=self.engine,
+        )  # fmt: skip
+
+    def adopt(self, scenario):
+        """A copy of the scenario aimed at this deployment: its model, GPUs and a label
+        saying virtual time (the plan needs a target URL, which nothing will call)."""
+        dep = self.build().dep
+        sc = scenario.model_copy(deep=True)
+        sc.target.base_url = sc.target.base_url or VIRTUAL_URL
+        sc.target.model = sc.target.model or dep.model.name
+        sc.gpu.type, sc.gpu.count = dep.gpu.name, dep.gpus
+        sc.label = sc.label or (
+            f"{dep.gpu.name} x{dep.gpus} {dep.model.name} {self.precision} (virtual time)"
+        )
+        return sc
+
+    def run(
+        self,
+        plan,
+        sink: Callable[[RequestRecord], None],
+        stop: threading.Event | None = None,
+        on_tick: Callable | None = None,
+    ):
+        from bench.runner import Progress, RunResult
+
+        _single_turn(plan)
+        records: list[RequestRecord] = []
+        if stop is None or not stop.is_set():
+            lengths = np.array([(s.input_len, s.output_len) for s in plan.specs], np.int64)
+            if plan.offsets_s is None:
+                records = run_virtual_closed(
+                    self.build(), lengths.reshape(-1, 2), plan.concurrency or 1,
+                    think_time_s=plan.think_time_s, ramp_up_s=plan.ramp_up_s,
+                    duration_s=plan.duration_s, load_point=plan.load_point,
+                )  # fmt: skip
+            else:
+                records = run_virtual(
+                    self.build(), virtual_requests(plan), load_point=plan.load_point
+                )
+        for rec in records:
+            sink(rec)
+        if on_tick is not None:
+            done = sum(r.ok for r in records)
+            on_tick(Progress(len(records), len(records), done, len(records) - done, 0))
+        end = max((r.end_ns or 0) for r in records) if records else 0
+        return RunResult(
+            records=records, duration_s=end / 1e9, loop_lag_p99_ms=0.0, loop_lag_max_ms=0.0,
+            interrupted=stop is not None and stop.is_set(), t0_ns=0,
+        )  # fmt: skip
+
+    def stored_as(self) -> StoredAs:
+        dep = self.build().dep
+        hw = {
+            "gpu": dep.gpu.name,
+            "gpu_count": dep.gpus,
+            "model": dep.model.name,
+            "precision": self.precision,
+            "tp": dep.tp,
+            "parallel": dep.parallel,
+            "engine": self.engine,
+            "clock": "virtual",
+        }
+        return StoredAs(
+            sim=hw, endpoint="sim://virtual", backend="sim", scrapes=False, exact_lengths=True
+        )
 
 
 def run_closed_loop(
@@ -302,50 +391,24 @@ def run_closed_loop(
     n = c + max(int(rounds * c), 1)
     prompts = rng.integers(isl[0], isl[1] + 1, n)
     warm = rng.integers(1, osl + 1, c)
-    first: dict[int, float] = {}
-    sent_at: dict[int, float] = {}
-    finished: list[tuple[int, float]] = []
-    t, steps, tokens = 0.0, 0, 0
-    t_lo = t_hi = None
-    tok_lo = tok_hi = 0
-    for k in range(c):
-        engine.add_request(k, int(prompts[k]), int(warm[k]))
-        sent_at[k] = 0.0
-    started, warm_left = c, c
-    while engine.has_work():
-        steps += 1
-        if steps > max_steps:
-            raise RuntimeError(f"closed loop did not finish within {max_steps} steps")
-        res = engine.step()
-        if res is None:
-            break
-        t += res.duration_s
-        tokens += res.n_decode + len(res.first_tokens)
-        for seq in res.first_tokens:
-            first.setdefault(seq.id, t)
-        for seq in res.finished:
-            if seq.id < c:
-                warm_left -= 1
-            else:
-                finished.append((seq.id, t))
-            if started < n:
-                engine.add_request(started, int(prompts[started]), osl)
-                sent_at[started] = t
-                started += 1
-        if t_lo is None and warm_left == 0:
-            t_lo, tok_lo = t, tokens
-        if t_hi is None and started >= n:
-            t_hi, tok_hi = t, tokens
-    if t_lo is None or t_hi is None or t_hi <= t_lo:
+    lengths = np.column_stack([prompts, np.concatenate([warm, np.full(n - c, osl)])])
+    trace = _closed(engine, lengths, c, 0.0, 0.0, None, max_steps)
+    steps = [trace.times(k) for k in range(n)]  # every request is sent: n users' worth
+    i_lo = max(int(s[-1]) for s in steps[:c])  # the step that ended the warm wave
+    i_hi = int(np.searchsorted(trace.step_end, trace.sent_s.max()))  # the last send's
+    t_lo, t_hi = trace.step_end[i_lo], trace.step_end[i_hi]
+    if t_hi <= t_lo:
         raise RuntimeError("closed loop too short to measure; raise rounds")
-    out_tps = (tok_hi - tok_lo) / (t_hi - t_lo)
-    inside = [(first[k], e) for k, e in finished if sent_at[k] >= t_lo and e <= t_hi]
-    tpots = [(e - f) / max(osl - 1, 1) for f, e in inside] or [
-        (e - first[k]) / max(osl - 1, 1) for k, e in finished
+    tokens = sum(int(((s > i_lo) & (s <= i_hi)).sum()) for s in steps)
+    out_tps = tokens / (t_hi - t_lo)
+    spans = [(trace.sent_s[k], trace.step_end[s[0]], trace.step_end[s[-1]]) for k, s in
+             enumerate(steps) if k >= c]  # fmt: skip
+    inside = [(f, e) for sent, f, e in spans if sent >= t_lo and e <= t_hi] or [
+        (f, e) for _, f, e in spans
     ]
-    mean_prompt = float(np.mean(prompts[c:]))
+    tpots = [(e - f) / max(osl - 1, 1) for f, e in inside]
     return {
         "output_tps": float(out_tps),
-        "total_tps": float(out_tps * (1 + mean_prompt / osl)),
+        "total_tps": float(out_tps * (1 + float(np.mean(prompts[c:])) / osl)),
         "tpot_s": float(np.median(tpots)),
     }

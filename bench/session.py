@@ -24,7 +24,7 @@ from bench.metrics import Columns, Summary, parse_goodput, summarize
 from bench.records import RequestRecord
 from bench.runner import LocalExecutor, RunPlan, RunResult
 from bench.runner import Progress as RunProgress
-from bench.store.errors import StoreError
+from bench.store import StoreError
 from bench.telemetry import (
     Recording,
     TelemetryConfig,
@@ -215,7 +215,7 @@ class RunSession:
         self.secrets = [plan.api_key]
         self.writer = None
         if store:
-            from bench.store.writer import RunWriter
+            from bench.store import RunWriter
 
             self.writer = RunWriter(
                 db_url or None, **self.meta, secrets=self.secrets, run_id=run_id
@@ -404,7 +404,7 @@ def save_fallback(session: RunSession, status: str) -> str:
     The first line describes the run (scenario, target, load points, status) so that
     `tokenbench import FILE` rebuilds it; secrets are scrubbed as the store would.
     """
-    from bench.store.redact import Redactor, strip_url
+    from bench.store import Redactor, strip_url
 
     redact = Redactor(session.secrets)
     run_id = session.run_id or "unstored"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bench.runner import Progress as RunProgress
 from bench.session import live_p99
-from bench.store.redact import Redactor, strip_url
+from bench.store import Redactor, strip_url
 from bench.sweep import SweepPlan
 from server.models import JobOut, PointDone, ProgressOut
 

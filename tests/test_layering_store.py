@@ -25,18 +25,6 @@ EXCEPTIONS: dict[str, str] = {
     # Provisions and drops a scratch PostgreSQL database to measure the store on; that is
     # the benchmark's setup, not something the store does for the application.
     "benchmarks/storage.py": "creates its scratch PostgreSQL database",
-    # Issue 16 moves or rewrites these on other branches (the CLI into bench/cli/, the run
-    # path onto one Executor); every name they use is public in bench.store, so each entry
-    # goes when its branch imports `from bench.store import ...` instead.
-    "bench/cli.py": "issue 16: moving to bench/cli/",
-    "bench/plan_cli.py": "issue 16: moving to bench/cli/",
-    "bench/export/cli.py": "issue 16: moving to bench/cli/",
-    "bench/sim/cli.py": "issue 16: moving to bench/cli/",
-    "server/cli.py": "issue 16: moving to bench/cli/",
-    "bench/session.py": "issue 16: rewritten over the Executor",
-    "bench/sim/virtual.py": "issue 16: rewritten over the Executor",
-    "bench/sim/demo.py": "issue 16: rewritten over the Executor",
-    "server/jobs.py": "issue 16: rewritten over the Executor",
 }
 
 

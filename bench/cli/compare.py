@@ -30,8 +30,7 @@ def compare_command(
     from bench.cli.store import existing_database
     from bench.console import comparison_tables
     from bench.curves import compare_runs, ratio_sentence, resolve_slo, run_curves, slo_line
-    from bench.store.errors import StoreError
-    from bench.store.read import get_run
+    from bench.store import StoreError, get_run
 
     try:
         existing_database(db)

@@ -15,7 +15,7 @@ def demo_command(
     """B200 beside H100 on simulated endpoints: dense virtual-time sweeps of each, then a
     real-time check of one point each through the real load generator (about 40 s)."""
     from bench.sim.demo import run_demo
-    from bench.store.errors import StoreError
+    from bench.store import StoreError
 
     try:
         run_demo(db)

@@ -75,7 +75,7 @@ def export_command(
     from bench.cost import PriceCatalogueError, load_catalogue
     from bench.export.images import ImageExportError
     from bench.export.report import build_report
-    from bench.store.errors import StoreError
+    from bench.store import StoreError
 
     refs = [r.strip() for r in runs.split(",") if r.strip()]
     if not refs:

@@ -60,8 +60,7 @@ def plan_command(
     pricing tier, and the cheapest option. Without a demand, the scenario's mean rate."""
     from bench.curves import compare_runs, resolve_slo, run_curves, slo_line
     from bench.plan import Demand, default_demand, plan_capacity
-    from bench.store.errors import StoreError
-    from bench.store.read import get_run
+    from bench.store import StoreError, get_run
 
     try:
         curves = run_curves(runs, db)

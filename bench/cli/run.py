@@ -183,7 +183,7 @@ def run_command(
 
     from bench.distributed import DistributedError
     from bench.session import run_and_store
-    from bench.store.errors import StoreError
+    from bench.store import StoreError
 
     try:
         result, summary, run_id = run_and_store(

@@ -73,8 +73,7 @@ def serve_command(
 
     import uvicorn
 
-    from bench.store.engine import resolve_url, safe_url_text
-    from bench.store.errors import StoreError
+    from bench.store import StoreError, resolve_url, safe_url_text
     from server.app import create_app
     from server.auth import TOKEN_ENV, is_loopback, resolve_token
 

@@ -24,8 +24,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from bench.store.errors import StoreError
-    from bench.store.importers import ImportFormatError
+    from bench.store import ImportFormatError, StoreError
 
     return (StoreError, ImportFormatError, FileNotFoundError, ValueError, OSError)
 
@@ -50,12 +49,12 @@ def existing_database(db: str | None) -> str:
     """The database a read-only command will read, named for messages; raises
     MissingDatabaseError (a StoreError) when it is a SQLite file that does not exist, so
     that reading never creates a file or a results/ folder."""
-    from bench.store.engine import missing_sqlite_file, resolve_url, safe_url_text
+    from bench.store import missing_sqlite_file, resolve_url, safe_url_text
 
     url = resolve_url(db)
     missing = missing_sqlite_file(url)
     if missing is not None:
-        from bench.store.errors import MissingDatabaseError
+        from bench.store import MissingDatabaseError
 
         raise MissingDatabaseError(
             f"no database at {missing} ({where_from(db)}); give --db or set $TOKENBENCH_DB"
@@ -67,7 +66,7 @@ def where_from(db: str | None) -> str:
     """Why this database: the --db flag, $TOKENBENCH_DB, or the default under this folder."""
     import os
 
-    from bench.store.engine import ENV_VAR
+    from bench.store import ENV_VAR
 
     if db:
         return "from --db"
@@ -93,8 +92,7 @@ def runs_command(
     limit: Annotated[int, typer.Option(help="Show at most this many runs.")] = 50,
 ) -> None:
     """List stored runs, newest first, and say which database was read."""
-    from bench.store.errors import MissingDatabaseError
-    from bench.store.read import list_runs
+    from bench.store import MissingDatabaseError, list_runs
 
     try:
         where = existing_database(db)
@@ -139,7 +137,7 @@ def show_command(
 ) -> None:
     """Print a run's summary, recomputed from its stored requests."""
     from bench.metrics import summarize
-    from bench.store.read import get_run, load_columns
+    from bench.store import get_run, load_columns
 
     existing_database(db)
     info = get_run(run, db)
@@ -268,7 +266,7 @@ def rm_command(
     ] = False,
 ) -> None:
     """Delete a run and all its requests."""
-    from bench.store.read import delete_run, get_run
+    from bench.store import delete_run, get_run
 
     existing_database(db)
     info = get_run(run, db)
@@ -284,8 +282,7 @@ def rm_command(
 @_clean_errors
 def db_upgrade_command(db: DbOption = None) -> None:
     """Migrate the database to this tokenbench's schema (back it up first)."""
-    from bench.store.engine import resolve_url, safe_url_text
-    from bench.store.migrations import upgrade
+    from bench.store import resolve_url, safe_url_text, upgrade
 
     rev = upgrade(db)
     out.print(f"{safe_url_text(resolve_url(db))}: schema at revision {rev}", highlight=False)
@@ -300,7 +297,7 @@ def export_raw_command(
     db: DbOption = None,
 ) -> None:
     """Write every request of a run to a JSON, CSV or Parquet file."""
-    from bench.store.raw_export import export_raw
+    from bench.store import export_raw
 
     existing_database(db)
     path = export_raw(run, fmt, out_path, load_point=load_point, db=db)
@@ -325,8 +322,7 @@ def import_command(
     db: DbOption = None,
 ) -> None:
     """Import another tool's results as a run marked imported."""
-    from bench.store.importers import import_file
-    from bench.store.read import get_run
+    from bench.store import get_run, import_file
 
     run_id = import_file(file, fmt, db=db, name=name)
     info = get_run(run_id, db)

@@ -178,7 +178,7 @@ def sweep_plan(
 def measure_sweep(sc, plan, **kw):
     """bench.sweep.run_sweep with a progress line per point; its errors as one line."""
     from bench.distributed import DistributedError
-    from bench.store.errors import StoreError
+    from bench.store import StoreError
     from bench.sweep import run_sweep
 
     try:
@@ -242,8 +242,7 @@ def sweep_document(result, sc, db: str | None, broken: list[str]) -> dict:
 def _stored_failures(run_id: str | None, load_point: int, db: str | None) -> list:
     if run_id is None:
         return []
-    from bench.store.errors import StoreError
-    from bench.store.read import load_records
+    from bench.store import StoreError, load_records
 
     try:
         return [r for r in load_records(run_id, load_point, db) if r.state != "ok"]

@@ -113,7 +113,7 @@ def run_demo(
     from bench.curves import compare_runs, ratio_sentence, run_curves, slo_line
     from bench.metrics import parse_slo
     from bench.plan import default_demand, plan_capacity
-    from bench.store.read import get_run
+    from bench.store import get_run
 
     started = time.monotonic()
     slo = parse_slo(DEMO_SLO)

@@ -82,6 +82,10 @@ class TraceSpec(_Strict):
 Shape = Literal["poisson", "constant", "gamma", "on_off", "ramp", "steps", "trace", "closed"]
 SHAPES: tuple[str, ...] = get_args(Shape)
 RATE_SHAPES = ("poisson", "constant", "gamma")  # one rate: a sweep scales it, vLLM-style
+# Requests per load point when neither a count nor a duration is given: a run is one point
+# (vLLM's --num-prompts default), a sweep's points are many and each gets fewer. The CLI,
+# `sim run` and the API's jobs all read these.
+DEFAULT_NUM_PROMPTS = {"run": 1000, "sweep": 200}
 
 
 class Load(_Strict):

@@ -54,8 +54,6 @@ from bench.cli.options import (
 from bench.cli.summary_json import summary_document, write_json
 from bench.console import console, err_console
 
-RUN_DEFAULTS = {"load": {"num_prompts": 1000}}
-
 
 def run_command(
     base_url: BaseUrlOpt = None,
@@ -173,7 +171,11 @@ def run_command(
         goodput=goodput, seed=seed, ignore_eos=ignore_eos, request_timeout=request_timeout,
         gpu=gpu, num_gpus=num_gpus, label=label,
     )  # fmt: skip
-    sc = resolve_scenario(scenario, overrides, RUN_DEFAULTS)
+    from bench.scenario import DEFAULT_NUM_PROMPTS
+
+    sc = resolve_scenario(
+        scenario, overrides, {"load": {"num_prompts": DEFAULT_NUM_PROMPTS["run"]}}
+    )
     key = resolve_target(sc, api_key)
     base_dir = scenario.parent if scenario else None
     try:

@@ -40,12 +40,17 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# Where the bearer token comes from unless a scenario names another variable; the service
+# sends only this one to targets (server/api.py).
+API_KEY_ENV = "OPENAI_API_KEY"
+
+
 class Target(_Strict):
     base_url: str | None = None
     endpoint: str = COMPLETIONS
     backend: str = "vllm"
     model: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: str = API_KEY_ENV
 
     @field_validator("base_url")
     @classmethod

@@ -25,7 +25,7 @@ from bench.curves import (
     resolve_slo,
 )
 from bench.metrics import parse_thresholds
-from bench.scenario import DEFAULT_NUM_PROMPTS, ScenarioError, parse_scenario
+from bench.scenario import API_KEY_ENV, DEFAULT_NUM_PROMPTS, ScenarioError, parse_scenario
 from bench.store import (
     RunBusyError,
     delete_run,
@@ -612,12 +612,12 @@ def build_plan(body: JobIn, state) -> JobPlan:
     if sc.load.num_prompts is None and sc.load.duration_s is None:
         sc.load.num_prompts = DEFAULT_NUM_PROMPTS[body.kind]
     files = _confine_files(sc, state.data, (SCENARIOS_DIR,) if base_dir else ())
-    if sc.target.api_key_env != "OPENAI_API_KEY":
+    if sc.target.api_key_env != API_KEY_ENV:
         raise invalid(
             ["body", "scenario"],
-            "target.api_key_env: the service only sends $OPENAI_API_KEY to targets",
+            f"target.api_key_env: the service only sends ${API_KEY_ENV} to targets",
         )
-    api_key = os.environ.get("OPENAI_API_KEY")
+    api_key = os.environ.get(API_KEY_ENV)
 
     simulate = None
     if body.simulate is not None:

@@ -198,11 +198,12 @@ def run_command(
     for line in getattr(result, "warnings", ()):  # a distributed run's per-worker findings
         err_console.print(f"[yellow]warning:[/] {line}")
     from bench.console import outcome, print_outcome, print_summary
+    from bench.metrics import LATENCY_METRICS
 
     print_summary(
         summary,
         title=f"Results: {sc.name} → {sc.target.base_url}",
-        metrics=tuple(m for m in sc.percentile_metrics if m in ("ttft", "tpot", "itl", "e2el")),
+        metrics=tuple(m for m in sc.percentile_metrics if m in LATENCY_METRICS),
     )
     said = outcome(result.records, summary, sc.target.model, getattr(result, "served_models", []))
     print_outcome(said, summary)

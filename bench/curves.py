@@ -729,6 +729,12 @@ def ratio_sentence(comparisons: Sequence[RunComparison]) -> str | None:
 # ---------------------------------------------------------------- which SLO
 
 
+def slo_to_store(thresholds: Sequence[Threshold]) -> list[str]:
+    """How a sweep stores its SLO (run extra `sweep.slo`): the one grammar's text, which
+    stored_slo parses back."""
+    return [str(t) for t in thresholds]
+
+
 def stored_slo(infos) -> list[Threshold]:
     """The SLO the runs were swept against (stored with each run), when they all agree."""
     found = []

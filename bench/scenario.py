@@ -40,12 +40,17 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# Where the bearer token comes from unless a scenario names another variable; the service
+# sends only this one to targets (server/api.py).
+API_KEY_ENV = "OPENAI_API_KEY"
+
+
 class Target(_Strict):
     base_url: str | None = None
     endpoint: str = COMPLETIONS
     backend: str = "vllm"
     model: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: str = API_KEY_ENV
 
     @field_validator("base_url")
     @classmethod
@@ -82,6 +87,10 @@ class TraceSpec(_Strict):
 Shape = Literal["poisson", "constant", "gamma", "on_off", "ramp", "steps", "trace", "closed"]
 SHAPES: tuple[str, ...] = get_args(Shape)
 RATE_SHAPES = ("poisson", "constant", "gamma")  # one rate: a sweep scales it, vLLM-style
+# Requests per load point when neither a count nor a duration is given: a run is one point
+# (vLLM's --num-prompts default), a sweep's points are many and each gets fewer. The CLI,
+# `sim run` and the API's jobs all read these.
+DEFAULT_NUM_PROMPTS = {"run": 1000, "sweep": 200}
 
 
 class Load(_Strict):

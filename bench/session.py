@@ -72,10 +72,7 @@ def window_summary(
     result: RunResult, scenario, *, warmup_s: float = 0.0, cooldown_s: float = 0.0
 ) -> Summary:
     """Summary of one load point with warm-up and cool-down (by intended send time) left out."""
-    cols = Columns.from_records(result.records)
-    if (warmup_s or cooldown_s) and len(result.records):
-        last = float(np.nanmax(cols.intended_ns))
-        cols = cols.window(warmup_s * 1e9, last - cooldown_s * 1e9 + 1)
+    cols = Columns.from_records(result.records).measured(warmup_s, cooldown_s)
     return summarize(
         cols,
         percentiles=scenario.percentiles,

@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from bench.curves import Capacity, CurvePoint, capacity_at_slo, point_from_summary
+from bench.curves import Capacity, CurvePoint, capacity_at_slo, point_from_summary, slo_to_store
 from bench.metrics import Summary, Threshold, meets_slo
 from bench.runner import RunPlan, plan_from_scenario
+from bench.scenario import RATE_SHAPES
 
-RATE_SHAPES = ("poisson", "constant", "gamma")
 # Stop rule defaults: half the requests failing, or a latency SLO broken tenfold.
 STOP_ERROR_RATE = 0.5
 STOP_SLO_FACTOR = 10.0
@@ -429,7 +429,7 @@ def run_sweep(
         scenario, plan_for(first), executor=executor, db_url=db, store=store,
         simulated=simulated, show_progress=show_progress, telemetry=telemetry,
         stop_event=stop_event, on_tick=on_tick, run_id=run_id,
-        extra={**(extra or {}), "sweep": {"slo": [str(t) for t in plan.thresholds], **windows}},
+        extra={**(extra or {}), "sweep": {"slo": slo_to_store(plan.thresholds), **windows}},
     )  # fmt: skip
     if on_start is not None:
         on_start(session.run_id)

@@ -25,7 +25,7 @@ from bench.curves import (
     resolve_slo,
 )
 from bench.metrics import parse_thresholds
-from bench.scenario import ScenarioError, parse_scenario
+from bench.scenario import API_KEY_ENV, DEFAULT_NUM_PROMPTS, ScenarioError, parse_scenario
 from bench.store import (
     RunBusyError,
     delete_run,
@@ -63,7 +63,6 @@ SSE_POLL_S = 0.25
 SSE_KEEPALIVE_S = 15.0
 SSE_MAX_S = 24 * 3600.0  # a follower is cut off after a day, whatever happens
 REACH_TIMEOUT_S = 2.0
-DEFAULT_PROMPTS = {"run": 1000, "sweep": 200}  # as `tokenbench run` and `tokenbench sweep`
 MAX_ROW_ID = 2**63 - 1  # SQL BIGINT: a larger ?after= overflowed the driver (a 500)
 
 RunRef = Annotated[
@@ -611,14 +610,14 @@ def build_plan(body: JobIn, state) -> JobPlan:
     except ScenarioError as exc:
         raise invalid(["body", "scenario"], str(exc)) from None
     if sc.load.num_prompts is None and sc.load.duration_s is None:
-        sc.load.num_prompts = DEFAULT_PROMPTS[body.kind]
+        sc.load.num_prompts = DEFAULT_NUM_PROMPTS[body.kind]
     files = _confine_files(sc, state.data, (SCENARIOS_DIR,) if base_dir else ())
-    if sc.target.api_key_env != "OPENAI_API_KEY":
+    if sc.target.api_key_env != API_KEY_ENV:
         raise invalid(
             ["body", "scenario"],
-            "target.api_key_env: the service only sends $OPENAI_API_KEY to targets",
+            f"target.api_key_env: the service only sends ${API_KEY_ENV} to targets",
         )
-    api_key = os.environ.get("OPENAI_API_KEY")
+    api_key = os.environ.get(API_KEY_ENV)
 
     simulate = None
     if body.simulate is not None:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from bench.backends.openai import Endpoint
+from bench.backends.openai import Backend, Endpoint
 from bench.cost import CostRow, TierKind
 from bench.curves import Capacity, CurvePoint, Ratio, RunComparison, RunCurve
 from bench.plan import Demand, Plan, Recommendation, SystemPlan
@@ -471,7 +471,7 @@ class TargetIn(Strict):
     )
     model: str | None = Field(default=None, max_length=200)
     endpoint: Endpoint | None = None
-    backend: Literal["vllm", "sglang", "trtllm", "openai"] | None = None
+    backend: Backend | None = None
 
 
 class SimulateIn(Strict):

@@ -75,3 +75,12 @@ def test_the_measured_window_leaves_out_warm_up_and_cool_down_by_schedule():
     assert (kept.intended_ns / MS).tolist() == list(range(100, 341, 10))
     empty = Columns.from_records([])
     assert len(empty.measured(1.0, 1.0).state) == 0
+
+
+def test_every_backend_name_has_one_dialect():
+    """The API's `backend` field and --backend accept exactly the dialects the wire knows."""
+    from typing import get_args
+
+    from bench.backends.openai import DIALECTS, Backend
+
+    assert tuple(DIALECTS) == get_args(Backend)

@@ -177,7 +177,11 @@ def test_a_busy_loop_delays_reads_but_not_their_times(server_factory, tmp_path):
         merged = result.merged_token_share > 0.01
         assert not merged or any("read together" in r for r in s.client_limited_reasons)
         return
-    assert np.percentile(itl_err, 99) < 2.0, itl_err.max()
+    # Reads timed when read would be off by up to 13 ms on most gaps (the hog holds the loop
+    # 13 ms of every 17); with kernel stamps nearly all match. Not all: a busy machine that is
+    # not starved can still hold the *server* between logging a send and writing it.
+    within = float(np.mean(itl_err < 2.0))
+    assert within >= 0.9, (within, np.sort(itl_err)[-5:])
     assert result.merged_token_share == 0
 
 

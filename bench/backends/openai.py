@@ -35,6 +35,10 @@ class Dialect:
     chat_max_field: str = "max_tokens"  # chat's name for the output cap
 
 
+# Server families the wire knows, as --backend, scenario files and the API name them.
+Backend = Literal["vllm", "sglang", "trtllm", "openai"]
+
+
 DIALECTS: dict[str, Dialect] = {
     # vLLM: SamplingParams extras ignore_eos and min_tokens on both APIs.
     "vllm": Dialect("vllm", ignore_eos=True, min_tokens=True, include_usage=True),

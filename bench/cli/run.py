@@ -54,8 +54,6 @@ from bench.cli.options import (
 from bench.cli.summary_json import summary_document, write_json
 from bench.console import console, err_console
 
-RUN_DEFAULTS = {"load": {"num_prompts": 1000}}
-
 
 def run_command(
     base_url: BaseUrlOpt = None,
@@ -173,7 +171,11 @@ def run_command(
         goodput=goodput, seed=seed, ignore_eos=ignore_eos, request_timeout=request_timeout,
         gpu=gpu, num_gpus=num_gpus, label=label,
     )  # fmt: skip
-    sc = resolve_scenario(scenario, overrides, RUN_DEFAULTS)
+    from bench.scenario import DEFAULT_NUM_PROMPTS
+
+    sc = resolve_scenario(
+        scenario, overrides, {"load": {"num_prompts": DEFAULT_NUM_PROMPTS["run"]}}
+    )
     key = resolve_target(sc, api_key)
     base_dir = scenario.parent if scenario else None
     try:
@@ -196,11 +198,12 @@ def run_command(
     for line in getattr(result, "warnings", ()):  # a distributed run's per-worker findings
         err_console.print(f"[yellow]warning:[/] {line}")
     from bench.console import outcome, print_outcome, print_summary
+    from bench.metrics import LATENCY_METRICS
 
     print_summary(
         summary,
         title=f"Results: {sc.name} → {sc.target.base_url}",
-        metrics=tuple(m for m in sc.percentile_metrics if m in ("ttft", "tpot", "itl", "e2el")),
+        metrics=tuple(m for m in sc.percentile_metrics if m in LATENCY_METRICS),
     )
     said = outcome(result.records, summary, sc.target.model, getattr(result, "served_models", []))
     print_outcome(said, summary)

@@ -141,7 +141,10 @@ def run(
         num_prompts=num_prompts, random_input_len=random_input_len,
         random_output_len=random_output_len, seed=seed,
     )  # fmt: skip
-    sc = resolve_scenario(scenario, overrides, {"load": {"num_prompts": 1000, "request_rate": 4}})
+    from bench.scenario import DEFAULT_NUM_PROMPTS
+
+    defaults = {"load": {"num_prompts": DEFAULT_NUM_PROMPTS["run"], "request_rate": 4}}
+    sc = resolve_scenario(scenario, overrides, defaults)
     virtual = VirtualExecutor(gpu, model, precision, tp, parallel=parallel, engine=engine_name)
     try:
         sc = virtual.adopt(sc)

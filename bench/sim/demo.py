@@ -165,8 +165,7 @@ def run_demo(
         "all marked simulated.\n"
         f"Next: `tokenbench compare {b} {h}`, `tokenbench plan {b} {h} --requests-per-s 500`, "
         f"`tokenbench show {b}`, `tokenbench export {b} {h} --format pptx`, or "
-        "`tokenbench serve` and open "
-        "http://127.0.0.1:8000 for the dashboard."
+        "`tokenbench serve` for the dashboard (it prints its address)."
     )
     return verdict_ids + check_ids
 

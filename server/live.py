@@ -3,7 +3,7 @@
 Tests drive a real browser against it and benchmarks/dashboard.py times real HTTP reads
 through it; both need the same thing (the app from server.app.create_app, served by uvicorn
 over real sockets, stopped cleanly), so it lives here rather than in a test module that a
-benchmark would have to import. `tokenbench serve` (server/cli.py) is the foreground way.
+benchmark would have to import. `tokenbench serve` (bench/cli/serve.py) is the foreground way.
 """
 
 from __future__ import annotations

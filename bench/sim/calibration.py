@@ -4,9 +4,10 @@ Each published point is reproduced by its source's method:
   batch1         one stream's decode rate;
   max_tput       offline maximum throughput (output tok/s per GPU) with as many sequences as the
                  KV cache holds at mean context ISL + OSL/2;
-  interactivity  InferenceX: every parallelism of the point's sweep x every concurrency, the
-                 Pareto front of total tok/s/GPU against tok/s/user (1 / median TPOT), linear
-                 interpolation at the published interactivity. A target outside the front has no
+  interactivity  InferenceX: every parallelism of the point's sweep x every concurrency (x MTP
+                 off/on; narrower where the point records its source's narrower search: mtp,
+                 min_conc, max_conc), the Pareto front of total tok/s/GPU against tok/s/user
+                 (1 / median TPOT), linear interpolation at the published interactivity. A target outside the front has no
                  value: the simulator cannot reach it, and the point scores -100%.
 InferenceX draws prompt lengths uniformly in 80-100% of the nominal ISL [S2], so its total
 tokens count 0.9 x ISL; trtllm-bench uses the nominal lengths.

@@ -46,7 +46,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from multiprocessing import connection as mp_connection
 from time import perf_counter_ns
@@ -557,6 +557,38 @@ def _sigint_sets(event: threading.Event, enabled: bool):
             signal.signal(sig, old)
 
 
+def _drive(
+    driver: _Driver,
+    stop: threading.Event | None,
+    poll: Callable[[float], Iterable[tuple[int, tuple | str]]],
+    send_stop: Callable[[int], None],
+    kill: Callable[[int], None],
+) -> None:
+    """Both transports' loop: `poll(timeout_s)` gives (worker, (records, status)) per batch,
+    or (worker, error) when its pipe or actor is gone. A stop is broadcast once; workers
+    silent for HEARTBEAT_TIMEOUT_S are killed, those still running STOP_GRACE_S later given up."""
+    stop_sent_at: float | None = None
+    while driver.active():
+        wanted = (stop is not None and stop.is_set()) or driver.stop_requested.is_set()
+        if wanted and stop_sent_at is None:
+            driver.stop_requested.set()
+            stop_sent_at = time.monotonic()
+            for k in driver.active():
+                send_stop(k)
+        for k, got in poll(0.1):
+            if isinstance(got, str):
+                driver.died(k, got)
+            else:
+                driver.take(k, *got)
+        for k in driver.silent():
+            kill(k)
+            driver.died(k, f"no word for {HEARTBEAT_TIMEOUT_S:g} s; killed")
+        if stop_sent_at is not None and time.monotonic() - stop_sent_at > STOP_GRACE_S:
+            for k in driver.active():
+                driver.died(k, f"did not stop within {STOP_GRACE_S:g} s of the stop")
+        driver.tick()
+
+
 def _run_processes(
     driver: _Driver, stop: threading.Event | None, start_delay_s: float
 ) -> DistributedResult:
@@ -565,6 +597,25 @@ def _run_processes(
     ctx = mp.get_context("spawn")
     conns: list[mp_connection.Connection] = []
     procs = []
+
+    def receive(workers: Iterable[int], timeout_s: float):
+        """(worker, message), or (worker, None) at EOF: the process is gone (joined)."""
+        for c in mp_connection.wait([conns[k] for k in workers], timeout=timeout_s):
+            k = conns.index(c)
+            try:
+                yield k, c.recv()
+            except (EOFError, OSError):
+                procs[k].join(1.0)
+                yield k, None
+
+    def poll(timeout_s: float):
+        for k, msg in receive(driver.active(), timeout_s):
+            yield k, msg[1:] if msg else f"worker process exited (exit code {procs[k].exitcode})"
+
+    def send_stop(k: int) -> None:
+        with contextlib.suppress(OSError):
+            conns[k].send(("stop",))
+
     try:
         for k, share in enumerate(driver.shares):
             ours, theirs = ctx.Pipe(duplex=True)
@@ -578,20 +629,16 @@ def _run_processes(
             theirs.close()  # only the child holds its end: its death is EOF to us
             conns.append(ours)
             procs.append(proc)
-        by_conn = {id(c): k for k, c in enumerate(conns)}
 
         # Barrier: every worker ready (or dead) before anyone starts.
         waiting = set(range(len(conns)))
         deadline = time.monotonic() + READY_TIMEOUT_S
         while waiting and time.monotonic() < deadline:
-            for c in mp_connection.wait([conns[k] for k in waiting], timeout=0.2):
-                k = by_conn[id(c)]
-                try:
-                    _, host, pid = c.recv()
-                    driver.stats[k].host, driver.stats[k].pid = host, pid
-                except (EOFError, OSError):
-                    procs[k].join(1.0)
+            for k, msg in receive(waiting, 0.2):
+                if msg is None:
                     driver.died(k, f"exited before the start (exit code {procs[k].exitcode})")
+                else:
+                    _, driver.stats[k].host, driver.stats[k].pid = msg
                 waiting.discard(k)
         if waiting:
             raise DistributedError(
@@ -601,33 +648,7 @@ def _run_processes(
         driver.t0_ns = perf_counter_ns() + int(start_delay_s * 1e9)
         for k in driver.active():
             conns[k].send(("start", start_delay_s))
-
-        stop_sent_at: float | None = None
-        while driver.active():
-            wanted = (stop is not None and stop.is_set()) or driver.stop_requested.is_set()
-            if wanted and stop_sent_at is None:
-                driver.stop_requested.set()
-                stop_sent_at = time.monotonic()
-                for k in driver.active():
-                    with contextlib.suppress(OSError):
-                        conns[k].send(("stop",))
-            active = [conns[k] for k in driver.active()]
-            for c in mp_connection.wait(active, timeout=0.1):
-                k = by_conn[id(c)]
-                try:
-                    _, records, status = c.recv()
-                except (EOFError, OSError):
-                    procs[k].join(1.0)
-                    driver.died(k, f"worker process exited (exit code {procs[k].exitcode})")
-                    continue
-                driver.take(k, records, status)
-            for k in driver.silent():
-                procs[k].kill()
-                driver.died(k, f"no word for {HEARTBEAT_TIMEOUT_S:g} s; killed")
-            if stop_sent_at is not None and time.monotonic() - stop_sent_at > STOP_GRACE_S:
-                for k in driver.active():
-                    driver.died(k, f"did not stop within {STOP_GRACE_S:g} s of the stop")
-            driver.tick()
+        _drive(driver, stop, poll, send_stop, lambda k: procs[k].kill())
         return driver.result("processes")
     finally:
         for c in conns:
@@ -712,35 +733,20 @@ def _run_ray(
         driver.t0_ns = perf_counter_ns() + int(start_delay_s * 1e9)
         ray.get([a.start.remote(start_delay_s) for a in actors], timeout=READY_TIMEOUT_S)
 
-        pending = {actors[k].poll.remote(BATCH_S): k for k in driver.active()}
-        stop_sent_at: float | None = None
-        while pending:
-            wanted = (stop is not None and stop.is_set()) or driver.stop_requested.is_set()
-            if wanted and stop_sent_at is None:
-                driver.stop_requested.set()
-                stop_sent_at = time.monotonic()
-                for k in driver.active():
-                    actors[k].stop.remote()
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.1)
+        pending: dict = {}  # one outstanding poll call per running actor (a dead one's fails)
+
+        def poll(timeout_s: float):
+            for k in set(driver.active()) - set(pending.values()):
+                pending[actors[k].poll.remote(BATCH_S)] = k
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout_s)
             for ref in ready:
                 k = pending.pop(ref)
                 try:
-                    records, status = ray.get(ref)
+                    yield k, ray.get(ref)
                 except RayError as exc:
-                    driver.died(k, f"Ray actor lost: {type(exc).__name__}: {_first_line(exc)}")
-                    continue
-                driver.take(k, records, status)
-                if not driver.stats[k].finished:
-                    pending[actors[k].poll.remote(BATCH_S)] = k
-            for k in driver.silent():
-                ray.kill(actors[k])
-                driver.died(k, f"no word for {HEARTBEAT_TIMEOUT_S:g} s; killed")
-                pending = {r: j for r, j in pending.items() if j != k}
-            if stop_sent_at is not None and time.monotonic() - stop_sent_at > STOP_GRACE_S:
-                for k in driver.active():
-                    driver.died(k, f"did not stop within {STOP_GRACE_S:g} s of the stop")
-                pending.clear()
-            driver.tick()
+                    yield k, f"Ray actor lost: {type(exc).__name__}: {_first_line(exc)}"
+
+        _drive(driver, stop, poll, lambda k: actors[k].stop.remote(), lambda k: ray.kill(actors[k]))
         return driver.result("ray")
     finally:
         for a in actors:

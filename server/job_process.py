@@ -45,17 +45,16 @@ def main(plan, db_url: str | None, run_id: str, conn, stop, service_pid: int) ->
                 return
 
     threading.Thread(target=relay_stop, name="tokenbench-job-stop", daemon=True).start()
+    reporter = _Reporter(conn, stop_event)
     try:
-        status = _execute(
-            plan, db_url, run_id, _Reporter(conn, stop_event), stop_event, service_pid
-        )
-        message = ("done", status)
+        message = ("done", _execute(plan, db_url, run_id, reporter, stop_event, service_pid))
     except BaseException as exc:  # noqa: BLE001 - a job's failure is reported, not raised
-        text = str(exc).strip()
-        message = ("failed", f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+        from server.jobs import _message
+
+        message = ("failed", _message(exc))
     finally:
         done.set()
-    _Reporter(conn, stop_event).send(message)
+    reporter.send(message)
     conn.close()
 
 
@@ -75,19 +74,9 @@ class _Reporter:
 
 def _progress(conn):
     def on_tick(p) -> None:  # noqa: ANN001 - bench.runner.Progress
-        conn.send(
-            (
-                "progress",
-                {
-                    "total": p.total,
-                    "sent": p.sent,
-                    "completed": p.completed,
-                    "failed": p.failed,
-                    "in_flight": p.in_flight,
-                    "recent_ttft_ms": list(p.recent_ttft_ms[-500:]),
-                },
-            )
-        )
+        fields = ("total", "sent", "completed", "failed", "in_flight")
+        counts = {key: getattr(p, key) for key in fields}
+        conn.send(("progress", {**counts, "recent_ttft_ms": list(p.recent_ttft_ms[-500:])}))
 
     return on_tick
 
@@ -109,10 +98,7 @@ def _execute(plan, db_url, run_id, conn, stop_event, service_pid) -> str:  # noq
         check_reachable(sc.target.base_url)
         if not sc.target.model:
             sc.target.model = discover_model(sc.target.base_url, plan.api_key) or "default"
-        extra = {"measured_in": measured_in(service_pid)}
-        if plan.kind == "run":
-            return _run(plan, db_url, run_id, conn, stop_event, extra)
-        return _sweep(plan, db_url, run_id, conn, stop_event, extra)
+        return _measure(plan, db_url, run_id, conn, stop_event, service_pid)
     finally:
         if stop_sim is not None:
             stop_sim()
@@ -127,35 +113,32 @@ def _executor():
     return LocalExecutor(handle_sigint=False)
 
 
-def _run(plan, db_url, run_id, conn, stop_event, extra) -> str:  # noqa: ANN001
+def _measure(plan, db_url, run_id, conn, stop_event, service_pid) -> str:  # noqa: ANN001
+    """A run (bench.session.run_and_store) or a sweep (bench.sweep.run_sweep), stored as run_id;
+    each finished point is reported as it ends."""
     from bench.runner import plan_from_scenario
     from bench.session import run_and_store
-    from server.jobs import point_done
-
-    sc = plan.scenario
-    run_plan = plan_from_scenario(sc, base_dir=plan.base_dir, api_key=plan.api_key)
-    result, summary, _ = run_and_store(
-        sc, run_plan, executor=_executor(), db_url=db_url,
-        show_progress=False, simulated=bool(plan.simulate), stop_event=stop_event,
-        on_tick=_progress(conn), run_id=run_id, extra=extra,
-    )  # fmt: skip
-    conn.send(("point", point_done(0, sc.name, summary)))
-    return "interrupted" if result.interrupted else "completed"
-
-
-def _sweep(plan, db_url, run_id, conn, stop_event, extra) -> str:  # noqa: ANN001
     from bench.sweep import run_sweep
     from server.jobs import point_done
 
-    conn.send(("planned", plan.sweep.planned_points()))
-
-    def on_point(point, remaining) -> None:  # noqa: ANN001
-        conn.send(("point", point_done(point.index, point.spec.title, point.summary)))
-
-    result = run_sweep(
-        plan.scenario, plan.sweep, executor=_executor(),
-        api_key=plan.api_key, base_dir=plan.base_dir, db=db_url, simulated=bool(plan.simulate),
-        show_progress=False, on_point=on_point, stop_event=stop_event,
-        on_tick=_progress(conn), run_id=run_id, extra=extra,
+    sc = plan.scenario
+    options = dict(
+        executor=_executor(), show_progress=False, simulated=bool(plan.simulate),
+        stop_event=stop_event, on_tick=_progress(conn), run_id=run_id,
+        extra={"measured_in": measured_in(service_pid)},
     )  # fmt: skip
+    if plan.kind == "run":
+        run_plan = plan_from_scenario(sc, base_dir=plan.base_dir, api_key=plan.api_key)
+        result, summary, _ = run_and_store(sc, run_plan, db_url=db_url, **options)
+        conn.send(("point", point_done(0, sc.name, summary)))
+    else:
+        conn.send(("planned", plan.sweep.planned_points()))
+
+        def on_point(point, remaining) -> None:  # noqa: ANN001
+            conn.send(("point", point_done(point.index, point.spec.title, point.summary)))
+
+        result = run_sweep(
+            sc, plan.sweep, api_key=plan.api_key, base_dir=plan.base_dir, db=db_url,
+            on_point=on_point, **options,
+        )  # fmt: skip
     return "interrupted" if result.interrupted else "completed"

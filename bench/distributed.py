@@ -349,10 +349,6 @@ class _WorkerCore:
         )  # fmt: skip
 
 
-def _host() -> str:
-    return socket.gethostname()
-
-
 def _process_main(share: _Share, conn: mp_connection.Connection) -> None:
     """Entry point of a `--workers` process: ready, wait for the start delay, stream, exit.
 
@@ -362,7 +358,7 @@ def _process_main(share: _Share, conn: mp_connection.Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and tells us
     core = _WorkerCore(share.unpack())
     try:
-        conn.send(("ready", _host(), os.getpid()))
+        conn.send(("ready", socket.gethostname(), os.getpid()))
         if not conn.poll(READY_TIMEOUT_S):
             core.stop()
             return
@@ -678,7 +674,7 @@ class _RayWorker:
         self.core = _WorkerCore(share.unpack())
 
     def info(self) -> tuple[str, int]:
-        return _host(), os.getpid()
+        return socket.gethostname(), os.getpid()
 
     def start(self, delay_s: float) -> None:
         self.core.start(delay_s)

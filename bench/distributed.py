@@ -266,11 +266,13 @@ class _WorkerCore:
     """One worker's run: its own event loop in its own thread, records queued for the driver.
 
     The transport (a pipe or a Ray actor) only calls start/stop/poll from other threads, so
-    shipping records never runs on the event loop that timestamps them.
+    shipping records never runs on the event loop that timestamps them. No method here may
+    be async: Ray would make its actor (a subclass) an asyncio actor, whose blocking poll
+    would hold up a stop.
     """
 
-    def __init__(self, plan: RunPlan) -> None:
-        self.plan = plan
+    def __init__(self, share: _Share) -> None:
+        self.plan = share.unpack()
         self.records: deque[RequestRecord] = deque()
         self.progress = Progress()
         self.result: RunResult | None = None
@@ -322,6 +324,17 @@ class _WorkerCore:
         }
 
     def _run(self) -> None:
+        async def main() -> RunResult:  # nested, not a method: see the class docstring
+            loop = asyncio.get_running_loop()
+            stop = asyncio.Event()
+            self._stop_loop = lambda: loop.call_soon_threadsafe(stop.set)
+            if self._stopping:
+                stop.set()
+            return await execute(
+                self.plan, sink=self.records.append, progress=self.progress, stop=stop,
+                t0_ns=self._t0_ns,
+            )  # fmt: skip
+
         try:
             if not self._go.wait(READY_TIMEOUT_S + HEARTBEAT_TIMEOUT_S):
                 self.error = "never told to start"
@@ -330,23 +343,12 @@ class _WorkerCore:
                 return
             cpu0 = time.process_time()
             with asyncio.Runner(loop_factory=new_event_loop) as runner:
-                self.result = runner.run(self._main())
+                self.result = runner.run(main())
             self.cpu_s = time.process_time() - cpu0
         except BaseException as exc:  # noqa: BLE001 - reported to the driver, not swallowed
             self.error = f"{type(exc).__name__}: {exc}"
         finally:
             self._done.set()
-
-    async def _main(self) -> RunResult:
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        self._stop_loop = lambda: loop.call_soon_threadsafe(stop.set)
-        if self._stopping:
-            stop.set()
-        return await execute(
-            self.plan, sink=self.records.append, progress=self.progress, stop=stop,
-            t0_ns=self._t0_ns,
-        )  # fmt: skip
 
 
 def _process_main(share: _Share, conn: mp_connection.Connection) -> None:
@@ -356,7 +358,7 @@ def _process_main(share: _Share, conn: mp_connection.Connection) -> None:
     stops its run and exits rather than lingering.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and tells us
-    core = _WorkerCore(share.unpack())
+    core = _WorkerCore(share)
     try:
         conn.send(("ready", socket.gethostname(), os.getpid()))
         if not conn.poll(READY_TIMEOUT_S):
@@ -667,23 +669,11 @@ def require_ray():
     return ray
 
 
-class _RayWorker:
-    """The Ray actor: a _WorkerCore behind remote methods (threaded, so stop never waits)."""
-
-    def __init__(self, share: _Share) -> None:
-        self.core = _WorkerCore(share.unpack())
+class _RayWorker(_WorkerCore):
+    """The Ray actor: a _WorkerCore (threaded, so stop never waits) that says where it runs."""
 
     def info(self) -> tuple[str, int]:
         return socket.gethostname(), os.getpid()
-
-    def start(self, delay_s: float) -> None:
-        self.core.start(delay_s)
-
-    def poll(self, wait_s: float) -> tuple[list[RequestRecord], dict]:
-        return self.core.poll(wait_s)
-
-    def stop(self) -> None:
-        self.core.stop()
 
 
 def _run_ray(

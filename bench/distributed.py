@@ -312,10 +312,7 @@ class _WorkerCore:
         p, r = self.progress, self.result
         done = self._done.is_set()
         return {
-            "sent": p.sent,
-            "completed": p.completed,
-            "failed": p.failed,
-            "in_flight": p.in_flight,
+            **{key: getattr(p, key) for key in _COUNTERS},
             "finished": done and not self.records,
             "error": self.error,
             "interrupted": bool(r and r.interrupted),
@@ -435,11 +432,8 @@ class _Driver:
             if self.sink is not None:
                 for rec in records:
                     self.sink(rec)
-        for key in ("sent", "completed", "failed", "in_flight"):
+        for key in (*_COUNTERS, *_SHIPPED, "cpu_s"):
             setattr(st, key, status[key])
-        for key in _SHIPPED:
-            setattr(st, key, status[key])
-        st.cpu_s = status["cpu_s"]
         if status["error"]:
             self.died(k, status["error"])
         elif status["finished"]:
@@ -460,12 +454,9 @@ class _Driver:
         if self.on_tick is None or (not force and now - self._last_tick < TICK_S):
             return
         self._last_tick = now
-        p = self.progress
-        p.sent = sum(s.sent for s in self.stats)
-        p.completed = sum(s.completed for s in self.stats)
-        p.failed = sum(s.failed for s in self.stats)
-        p.in_flight = sum(s.in_flight for s in self.stats)
-        self.on_tick(p)
+        for key in _COUNTERS:
+            setattr(self.progress, key, sum(getattr(s, key) for s in self.stats))
+        self.on_tick(self.progress)
 
     def silent(self) -> list[int]:
         """Workers not heard from for HEARTBEAT_TIMEOUT_S: hung or cut off."""
@@ -525,6 +516,7 @@ class _Driver:
 # its RunResult's figures named in _SHIPPED); the merged run carries the worst worker's.
 _READ_STATS = ("loop_lag_p99_ms", "loop_cpu_share", "late_read_share", "merged_token_share")
 _SHIPPED = (*_READ_STATS, "loop_lag_max_ms", "duration_s")
+_COUNTERS = ("sent", "completed", "failed", "in_flight")  # its live Progress, summed in ticks
 
 
 def _worst(stats: list[WorkerStats], key: str) -> float | None:

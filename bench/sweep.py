@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from bench.curves import Capacity, CurvePoint, capacity_at_slo, point_from_summary, slo_to_store
+from bench.curves import Capacity, capacity_at_slo, point_from_summary, slo_to_store
 from bench.metrics import Summary, Threshold, meets_slo
 from bench.runner import RunPlan, plan_from_scenario
 from bench.scenario import RATE_SHAPES
@@ -325,17 +325,14 @@ def sweep_curve(points: Sequence[PointResult], gpus: int = 1):
     from bench.curves import RunCurve
 
     curve = RunCurve("", "sweep", "sweep", None, gpus, None, False, None, "running")
-    curve.points = [_curve_point(p, gpus) for p in points]
+    for p in points:
+        point = point_from_summary(
+            p.summary.to_json(), load_point=p.index, title=p.spec.title, offered=p.spec.value,
+            gpus=gpus,
+        )  # fmt: skip
+        point.offered_kind = p.spec.kind
+        curve.points.append(point)
     return curve
-
-
-def _curve_point(p: PointResult, gpus: int) -> CurvePoint:
-    point = point_from_summary(
-        p.summary.to_json(), load_point=p.index, title=p.spec.title, offered=p.spec.value,
-        gpus=gpus,
-    )  # fmt: skip
-    point.offered_kind = p.spec.kind
-    return point
 
 
 @dataclass

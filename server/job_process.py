@@ -72,15 +72,6 @@ class _Reporter:
             self.stop_event.set()
 
 
-def _progress(conn):
-    def on_tick(p) -> None:  # noqa: ANN001 - bench.runner.Progress
-        fields = ("total", "sent", "completed", "failed", "in_flight")
-        counts = {key: getattr(p, key) for key in fields}
-        conn.send(("progress", {**counts, "recent_ttft_ms": list(p.recent_ttft_ms[-500:])}))
-
-    return on_tick
-
-
 def _execute(plan, db_url, run_id, conn, stop_event, service_pid) -> str:  # noqa: ANN001
     from bench.runner import check_reachable, discover_model
 
@@ -104,27 +95,26 @@ def _execute(plan, db_url, run_id, conn, stop_event, service_pid) -> str:  # noq
             stop_sim()
 
 
-def _executor():
-    """The executor of every job, a simulated one too (it measures the loopback endpoint
-    started for it, over HTTP in real time, as the API promises): this process's runner,
-    without signal handlers, since the service relays its stop through stop_event."""
-    from bench.runner import LocalExecutor
-
-    return LocalExecutor(handle_sigint=False)
-
-
 def _measure(plan, db_url, run_id, conn, stop_event, service_pid) -> str:  # noqa: ANN001
     """A run (bench.session.run_and_store) or a sweep (bench.sweep.run_sweep), stored as run_id;
     each finished point is reported as it ends."""
-    from bench.runner import plan_from_scenario
+    from bench.runner import LocalExecutor, plan_from_scenario
     from bench.session import run_and_store
     from bench.sweep import run_sweep
     from server.jobs import point_done
 
+    def on_tick(p) -> None:  # noqa: ANN001 - bench.runner.Progress
+        fields = ("total", "sent", "completed", "failed", "in_flight")
+        counts = {key: getattr(p, key) for key in fields}
+        conn.send(("progress", {**counts, "recent_ttft_ms": list(p.recent_ttft_ms[-500:])}))
+
     sc = plan.scenario
+    # Every job, a simulated one too (it measures the loopback endpoint started for it, over
+    # HTTP in real time, as the API promises), runs on this process's runner, without signal
+    # handlers: the service relays its stop through stop_event.
     options = dict(
-        executor=_executor(), show_progress=False, simulated=bool(plan.simulate),
-        stop_event=stop_event, on_tick=_progress(conn), run_id=run_id,
+        executor=LocalExecutor(handle_sigint=False), show_progress=False,
+        simulated=bool(plan.simulate), stop_event=stop_event, on_tick=on_tick, run_id=run_id,
         extra={"measured_in": measured_in(service_pid)},
     )  # fmt: skip
     if plan.kind == "run":

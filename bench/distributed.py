@@ -711,9 +711,11 @@ def _run_ray(
         driver.t0_ns = perf_counter_ns() + int(start_delay_s * 1e9)
         ray.get([a.start.remote(start_delay_s) for a in actors], timeout=READY_TIMEOUT_S)
 
-        pending: dict = {}  # one outstanding poll call per running actor (a dead one's fails)
+        pending: dict = {}  # one outstanding poll call per running actor
 
         def poll(timeout_s: float):
+            for ref in [r for r, k in pending.items() if driver.stats[k].finished]:
+                del pending[ref]  # given up (killed, or past the grace): never waited for
             for k in set(driver.active()) - set(pending.values()):
                 pending[actors[k].poll.remote(BATCH_S)] = k
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout_s)

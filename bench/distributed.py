@@ -46,7 +46,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from multiprocessing import connection as mp_connection
 from time import perf_counter_ns
@@ -266,11 +266,13 @@ class _WorkerCore:
     """One worker's run: its own event loop in its own thread, records queued for the driver.
 
     The transport (a pipe or a Ray actor) only calls start/stop/poll from other threads, so
-    shipping records never runs on the event loop that timestamps them.
+    shipping records never runs on the event loop that timestamps them. No method here may
+    be async: Ray would make its actor (a subclass) an asyncio actor, whose blocking poll
+    would hold up a stop.
     """
 
-    def __init__(self, plan: RunPlan) -> None:
-        self.plan = plan
+    def __init__(self, share: _Share) -> None:
+        self.plan = share.unpack()
         self.records: deque[RequestRecord] = deque()
         self.progress = Progress()
         self.result: RunResult | None = None
@@ -310,10 +312,7 @@ class _WorkerCore:
         p, r = self.progress, self.result
         done = self._done.is_set()
         return {
-            "sent": p.sent,
-            "completed": p.completed,
-            "failed": p.failed,
-            "in_flight": p.in_flight,
+            **{key: getattr(p, key) for key in _COUNTERS},
             "finished": done and not self.records,
             "error": self.error,
             "interrupted": bool(r and r.interrupted),
@@ -322,6 +321,17 @@ class _WorkerCore:
         }
 
     def _run(self) -> None:
+        async def main() -> RunResult:  # nested, not a method: see the class docstring
+            loop = asyncio.get_running_loop()
+            stop = asyncio.Event()
+            self._stop_loop = lambda: loop.call_soon_threadsafe(stop.set)
+            if self._stopping:
+                stop.set()
+            return await execute(
+                self.plan, sink=self.records.append, progress=self.progress, stop=stop,
+                t0_ns=self._t0_ns,
+            )  # fmt: skip
+
         try:
             if not self._go.wait(READY_TIMEOUT_S + HEARTBEAT_TIMEOUT_S):
                 self.error = "never told to start"
@@ -330,27 +340,12 @@ class _WorkerCore:
                 return
             cpu0 = time.process_time()
             with asyncio.Runner(loop_factory=new_event_loop) as runner:
-                self.result = runner.run(self._main())
+                self.result = runner.run(main())
             self.cpu_s = time.process_time() - cpu0
         except BaseException as exc:  # noqa: BLE001 - reported to the driver, not swallowed
             self.error = f"{type(exc).__name__}: {exc}"
         finally:
             self._done.set()
-
-    async def _main(self) -> RunResult:
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        self._stop_loop = lambda: loop.call_soon_threadsafe(stop.set)
-        if self._stopping:
-            stop.set()
-        return await execute(
-            self.plan, sink=self.records.append, progress=self.progress, stop=stop,
-            t0_ns=self._t0_ns,
-        )  # fmt: skip
-
-
-def _host() -> str:
-    return socket.gethostname()
 
 
 def _process_main(share: _Share, conn: mp_connection.Connection) -> None:
@@ -360,9 +355,9 @@ def _process_main(share: _Share, conn: mp_connection.Connection) -> None:
     stops its run and exits rather than lingering.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and tells us
-    core = _WorkerCore(share.unpack())
+    core = _WorkerCore(share)
     try:
-        conn.send(("ready", _host(), os.getpid()))
+        conn.send(("ready", socket.gethostname(), os.getpid()))
         if not conn.poll(READY_TIMEOUT_S):
             core.stop()
             return
@@ -437,11 +432,8 @@ class _Driver:
             if self.sink is not None:
                 for rec in records:
                     self.sink(rec)
-        for key in ("sent", "completed", "failed", "in_flight"):
+        for key in (*_COUNTERS, *_SHIPPED, "cpu_s"):
             setattr(st, key, status[key])
-        for key in _SHIPPED:
-            setattr(st, key, status[key])
-        st.cpu_s = status["cpu_s"]
         if status["error"]:
             self.died(k, status["error"])
         elif status["finished"]:
@@ -462,12 +454,9 @@ class _Driver:
         if self.on_tick is None or (not force and now - self._last_tick < TICK_S):
             return
         self._last_tick = now
-        p = self.progress
-        p.sent = sum(s.sent for s in self.stats)
-        p.completed = sum(s.completed for s in self.stats)
-        p.failed = sum(s.failed for s in self.stats)
-        p.in_flight = sum(s.in_flight for s in self.stats)
-        self.on_tick(p)
+        for key in _COUNTERS:
+            setattr(self.progress, key, sum(getattr(s, key) for s in self.stats))
+        self.on_tick(self.progress)
 
     def silent(self) -> list[int]:
         """Workers not heard from for HEARTBEAT_TIMEOUT_S: hung or cut off."""
@@ -527,6 +516,7 @@ class _Driver:
 # its RunResult's figures named in _SHIPPED); the merged run carries the worst worker's.
 _READ_STATS = ("loop_lag_p99_ms", "loop_cpu_share", "late_read_share", "merged_token_share")
 _SHIPPED = (*_READ_STATS, "loop_lag_max_ms", "duration_s")
+_COUNTERS = ("sent", "completed", "failed", "in_flight")  # its live Progress, summed in ticks
 
 
 def _worst(stats: list[WorkerStats], key: str) -> float | None:
@@ -557,6 +547,38 @@ def _sigint_sets(event: threading.Event, enabled: bool):
             signal.signal(sig, old)
 
 
+def _drive(
+    driver: _Driver,
+    stop: threading.Event | None,
+    poll: Callable[[float], Iterable[tuple[int, tuple | str]]],
+    send_stop: Callable[[int], None],
+    kill: Callable[[int], None],
+) -> None:
+    """Both transports' loop: `poll(timeout_s)` gives (worker, (records, status)) per batch,
+    or (worker, error) when its pipe or actor is gone. A stop is broadcast once; workers
+    silent for HEARTBEAT_TIMEOUT_S are killed, those still running STOP_GRACE_S later given up."""
+    stop_sent_at: float | None = None
+    while driver.active():
+        wanted = (stop is not None and stop.is_set()) or driver.stop_requested.is_set()
+        if wanted and stop_sent_at is None:
+            driver.stop_requested.set()
+            stop_sent_at = time.monotonic()
+            for k in driver.active():
+                send_stop(k)
+        for k, got in poll(0.1):
+            if isinstance(got, str):
+                driver.died(k, got)
+            else:
+                driver.take(k, *got)
+        for k in driver.silent():
+            kill(k)
+            driver.died(k, f"no word for {HEARTBEAT_TIMEOUT_S:g} s; killed")
+        if stop_sent_at is not None and time.monotonic() - stop_sent_at > STOP_GRACE_S:
+            for k in driver.active():
+                driver.died(k, f"did not stop within {STOP_GRACE_S:g} s of the stop")
+        driver.tick()
+
+
 def _run_processes(
     driver: _Driver, stop: threading.Event | None, start_delay_s: float
 ) -> DistributedResult:
@@ -565,6 +587,25 @@ def _run_processes(
     ctx = mp.get_context("spawn")
     conns: list[mp_connection.Connection] = []
     procs = []
+
+    def receive(workers: Iterable[int], timeout_s: float):
+        """(worker, message), or (worker, None) at EOF: the process is gone (joined)."""
+        for c in mp_connection.wait([conns[k] for k in workers], timeout=timeout_s):
+            k = conns.index(c)
+            try:
+                yield k, c.recv()
+            except (EOFError, OSError):
+                procs[k].join(1.0)
+                yield k, None
+
+    def poll(timeout_s: float):
+        for k, msg in receive(driver.active(), timeout_s):
+            yield k, msg[1:] if msg else f"worker process exited (exit code {procs[k].exitcode})"
+
+    def send_stop(k: int) -> None:
+        with contextlib.suppress(OSError):
+            conns[k].send(("stop",))
+
     try:
         for k, share in enumerate(driver.shares):
             ours, theirs = ctx.Pipe(duplex=True)
@@ -578,20 +619,16 @@ def _run_processes(
             theirs.close()  # only the child holds its end: its death is EOF to us
             conns.append(ours)
             procs.append(proc)
-        by_conn = {id(c): k for k, c in enumerate(conns)}
 
         # Barrier: every worker ready (or dead) before anyone starts.
         waiting = set(range(len(conns)))
         deadline = time.monotonic() + READY_TIMEOUT_S
         while waiting and time.monotonic() < deadline:
-            for c in mp_connection.wait([conns[k] for k in waiting], timeout=0.2):
-                k = by_conn[id(c)]
-                try:
-                    _, host, pid = c.recv()
-                    driver.stats[k].host, driver.stats[k].pid = host, pid
-                except (EOFError, OSError):
-                    procs[k].join(1.0)
+            for k, msg in receive(waiting, 0.2):
+                if msg is None:
                     driver.died(k, f"exited before the start (exit code {procs[k].exitcode})")
+                else:
+                    _, driver.stats[k].host, driver.stats[k].pid = msg
                 waiting.discard(k)
         if waiting:
             raise DistributedError(
@@ -601,33 +638,7 @@ def _run_processes(
         driver.t0_ns = perf_counter_ns() + int(start_delay_s * 1e9)
         for k in driver.active():
             conns[k].send(("start", start_delay_s))
-
-        stop_sent_at: float | None = None
-        while driver.active():
-            wanted = (stop is not None and stop.is_set()) or driver.stop_requested.is_set()
-            if wanted and stop_sent_at is None:
-                driver.stop_requested.set()
-                stop_sent_at = time.monotonic()
-                for k in driver.active():
-                    with contextlib.suppress(OSError):
-                        conns[k].send(("stop",))
-            active = [conns[k] for k in driver.active()]
-            for c in mp_connection.wait(active, timeout=0.1):
-                k = by_conn[id(c)]
-                try:
-                    _, records, status = c.recv()
-                except (EOFError, OSError):
-                    procs[k].join(1.0)
-                    driver.died(k, f"worker process exited (exit code {procs[k].exitcode})")
-                    continue
-                driver.take(k, records, status)
-            for k in driver.silent():
-                procs[k].kill()
-                driver.died(k, f"no word for {HEARTBEAT_TIMEOUT_S:g} s; killed")
-            if stop_sent_at is not None and time.monotonic() - stop_sent_at > STOP_GRACE_S:
-                for k in driver.active():
-                    driver.died(k, f"did not stop within {STOP_GRACE_S:g} s of the stop")
-            driver.tick()
+        _drive(driver, stop, poll, send_stop, lambda k: procs[k].kill())
         return driver.result("processes")
     finally:
         for c in conns:
@@ -650,23 +661,11 @@ def require_ray():
     return ray
 
 
-class _RayWorker:
-    """The Ray actor: a _WorkerCore behind remote methods (threaded, so stop never waits)."""
-
-    def __init__(self, share: _Share) -> None:
-        self.core = _WorkerCore(share.unpack())
+class _RayWorker(_WorkerCore):
+    """The Ray actor: a _WorkerCore (threaded, so stop never waits) that says where it runs."""
 
     def info(self) -> tuple[str, int]:
-        return _host(), os.getpid()
-
-    def start(self, delay_s: float) -> None:
-        self.core.start(delay_s)
-
-    def poll(self, wait_s: float) -> tuple[list[RequestRecord], dict]:
-        return self.core.poll(wait_s)
-
-    def stop(self) -> None:
-        self.core.stop()
+        return socket.gethostname(), os.getpid()
 
 
 def _run_ray(
@@ -712,35 +711,22 @@ def _run_ray(
         driver.t0_ns = perf_counter_ns() + int(start_delay_s * 1e9)
         ray.get([a.start.remote(start_delay_s) for a in actors], timeout=READY_TIMEOUT_S)
 
-        pending = {actors[k].poll.remote(BATCH_S): k for k in driver.active()}
-        stop_sent_at: float | None = None
-        while pending:
-            wanted = (stop is not None and stop.is_set()) or driver.stop_requested.is_set()
-            if wanted and stop_sent_at is None:
-                driver.stop_requested.set()
-                stop_sent_at = time.monotonic()
-                for k in driver.active():
-                    actors[k].stop.remote()
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.1)
+        pending: dict = {}  # one outstanding poll call per running actor
+
+        def poll(timeout_s: float):
+            for ref in [r for r, k in pending.items() if driver.stats[k].finished]:
+                del pending[ref]  # given up (killed, or past the grace): never waited for
+            for k in set(driver.active()) - set(pending.values()):
+                pending[actors[k].poll.remote(BATCH_S)] = k
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout_s)
             for ref in ready:
                 k = pending.pop(ref)
                 try:
-                    records, status = ray.get(ref)
+                    yield k, ray.get(ref)
                 except RayError as exc:
-                    driver.died(k, f"Ray actor lost: {type(exc).__name__}: {_first_line(exc)}")
-                    continue
-                driver.take(k, records, status)
-                if not driver.stats[k].finished:
-                    pending[actors[k].poll.remote(BATCH_S)] = k
-            for k in driver.silent():
-                ray.kill(actors[k])
-                driver.died(k, f"no word for {HEARTBEAT_TIMEOUT_S:g} s; killed")
-                pending = {r: j for r, j in pending.items() if j != k}
-            if stop_sent_at is not None and time.monotonic() - stop_sent_at > STOP_GRACE_S:
-                for k in driver.active():
-                    driver.died(k, f"did not stop within {STOP_GRACE_S:g} s of the stop")
-                pending.clear()
-            driver.tick()
+                    yield k, f"Ray actor lost: {type(exc).__name__}: {_first_line(exc)}"
+
+        _drive(driver, stop, poll, lambda k: actors[k].stop.remote(), lambda k: ray.kill(actors[k]))
         return driver.result("ray")
     finally:
         for a in actors:

@@ -14,6 +14,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -143,7 +144,9 @@ class RunSession:
     `stop_event` stops the current point like Ctrl-C does (the service's jobs set it from
     another thread), `on_tick` sees live counters instead of the progress bar.
     `telemetry` scrapes the server's /metrics (and GPU power) around each point
-    (bench.telemetry); None scrapes nothing.
+    (bench.telemetry); None scrapes nothing. `run_id` names the stored run in advance (the
+    service's jobs: a run being written can then never be deleted); `extra` is stored with
+    the run (where it was measured).
     """
 
     def __init__(
@@ -346,33 +349,14 @@ def result_detail(result: RunResult) -> dict:
     return detail() if detail is not None else {}
 
 
-def run_and_store(
-    scenario,
-    plan: RunPlan,
-    *,
-    executor: Executor | None = None,
-    db_url: str | None = None,
-    store: bool = True,
-    show_progress: bool = True,
-    simulated: bool = False,
-    stop_event: threading.Event | None = None,
-    on_tick: Callable[[RunProgress], None] | None = None,
-    telemetry: TelemetryConfig | None = None,
-    run_id: str | None = None,
-    extra: dict | None = None,
-) -> tuple[RunResult, Summary, str | None]:
+def run_and_store(scenario, plan: RunPlan, **options: Any) -> tuple[RunResult, Summary, str | None]:
     """`tokenbench run`: one load point, stored unless store=False. Returns the run id.
 
-    `run_id` names the stored run in advance (the service's jobs: a run being written can
-    then never be deleted); `extra` is stored with the run (where it was measured). The
-    store has no 'partial' status: a distributed run whose worker died is 'interrupted',
-    and its summary JSON says `partial: true` (bench.distributed).
+    `options` are RunSession's keyword arguments (executor, db_url, store, telemetry, ...).
+    The store has no 'partial' status: a distributed run whose worker died is
+    'interrupted', and its summary JSON says `partial: true` (bench.distributed).
     """
-    session = RunSession(
-        scenario, plan, executor=executor, db_url=db_url, store=store, simulated=simulated,
-        show_progress=show_progress, stop_event=stop_event, on_tick=on_tick,
-        telemetry=telemetry, run_id=run_id, extra=extra,
-    )  # fmt: skip
+    session = RunSession(scenario, plan, **options)
     load = scenario.load
     status, summary, extra = "failed", None, None
     try:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from bench.curves import Capacity, CurvePoint, capacity_at_slo, point_from_summary, slo_to_store
+from bench.curves import Capacity, capacity_at_slo, point_from_summary, slo_to_store
 from bench.metrics import Summary, Threshold, meets_slo
 from bench.runner import RunPlan, plan_from_scenario
 from bench.scenario import RATE_SHAPES
@@ -193,14 +193,11 @@ class Sweep:
         self.on_point = on_point
         self.result = SweepResult(run_id=session.run_id)
 
-    def plan(self, spec: PointSpec) -> tuple[object, RunPlan]:
-        sc = scenario_at(self.scenario, spec, point_duration_s=self.sweep_plan.point_duration_s)
-        return sc, self.plan_for(sc, load_point=len(self.result.points))
-
     def measure(
         self, spec: PointSpec, role: str = "grid", remaining: int | None = None
     ) -> PointResult:
-        sc, plan = self.plan(spec)
+        sc = scenario_at(self.scenario, spec, point_duration_s=self.sweep_plan.point_duration_s)
+        plan = self.plan_for(sc, load_point=len(self.result.points))
         index = plan.load_point
         run, summary = self.session.point(
             plan,
@@ -328,17 +325,14 @@ def sweep_curve(points: Sequence[PointResult], gpus: int = 1):
     from bench.curves import RunCurve
 
     curve = RunCurve("", "sweep", "sweep", None, gpus, None, False, None, "running")
-    curve.points = [_curve_point(p, gpus) for p in points]
+    for p in points:
+        point = point_from_summary(
+            p.summary.to_json(), load_point=p.index, title=p.spec.title, offered=p.spec.value,
+            gpus=gpus,
+        )  # fmt: skip
+        point.offered_kind = p.spec.kind
+        curve.points.append(point)
     return curve
-
-
-def _curve_point(p: PointResult, gpus: int) -> CurvePoint:
-    point = point_from_summary(
-        p.summary.to_json(), load_point=p.index, title=p.spec.title, offered=p.spec.value,
-        gpus=gpus,
-    )  # fmt: skip
-    point.offered_kind = p.spec.kind
-    return point
 
 
 @dataclass
@@ -389,30 +383,25 @@ def run_sweep(
     scenario,
     plan: SweepPlan,
     *,
-    executor=None,
     api_key: str | None = None,
     transport: str = "raw",
     base_dir=None,
     db: str | None = None,
-    store: bool = True,
     simulated: bool = False,
-    show_progress: bool = True,
     telemetry=None,
-    on_point: Callable[[PointResult, int | None], None] | None = None,
-    on_start: Callable[[str | None], None] | None = None,
-    stop_event=None,
-    on_tick=None,
-    run_id: str | None = None,
     extra: dict | None = None,
+    on_point: Callable[[PointResult, int | None], None] | None = None,
+    **options,
 ) -> SweepResult:
     """A whole sweep in one stored run: the CLI's `sweep` and `sim run`, the demo and the
     service call this, each choosing an executor (bench.executor; local by default).
 
-    Simulated endpoints serve /metrics, so a simulated sweep scrapes them unless told
-    otherwise (virtual time has no endpoint: it scrapes nothing). Setting `stop_event` (a
-    threading.Event) stops the point in flight and the sweep, keeping what was measured
-    (status interrupted). Raises ValueError for a plan that cannot run and
-    bench.store.errors.StoreError when the database fails.
+    `options` are RunSession's other keyword arguments (executor, store, show_progress,
+    stop_event, on_tick, run_id). Simulated endpoints serve /metrics, so a simulated sweep
+    scrapes them unless told otherwise (virtual time has no endpoint: it scrapes nothing).
+    Setting `stop_event` (a threading.Event) stops the point in flight and the sweep,
+    keeping what was measured (status interrupted). Raises ValueError for a plan that
+    cannot run and bench.store.errors.StoreError when the database fails.
     """
     from bench.session import RunSession
 
@@ -426,13 +415,10 @@ def run_sweep(
         first = scenario_at(scenario, plan.specs[0], point_duration_s=plan.point_duration_s)
     windows = {"warmup_s": plan.warmup_s, "cooldown_s": plan.cooldown_s}
     session = RunSession(
-        scenario, plan_for(first), executor=executor, db_url=db, store=store,
-        simulated=simulated, show_progress=show_progress, telemetry=telemetry,
-        stop_event=stop_event, on_tick=on_tick, run_id=run_id,
+        scenario, plan_for(first), db_url=db, simulated=simulated, telemetry=telemetry,
         extra={**(extra or {}), "sweep": {"slo": slo_to_store(plan.thresholds), **windows}},
+        **options,
     )  # fmt: skip
-    if on_start is not None:
-        on_start(session.run_id)
     sweep = Sweep(scenario, session, plan, plan_for, on_point)
     status = "failed"
     try:

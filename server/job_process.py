@@ -45,17 +45,16 @@ def main(plan, db_url: str | None, run_id: str, conn, stop, service_pid: int) ->
                 return
 
     threading.Thread(target=relay_stop, name="tokenbench-job-stop", daemon=True).start()
+    reporter = _Reporter(conn, stop_event)
     try:
-        status = _execute(
-            plan, db_url, run_id, _Reporter(conn, stop_event), stop_event, service_pid
-        )
-        message = ("done", status)
+        message = ("done", _execute(plan, db_url, run_id, reporter, stop_event, service_pid))
     except BaseException as exc:  # noqa: BLE001 - a job's failure is reported, not raised
-        text = str(exc).strip()
-        message = ("failed", f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+        from server.jobs import _message
+
+        message = ("failed", _message(exc))
     finally:
         done.set()
-    _Reporter(conn, stop_event).send(message)
+    reporter.send(message)
     conn.close()
 
 
@@ -71,25 +70,6 @@ class _Reporter:
             self.conn.send(message)
         except (OSError, ValueError):  # broken pipe, closed connection
             self.stop_event.set()
-
-
-def _progress(conn):
-    def on_tick(p) -> None:  # noqa: ANN001 - bench.runner.Progress
-        conn.send(
-            (
-                "progress",
-                {
-                    "total": p.total,
-                    "sent": p.sent,
-                    "completed": p.completed,
-                    "failed": p.failed,
-                    "in_flight": p.in_flight,
-                    "recent_ttft_ms": list(p.recent_ttft_ms[-500:]),
-                },
-            )
-        )
-
-    return on_tick
 
 
 def _execute(plan, db_url, run_id, conn, stop_event, service_pid) -> str:  # noqa: ANN001
@@ -109,53 +89,46 @@ def _execute(plan, db_url, run_id, conn, stop_event, service_pid) -> str:  # noq
         check_reachable(sc.target.base_url)
         if not sc.target.model:
             sc.target.model = discover_model(sc.target.base_url, plan.api_key) or "default"
-        extra = {"measured_in": measured_in(service_pid)}
-        if plan.kind == "run":
-            return _run(plan, db_url, run_id, conn, stop_event, extra)
-        return _sweep(plan, db_url, run_id, conn, stop_event, extra)
+        return _measure(plan, db_url, run_id, conn, stop_event, service_pid)
     finally:
         if stop_sim is not None:
             stop_sim()
 
 
-def _executor():
-    """The executor of every job, a simulated one too (it measures the loopback endpoint
-    started for it, over HTTP in real time, as the API promises): this process's runner,
-    without signal handlers, since the service relays its stop through stop_event."""
-    from bench.runner import LocalExecutor
-
-    return LocalExecutor(handle_sigint=False)
-
-
-def _run(plan, db_url, run_id, conn, stop_event, extra) -> str:  # noqa: ANN001
-    from bench.runner import plan_from_scenario
+def _measure(plan, db_url, run_id, conn, stop_event, service_pid) -> str:  # noqa: ANN001
+    """A run (bench.session.run_and_store) or a sweep (bench.sweep.run_sweep), stored as run_id;
+    each finished point is reported as it ends."""
+    from bench.runner import LocalExecutor, plan_from_scenario
     from bench.session import run_and_store
-    from server.jobs import point_done
-
-    sc = plan.scenario
-    run_plan = plan_from_scenario(sc, base_dir=plan.base_dir, api_key=plan.api_key)
-    result, summary, _ = run_and_store(
-        sc, run_plan, executor=_executor(), db_url=db_url,
-        show_progress=False, simulated=bool(plan.simulate), stop_event=stop_event,
-        on_tick=_progress(conn), run_id=run_id, extra=extra,
-    )  # fmt: skip
-    conn.send(("point", point_done(0, sc.name, summary)))
-    return "interrupted" if result.interrupted else "completed"
-
-
-def _sweep(plan, db_url, run_id, conn, stop_event, extra) -> str:  # noqa: ANN001
     from bench.sweep import run_sweep
     from server.jobs import point_done
 
-    conn.send(("planned", plan.sweep.planned_points()))
+    def on_tick(p) -> None:  # noqa: ANN001 - bench.runner.Progress
+        fields = ("total", "sent", "completed", "failed", "in_flight")
+        counts = {key: getattr(p, key) for key in fields}
+        conn.send(("progress", {**counts, "recent_ttft_ms": list(p.recent_ttft_ms[-500:])}))
 
-    def on_point(point, remaining) -> None:  # noqa: ANN001
-        conn.send(("point", point_done(point.index, point.spec.title, point.summary)))
-
-    result = run_sweep(
-        plan.scenario, plan.sweep, executor=_executor(),
-        api_key=plan.api_key, base_dir=plan.base_dir, db=db_url, simulated=bool(plan.simulate),
-        show_progress=False, on_point=on_point, stop_event=stop_event,
-        on_tick=_progress(conn), run_id=run_id, extra=extra,
+    sc = plan.scenario
+    # Every job, a simulated one too (it measures the loopback endpoint started for it, over
+    # HTTP in real time, as the API promises), runs on this process's runner, without signal
+    # handlers: the service relays its stop through stop_event.
+    options = dict(
+        executor=LocalExecutor(handle_sigint=False), show_progress=False,
+        simulated=bool(plan.simulate), stop_event=stop_event, on_tick=on_tick, run_id=run_id,
+        extra={"measured_in": measured_in(service_pid)},
     )  # fmt: skip
+    if plan.kind == "run":
+        run_plan = plan_from_scenario(sc, base_dir=plan.base_dir, api_key=plan.api_key)
+        result, summary, _ = run_and_store(sc, run_plan, db_url=db_url, **options)
+        conn.send(("point", point_done(0, sc.name, summary)))
+    else:
+        conn.send(("planned", plan.sweep.planned_points()))
+
+        def on_point(point, remaining) -> None:  # noqa: ANN001
+            conn.send(("point", point_done(point.index, point.spec.title, point.summary)))
+
+        result = run_sweep(
+            sc, plan.sweep, api_key=plan.api_key, base_dir=plan.base_dir, db=db_url,
+            on_point=on_point, **options,
+        )  # fmt: skip
     return "interrupted" if result.interrupted else "completed"

@@ -153,9 +153,12 @@ def flag_overrides(
     return o
 
 
-def resolve_scenario(scenario_file: Path | None, overrides: dict, defaults: dict | None = None):
-    """Scenario file (if any) < flags. Errors name the file line or the flag."""
-    from bench.scenario import ScenarioError, deep_merge, parse_scenario
+def resolve_scenario(
+    scenario_file: Path | None, overrides: dict, kind: str, defaults: dict | None = None
+):
+    """Scenario file (if any) < flags. `kind` ("run" or "sweep") picks the default prompt
+    count (bench.scenario.DEFAULT_NUM_PROMPTS). Errors name the file line or the flag."""
+    from bench.scenario import DEFAULT_NUM_PROMPTS, ScenarioError, deep_merge, parse_scenario
 
     text, source = "", "<flags>"
     if scenario_file is not None:
@@ -164,7 +167,8 @@ def resolve_scenario(scenario_file: Path | None, overrides: dict, defaults: dict
         except OSError as exc:
             raise fail(f"--scenario {scenario_file}: {exc.strerror or exc}") from None
         source = str(scenario_file)
-    merged = deep_merge(defaults or {}, overrides)
+    defaults = deep_merge({"load": {"num_prompts": DEFAULT_NUM_PROMPTS[kind]}}, defaults or {})
+    merged = deep_merge(defaults, overrides)
     try:
         sc = parse_scenario(text, source=source, overrides=merged)
     except ScenarioError as exc:

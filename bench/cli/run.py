@@ -171,11 +171,7 @@ def run_command(
         goodput=goodput, seed=seed, ignore_eos=ignore_eos, request_timeout=request_timeout,
         gpu=gpu, num_gpus=num_gpus, label=label,
     )  # fmt: skip
-    from bench.scenario import DEFAULT_NUM_PROMPTS
-
-    sc = resolve_scenario(
-        scenario, overrides, {"load": {"num_prompts": DEFAULT_NUM_PROMPTS["run"]}}
-    )
+    sc = resolve_scenario(scenario, overrides, "run")
     key = resolve_target(sc, api_key)
     base_dir = scenario.parent if scenario else None
     try:

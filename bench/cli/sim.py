@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
 import typer
 from rich.table import Table
@@ -19,9 +18,14 @@ from bench.cli.options import (
     ConcurrencyPointsOpt,
     CooldownOpt,
     DbOption,
+    InputLenOpt,
     MaxErrorRateOpt,
+    NumPromptsOpt,
+    OutputLenOpt,
     PointDurationOpt,
     RequestRatesOpt,
+    ScenarioOpt,
+    SeedOpt,
     SloIterationsOpt,
     SloOpt,
     SummaryJsonOpt,
@@ -103,26 +107,20 @@ def run(
         "--engine",
         help="serving engine whose efficiency profile to use: vllm, sglang, trtllm",
     ),
-    scenario: Path | None = typer.Option(None, "--scenario", help="scenario YAML"),
+    scenario: ScenarioOpt = None,
     request_rates: RequestRatesOpt = None,
     concurrency: ConcurrencyPointsOpt = None,
     auto: AutoOpt = None,
     slo: SloOpt = None,
     slo_iterations: SloIterationsOpt = 4,
-    num_prompts: int | None = typer.Option(
-        None, "--num-prompts", min=1, help="requests per point (default 1000)"
-    ),
+    num_prompts: NumPromptsOpt = None,
     point_duration: PointDurationOpt = None,
     warmup: WarmupOpt = 0.0,
     cooldown: CooldownOpt = 0.0,
     max_error_rate: MaxErrorRateOpt = None,
-    random_input_len: int | None = typer.Option(
-        None, "--random-input-len", min=1, help="prompt tokens per request"
-    ),
-    random_output_len: int | None = typer.Option(
-        None, "--random-output-len", min=1, help="output tokens per request"
-    ),
-    seed: int | None = typer.Option(None, help="same seed, same schedule and prompts"),
+    random_input_len: InputLenOpt = None,
+    random_output_len: OutputLenOpt = None,
+    seed: SeedOpt = None,
     summary_json: SummaryJsonOpt = None,
     fail_on: SweepFailOnOpt = None,
     db: DbOption = None,
@@ -141,10 +139,7 @@ def run(
         num_prompts=num_prompts, random_input_len=random_input_len,
         random_output_len=random_output_len, seed=seed,
     )  # fmt: skip
-    from bench.scenario import DEFAULT_NUM_PROMPTS
-
-    defaults = {"load": {"num_prompts": DEFAULT_NUM_PROMPTS["run"], "request_rate": 4}}
-    sc = resolve_scenario(scenario, overrides, defaults)
+    sc = resolve_scenario(scenario, overrides, "run", {"load": {"request_rate": 4}})
     virtual = VirtualExecutor(gpu, model, precision, tp, parallel=parallel, engine=engine_name)
     try:
         sc = virtual.adopt(sc)

@@ -127,11 +127,7 @@ def sweep_command(
         ignore_eos=ignore_eos, request_timeout=request_timeout, gpu=gpu, num_gpus=num_gpus,
         label=label,
     )  # fmt: skip
-    from bench.scenario import DEFAULT_NUM_PROMPTS
-
-    sc = resolve_scenario(
-        scenario, overrides, {"load": {"num_prompts": DEFAULT_NUM_PROMPTS["sweep"]}}
-    )
+    sc = resolve_scenario(scenario, overrides, "sweep")
     plan, gates = sweep_plan(
         sc, request_rates, concurrency, auto, slo, slo_iterations, point_duration, warmup,
         cooldown, max_error_rate, fail_on,

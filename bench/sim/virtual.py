@@ -23,6 +23,7 @@ from bench.sim.engine import Engine, EngineConfig
 from bench.sim.roofline import Deployment
 
 VIRTUAL_URL = "http://sim.virtual"  # a plan's target in virtual time; nothing calls it
+MAX_STEPS = 50_000_000  # engine steps a virtual run may take before it is called stuck
 
 
 class _Track:
@@ -73,7 +74,7 @@ def run_virtual(
     engine: Engine,
     requests: Iterable[tuple[float, int, int]],
     load_point: int = 0,
-    max_steps: int = 50_000_000,
+    max_steps: int = MAX_STEPS,
 ) -> list[RequestRecord]:
     """Simulate (send offset s, input tokens, output tokens) requests; one record per request."""
     reqs = np.asarray(list(requests), dtype=float).reshape(-1, 3)
@@ -82,26 +83,11 @@ def run_virtual(
     return _records(_drive(engine, lengths, arrivals, max_steps), lengths, load_point)
 
 
-def run_virtual_closed(
-    engine: Engine,
-    lengths: np.ndarray,
-    users: int,
-    *,
-    think_time_s: float = 0.0,
-    ramp_up_s: float = 0.0,
-    duration_s: float | None = None,
-    load_point: int = 0,
-    max_steps: int = 50_000_000,
-) -> list[RequestRecord]:
+def _closed(engine, lengths, users, think_time_s, ramp_up_s, duration_s, max_steps) -> _Trace:
     """A closed loop of `users` in virtual time: each user sends the next of the (input,
     output) `lengths` the moment its last request ends (plus think time), as the HTTP
     runner's closed loop does; starts are spread over ramp_up_s; no request is started
-    after duration_s. One record per request sent."""
-    trace = _closed(engine, lengths, users, think_time_s, ramp_up_s, duration_s, max_steps)
-    return _records(trace, lengths, load_point)
-
-
-def _closed(engine, lengths, users, think_time_s, ramp_up_s, duration_s, max_steps) -> _Trace:
+    after duration_s."""
     n = len(lengths)
     first = [(u * ramp_up_s / users, u) for u in range(min(users, n))]
     upcoming = [len(first)]
@@ -194,54 +180,44 @@ def _records(trace: _Trace, lengths: np.ndarray, load_point: int) -> list[Reques
     times_ns = np.round(trace.step_end * 1e9).astype(np.int64)
     records = []
     for k in np.flatnonzero(~np.isnan(trace.sent_s)).tolist():
-        sent, prompt, out = (
-            int(round(trace.sent_s[k] * 1e9)),
-            int(lengths[k, 0]),
-            int(lengths[k, 1]),
+        sent, prompt = int(round(trace.sent_s[k] * 1e9)), int(lengths[k, 0])
+        request = dict(
+            index=k,
+            load_point=load_point,
+            intended_ns=sent,
+            sent_ns=sent,
+            prompt_tokens=prompt,
+            token_count_source=COUNT_TOKENIZER,
+            expected_input_len=prompt,
+            expected_output_len=int(lengths[k, 1]),
         )
         if k in trace.refused:
-            records.append(_rejected(k, load_point, sent, prompt, out, trace.refused[k]))
+            records.append(
+                RequestRecord(
+                    **request,
+                    first_byte_ns=sent,
+                    end_ns=sent,
+                    output_tokens=0,
+                    http_status=400,
+                    state=FAILED,
+                    error_kind=ERR_HTTP_4XX,
+                    error_message=trace.refused[k],
+                )
+            )
             continue
         chunks = times_ns[trace.times(k)]
         records.append(
             RequestRecord(
-                index=k,
-                load_point=load_point,
-                intended_ns=sent,
-                sent_ns=sent,
+                **request,
                 first_byte_ns=int(chunks[0]),
                 first_token_ns=int(chunks[0]),
                 end_ns=int(chunks[-1]),
                 chunk_times_ns=chunks,
-                prompt_tokens=prompt,
                 output_tokens=len(chunks),
-                token_count_source=COUNT_TOKENIZER,
                 http_status=200,
-                expected_input_len=prompt,
-                expected_output_len=out,
-            )  # fmt: skip
+            )
         )
     return records
-
-
-def _rejected(k: int, load_point: int, sent: int, prompt: int, out: int, msg: str) -> RequestRecord:
-    return RequestRecord(
-        index=k,
-        load_point=load_point,
-        intended_ns=sent,
-        sent_ns=sent,
-        first_byte_ns=sent,
-        end_ns=sent,
-        prompt_tokens=prompt,
-        output_tokens=0,
-        token_count_source=COUNT_TOKENIZER,
-        http_status=400,
-        state=FAILED,
-        error_kind=ERR_HTTP_4XX,
-        error_message=msg,
-        expected_input_len=prompt,
-        expected_output_len=out,
-    )
 
 
 def simulate(
@@ -287,7 +263,7 @@ def _single_turn(plan) -> None:
 class VirtualExecutor:
     """The Executor (bench.executor) in virtual time: each load point on a fresh simulated
     engine (build_engine's arguments), no HTTP, no waiting. Open loops send at their
-    intended offsets; closed loops run their users back to back (run_virtual_closed).
+    intended offsets; closed loops run their users back to back (_closed).
     Its runs are stored simulated, on the simulated GPUs, at endpoint sim://virtual."""
 
     gpu: str
@@ -330,11 +306,12 @@ class VirtualExecutor:
         if stop is None or not stop.is_set():
             lengths = np.array([(s.input_len, s.output_len) for s in plan.specs], np.int64)
             if plan.offsets_s is None:
-                records = run_virtual_closed(
-                    self.build(), lengths.reshape(-1, 2), plan.concurrency or 1,
-                    think_time_s=plan.think_time_s, ramp_up_s=plan.ramp_up_s,
-                    duration_s=plan.duration_s, load_point=plan.load_point,
+                lengths = lengths.reshape(-1, 2)
+                trace = _closed(
+                    self.build(), lengths, plan.concurrency or 1, plan.think_time_s,
+                    plan.ramp_up_s, plan.duration_s, MAX_STEPS,
                 )  # fmt: skip
+                records = _records(trace, lengths, plan.load_point)
             else:
                 records = run_virtual(
                     self.build(), virtual_requests(plan), load_point=plan.load_point

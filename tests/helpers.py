@@ -66,6 +66,30 @@ def cpu_pressure() -> Iterator[CpuPressure]:
         result.share = (after[1] - before[1]) / max(1, after[0] - before[0])
 
 
+def busy_share(seconds: float = 0.5) -> float | None:
+    """Share of all CPUs' time spent busy over `seconds` (/proc/stat), None without it.
+
+    PSI (cpu_pressure) sees tasks waiting for a CPU; two busy loops on two cores wait for
+    nothing, yet leave no CPU idle. Tests that starve their own client on purpose need idle
+    CPUs to mean anything, and ask this first."""
+
+    def sample() -> tuple[int, int] | None:
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(v) for v in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields), idle
+
+    before = sample()
+    time.sleep(seconds)
+    after = sample()
+    if before is None or after is None or after[0] == before[0]:
+        return None
+    return 1.0 - (after[1] - before[1]) / (after[0] - before[0])
+
+
 def wait_for(condition: Callable[[], object], timeout_s: float, what: str):
     """condition() once it is truthy, polled every 50 ms; fails naming `what` after timeout_s."""
     deadline = time.monotonic() + timeout_s

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from bench.backends.capture import Capture, ReadStats, to_record
-from bench.backends.openai import CHAT, Dialect, build_body
+from bench.backends.openai import CHAT, MODELS_PATH, Dialect, build_body
 from bench.backends.transport import Transport, make_transport
 from bench.backends.urls import normalize_base_url
 from bench.executor import StoredAs
@@ -842,7 +842,7 @@ def list_models(
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        r = httpx.get(f"{base_url.rstrip('/')}/v1/models", headers=headers, timeout=timeout_s)
+        r = httpx.get(base_url.rstrip("/") + MODELS_PATH, headers=headers, timeout=timeout_s)
         data = r.json().get("data") or []
         return [str(m["id"]) for m in data] or None
     except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):

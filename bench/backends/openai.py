@@ -22,6 +22,10 @@ MAX_USAGE_TOKENS = 100_000_000
 Endpoint = Literal["/v1/completions", "/v1/chat/completions"]
 ENDPOINTS: tuple[str, ...] = get_args(Endpoint)
 COMPLETIONS, CHAT = ENDPOINTS
+# Where a server lists its models, and where it serves Prometheus text: /metrics (vLLM,
+# SGLang, llama.cpp, the simulator), then trtllm-serve's /prometheus/metrics.
+MODELS_PATH = "/v1/models"
+METRICS_PATHS = ("/metrics", "/prometheus/metrics")
 
 
 @dataclass(frozen=True)

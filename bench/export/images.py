@@ -46,6 +46,8 @@ def write_images(report: Report, out: Path, fmt: str = "png") -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     figs = report_figures(report)
     paths = [out / f"{key}.{fmt}" for key in figs]
+    for path in paths:  # a file left by an earlier export must not pass for this one's
+        path.unlink(missing_ok=True)
     try:
         # One browser for all charts (plotly >= 6.1); otherwise one start per chart.
         if hasattr(pio, "write_images"):
@@ -55,6 +57,21 @@ def write_images(report: Report, out: Path, fmt: str = "png") -> list[Path]:
         else:  # pragma: no cover - older plotly
             for fig, path in zip(figs.values(), paths, strict=True):
                 fig.write_image(path, format=fmt, width=WIDTH, height=HEIGHT, scale=SCALE)
+        # kaleido has been seen to return with a file unwritten on a loaded machine: each
+        # missing chart gets one more try on its own, then the export fails naming it.
+        for fig, path in zip(figs.values(), paths, strict=True):
+            if not _written(path):
+                fig.write_image(path, format=fmt, width=WIDTH, height=HEIGHT, scale=SCALE)
     except Exception as exc:  # kaleido raises several kinds; all mean the same to a user
         raise ImageExportError(f"image export failed: {exc}") from exc
+    missing = [p.name for p in paths if not _written(p)]
+    if missing:
+        raise ImageExportError(
+            f"image export wrote no {', '.join(missing)} in {out} (kaleido returned without "
+            "an error); run the export again"
+        )
     return paths
+
+
+def _written(path: Path) -> bool:
+    return path.is_file() and path.stat().st_size > 0

@@ -230,10 +230,11 @@ def emission_note(url: str) -> str:
     """How far the simulated endpoint's token emission strayed from its schedule."""
     import httpx
 
+    from bench.backends.openai import METRICS_PATHS
     from bench.telemetry import parse_prometheus
 
     try:
-        samples = parse_prometheus(httpx.get(f"{url}/metrics", timeout=5).text)
+        samples = parse_prometheus(httpx.get(url + METRICS_PATHS[0], timeout=5).text)
     except httpx.HTTPError as exc:
         return f"simulated endpoint: could not read its /metrics ({exc})"
     worst = next(

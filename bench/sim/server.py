@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench.backends.openai import ENDPOINTS
+from bench.backends.openai import ENDPOINTS, METRICS_PATHS, MODELS_PATH
 from bench.sim.engine import Engine, Seq
 from bench.sim.virtual import build_engine
 
@@ -441,7 +441,7 @@ class HTTPProtocol(asyncio.Protocol):
 
     def _dispatch(self, method: str, path: str, body: bytes) -> None:
         sim = self.sim
-        if method == "GET" and path == "/v1/models":
+        if method == "GET" and path == MODELS_PATH:
             model = {
                 "id": sim.model_name,
                 "object": "model",
@@ -451,7 +451,7 @@ class HTTPProtocol(asyncio.Protocol):
             }
             self.send_json(200, {"object": "list", "data": [model]})
             return self.finish_response()
-        if method == "GET" and path == "/metrics":
+        if method == "GET" and path == METRICS_PATHS[0]:
             self._send(200, "OK", b"text/plain; version=0.0.4", sim.metrics_text().encode())
             return self.finish_response()
         if method == "GET" and path in ("/health", "/"):

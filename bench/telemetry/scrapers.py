@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Protocol
 
+from bench.backends.openai import METRICS_PATHS
 from bench.telemetry.names import ENGINE_PREFIXES, Point, canonicalize, engine_of
 from bench.telemetry.prometheus import labels_text, parse_prometheus
 from bench.telemetry.recording import Recording, SeriesLog, SourceLog
@@ -200,9 +201,7 @@ class TelemetryConfig:
         out: list[Source] = []
         if self.scrape_metrics:
             base = base_url.rstrip("/")
-            urls = [self.metrics_url] if self.metrics_url else [f"{base}/metrics"]
-            if not self.metrics_url:
-                urls.append(f"{base}/prometheus/metrics")
+            urls = [self.metrics_url] if self.metrics_url else [base + p for p in METRICS_PATHS]
             out.append(PrometheusSource("server", urls, timeout))
         if self.dcgm_url:
             out.append(PrometheusSource("dcgm", [self.dcgm_url], timeout))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -34,20 +35,34 @@ from bench.cli.options import (
 )
 from bench.console import console, err_console
 
+# The simulated deployment, as `sim serve` and `sim run` both take it, and its default.
+SIM_GPU, SIM_MODEL, SIM_PRECISION, SIM_ENGINE = "B200", "llama-3.3-70b", "fp8", "vllm"
+SimGpuOpt = Annotated[str, typer.Option("--gpu", help="GPU profile or alias (see `sim gpus`)")]
+SimModelOpt = Annotated[str, typer.Option("--model", help="model profile (see `sim models`)")]
+PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16, fp8, fp4 (nvfp4), mxfp4")]
+TpOpt = Annotated[int, typer.Option("--tp", help="tensor-parallel degree (= GPUs)")]
+ParallelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--parallel",
+        help="parallelism instead of --tp: tp8, dep8 (attention DP + expert parallel), tep8",
+    ),
+]
+EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--engine", help="serving engine whose efficiency profile to use: vllm, sglang, trtllm"
+    ),
+]
+
 
 def serve(
-    gpu: str = typer.Option("B200", help="GPU profile or alias (see `sim gpus`)"),
-    model: str = typer.Option("llama-3.3-70b", help="model profile (see `sim models`)"),
-    precision: str = typer.Option("fp8", help="bf16, fp8, fp4 (nvfp4), mxfp4"),
-    tp: int = typer.Option(1, help="tensor-parallel degree"),
-    parallel: str | None = typer.Option(
-        None, help="parallelism instead of --tp: tp8, dep8 (attention DP + expert parallel), tep8"
-    ),
-    engine_name: str = typer.Option(
-        "vllm",
-        "--engine",
-        help="serving engine whose efficiency profile to use: vllm, sglang, trtllm",
-    ),
+    gpu: SimGpuOpt = SIM_GPU,
+    model: SimModelOpt = SIM_MODEL,
+    precision: PrecisionOpt = SIM_PRECISION,
+    tp: TpOpt = 1,
+    parallel: ParallelOpt = None,
+    engine_name: EngineOpt = SIM_ENGINE,
     host: str = typer.Option("127.0.0.1", help="address to bind"),
     port: int = typer.Option(8100, help="port to bind"),
     max_num_seqs: int | None = typer.Option(None, help="vLLM --max-num-seqs (default 256)"),
@@ -95,18 +110,12 @@ def serve(
 
 
 def run(
-    gpu: str = typer.Option("B200", help="GPU profile or alias (see `sim gpus`)"),
-    model: str = typer.Option("llama-3.3-70b", help="model profile (see `sim models`)"),
-    precision: str = typer.Option("fp8", help="bf16, fp8, fp4 (nvfp4), mxfp4"),
-    tp: int = typer.Option(1, help="tensor-parallel degree (= GPUs)"),
-    parallel: str | None = typer.Option(
-        None, help="parallelism instead of --tp: tp8, dep8 (attention DP + expert parallel), tep8"
-    ),
-    engine_name: str = typer.Option(
-        "vllm",
-        "--engine",
-        help="serving engine whose efficiency profile to use: vllm, sglang, trtllm",
-    ),
+    gpu: SimGpuOpt = SIM_GPU,
+    model: SimModelOpt = SIM_MODEL,
+    precision: PrecisionOpt = SIM_PRECISION,
+    tp: TpOpt = 1,
+    parallel: ParallelOpt = None,
+    engine_name: EngineOpt = SIM_ENGINE,
     scenario: ScenarioOpt = None,
     request_rates: RequestRatesOpt = None,
     concurrency: ConcurrencyPointsOpt = None,

@@ -5,7 +5,6 @@ The CLI imports everything and nothing imports it (DESIGN.md): library code neve
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
@@ -23,17 +22,18 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 
 def _rate(value: str | None) -> float | None:
+    """--request-rate: one rate, read by the rule --request-rates reads each of its values by."""
     if value is None:
         return None
-    if value.strip().lower() in ("inf", "infinity"):
-        return math.inf
+    from bench.sweep import parse_values
+
     try:
-        rate = float(value)
-    except ValueError:
-        raise fail(f"--request-rate {value!r}: expected a number of requests/s or 'inf'") from None
-    if rate <= 0:
-        raise fail(f"--request-rate {value!r}: must be > 0 (or 'inf')")
-    return rate
+        rates = parse_values(value, "--request-rate")
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if len(rates) != 1:
+        raise fail(f"--request-rate {value!r}: one rate (a sweep takes --request-rates)")
+    return rates[0]
 
 
 def _csv_floats(value: str | None, flag: str) -> list[float] | None:

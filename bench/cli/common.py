@@ -181,7 +181,7 @@ def resolve_scenario(
 def canonical_gpu(name: str) -> str:
     """The profile name for a GPU alias ("b200" -> "B200-SXM"); unknown names pass through,
     so a GPU without a profile can still be benchmarked (it just has no prices)."""
-    from bench.sim.profiles import ProfileError, get_gpu
+    from bench.hardware import ProfileError, get_gpu
 
     try:
         return get_gpu(name).name

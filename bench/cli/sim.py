@@ -178,14 +178,16 @@ def run(
 
 
 def gpus() -> None:
-    """List the GPU profiles (gpus.yaml) and the efficiency parameters with their sources."""
-    from bench.sim.profiles import efficiency_sources, load_gpus
+    """List the GPU profiles (bench/hardware/gpus.yaml) and the efficiency parameters."""
+    from bench.hardware import load_gpus
+    from bench.sim.profiles import efficiency_sources
 
-    table = Table(title="GPU profiles (bench/sim/profiles/gpus.yaml)")
+    table = Table(title="GPU profiles (bench/hardware/gpus.yaml)")
     for col in [
         "name",
         "aliases",
         "HBM GB",
+        "reported MiB",
         "TB/s",
         "BF16",
         "FP8",
@@ -200,6 +202,7 @@ def gpus() -> None:
             g.name,
             ", ".join(g.aliases),
             f"{g.hbm_gb:g}",
+            f"{g.memory_mib:,.0f}" if g.memory_mib else "-",
             f"{g.hbm_bw_tbs:g}",
             *tf,
             f"{g.tdp_w:,.0f}",

@@ -11,7 +11,7 @@ MTP) + prefill tokens:
     t_dense  = max(2 N_dense n_tok / (tp F MFU), dense weight bytes / tp / (BW MBU))
     t_expert = max(2 N_expert_active n_tok_e imbalance / (G F MFU moe_mfu_ratio),
                    bytes of the experts some token routes to / G / (BW MBU))   G = ep or tp
-    t_attnD  = max(KV bytes read / (BW MBU), decode attention FLOPs / (F_attn MFU_attn))
+    t_attnD  = max(KV bytes read / (BW MBU kv_bw_ratio), decode attention FLOPs / (F_attn MFU_attn))
     t_attnP  = prefill attention FLOPs / (F_attn MFU_prefill)
     t_comm   = (tp > 1) 2 L (alpha_ar + all-reduce bytes / (BW_link eta))
              + (ep > 1) L_moe (2 alpha_a2a + all-to-all bytes / (BW_link eta))
@@ -218,17 +218,29 @@ class Deployment:
             m.attn_pair_flops(decode=False),
         )
 
-    def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.90) -> int:
-        """Tokens of KV cache over the deployment: per GPU, HBM x utilisation - its weights."""
-        free = self.gpu.hbm_bytes * gpu_memory_utilization - self.weight_bytes_per_gpu
-        if free <= 0:
+    def kv_capacity_tokens(
+        self,
+        memory_fraction: float | None = None,
+        max_num_seqs: int | None = None,
+        max_num_batched_tokens: int | None = None,
+    ) -> int:
+        """Tokens of KV cache over the deployment, by the engine's own memory arithmetic
+        (bench.sim.memory) on the memory the device reports; limits are per engine instance
+        (data-parallel rank); None = the engine's defaults."""
+        from bench.sim.memory import memory_plan
+
+        plan = memory_plan(self, memory_fraction, max_num_seqs, max_num_batched_tokens)
+        if plan.kv <= 0:
+            gib = 1 << 30
             raise ValueError(
                 f"{self.model.name} in {self.precision.name} ({self.weight_bytes / 1e9:.0f} GB) "
-                f"does not fit on {self.gpus}x {self.gpu.name} {self.parallel.upper()} at "
-                f"{gpu_memory_utilization:.0%} of {self.gpu.hbm_gb:g} GB; "
+                f"does not fit on {self.gpus}x {self.gpu.name} {self.parallel.upper()}: per GPU "
+                f"{plan.weights / gib:.1f} GiB of weights, {plan.activations / gib:.1f} GiB of "
+                f"activations and {plan.non_torch / gib:.1f} GiB other against "
+                f"{plan.total / gib:.1f} GiB x {plan.fraction:.2f} ({self.engine}); "
                 f"raise --tp or lower the precision"
             )
-        per_rank = free * self.kv_shards  # a token puts 1/kv_shards of its KV on each
+        per_rank = plan.kv * self.kv_shards  # a token puts 1/kv_shards of its KV on each
         return int(self.dp * per_rank // self.kv_bytes_per_token)
 
     def experts_touched(self, n_tok: float) -> float:
@@ -282,7 +294,7 @@ class Deployment:
             t += self._expert_time(n_tok, work)
         kv_read = decode_ctx / dp * self.kv_bytes_per_token / self.kv_shards
         attn_d = decode_ctx / dp * q * pair_d / tp
-        t += max(kv_read / self._bw, attn_d / (self.attn_flops * e.mfu_attn))
+        t += max(kv_read / (self._bw * e.kv_bw_ratio), attn_d / (self.attn_flops * e.mfu_attn))
         t += prefill_ctx / dp * pair_p / (tp * self.attn_flops * e.mfu_prefill)
         t += self._comm_time(n_tok)
         return t + e.t_fix_s + n_tok * (e.t_tok_s + m.moe_layers * e.t_moe_tok_s)
@@ -322,15 +334,15 @@ def steady_state(
 
     Every step decodes C tokens of mean context ISL + OSL/2; prompts arrive at C/OSL per step
     and are prefilled whole, up to `chunk_tokens` per step (vLLM's max_num_batched_tokens, per
-    data-parallel rank; default from the serving defaults). So a fraction f of steps carries P
+    data-parallel rank; default: the engine's own). So a fraction f of steps carries P
     prefill tokens and the rest decode only, which matters at low concurrency, where a whole
     prompt in one step is compute-bound while spreading it over steps would hide it under the
     weight reads. Returns TPOT (s), interactivity (tok/s/user), output and total tok/s per GPU.
     """
-    from bench.sim.profiles import serving_defaults
+    from bench.sim.profiles import engine_defaults
 
     c = concurrency
-    budget = (chunk_tokens or serving_defaults().max_num_batched_tokens) * dep.dp
+    budget = (chunk_tokens or engine_defaults(dep.engine).max_num_batched_tokens) * dep.dp
     demand = c * isl / osl  # prefill tokens per step on average
     per_step = min(max(isl, demand), max(budget - c, isl))
     f = demand / per_step

@@ -19,7 +19,7 @@ import numpy as np
 
 from bench.executor import StoredAs
 from bench.records import COUNT_TOKENIZER, ERR_HTTP_4XX, FAILED, RequestRecord
-from bench.sim.engine import Engine, EngineConfig
+from bench.sim.engine import Engine, engine_for
 from bench.sim.roofline import Deployment
 
 VIRTUAL_URL = "http://sim.virtual"  # a plan's target in virtual time; nothing calls it
@@ -62,12 +62,7 @@ def build_engine(
     dep = Deployment.build(
         gpu, model, precision, tp, kv_precision, dp=dp, ep=ep, engine=engine, mtp=mtp
     )
-    d = EngineConfig.default()
-    cfg = EngineConfig.default(
-        max_num_seqs=(max_num_seqs or d.max_num_seqs) * dp,
-        max_num_batched_tokens=(max_num_batched_tokens or d.max_num_batched_tokens) * dp,
-    )
-    return Engine(dep, cfg)
+    return engine_for(dep, max_num_seqs, max_num_batched_tokens)
 
 
 def run_virtual(

@@ -52,9 +52,17 @@ def test_more_gpus_never_lower_aggregate_throughput(gpu: str, engine: str) -> No
 def test_moe_expert_parallel_scales_without_loss() -> None:
     tputs = [
         max_throughput(_deployment("GB200", "deepseek-r1", "fp8", dp=n, ep=n, engine="sglang"))
-        for n in (8, 16, 32, 72)
+        for n in (8, 16, 32)
     ]
     assert all(a <= b for a, b in zip(tputs, tputs[1:], strict=False)), tputs
+    # at DEP72 SGLang's own default reserves 512 x 72 x 4.5 MB for DP-attention CUDA graphs,
+    # more than the GPU: the error says which knob, and an explicit fraction serves it
+    with pytest.raises(ValueError, match="mem-fraction-static.*--memory-fraction"):
+        _deployment(
+            "GB200", "deepseek-r1", "fp8", dp=72, ep=72, engine="sglang"
+        ).kv_capacity_tokens()
+    dep72 = _deployment("GB200", "deepseek-r1", "fp8", dp=72, ep=72, engine="sglang")
+    assert dep72.kv_capacity_tokens(memory_fraction=0.85) > 0
 
 
 def test_tp_scaling_stays_within_what_memory_and_the_link_allow() -> None:

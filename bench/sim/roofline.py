@@ -228,6 +228,7 @@ class Deployment:
         (bench.sim.memory) on the memory the device reports; limits are per engine instance
         (data-parallel rank); None = the engine's defaults."""
         from bench.sim.memory import memory_plan
+        from bench.sim.profiles import engine_defaults
 
         plan = memory_plan(self, memory_fraction, max_num_seqs, max_num_batched_tokens)
         if plan.kv <= 0:
@@ -237,8 +238,9 @@ class Deployment:
                 f"does not fit on {self.gpus}x {self.gpu.name} {self.parallel.upper()}: per GPU "
                 f"{plan.weights / gib:.1f} GiB of weights, {plan.activations / gib:.1f} GiB of "
                 f"activations and {plan.non_torch / gib:.1f} GiB other against "
-                f"{plan.total / gib:.1f} GiB x {plan.fraction:.2f} ({self.engine}); "
-                f"raise --tp or lower the precision"
+                f"{plan.total / gib:.1f} GiB x {plan.fraction:.2f} ({self.engine}'s "
+                f"{engine_defaults(self.engine).memory_flag}); raise --tp, lower the precision "
+                f"or set --memory-fraction"
             )
         per_rank = plan.kv * self.kv_shards  # a token puts 1/kv_shards of its KV on each
         return int(self.dp * per_rank // self.kv_bytes_per_token)

@@ -51,9 +51,85 @@ ParallelOpt = Annotated[
 EngineOpt = Annotated[
     str,
     typer.Option(
-        "--engine", help="serving engine whose efficiency profile to use: vllm, sglang, trtllm"
+        "--engine",
+        help="serving engine whose scheduler defaults, memory arithmetic and efficiency to "
+        "use: vllm, sglang, trtllm",
     ),
 ]
+# The engine knobs (None = the engine's own default, bench/sim/profiles/engines.yaml); limits
+# are per engine instance (per data-parallel rank), as the engines take them.
+MaxNumSeqsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-seqs",
+        min=1,
+        help="sequences one engine instance runs at once (vLLM --max-num-seqs, SGLang "
+        "--max-running-requests, TensorRT-LLM max_batch_size); default: the engine's "
+        "(256, 256, 2048)",
+    ),
+]
+MaxBatchedTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-batched-tokens",
+        min=1,
+        help="tokens per step, prefill chunks included (vLLM --max-num-batched-tokens, SGLang "
+        "--chunked-prefill-size, TensorRT-LLM max_num_tokens); default 8192",
+    ),
+]
+KvPrecisionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--kv-precision",
+        help="KV-cache precision: bf16 or fp8 (default: FP8 with FP8/FP4 weights, as "
+        "InferenceX's scripts set --kv-cache-dtype fp8; BF16 with BF16 weights)",
+    ),
+]
+MtpOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--mtp",
+        min=0,
+        help="draft tokens per step (multi-token prediction / speculative decoding; the "
+        "model's MTP module, else a one-layer EAGLE-style draft); default 0 (off)",
+    ),
+]
+MtpAcceptanceOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--mtp-acceptance",
+        min=0.0,
+        max=1.0,
+        help="probability each drafted token is accepted (default 0.85, DeepSeek-V3's MTP)",
+    ),
+]
+MemoryFractionOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--memory-fraction",
+        min=0.0,
+        max=1.0,
+        help="the engine's memory fraction: vLLM --gpu-memory-utilization (of total, default "
+        "0.9), SGLang --mem-fraction-static (of total, default derived from capacity), "
+        "TensorRT-LLM free_gpu_memory_fraction (of memory left after weights, default 0.9)",
+    ),
+]
+
+
+def serve_options(
+    max_num_seqs: int | None,
+    max_num_batched_tokens: int | None,
+    kv_precision: str | None,
+    mtp: int | None,
+    mtp_acceptance: float | None,
+    memory_fraction: float | None,
+):
+    """The engine knobs as the library takes them (bench.sim.engine.ServeOptions)."""
+    from bench.sim.engine import ServeOptions
+
+    return ServeOptions(
+        max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance, memory_fraction
+    )
 
 
 def serve(
@@ -65,10 +141,12 @@ def serve(
     engine_name: EngineOpt = SIM_ENGINE,
     host: str = typer.Option("127.0.0.1", help="address to bind"),
     port: int = typer.Option(8100, help="port to bind"),
-    max_num_seqs: int | None = typer.Option(None, help="vLLM --max-num-seqs (default 256)"),
-    max_num_batched_tokens: int | None = typer.Option(
-        None, help="vLLM --max-num-batched-tokens (default 8192)"
-    ),
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_num_batched_tokens: MaxBatchedTokensOpt = None,
+    kv_precision: KvPrecisionOpt = None,
+    mtp: MtpOpt = None,
+    mtp_acceptance: MtpAcceptanceOpt = None,
+    memory_fraction: MemoryFractionOpt = None,
     default_max_tokens: int = typer.Option(
         256, help="output length of chat requests without max_tokens"
     ),
@@ -76,14 +154,16 @@ def serve(
     """Run an OpenAI-compatible server that emits tokens at their simulated times."""
     from bench.sim.profiles import ProfileError
     from bench.sim.server import run_server
-    from bench.sim.virtual import build_engine
+    from bench.sim.virtual import VirtualExecutor
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        engine = build_engine(
-            gpu, model, precision, tp, max_num_seqs, max_num_batched_tokens,
-            parallel=parallel, engine=engine_name,
-        )  # fmt: skip
+    options = serve_options(
+        max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance, memory_fraction
+    )
+    try:  # the engine `sim run` and the validation build, from the same options
+        engine = VirtualExecutor(
+            gpu, model, precision, tp, parallel=parallel, engine=engine_name, options=options
+        ).build()
     except (ProfileError, ValueError) as exc:
         err_console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc
@@ -116,6 +196,12 @@ def run(
     tp: TpOpt = 1,
     parallel: ParallelOpt = None,
     engine_name: EngineOpt = SIM_ENGINE,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_num_batched_tokens: MaxBatchedTokensOpt = None,
+    kv_precision: KvPrecisionOpt = None,
+    mtp: MtpOpt = None,
+    mtp_acceptance: MtpAcceptanceOpt = None,
+    memory_fraction: MemoryFractionOpt = None,
     scenario: ScenarioOpt = None,
     request_rates: RequestRatesOpt = None,
     concurrency: ConcurrencyPointsOpt = None,
@@ -149,7 +235,12 @@ def run(
         random_output_len=random_output_len, seed=seed,
     )  # fmt: skip
     sc = resolve_scenario(scenario, overrides, "run", {"load": {"request_rate": 4}})
-    virtual = VirtualExecutor(gpu, model, precision, tp, parallel=parallel, engine=engine_name)
+    options = serve_options(
+        max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance, memory_fraction
+    )
+    virtual = VirtualExecutor(
+        gpu, model, precision, tp, parallel=parallel, engine=engine_name, options=options
+    )
     try:
         sc = virtual.adopt(sc)
     except (ProfileError, ValueError) as exc:

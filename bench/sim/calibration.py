@@ -287,7 +287,7 @@ class Sim:
                 dep, p.isl, p.osl, engine_defaults(p.engine).max_num_seqs,
                 limits.get("kv_reserve") == "prompt+max_output",
             )  # fmt: skip
-            return Result(p, self.measure(dep, p, c)[1], f"{p.parallel} c{c:.0f}")
+            return Result(p, self.measure(dep, p, c)[1], f"{p.parallel} c{max(int(c), 1)}")
         raise ValueError(f"unknown reference point kind {p.kind!r} ({p.id})")
 
     def ratio(self, r: Ratio) -> float:

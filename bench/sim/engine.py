@@ -28,6 +28,19 @@ WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
 
 
 @dataclass(frozen=True)
+class ServeOptions:
+    """The engine knobs `sim run` and `sim serve` take and the validation uses; None = the
+    engine's own default (engines.yaml, efficiency.yaml). Limits are per engine instance."""
+
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    kv_precision: str | None = None
+    mtp: int | None = None  # draft tokens per step
+    mtp_acceptance: float | None = None
+    memory_fraction: float | None = None
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """The scheduler's knobs over the whole deployment (per-rank limits x data-parallel ranks);
     memory_fraction None = the engine's own default (engines.yaml)."""
@@ -148,6 +161,18 @@ class Engine:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.max_model_len = dep.model.context
+
+    def knobs(self) -> dict[str, float | int | str]:
+        """The engine's effective settings, per engine instance, to store beside its results."""
+        dep, dp = self.dep, self.dep.dp
+        return {
+            "max_num_seqs": self.cfg.max_num_seqs // dp,
+            "max_num_batched_tokens": self.cfg.max_num_batched_tokens // dp,
+            "kv_precision": dep.kv_precision.name,
+            "kv_capacity_tokens": self.capacity_tokens,
+            "mtp_tokens": int(dep.eff.mtp_tokens),
+            "mtp_acceptance": dep.eff.mtp_acceptance,
+        }
 
     # -- driver API -------------------------------------------------------------------------
 

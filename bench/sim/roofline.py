@@ -96,7 +96,8 @@ class Deployment:
         """Resolve names to profiles and check the GPU can run the precision and parallelism.
 
         mtp: None = the engine profile's default; False/True turns MTP off/on where the model
-        has an MTP module. profiles: efficiency profiles to resolve against instead of
+        has an MTP module; an int N drafts N tokens per step (the model's MTP module, or for a
+        model without one an EAGLE-style one-layer draft: the cost model is the same). profiles: efficiency profiles to resolve against instead of
         efficiency.yaml's (the calibration fit passes its trial values here). resolved: the
         efficiency already resolved for this GPU, precision, engine and model (a caller building
         many parallelisms of one deployment resolves it once); MTP is still applied.
@@ -119,12 +120,16 @@ class Deployment:
             )
         kv = get_precision(kv_precision or p.kv_default)
         eff = resolved or efficiency_for(g, p, engine, m.name, profiles, **efficiency)
-        if mtp is False or mtp == 0 or not m.mtp_layers:
+        if mtp is False or mtp == 0 or (mtp in (None, True) and not m.mtp_layers):
             eff = eff.model_copy(update={"mtp_tokens": 0})
         elif mtp is True and not eff.mtp_tokens:
             eff = eff.model_copy(update={"mtp_tokens": eff.mtp_draft_tokens})
         elif mtp is not None and mtp is not True:
+            if int(mtp) < 0:
+                raise ValueError(f"--mtp {mtp}: draft tokens per step must be 0 or more")
             eff = eff.model_copy(update={"mtp_tokens": int(mtp)})
+        if not 0 < eff.mtp_acceptance <= 1:
+            raise ValueError(f"MTP acceptance {eff.mtp_acceptance} must be in (0, 1]")
         return cls(g, m, p, tp, kv, eff, dp, ep, engine)
 
     def with_efficiency(self, eff: Efficiency) -> Deployment:

@@ -19,7 +19,7 @@ import numpy as np
 
 from bench.executor import StoredAs
 from bench.records import COUNT_TOKENIZER, ERR_HTTP_4XX, FAILED, RequestRecord
-from bench.sim.engine import Engine, engine_for
+from bench.sim.engine import Engine, ServeOptions, engine_for
 from bench.sim.roofline import Deployment
 
 VIRTUAL_URL = "http://sim.virtual"  # a plan's target in virtual time; nothing calls it
@@ -48,9 +48,11 @@ def build_engine(
     *,
     parallel: str | None = None,
     engine: str = "vllm",
-    mtp: bool | None = None,
+    mtp: bool | int | None = None,
+    mtp_acceptance: float | None = None,
+    memory_fraction: float | None = None,
 ) -> Engine:
-    """An engine for a deployment, with vLLM defaults for anything not given.
+    """An engine for a deployment, with the engine's own defaults for anything not given.
 
     parallel ("tp4", "dep8", "tep8") overrides tp. Each data-parallel rank is its own engine
     instance in a real server, so the per-instance limits (max_num_seqs,
@@ -59,10 +61,12 @@ def build_engine(
     from bench.sim.roofline import parse_parallel
 
     tp, dp, ep = parse_parallel(parallel) if parallel else (tp, 1, 1)
+    acceptance = {"mtp_acceptance": mtp_acceptance} if mtp_acceptance is not None else {}
     dep = Deployment.build(
-        gpu, model, precision, tp, kv_precision, dp=dp, ep=ep, engine=engine, mtp=mtp
-    )
-    return engine_for(dep, max_num_seqs, max_num_batched_tokens)
+        gpu, model, precision, tp, kv_precision, dp=dp, ep=ep, engine=engine, mtp=mtp,
+        **acceptance,
+    )  # fmt: skip
+    return engine_for(dep, max_num_seqs, max_num_batched_tokens, memory_fraction)
 
 
 def run_virtual(
@@ -267,11 +271,15 @@ class VirtualExecutor:
     tp: int = 1
     parallel: str | None = None
     engine: str = "vllm"
+    options: ServeOptions = ServeOptions()
 
     def build(self) -> Engine:
+        o = self.options
         return build_engine(
-            self.gpu, self.model, self.precision, self.tp, parallel=self.parallel,
-            engine=self.engine,
+            self.gpu, self.model, self.precision, self.tp, o.max_num_seqs,
+            o.max_num_batched_tokens, o.kv_precision, parallel=self.parallel,
+            engine=self.engine, mtp=o.mtp, mtp_acceptance=o.mtp_acceptance,
+            memory_fraction=o.memory_fraction,
         )  # fmt: skip
 
     def adopt(self, scenario):
@@ -323,7 +331,8 @@ class VirtualExecutor:
         )  # fmt: skip
 
     def stored_as(self) -> StoredAs:
-        dep = self.build().dep
+        engine = self.build()
+        dep = engine.dep
         hw = {
             "gpu": dep.gpu.name,
             "gpu_count": dep.gpus,
@@ -333,6 +342,7 @@ class VirtualExecutor:
             "parallel": dep.parallel,
             "engine": self.engine,
             "clock": "virtual",
+            **engine.knobs(),
         }
         return StoredAs(
             sim=hw, endpoint="sim://virtual", backend="sim", scrapes=False, exact_lengths=True

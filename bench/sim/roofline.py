@@ -13,6 +13,8 @@ MTP) + prefill tokens:
                    bytes of the experts some token routes to / G / (BW MBU))   G = ep or tp
     t_attnD  = max(KV bytes read / (BW MBU kv_bw_ratio), decode attention FLOPs / (F_attn MFU_attn))
     t_attnP  = prefill attention FLOPs / (F_attn MFU_prefill)
+    (sliding-window layers attend at most `sliding_window` tokens: their KV reads and attention
+    FLOPs count each query's context capped at the window)
     t_comm   = (tp > 1) 2 L (alpha_ar + all-reduce bytes / (BW_link eta))
              + (ep > 1) L_moe (2 alpha_a2a + all-to-all bytes / (BW_link eta))
     t_over   = t_fix + n_tok (t_tok + L_moe t_moe_tok)
@@ -301,10 +303,29 @@ class Deployment:
             t += self._expert_time(n_tok, work)
         kv_read = decode_ctx / dp * self.kv_bytes_per_token / self.kv_shards
         attn_d = decode_ctx / dp * q * pair_d / tp
+        attn_p = prefill_ctx / dp * pair_p / tp
+        if m.sliding_window_layers:  # each query sees at most `sliding_window` tokens there
+            d_sw, p_sw = (
+                self._windowed(n_decode, decode_ctx),
+                self._windowed(n_prefill, prefill_ctx),
+            )
+            kv_read += d_sw / dp * self._sliding_kv_bytes / self.kv_shards
+            attn_d += d_sw / dp * q * m.sliding_attn_pair_flops() / tp
+            attn_p += p_sw / dp * m.sliding_attn_pair_flops() / tp
         t += max(kv_read / (self._bw * e.kv_bw_ratio), attn_d / (self.attn_flops * e.mfu_attn))
-        t += prefill_ctx / dp * pair_p / (tp * self.attn_flops * e.mfu_prefill)
+        t += attn_p / (self.attn_flops * e.mfu_prefill)
         t += self._comm_time(n_tok)
         return t + e.t_fix_s + n_tok * (e.t_tok_s + m.moe_layers * e.t_moe_tok_s)
+
+    @cached_property
+    def _sliding_kv_bytes(self) -> float:
+        m = self.model
+        return m.sliding_kv_elements_per_token() * self.kv_precision.bytes_per_param
+
+    def _windowed(self, n: float, ctx: float) -> float:
+        """Context summed over n queries, each capped at the sliding window (mean context
+        capped: the step only knows the sum)."""
+        return n * min(ctx / n, self.model.sliding_window or 0) if n else 0.0
 
     def _expert_time(self, n_tok: float, work: float) -> float:
         """Routed experts on the busiest GPU: FLOPs with imbalance vs bytes of touched experts."""

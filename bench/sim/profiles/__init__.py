@@ -86,6 +86,19 @@ class ModelProfile(_Frozen):
             return self.kv_layers * (self.kv_lora_rank + self.qk_rope_head_dim)
         return 2 * self.kv_layers * self.kv_heads * self.head_dim
 
+    def sliding_kv_elements_per_token(self) -> int:
+        """KV elements per token of the sliding-window layers (kept for `sliding_window`
+        tokens per sequence only)."""
+        if not self.sliding_window_layers or self.attention == "mla":
+            return 0
+        return 2 * self.sliding_window_layers * self.kv_heads * self.head_dim
+
+    def sliding_attn_pair_flops(self) -> float:
+        """Attention FLOPs per (query, context token) pair over the sliding-window layers."""
+        if not self.sliding_window_layers or self.attention == "mla":
+            return 0.0
+        return 4 * self.q_heads * self.head_dim * self.sliding_window_layers
+
     def kv_bytes_per_token(self, kv_precision: str) -> float:
         return self.kv_elements_per_token() * get_precision(kv_precision).bytes_per_param
 
@@ -188,8 +201,29 @@ def load_models(extra_path: Path | None = None) -> dict[str, ModelProfile]:
 
 
 def get_model(name: str, extra_path: Path | None = None) -> ModelProfile:
-    """A model by canonical name, alias or Hugging Face id, case-insensitive."""
-    return hardware.lookup("model", name, load_models(extra_path))
+    """A model by canonical name, alias or Hugging Face id, case-insensitive, or from a Hugging
+    Face config.json (a path to the file or the directory holding it)."""
+    from bench.sim.hf_config import config_path
+
+    path = config_path(name)
+    if path is not None:
+        return _model_from_config(path.resolve())
+    try:
+        return hardware.lookup("model", name, load_models(extra_path))
+    except ProfileError as exc:
+        raise ProfileError(
+            f"{exc}; or give a path to the model's Hugging Face config.json"
+        ) from None
+
+
+@lru_cache(maxsize=16)
+def _model_from_config(path: Path) -> ModelProfile:
+    from bench.sim.hf_config import _name, profile_fields
+
+    fields = profile_fields(path)
+    import json
+
+    return _parse(ModelProfile, _name(path, json.loads(path.read_text())), fields, path)
 
 
 @lru_cache(maxsize=1)

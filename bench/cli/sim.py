@@ -152,6 +152,7 @@ def serve(
     ),
 ) -> None:
     """Run an OpenAI-compatible server that emits tokens at their simulated times."""
+    from bench.sim.memory import memory_plan
     from bench.sim.profiles import ProfileError
     from bench.sim.server import run_server
     from bench.sim.virtual import VirtualExecutor
@@ -171,7 +172,8 @@ def serve(
 
     def banner(bound: int) -> None:
         console.print(
-            f"[bold]SIMULATED[/bold] {dep.label}: KV cache {engine.capacity_tokens:,} tokens, "
+            f"[bold]SIMULATED[/bold] {dep.label}: KV cache {engine.capacity_tokens:,} tokens "
+            f"({memory_plan(dep, engine.cfg.memory_fraction).describe()}), "
             f"batch-1 decode step {dep.step_time(1, 1, 0, 0) * 1e3:.1f} ms; "
             f"http://{host}:{bound}/v1  (Ctrl-C to stop)"
         )
@@ -269,9 +271,9 @@ def run(
 
 
 def gpus() -> None:
-    """List the GPU profiles (bench/hardware/gpus.yaml) and the efficiency parameters."""
+    """List the GPU profiles (bench/hardware/gpus.yaml) and the fitted efficiency parameters."""
     from bench.hardware import load_gpus
-    from bench.sim.profiles import efficiency_sources
+    from bench.sim.profiles import fitted_parameters
 
     table = Table(title="GPU profiles (bench/hardware/gpus.yaml)")
     for col in [
@@ -300,11 +302,11 @@ def gpus() -> None:
             f"{g.scale_up_gbps:g}",
         )
     console.print(table)
-    eff = Table(title="Roofline efficiency parameters")
-    eff.add_column("parameter")
-    eff.add_column("source")
-    for k, v in efficiency_sources().items():
-        eff.add_row(k, v)
+    eff = Table(title="Fitted efficiency parameters (bench/sim/profiles/efficiency.yaml)")
+    for col in ("parameter", "value", "physical range", "where the range comes from"):
+        eff.add_column(col)
+    for name, value, (lo, hi), source in fitted_parameters():
+        eff.add_row(name, f"{value:.4g}", f"{lo:g} - {hi:g}", source)
     console.print(eff)
 
 

@@ -246,10 +246,15 @@ def _efficiency_file(path: Path) -> dict[str, Any]:
     return _read_yaml(path)
 
 
-def efficiency_sources() -> dict[str, str]:
-    """Where each efficiency parameter's default comes from (for docs and `sim gpus`)."""
-    raw = _efficiency_file(EFFICIENCY_YAML).get("parameters") or {}
-    return {k: v["source"] for k, v in raw.items()}
+def fitted_parameters() -> list[tuple[str, float, list[float], str]]:
+    """(name, fitted value, physical range, range source) of each fitted parameter."""
+    data = _efficiency_file(EFFICIENCY_YAML)
+    specs = data.get("fit") or {}
+    out = []
+    for name, v in (data.get("fitted_values") or {}).items():
+        spec = specs.get(name.split(".")[0], {})
+        out.append((name, v["value"], v["range"], spec.get("source", "")))
+    return out
 
 
 def efficiency_profiles(path: Path = EFFICIENCY_YAML) -> list[dict[str, Any]]:
@@ -336,7 +341,7 @@ __all__ = [
     "efficiency_for",
     "efficiency_profiles",
     "resolve_efficiency",
-    "efficiency_sources",
+    "fitted_parameters",
     "get_gpu",
     "get_model",
     "get_precision",

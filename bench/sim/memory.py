@@ -61,11 +61,11 @@ def activation_bytes(dep: Deployment, max_num_seqs: int, max_num_batched_tokens:
     return max_num_batched_tokens * per_token + max_num_seqs * m.vocab * 4
 
 
-def non_torch_bytes(tp: int) -> float:
-    """CUDA context and cuBLAS workspace, plus NCCL buffers when tensor parallel."""
+def non_torch_bytes(gpus: int) -> float:
+    """CUDA context and cuBLAS workspace, plus NCCL buffers when the deployment spans GPUs."""
     c = memory_constants()
     nccl = c["nccl_bytes_by_tp"]
-    key = max((k for k in nccl if k <= tp), default=1)
+    key = max((k for k in nccl if k <= gpus), default=1)
     return c["base_bytes"] + nccl[key]
 
 
@@ -106,7 +106,7 @@ def memory_plan(
     total = dep.gpu.hbm_bytes
     weights = dep.weight_bytes_per_gpu
     act = activation_bytes(dep, seqs, tokens)
-    other = non_torch_bytes(dep.tp)
+    other = non_torch_bytes(dep.gpus)  # NCCL buffers for TP and for expert-parallel all-to-all
     if d.memory == "total_fraction":
         frac = fraction if fraction is not None else d.memory_fraction
         kv = total * frac - weights - act - other

@@ -28,8 +28,13 @@ def config_path(ref: str | Path) -> Path | None:
     return None
 
 
-def _name(path: Path, cfg: dict[str, Any]) -> str:
-    name = cfg.get("_name_or_path") or ""
+def model_name(path: Path) -> str:
+    """The name a config.json's model goes by: its `_name_or_path`, else the directory (or
+    file) name, without a Hugging Face cache prefix ("org--name")."""
+    try:
+        name = json.loads(path.read_text()).get("_name_or_path") or ""
+    except (OSError, ValueError, AttributeError):
+        name = ""
     if name:
         return str(name).rstrip("/").split("/")[-1].lower()
     stem = path.parent.name if path.name == "config.json" else path.stem

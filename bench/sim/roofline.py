@@ -99,10 +99,11 @@ class Deployment:
 
         mtp: None = the engine profile's default; False/True turns MTP off/on where the model
         has an MTP module; an int N drafts N tokens per step (the model's MTP module, or for a
-        model without one an EAGLE-style one-layer draft: the cost model is the same). profiles: efficiency profiles to resolve against instead of
-        efficiency.yaml's (the calibration fit passes its trial values here). resolved: the
-        efficiency already resolved for this GPU, precision, engine and model (a caller building
-        many parallelisms of one deployment resolves it once); MTP is still applied.
+        model without one an EAGLE-style one-layer draft: the cost model is the same).
+        profiles: efficiency profiles to resolve against instead of efficiency.yaml's (the
+        calibration fit passes its trial values here). resolved: the efficiency already
+        resolved for this GPU, precision, engine and model (a caller building many
+        parallelisms of one deployment resolves it once); MTP is still applied.
         """
         g = get_gpu(gpu) if isinstance(gpu, str) else gpu
         m = get_model(model) if isinstance(model, str) else model

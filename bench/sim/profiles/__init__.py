@@ -218,12 +218,9 @@ def get_model(name: str, extra_path: Path | None = None) -> ModelProfile:
 
 @lru_cache(maxsize=16)
 def _model_from_config(path: Path) -> ModelProfile:
-    from bench.sim.hf_config import _name, profile_fields
+    from bench.sim.hf_config import model_name, profile_fields
 
-    fields = profile_fields(path)
-    import json
-
-    return _parse(ModelProfile, _name(path, json.loads(path.read_text())), fields, path)
+    return _parse(ModelProfile, model_name(path), profile_fields(path), path)
 
 
 @lru_cache(maxsize=1)

@@ -36,14 +36,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Ceilings on the error, from the figures reached when efficiency.yaml was last fitted (formula
 # clock; 16 bounded parameters, device-reported memory, each engine's own memory arithmetic):
-# mean abs. error 19.3% (dense 9.4%, MoE 21.3%, AMD 60.7%), worst point 91%. The issue's
+# mean abs. error 16.7% (dense 9.5%, MoE 20.9%, AMD 12.3%), worst point 81%. The issue's
 # target (8% in sample) is missed: the earlier 8.6% came from 36 parameters, several outside
 # any physical range. A new source adds points without touching these: only the error counts.
-PINNED_MAE = 0.20
+PINNED_MAE = 0.17
 PINNED_MAE_DENSE = 0.10
-PINNED_MAE_MOE = 0.22
-PINNED_MAE_AMD = 0.62
-PINNED_MAX_ABS = 0.92
+PINNED_MAE_MOE = 0.215
+PINNED_MAE_AMD = 0.13
+PINNED_MAX_ABS = 0.82
 
 
 def _ideal(gpu: str) -> Deployment:
@@ -180,9 +180,9 @@ def test_sweeps_follow_the_sources_search() -> None:
 
 # (point, error bound): one of each kind and family, all within the +-25% target
 REPRESENTATIVE = [
-    ("h200-70b-b1", 0.05),  # batch 1: the bandwidth floor plus losses (+3%)
+    ("h200-70b-b1", 0.05),  # batch 1: the bandwidth floor plus losses (-3%)
     ("trt-h100-70b-1k1k", 0.10),  # TensorRT-LLM offline maximum, dense, TP2
-    ("ix-b200-70b-fp8-108", 0.15),  # InferenceX Pareto interpolation, vLLM (-14%)
+    ("ix-b200-70b-fp8-108", 0.15),  # InferenceX Pareto interpolation, vLLM (-13%)
     ("trt-b200-q235-1k1k", 0.15),  # MoE with expert parallelism (DEP4)
 ]
 
@@ -237,8 +237,8 @@ def test_trtllm_and_vllm_differ_where_the_measurements_do() -> None:
 
 def test_gpu_ratios(results) -> None:
     # MLPerf / TensorRT-LLM per-GPU ratios, simulated at the same method (the fit scores them
-    # too). Reached: trt H200/H100 +2%, trt B200/H100 +7%, MLPerf B200/H100 +6%, B200/H200
-    # -11%, MI300X/H100 -10%, H200 (one GPU) / H100 (two) +19%
+    # too). Reached: trt H200/H100 +2%, trt B200/H100 +7%, MLPerf B200/H100 +7%, B200/H200
+    # -10%, MI300X/H100 -18%, H200 (one GPU) / H100 (two) +19%
     got = {r.id: (r.measured, ratio_value(r)) for r in load_published().ratios}
     for rid in ("trt-h200-h100-70b", "trt-b200-h100-70b", "mlperf-b200-h100"):
         assert got[rid][1] == pytest.approx(got[rid][0], rel=0.10), rid
@@ -301,13 +301,13 @@ def test_rack_scale_nvl72() -> None:
 
 # -- slow: held-out error and the engine clock -------------------------------------------------
 
-# Held out (formula clock): 28.5% mean over the 60 fitted points, each scored by a fit without
-# its source (target 15%: missed); the engine clock in sample 18.9%; the 6 points added after
-# the fit (MI325X, with the profile from AMD's datasheet) 190%: AMD's software is the least
-# known part (4 observations, one parameter). Ceilings, not point counts.
-PINNED_LOSO_MAE = 0.29
-PINNED_ENGINE_MAE = 0.195
-PINNED_AFTER_FIT_MAE = 1.95
+# Held out (formula clock): 28.9% mean over the 60 fitted points, each scored by a fit without
+# its source (target 15%: missed); the engine clock in sample 16.5%; the 6 points added after
+# the fit (MI325X, with the profile from AMD's datasheet) 149%: MI325X DeepSeek-R1 within
+# -10%..+30%, gpt-oss on vLLM +159%..+408%. Ceilings, not point counts.
+PINNED_LOSO_MAE = 0.295
+PINNED_ENGINE_MAE = 0.17
+PINNED_AFTER_FIT_MAE = 1.50
 
 
 def test_points_added_after_the_fit_are_scored_never_fitted() -> None:

@@ -468,7 +468,8 @@ def fit_params(path: Path = EFFICIENCY_YAML) -> list[FitParam]:
 
 def _profiles_from(x: dict[str, float]) -> list[dict]:
     """Efficiency profiles for fitted values x: the global values, then one entry per (vendor,
-    engine, compute unit) with its mfu = mfu[engine] x FP4 ratio x AMD ratio, so every
+    engine, compute unit) with its mfu = mfu[engine] x FP4 ratio x AMD ratio and mbu =
+    mbu[engine] x AMD ratio, so every
     deployment a user may simulate resolves to fitted values, none to a guess."""
     glob = ("kv_bw_ratio", "t_fix_s", "t_tok_s", "t_moe_tok_s", "moe_imbalance", "moe_mfu_ratio")
     g = {k: float(x[k]) for k in glob}
@@ -479,8 +480,9 @@ def _profiles_from(x: dict[str, float]) -> list[dict]:
             for compute in COMPUTE_PRECISIONS:
                 mfu = x[f"mfu.{engine}"]
                 mfu *= x["fp4_mfu_ratio"] if compute == "fp4" else 1.0
-                mfu *= x["amd_mfu_ratio"] if vendor == "amd" else 1.0
-                vals = {"mbu": float(x[f"mbu.{engine}"]), "mfu": float(mfu)}
+                amd = x["amd_ratio"] if vendor == "amd" else 1.0
+                mfu *= amd
+                vals = {"mbu": float(x[f"mbu.{engine}"] * amd), "mfu": float(mfu)}
                 vals["mfu_prefill"] = float(min(mfu * x["mfu_prefill_ratio"], MFU_PREFILL_MAX))
                 match = {"vendor": vendor, "engine": engine, "compute": compute}
                 profiles.append({"match": match, "set": vals})
@@ -500,7 +502,7 @@ def points_per_parameter(points: list[Point], ratios: list[Ratio]) -> dict[str, 
             counts[prm.name] = sum(e == prm.name.split(".")[1] for e, _, _ in obs)
         elif prm.name == "fp4_mfu_ratio":
             counts[prm.name] = sum(c == "fp4" for _, _, c in obs)
-        elif prm.name == "amd_mfu_ratio":
+        elif prm.name == "amd_ratio":
             counts[prm.name] = sum(v == "amd" for _, v, _ in obs)
         else:
             counts[prm.name] = len(obs)

@@ -161,8 +161,11 @@ def test_models_announce_the_simulated_hardware(url: str) -> None:
     hw = detect_simulated(url)
     assert hw == {
         "gpu": "B200-SXM", "gpu_count": 1, "model": "llama-3.1-8b", "precision": "fp8",
-        "parallel": "tp1", "engine": "vllm",
+        "parallel": "tp1", "engine": "vllm", "max_num_seqs": 256,
+        "max_num_batched_tokens": 8192, "kv_precision": "fp8", "mtp_tokens": 0,
+        "mtp_acceptance": 0.85, "kv_capacity_tokens": hw["kv_capacity_tokens"],
     }  # fmt: skip
+    assert hw["kv_capacity_tokens"] > 2_000_000  # 8B FP8 on one B200 (183,359 MiB)
     assert detect_simulated(f"{url}/v1") == hw
 
 

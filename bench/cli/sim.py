@@ -57,15 +57,30 @@ EngineOpt = Annotated[
     ),
 ]
 # The engine knobs (None = the engine's own default, bench/sim/profiles/engines.yaml); limits
-# are per engine instance (per data-parallel rank), as the engines take them.
+# are per engine instance (per data-parallel rank), as the engines take them. The defaults in
+# the help are read from the profile files, never typed here.
+_ENGINES = ("vllm", "sglang", "trtllm")
+
+
+def _defaults(attr: str) -> str:
+    from bench.sim.profiles import engine_defaults
+
+    return ", ".join(f"{e} {getattr(engine_defaults(e), attr)}" for e in _ENGINES)
+
+
+def _mtp_acceptance_default() -> float:
+    from bench.sim.profiles import resolve_efficiency
+
+    return resolve_efficiency({})["mtp_acceptance"]
+
+
 MaxNumSeqsOpt = Annotated[
     int | None,
     typer.Option(
         "--max-num-seqs",
         min=1,
         help="sequences one engine instance runs at once (vLLM --max-num-seqs, SGLang "
-        "--max-running-requests, TensorRT-LLM max_batch_size); default: the engine's "
-        "(256, 256, 2048)",
+        f"--max-running-requests, TensorRT-LLM max_batch_size); default {_defaults('max_num_seqs')}",
     ),
 ]
 MaxBatchedTokensOpt = Annotated[
@@ -74,7 +89,8 @@ MaxBatchedTokensOpt = Annotated[
         "--max-num-batched-tokens",
         min=1,
         help="tokens per step, prefill chunks included (vLLM --max-num-batched-tokens, SGLang "
-        "--chunked-prefill-size, TensorRT-LLM max_num_tokens); default 8192",
+        "--chunked-prefill-size, TensorRT-LLM max_num_tokens); default "
+        f"{_defaults('max_num_batched_tokens')}",
     ),
 ]
 KvPrecisionOpt = Annotated[
@@ -100,7 +116,8 @@ MtpAcceptanceOpt = Annotated[
         "--mtp-acceptance",
         min=0.0,
         max=1.0,
-        help="probability each drafted token is accepted (default 0.85, DeepSeek-V3's MTP)",
+        help="probability each drafted token is accepted (default "
+        f"{_mtp_acceptance_default():g}, DeepSeek-V3's MTP)",
     ),
 ]
 MemoryFractionOpt = Annotated[
@@ -109,9 +126,10 @@ MemoryFractionOpt = Annotated[
         "--memory-fraction",
         min=0.0,
         max=1.0,
-        help="the engine's memory fraction: vLLM --gpu-memory-utilization (of total, default "
-        "0.9), SGLang --mem-fraction-static (of total, default derived from capacity), "
-        "TensorRT-LLM free_gpu_memory_fraction (of memory left after weights, default 0.9)",
+        help="the engine's memory fraction: vLLM --gpu-memory-utilization (of total), SGLang "
+        "--mem-fraction-static (of total; none = derived from capacity), TensorRT-LLM "
+        f"free_gpu_memory_fraction (of memory left after weights); default "
+        f"{_defaults('memory_fraction')}",
     ),
 ]
 

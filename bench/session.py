@@ -20,11 +20,11 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench.executor import Executor
+from bench.executor import Executor, RunPlan, RunResult
+from bench.executor import Progress as RunProgress
 from bench.metrics import Columns, Summary, parse_goodput, summarize
 from bench.records import RequestRecord
-from bench.runner import LocalExecutor, RunPlan, RunResult
-from bench.runner import Progress as RunProgress
+from bench.runner import LocalExecutor
 from bench.store import StoreError
 from bench.telemetry import (
     Recording,
@@ -271,7 +271,7 @@ class RunSession:
             self.writer.end_load_point(
                 plan.load_point,
                 ended_ns=int(result.duration_s * 1e9),
-                summary_json={**summary.to_json(), **result_detail(result)},
+                summary_json={**summary.to_json(), **result.detail_json()},
             )
         return result, summary
 
@@ -342,13 +342,6 @@ class RunSession:
             )
 
 
-def result_detail(result: RunResult) -> dict:
-    """What an executor's result adds to a point's stored summary JSON (a distributed run:
-    `partial` and per-worker detail); nothing for a local one."""
-    detail = getattr(result, "detail_json", None)
-    return detail() if detail is not None else {}
-
-
 def run_and_store(scenario, plan: RunPlan, **options: Any) -> tuple[RunResult, Summary, str | None]:
     """`tokenbench run`: one load point, stored unless store=False. Returns the run id.
 
@@ -370,7 +363,7 @@ def run_and_store(scenario, plan: RunPlan, **options: Any) -> tuple[RunResult, S
         status = "interrupted" if result.interrupted else "completed"
         if summary.completed == 0 and summary.failed and not result.interrupted:
             status = "failed"  # every request failed: no figure here measures the server
-        extra = {"served_models": result.served_models, **result_detail(result)}
+        extra = {"served_models": result.served_models, **result.detail_json()}
     finally:
         session.finish(status, summary, extra)
     return result, summary, session.run_id

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from bench.curves import Capacity, capacity_at_slo, point_from_summary, slo_to_store
+from bench.executor import RunPlan, plan_from_scenario
 from bench.metrics import Summary, Threshold, meets_slo
-from bench.runner import RunPlan, plan_from_scenario
 from bench.scenario import RATE_SHAPES
 
 # Stop rule defaults: half the requests failing, or a latency SLO broken tenfold.

@@ -589,7 +589,8 @@ def build_plan(body: JobIn, state) -> JobPlan:
 
     Everything that can be wrong is found here, so a bad job is a 4xx now, not a failure later.
     """
-    from bench.runner import UnreachableError, check_reachable, plan_from_scenario
+    from bench.executor import plan_from_scenario
+    from bench.runner import UnreachableError, check_reachable
     from bench.sweep import PointSpec, SweepPlan, scenario_at
 
     base_dir = None

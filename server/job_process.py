@@ -98,7 +98,8 @@ def _execute(plan, db_url, run_id, conn, stop_event, service_pid) -> str:  # noq
 def _measure(plan, db_url, run_id, conn, stop_event, service_pid) -> str:  # noqa: ANN001
     """A run (bench.session.run_and_store) or a sweep (bench.sweep.run_sweep), stored as run_id;
     each finished point is reported as it ends."""
-    from bench.runner import LocalExecutor, plan_from_scenario
+    from bench.executor import plan_from_scenario
+    from bench.runner import LocalExecutor
     from bench.session import run_and_store
     from bench.sweep import run_sweep
     from server.jobs import point_done

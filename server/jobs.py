@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.runner import Progress as RunProgress
+from bench.executor import Progress as RunProgress
 from bench.session import live_p99
 from bench.store import Redactor, strip_url
 from bench.sweep import SweepPlan

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from bench.backends.openai import get_dialect
+from bench.executor import RunPlan
 from bench.metrics import summarize
-from bench.runner import RunPlan, run_blocking
+from bench.runner import run_blocking
 from bench.sim.server import start_sim_server_in_thread
 from bench.sim.virtual import simulate
 from bench.workload import LengthDist, Workload

@@ -25,8 +25,9 @@ from bench.distributed import (
     run_distributed,
     split_plan,
 )
+from bench.executor import plan_from_scenario
 from bench.metrics import summarize
-from bench.runner import plan_from_scenario, run_blocking, sessions_of
+from bench.runner import run_blocking, sessions_of
 from bench.scenario import Scenario
 from bench.session import run_and_store
 from tests.helpers import cpu_pressure

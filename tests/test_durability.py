@@ -77,7 +77,7 @@ def test_full_disk_counts_exactly_and_the_fallback_imports(fake_server, tmp_path
 
     from sqlalchemy import event, text
 
-    from bench.runner import plan_from_scenario
+    from bench.executor import plan_from_scenario
     from bench.scenario import parse_scenario
     from bench.session import run_and_store
     from bench.store.engine import get_engine, make_engine

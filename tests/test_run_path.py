@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.distributed import DistributedExecutor, DistributedResult, _Driver, _shares
+from bench.distributed import DistributedExecutor, _Driver, _shares
+from bench.executor import RunResult
 from bench.metrics import client_limited_reasons, parse_thresholds
 from bench.records import OK, RequestRecord
-from bench.runner import RunResult
 from bench.scenario import parse_scenario
 from bench.session import run_and_store, window_summary
 from bench.sim.virtual import VirtualExecutor
@@ -93,7 +93,7 @@ def test_a_stop_event_set_before_a_virtual_point_measures_nothing(tmp_path):
     stop.set()
     virtual = VirtualExecutor("H100", "llama-3.3-70b", tp=2)
     sc = virtual.adopt(parse_scenario(SCENARIO))
-    from bench.runner import plan_from_scenario
+    from bench.executor import plan_from_scenario
 
     result, summary, _ = run_and_store(
         sc, plan_from_scenario(sc), executor=virtual, store=False, stop_event=stop,
@@ -140,7 +140,7 @@ def test_one_rule_judges_each_worker_and_the_merged_run_as_one_process():
     driver.take(0, busy, status(10, **OVERLOAD))
     driver.take(1, calm, status(10))
     merged = driver.result("processes")
-    assert isinstance(merged, DistributedResult)
+    assert merged.backend == "processes" and not merged.partial
     w0, w1 = merged.workers
     assert w0.client_limited_reasons == client_limited_reasons(busy, **OVERLOAD)
     assert len(w0.client_limited_reasons) == 2 and w1.client_limited_reasons == []
@@ -150,6 +150,7 @@ def test_one_rule_judges_each_worker_and_the_merged_run_as_one_process():
     single = RunResult(
         busy + calm, 2.0, 0.2, 1.0, False, 0, **OVERLOAD
     )  # one process, same records, same overload
+    assert single.detail_json() == {}  # one process: nothing added to its stored summary
     a = window_summary(merged, sc).client_limited_reasons
     b = window_summary(single, sc).client_limited_reasons
     assert a == b and len(a) == 2
@@ -171,7 +172,7 @@ def test_two_workers_store_telemetry_and_their_detail(tmp_path):
             "load: {shape: constant, request_rate: 20, num_prompts: 40}\n"
             "workload: {input: {mean: 64}, output: {mean: 16}}\n"
         )
-        from bench.runner import plan_from_scenario
+        from bench.executor import plan_from_scenario
 
         db = f"sqlite:///{tmp_path / 'd.db'}"
         result, summary, run_id = run_and_store(

@@ -177,7 +177,7 @@ def test_detect_simulated_is_none_for_other_servers() -> None:
 
 def test_run_against_a_simulator_is_stored_simulated_on_its_gpus(url: str, tmp_path) -> None:
     # the user says H100 x2; the endpoint simulates one B200: store and price what ran
-    from bench.runner import plan_from_scenario
+    from bench.executor import plan_from_scenario
     from bench.scenario import Scenario
     from bench.session import run_and_store
     from bench.store.read import get_run

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from bench.cost import JOULES_PER_KWH, load_catalogue
+from bench.executor import plan_from_scenario
 from bench.records import OK
-from bench.runner import plan_from_scenario
 from bench.scenario import Scenario
 from bench.session import RunSession, run_and_store
 from bench.store.read import get_run, load_records

@@ -147,8 +147,9 @@ def run_command(
     nvml: NvmlOpt = False,
 ) -> None:
     """Benchmark one endpoint at one load point (like `vllm bench serve`)."""
+    from bench.executor import plan_from_scenario
     from bench.metrics import broken_thresholds, parse_thresholds
-    from bench.runner import defer_termination, interrupted_exit_code, plan_from_scenario
+    from bench.runner import defer_termination, interrupted_exit_code
 
     defer_termination()  # SIGTERM stops like Ctrl-C: flush, mark interrupted, exit 143
 
@@ -191,7 +192,7 @@ def run_command(
         )  # fmt: skip
     except (StoreError, DistributedError) as exc:
         raise fail(str(exc)) from None
-    for line in getattr(result, "warnings", ()):  # a distributed run's per-worker findings
+    for line in result.warnings:  # a distributed run's per-worker findings
         err_console.print(f"[yellow]warning:[/] {line}")
     from bench.console import outcome, print_outcome, print_summary
     from bench.metrics import LATENCY_METRICS
@@ -201,7 +202,7 @@ def run_command(
         title=f"Results: {sc.name} → {sc.target.base_url}",
         metrics=tuple(m for m in sc.percentile_metrics if m in LATENCY_METRICS),
     )
-    said = outcome(result.records, summary, sc.target.model, getattr(result, "served_models", []))
+    said = outcome(result.records, summary, sc.target.model, result.served_models)
     print_outcome(said, summary)
     if run_id:
         console.print(f"Stored as run [bold]{run_id}[/]  (tokenbench show {run_id})")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.executor import StoredAs
+from bench.executor import Progress, RunPlan, RunResult, StoredAs
 from bench.records import COUNT_TOKENIZER, ERR_HTTP_4XX, FAILED, RequestRecord
 from bench.sim.engine import Engine, EngineConfig
 from bench.sim.roofline import Deployment
@@ -294,13 +294,11 @@ class VirtualExecutor:
 
     def run(
         self,
-        plan,
+        plan: RunPlan,
         sink: Callable[[RequestRecord], None],
         stop: threading.Event | None = None,
-        on_tick: Callable | None = None,
-    ):
-        from bench.runner import Progress, RunResult
-
+        on_tick: Callable[[Progress], None] | None = None,
+    ) -> RunResult:
         _single_turn(plan)
         records: list[RequestRecord] = []
         if stop is None or not stop.is_set():

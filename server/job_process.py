@@ -6,6 +6,8 @@ reader: with 50 clients polling, a background run's TTFT p99 read 311 ms against
 does nothing else; the service only relays its progress. Messages to the service go over a
 one-way pipe as (kind, payload) tuples: ("progress", dict), ("point", PointDone),
 ("done", status) or ("failed", message). The service asks it to stop by setting `stop`.
+This module is below server/jobs.py (it never imports it), so what both need to say about
+a job (point_done, failure_message) lives here.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from server.models import PointDone
 
 STOP_POLL_S = 0.1
 
@@ -49,9 +54,7 @@ def main(plan, db_url: str | None, run_id: str, conn, stop, service_pid: int) ->
     try:
         message = ("done", _execute(plan, db_url, run_id, reporter, stop_event, service_pid))
     except BaseException as exc:  # noqa: BLE001 - a job's failure is reported, not raised
-        from server.jobs import _message
-
-        message = ("failed", _message(exc))
+        message = ("failed", failure_message(exc))
     finally:
         done.set()
     reporter.send(message)
@@ -102,7 +105,6 @@ def _measure(plan, db_url, run_id, conn, stop_event, service_pid) -> str:  # noq
     from bench.runner import LocalExecutor
     from bench.session import run_and_store
     from bench.sweep import run_sweep
-    from server.jobs import point_done
 
     def on_tick(p) -> None:  # noqa: ANN001 - bench.runner.Progress
         fields = ("total", "sent", "completed", "failed", "in_flight")
@@ -133,3 +135,31 @@ def _measure(plan, db_url, run_id, conn, stop_event, service_pid) -> str:  # noq
             on_point=on_point, **options,
         )  # fmt: skip
     return "interrupted" if result.interrupted else "completed"
+
+
+def _value(summary, name: str) -> float | None:
+    try:
+        return summary.value(name)
+    except KeyError:  # a scenario whose percentiles leave p99 out
+        return None
+
+
+def point_done(index: int, title: str, summary) -> PointDone:
+    """A finished load point as the service reports it (server.models.PointDone)."""
+    from server.models import PointDone
+
+    return PointDone(
+        index=index,
+        title=title,
+        requests_per_s=summary.requests_per_s,
+        output_tokens_per_s=summary.output_tokens_per_s,
+        p99_ttft_ms=_value(summary, "p99_ttft_ms"),
+        p99_tpot_ms=_value(summary, "p99_tpot_ms"),
+        failed=summary.failed,
+    )
+
+
+def failure_message(exc: BaseException) -> str:
+    """A job's failure in one line: the exception's type and message."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -298,6 +298,23 @@ class Scenario(_Strict):
         )
 
 
+def mean_rate(scenario) -> float | None:
+    """The mean offered rate of the scenario's own load shape (None for a closed loop):
+    what a sweep scales a shape to and what a stored scenario's demand is (bench.plan)."""
+    load = scenario.load
+    if load.shape in RATE_SHAPES:
+        return load.request_rate
+    if load.shape == "on_off":
+        b, q = load.burst, load.quiet
+        return (b.rate * b.duration_s + q.rate * q.duration_s) / (b.duration_s + q.duration_s)
+    if load.shape == "ramp":
+        return (load.ramp.start_rate + load.ramp.end_rate) / 2
+    if load.shape == "steps":
+        total = sum(s.duration_s for s in load.steps)
+        return sum(s.rate * s.duration_s for s in load.steps) / total
+    return None
+
+
 def _resolve(path: str, base_dir: Path | None) -> Path:
     p = Path(path)
     if not p.is_absolute() and base_dir is not None and not p.exists():

@@ -16,7 +16,7 @@ from functools import partial
 from bench.curves import Capacity, capacity_at_slo, point_from_summary, slo_to_store
 from bench.executor import RunPlan, plan_from_scenario
 from bench.metrics import Summary, Threshold, meets_slo
-from bench.scenario import RATE_SHAPES
+from bench.scenario import RATE_SHAPES, mean_rate
 
 # Stop rule defaults: half the requests failing, or a latency SLO broken tenfold.
 STOP_ERROR_RATE = 0.5
@@ -76,22 +76,6 @@ def parse_values(text: str, flag: str) -> list[float]:
     if not out:
         raise ValueError(f"{flag} is empty")
     return out
-
-
-def mean_rate(scenario) -> float | None:
-    """The mean offered rate of the scenario's own load shape (None for a closed loop)."""
-    load = scenario.load
-    if load.shape in RATE_SHAPES:
-        return load.request_rate
-    if load.shape == "on_off":
-        b, q = load.burst, load.quiet
-        return (b.rate * b.duration_s + q.rate * q.duration_s) / (b.duration_s + q.duration_s)
-    if load.shape == "ramp":
-        return (load.ramp.start_rate + load.ramp.end_rate) / 2
-    if load.shape == "steps":
-        total = sum(s.duration_s for s in load.steps)
-        return sum(s.rate * s.duration_s for s in load.steps) / total
-    return None
 
 
 def scenario_at(scenario, spec: PointSpec, *, point_duration_s: float | None = None):

@@ -21,13 +21,12 @@ from bench.curves import (
     run_curve,
 )
 from bench.metrics import Summary, parse_thresholds, stats_ms
-from bench.scenario import parse_scenario
+from bench.scenario import mean_rate, parse_scenario
 from bench.sweep import (
     PointResult,
     PointSpec,
     SweepPlan,
     knee,
-    mean_rate,
     run_sweep,
     scenario_at,
     stop_reason,

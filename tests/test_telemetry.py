@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import types
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -341,8 +340,9 @@ def test_broken_metrics_endpoint_only_warns(broken, sim, exporter, tmp_path, cap
 
 def test_a_source_that_never_answers_is_dropped():
     source = PrometheusSource("server", [f"http://127.0.0.1:{closed_port()}/metrics"], 0.5)
-    scraper = Scraper([source], interval_s=0.05, on_warning=lambda m: None).start()
-    time.sleep(0.6)  # ~12 ticks
+    scraper = Scraper([source], interval_s=0.05, on_warning=lambda m: None)
+    for _ in range(3 * GIVE_UP_AFTER):  # the ticks its thread would make, without waiting
+        scraper.tick()
     recording = scraper.stop()
     assert recording.sources[0].failed == GIVE_UP_AFTER
     assert recording.scrapes == 0

@@ -138,9 +138,10 @@ def run(
     simulated: one point (the scenario's load), or a sweep with the flags of `sweep`."""
     from bench.cli.sweep import conclude_sweep, measure_sweep, print_sweep_result, sweep_plan
     from bench.cost import load_catalogue
+    from bench.scenario import mean_rate
     from bench.sim.profiles import ProfileError
     from bench.sim.virtual import VirtualExecutor
-    from bench.sweep import PointSpec, mean_rate
+    from bench.sweep import PointSpec
 
     if len([m for m in (request_rates, concurrency, auto) if m is not None]) > 1:
         raise fail("give at most one of --request-rates, --concurrency or --auto N")

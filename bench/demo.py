@@ -17,6 +17,9 @@ chat scenario. Two parts:
 
 Both parts are stored (labelled simulated); the comparison, the buying answer for an
 example demand and the next commands are printed.
+
+An application of the library, not part of it: it sits above the sweep, the simulator, the
+store and the console, and only the CLI imports it (tests/test_layering.py).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pathlib import Path
 
 from bench.sweep import PointSpec, SweepPlan, run_sweep
 
-SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "scenarios"
+SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 DEMO_SCENARIO = SCENARIOS_DIR / "chat-bursty.yaml"
 DEMO_MODEL = "llama-3.3-70b"
 DEMO_PRECISION = "fp8"

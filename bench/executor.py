@@ -56,6 +56,11 @@ class Progress:
     in_flight: int = 0
     recent_ttft_ms: list[float] = field(default_factory=list)
 
+    def live_p99_ttft_ms(self, last: int = 500) -> float | None:
+        """P99 TTFT of the last `last` requests, as progress displays show it (None yet)."""
+        recent = self.recent_ttft_ms[-last:]
+        return float(np.percentile(recent, 99)) if recent else None
+
 
 @dataclass(repr=False)
 class RunResult:

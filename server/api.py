@@ -669,9 +669,15 @@ def build_plan(body: JobIn, state) -> JobPlan:
             probe, plan.sweep.specs[0], point_duration_s=plan.sweep.point_duration_s
         )
     try:
-        plan_from_scenario(probe, base_dir=base_dir)
+        first = plan_from_scenario(probe, base_dir=base_dir)
     except (ScenarioError, ValueError, OSError) as exc:
         raise invalid(["body", "scenario"], without_contents(str(exc), files)) from None
+    if simulate and simulate["clock"] == "virtual" and any(s.turn for s in first.specs):
+        raise invalid(
+            ["body", "simulate", "clock"],
+            "virtual time runs single-turn workloads only; give simulate.clock 'real' to "
+            "measure this multi-turn scenario against a simulated endpoint over HTTP",
+        )
     return plan
 
 

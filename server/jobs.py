@@ -4,12 +4,13 @@ Runs execute one after another, never side by side: two load generators sharing 
 machine would limit each other and both results would be wrong. Each job measures in a
 process of its own (server/job_process.py), so the service's own work (API readers, pages)
 cannot skew its timings; the worker thread here only relays its progress. A job runs
-through the same library calls as the CLI (bench.session.run_and_store for a run,
-bench.sweep.run_sweep for a sweep, over the local executor), so it is stored and summarised
-exactly like a run started from a terminal, and its run id is chosen at submission.
-Cancelling sets an event the process relays to the executor (RunSession's stop_event):
-the point in flight stops like
-Ctrl-C, what it measured is kept, and the run is stored as interrupted.
+through the same library calls as the CLI (bench.drive.measure, over the executor
+bench.drive.choose_executor picks: this process's runner, or virtual time for a virtual
+simulation), so it is stored and summarised exactly like a run started from a terminal,
+and its run id is chosen at submission. Cancelling sets an event the process relays to the
+executor (RunSession's stop_event): the point in flight stops like Ctrl-C (in virtual time,
+where a point takes seconds, at its end), what it measured is kept, and the run is stored
+as interrupted.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.executor import Progress as RunProgress
-from bench.session import live_p99
 from bench.store import Redactor, strip_url
 from bench.sweep import SweepPlan
 from server import job_process
@@ -104,7 +104,7 @@ class Job:
                 completed=p.completed,
                 failed=p.failed,
                 in_flight=p.in_flight,
-                p99_ttft_ms=live_p99(list(p.recent_ttft_ms[-500:])),
+                p99_ttft_ms=p.live_p99_ttft_ms(),
             )
         return JobOut(
             id=self.id,

@@ -475,12 +475,17 @@ class TargetIn(Strict):
 
 
 class SimulateIn(Strict):
-    """Run against a simulated endpoint started on loopback for this job (no GPU needed)."""
+    """Run on a simulated deployment (no GPU needed): in virtual time, as `tokenbench sim run`
+    does (default; single-turn workloads), or against a simulated endpoint started on
+    loopback for this job and measured over HTTP in real time."""
 
     gpu: str = Field(default="B200-SXM", max_length=64)
     model: str = Field(default="llama-3.3-70b", max_length=100)
     precision: str = Field(default="fp8", max_length=16)
     tp: int = Field(default=1, ge=1, le=8)
+    clock: Literal["virtual", "real"] = Field(
+        default="virtual", description="virtual: no HTTP, far faster than real time"
+    )
 
 
 class SweepIn(Strict):

@@ -31,13 +31,13 @@ LAYERS: dict[str, list[str]] = {
              "bench.sim.profiles", "bench.registry"],
     # where runs are kept and what they cost
     "storage": ["bench.store", "bench.telemetry", "bench.cost"],
-    # stored runs read back: curves, plans, reports, figures, console tables
-    "analysis": ["bench.curves", "bench.frontier", "bench.plan", "bench.export",
-                 "bench.console", "dashboards"],
+    # stored runs read back: curves, plans, reports, figures
+    "analysis": ["bench.curves", "bench.frontier", "bench.plan", "bench.export", "dashboards"],
     # whatever turns a RunPlan into records: local, distributed, virtual time (bench.sim)
     "executors": ["bench.executor", "bench.runner", "bench.distributed", "bench.sim"],
-    # one stored run over any executor, and the drivers above it
-    "session": ["bench.session", "bench.sweep"],
+    # one stored run over any executor, the one driver above it (bench.drive: a run or a
+    # sweep), and the terminal's display of runs, points and summaries
+    "session": ["bench.session", "bench.sweep", "bench.drive", "bench.console"],
     # applications of the library: the demo and the service
     "applications": ["bench.demo", "server"],
     # the `tokenbench` command imports everything and nothing imports it
@@ -200,7 +200,7 @@ def test_the_check_names_each_offending_file_and_line(tmp_path):
             "bench/__main__.py": "from bench.cli import app\n",
             "bench/cli/__init__.py": "import server.app\nfrom dashboards import data\n",
             "bench/cli/run.py": "from bench.demo import run_demo\n",
-            "bench/demo.py": "from bench.sweep import run_sweep\n",
+            "bench/demo.py": "from bench.drive import measure\n",
             "bench/sweep.py": "",
             "bench/plan.py": "x = 1\n\ndef f():\n    from bench.sweep import mean_rate\n",
             "bench/sim/other.py": "from bench import cli\n",

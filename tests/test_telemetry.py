@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 
 from bench.cost import JOULES_PER_KWH, load_catalogue
+from bench.drive import measure
 from bench.executor import plan_from_scenario
 from bench.records import OK
 from bench.scenario import Scenario
-from bench.session import RunSession, run_and_store
+from bench.session import RunSession
 from bench.store.read import get_run, load_records
 from bench.telemetry import (
     COLUMNS,
@@ -131,9 +132,9 @@ def scenario(url: str, n: int = 40, rate: float = 40.0) -> Scenario:
 
 def run(url: str, db: str, telemetry: TelemetryConfig | None, n: int = 40):
     sc = scenario(url, n)
-    return run_and_store(
-        sc, plan_from_scenario(sc), db_url=db, show_progress=False, telemetry=telemetry
-    )
+    measured = measure(sc, db=db, telemetry=telemetry)
+    (point,) = measured.points
+    return point.run, point.summary, measured.run_id
 
 
 # ------------------------------------------------------------------ the text format
@@ -322,7 +323,6 @@ def test_broken_metrics_endpoint_only_warns(broken, sim, exporter, tmp_path, cap
         sc,
         plan_from_scenario(sc),
         db_url=db,
-        show_progress=False,
         telemetry=TelemetryConfig(metrics_url=url, interval_s=0.1),
     )
     with caplog.at_level(logging.WARNING, logger="tokenbench.telemetry"):

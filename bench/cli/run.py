@@ -9,7 +9,6 @@ import typer
 
 from bench.cli.common import (
     _csv_floats,
-    executor_for,
     fail,
     flag_overrides,
     resolve_scenario,
@@ -180,18 +179,22 @@ def run_command(
     except ValueError as exc:
         raise fail(str(exc)) from None
 
+    from bench.console import TerminalDisplay
     from bench.distributed import DistributedError
-    from bench.session import run_and_store
+    from bench.drive import choose_executor, measure
     from bench.store import StoreError
 
     try:
-        result, summary, run_id = run_and_store(
-            sc, plan, executor=executor_for(workers, ray), db_url=db, store=not no_store,
-            show_progress=not disable_tqdm,
+        measured = measure(
+            sc, executor=choose_executor(workers=workers, ray=ray), plan=plan, db=db,
+            store=not no_store, display=None if disable_tqdm else TerminalDisplay(),
             telemetry=telemetry_config(scrape_metrics, metrics_url, metrics_interval, dcgm_url, nvml),
         )  # fmt: skip
     except (StoreError, DistributedError) as exc:
         raise fail(str(exc)) from None
+    sc, run_id = measured.scenario, measured.run_id  # sc as run: a simulator's GPUs, say
+    (point,) = measured.points
+    result, summary = point.run, point.summary
     for line in result.warnings:  # a distributed run's per-worker findings
         err_console.print(f"[yellow]warning:[/] {line}")
     from bench.console import outcome, print_outcome, print_summary

@@ -179,8 +179,8 @@ def real_time_check(target: DemoTarget, rate: float, check_s: float, db: str | N
     """One point through the real load generator and the HTTP endpoint, and the same
     requests in virtual time: (run id, one line comparing their P99s)."""
     from bench.console import sweep_progress
+    from bench.executor import plan_from_scenario
     from bench.metrics import parse_slo, summarize
-    from bench.runner import plan_from_scenario
     from bench.sim.server import start_sim_server_in_thread
     from bench.sim.virtual import simulate, virtual_requests
     from bench.sweep import scenario_at

@@ -1,10 +1,11 @@
-"""The Executor seam: whatever turns a RunPlan into RequestRecords.
+"""The Executor seam: whatever turns a RunPlan into RequestRecords, and its own types.
 
 The local runner (bench.runner.LocalExecutor), the plan split over processes or Ray workers
 (bench.distributed.DistributedExecutor) and the virtual-time simulator
-(bench.sim.virtual.VirtualExecutor). RunSession and Sweep are written once over it, so each
-gets warm-up, telemetry, the self-check, SLO search, stop rules, Ctrl-C and the fallback file
-from the same code.
+(bench.sim.virtual.VirtualExecutor) all take a RunPlan and return a RunResult, defined here
+below all three (bench.drive.choose_executor picks one). RunSession and Sweep are written
+once over it, so each gets warm-up, telemetry, the self-check, SLO search, stop rules,
+Ctrl-C and the fallback file from the same code.
 """
 
 from __future__ import annotations

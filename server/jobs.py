@@ -8,9 +8,9 @@ through the same library calls as the CLI (bench.drive.measure, over the executo
 bench.drive.choose_executor picks: this process's runner, or virtual time for a virtual
 simulation), so it is stored and summarised exactly like a run started from a terminal,
 and its run id is chosen at submission. Cancelling sets an event the process relays to the
-executor (RunSession's stop_event): the point in flight stops like Ctrl-C (in virtual time,
-where a point takes seconds, at its end), what it measured is kept, and the run is stored
-as interrupted.
+executor (RunSession's stop_event): the point in flight stops like Ctrl-C (in virtual time
+too, at the next engine step), what it measured is kept, and the run is stored as
+interrupted.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ against local servers (telemetry, an SLO sweep).
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 
 import numpy as np
@@ -15,9 +16,9 @@ import pytest
 
 from bench.distributed import DistributedExecutor, _Driver, _shares
 from bench.drive import choose_executor, measure
-from bench.executor import RunResult
+from bench.executor import RunResult, plan_from_scenario
 from bench.metrics import client_limited_reasons, parse_thresholds
-from bench.records import OK, RequestRecord
+from bench.records import CANCELLED, OK, RequestRecord
 from bench.runner import LocalExecutor
 from bench.scenario import parse_scenario
 from bench.session import window_summary
@@ -99,6 +100,37 @@ def test_a_stop_event_set_before_a_virtual_point_measures_nothing(tmp_path):
     measured = measure(sc, executor=virtual, store=False, stop_event=stop)
     (point,) = measured.points
     assert point.run.interrupted and point.summary.completed == 0 and measured.interrupted
+
+
+class StopAfter(threading.Event):
+    """A stop event that reads set from its n-th look on: a stop mid-point, without timing."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.looks = n
+
+    def is_set(self) -> bool:
+        self.looks -= 1
+        return self.looks < 0
+
+
+def test_a_stop_mid_point_in_virtual_time_keeps_what_was_measured():
+    virtual = VirtualExecutor("H100", "llama-3.3-70b", tp=2)
+    sc = virtual.adopt(parse_scenario(SCENARIO))
+    plan = plan_from_scenario(sc)
+    whole = virtual.run(plan, lambda r: None)
+    kept: list[RequestRecord] = []
+    stopped = virtual.run(plan, kept.append, StopAfter(400))  # ~400 engine steps in
+    assert stopped.interrupted and not whole.interrupted
+    assert stopped.records == kept and 0 < len(kept) < len(whole.records)
+    states = {r.state for r in kept}
+    assert states == {OK, CANCELLED}  # in flight when stopped: cancelled, as over HTTP
+    done = {r.index: r for r in whole.records}
+    for r in kept:  # what finished before the stop is what the whole run measured
+        if r.ok:
+            assert (
+                r.end_ns == done[r.index].end_ns and r.output_tokens == done[r.index].output_tokens
+            )
 
 
 def test_the_session_never_changes_its_callers_scenario(tmp_path):

@@ -350,7 +350,7 @@ async def test_cancel_stops_gently_and_keeps_the_data(client, server_factory, db
 @pytest.mark.slow
 async def test_a_simulation_job_runs_in_virtual_time_and_can_be_cancelled(client, db):
     """`simulate` jobs run in virtual time, as `sim run` does, through the same chooser of
-    executors; a cancel stops the sweep at the end of the point in flight."""
+    executors; a cancel stops the point in flight at once and keeps what it measured."""
     simulate = {"gpu": "H100-SXM", "model": "llama-3.1-8b", "tp": 1}
     body = {"kind": "run", "scenario": FAST_SCENARIO, "simulate": simulate, "label": "v run"}
     r = await client.post("/api/jobs", json=body, headers=AUTH)

@@ -4,9 +4,9 @@
 starts it through bench.drive.measure, so a run is stored and summarised the same way
 whoever started it. The session only measures: what it shows goes to the Display its caller
 gives it (the terminal's, or a service job's relay), and what the endpoint is (a simulator?)
-is found by the caller. If the database fails mid-run the measuring goes on (records are also kept in
-memory) and at the end every record is written to a JSON-lines file whose name the error
-gives: nothing measured is lost.
+is found by the caller. If the database fails mid-run the measuring goes on (records are
+also kept in memory) and at the end every record is written to a JSON-lines file whose name
+the error gives: nothing measured is lost.
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ from bench.telemetry import (
     start_scraper,
 )
 
+TickFn = Callable[[Progress], None]  # sees a point's live counters a few times a second
+log = logging.getLogger("tokenbench.telemetry")
+
 
 class Display(Protocol):
     """What a session shows while it measures, given to it by whoever started the run (the
@@ -52,10 +55,6 @@ class Display(Protocol):
     def say(self, line: str) -> None:
         """A line worth reading after a point (its telemetry digest)."""
         ...
-
-
-TickFn = Callable[[Progress], None]
-log = logging.getLogger("tokenbench.telemetry")
 
 
 class Headless:

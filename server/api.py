@@ -24,6 +24,7 @@ from bench.curves import (
     ratio_sentence,
     resolve_slo,
 )
+from bench.export.formats import EXPORT_FORMATS, downloads
 from bench.metrics import parse_thresholds
 from bench.scenario import API_KEY_ENV, DEFAULT_NUM_PROMPTS, ScenarioError, parse_scenario
 from bench.store import (
@@ -325,12 +326,9 @@ def plan(
     )
 
 
-EXPORT_TYPES = {
-    "pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
-    "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-    "html": "text/html; charset=utf-8",
-    "csv": "application/zip",
-}
+# The formats the API serves as one download, from the export-format registry.
+EXPORT_TYPES = {name: kind.media_type for name, kind in downloads().items()}
+ExportName = EXPORT_FORMATS.name_type(only=lambda kind: kind.downloadable)
 
 
 @router.get(
@@ -345,7 +343,7 @@ EXPORT_TYPES = {
 def export(
     request: Request,
     run: RunRefs,
-    format: Annotated[Literal["pptx", "xlsx", "html", "csv"], Query()] = "pptx",
+    format: Annotated[ExportName, Query()] = "pptx",
     slo: Slo = None,
     utilisation: Utilisation = 1.0,
 ) -> Response:
@@ -360,14 +358,14 @@ def export(
     slo_t = thresholds(slo, ["query", "slo"]) if slo else None
     refs = [resolve_run(r, state.db_url) for r in run]
     report = build_report(refs, state.db_url, slo_t, state.catalogue, utilisation)
-    suffix = "zip" if format == "csv" else format
+    suffix = EXPORT_FORMATS.get(format).download_suffix
     with tempfile.TemporaryDirectory() as tmp:
         written = write(report, format, FilePath(tmp) / f"report.{suffix}")
         data = FilePath(written).read_bytes()
     name = f"tokenbench-{'-'.join(r[:8] for r in refs)}.{suffix}"
     return Response(
         data,
-        media_type=EXPORT_TYPES[format],
+        media_type=EXPORT_FORMATS.get(format).media_type,
         headers={"Content-Disposition": f'attachment; filename="{name}"'},
     )
 

@@ -171,13 +171,17 @@ class _KindName:
         self.only = only
 
     def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
-        from pydantic_core import core_schema
+        from pydantic_core import PydanticCustomError, core_schema
 
         def check(value: str) -> str:
             names = self.registry.names_where(self.only)
             if value not in names:
                 # pydantic names the field and the value; the message lists the choices.
-                raise ValueError(f"unknown {self.registry.noun}: choose one of {', '.join(names)}")
+                raise PydanticCustomError(
+                    "unknown_kind",
+                    "unknown {noun}; choose one of {choices}",
+                    {"noun": self.registry.noun, "choices": ", ".join(names)},
+                )
             return value
 
         return core_schema.no_info_after_validator_function(check, handler(source))

@@ -16,7 +16,7 @@ from functools import partial
 from bench.curves import Capacity, capacity_at_slo, point_from_summary, slo_to_store
 from bench.metrics import Summary, Threshold, meets_slo
 from bench.runner import RunPlan, plan_from_scenario
-from bench.scenario import RATE_SHAPES
+from bench.shapes import SHAPES
 
 # Stop rule defaults: half the requests failing, or a latency SLO broken tenfold.
 STOP_ERROR_RATE = 0.5
@@ -81,17 +81,7 @@ def parse_values(text: str, flag: str) -> list[float]:
 def mean_rate(scenario) -> float | None:
     """The mean offered rate of the scenario's own load shape (None for a closed loop)."""
     load = scenario.load
-    if load.shape in RATE_SHAPES:
-        return load.request_rate
-    if load.shape == "on_off":
-        b, q = load.burst, load.quiet
-        return (b.rate * b.duration_s + q.rate * q.duration_s) / (b.duration_s + q.duration_s)
-    if load.shape == "ramp":
-        return (load.ramp.start_rate + load.ramp.end_rate) / 2
-    if load.shape == "steps":
-        total = sum(s.duration_s for s in load.steps)
-        return sum(s.rate * s.duration_s for s in load.steps) / total
-    return None
+    return SHAPES.get(load.shape).mean_rate(load)
 
 
 def scenario_at(scenario, spec: PointSpec, *, point_duration_s: float | None = None):
@@ -110,21 +100,13 @@ def scenario_at(scenario, spec: PointSpec, *, point_duration_s: float | None = N
         return sc
     rate = spec.value
     base = mean_rate(sc)
-    if load.shape in RATE_SHAPES or base is None or math.isinf(rate) or load.shape == "trace":
-        if load.shape not in RATE_SHAPES:
+    shape = SHAPES.get(load.shape)
+    if shape.rate_shape or shape.scale is None or base is None or math.isinf(rate):
+        if not shape.rate_shape:
             load.shape = "poisson"
         load.request_rate = rate
     else:
-        scale = rate / base
-        if load.shape == "on_off":
-            load.burst.rate *= scale
-            load.quiet.rate *= scale
-        elif load.shape == "ramp":
-            load.ramp.start_rate *= scale
-            load.ramp.end_rate *= scale
-        elif load.shape == "steps":
-            for s in load.steps:
-                s.rate *= scale
+        shape.scale(load, rate / base)
     if point_duration_s and not math.isinf(rate):
         load.num_prompts = max(1, math.ceil(rate * point_duration_s))
         load.duration_s = None

@@ -28,7 +28,8 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from bench.backends.capture import Capture, ReadStats, to_record
-from bench.backends.openai import CHAT, MODELS_PATH, Dialect, build_body
+from bench.backends.dialects import Dialect, get_dialect
+from bench.backends.openai import CHAT, MODELS_PATH
 from bench.backends.transport import Transport, make_transport
 from bench.backends.urls import normalize_base_url
 from bench.executor import StoredAs
@@ -207,6 +208,7 @@ class _Engine:
         self.served: set[str] = set()
         tokenizer = plan.workload.tokenizer
         self.count_tokens = None if tokenizer is None else tokenizer.count
+        self.decode = plan.dialect.decode  # the server's stream format (bench.backends.dialects)
         # Bound once: every Capture in flight refers to these instead of its own closure.
         self.finished_cb = self.finished
         self.end_flow_cb = self.end_flow
@@ -214,8 +216,7 @@ class _Engine:
     def prepare(self, spec: RequestSpec) -> object:
         plan = self.plan
         prompt, messages = plan.workload.render(spec)
-        body = build_body(
-            dialect=plan.dialect,
+        body = plan.dialect.build_body(
             endpoint=plan.endpoint,
             model=plan.model,
             prompt=prompt,
@@ -345,6 +346,7 @@ class _Engine:
             stats=self.stats,
             served=self.served,
             count_tokens=self.count_tokens,
+            decode=self.decode,
         )
         if (
             rec.prompt_tokens is None
@@ -783,8 +785,6 @@ def plan_from_scenario(
     load_point: int = 0,
 ) -> RunPlan:
     """Resolve a Scenario (bench.scenario) into the plan of one load point."""
-    from bench.backends.openai import get_dialect
-
     target, load = scenario.target, scenario.load
     if not target.base_url:
         raise ValueError("no endpoint: give --base-url (or target.base_url in the scenario)")

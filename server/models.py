@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from bench.backends.openai import Backend, Endpoint
+from bench.backends.dialects import Backend
+from bench.backends.openai import Endpoint
 from bench.cost import CostRow, TierKind
 from bench.curves import Capacity, CurvePoint, Ratio, RunComparison, RunCurve
 from bench.plan import Demand, Plan, Recommendation, SystemPlan

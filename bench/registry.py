@@ -38,13 +38,24 @@ class UnknownKindError(ValueError):
     """A name no kind of the registry has; the message lists the names it has."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Kind(Generic[T]):
-    """One registered kind: its name, a one-line description, and the object itself."""
+    """One registered kind: its name, a one-line description, and the object itself.
+
+    A kind registered with `register_lazy` names its object as "module:attribute" and is
+    imported when first used, so listing a registry (the CLI's --help) imports no numpy."""
 
     name: str
     description: str
-    obj: T
+    _obj: T | None = None
+    _target: str | None = None
+
+    @property
+    def obj(self) -> T:
+        if self._obj is None:
+            module, _, attribute = (self._target or "").partition(":")
+            self._obj = getattr(importlib.import_module(module), attribute)
+        return self._obj
 
 
 _REGISTRIES: dict[str, Registry] = {}
@@ -71,14 +82,24 @@ class Registry(Generic[T]):
 
     def register(self, name: str, description: str, obj: T) -> T:
         """Add a kind; a second kind of the same name is an error (the first stays)."""
-        if not name or name != name.strip():
+        self._add(Kind(name, description, _obj=obj))
+        return obj
+
+    def register_lazy(self, name: str, description: str, target: str) -> None:
+        """Add a kind whose object is `target` ("module:attribute"), imported on first use."""
+        if ":" not in target:
+            raise ValueError(f"{self.noun} {name!r}: target {target!r} must be module:attribute")
+        self._add(Kind(name, description, _target=target))
+
+    def _add(self, kind: Kind[T]) -> None:
+        name = kind.name
+        if not name or name != name.strip() or " " in name:
             raise ValueError(f"{self.noun} name {name!r}: give a non-empty name without spaces")
-        if not description or "\n" in description:
+        if not kind.description or "\n" in kind.description:
             raise ValueError(f"{self.noun} {name!r}: give a one-line description")
         if name in self._kinds:
             raise ValueError(f"{self.noun} {name!r} is registered already")
-        self._kinds[name] = Kind(name, description, obj)
-        return obj
+        self._kinds[name] = kind
 
     def kind(self, name: str, description: str) -> Callable[[T], T]:
         """Decorator form of `register`: `@SHAPES.kind("poisson", "...")` over a class or function."""
@@ -115,8 +136,9 @@ class Registry(Generic[T]):
         return tuple(self._kinds)
 
     def describe(self) -> dict[str, str]:
-        """name -> description, for listings (the API, --help)."""
-        return {k.name: k.description for k in self.kinds()}
+        """name -> description, for listings (the API, --help); imports no kind's object."""
+        self._load()
+        return {k.name: k.description for k in self._kinds.values()}
 
     def help(self) -> str:
         """The names as a help text lists them: 'a, b or c'."""
@@ -132,7 +154,9 @@ class Registry(Generic[T]):
 
     def names_where(self, only: Callable[[T], bool] | None = None) -> tuple[str, ...]:
         """The names of the kinds whose object passes `only` (all without it)."""
-        return tuple(k.name for k in self.kinds() if only is None or only(k.obj))
+        if only is None:
+            return self.names()
+        return tuple(k.name for k in self.kinds() if only(k.obj))
 
     def name_type(self, only: Callable[[T], bool] | None = None) -> Any:
         """A pydantic type: a str that must name a kind (one passing `only`, when given),

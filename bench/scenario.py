@@ -27,10 +27,11 @@ from pydantic import (
 from bench import arrivals
 from bench.backends.openai import COMPLETIONS, ENDPOINTS
 from bench.backends.urls import normalize_base_url
+from bench.datasets import DATASETS
 from bench.metrics import DEFAULT_PERCENTILES, LATENCY_METRICS, parse_goodput, parse_slo
 from bench.shapes import SHAPES
 from bench.tokenizer import TokenizerError, load_tokenizer
-from bench.workload import LengthDist, Workload, load_jsonl_prompts, load_sharegpt
+from bench.workload import LengthDist, Workload
 
 
 class ScenarioError(ValueError):
@@ -135,7 +136,7 @@ class Lengths(_Strict):
 
 
 class WorkloadSpec(_Strict):
-    dataset: Literal["random", "sharegpt", "jsonl", "trace"] = "random"
+    dataset: DATASETS.name_type() = "random"  # bench.datasets
     dataset_path: str | None = None
     input: Lengths = Field(default_factory=lambda: Lengths(mean=1024))
     output: Lengths = Field(default_factory=lambda: Lengths(mean=128))
@@ -241,11 +242,11 @@ class Scenario(_Strict):
     def workload_plan(self, base_dir: Path | None = None, load_point: int = 0) -> Workload:
         w = self.workload
         dataset = None
-        if w.dataset in ("sharegpt", "jsonl"):
+        load = DATASETS.get(w.dataset).load
+        if load is not None:
             if not w.dataset_path:
                 raise ScenarioError(f"workload.dataset {w.dataset!r} needs workload.dataset_path")
-            path = _resolve(w.dataset_path, base_dir)
-            dataset = load_sharegpt(path) if w.dataset == "sharegpt" else load_jsonl_prompts(path)
+            dataset = load(_resolve(w.dataset_path, base_dir))
         tokenizer = None
         if w.tokenizer:
             try:

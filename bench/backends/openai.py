@@ -62,6 +62,23 @@ class OpenAIDialect:
         return decode_stream(body, ends)
 
 
+# The OpenAI-format server families; bench.backends.dialects.openai_family registers them.
+# vLLM: SamplingParams extras ignore_eos and min_tokens on both APIs.
+VLLM = OpenAIDialect("vllm", ignore_eos=True, min_tokens=True, include_usage=True)
+# SGLang's OpenAI server accepts ignore_eos and min_tokens as sampling extras.
+SGLANG = OpenAIDialect("sglang", ignore_eos=True, min_tokens=True, include_usage=True)
+# trtllm-serve: ignore_eos and min_tokens on its OpenAI protocol models.
+TRTLLM = OpenAIDialect("trtllm", ignore_eos=True, min_tokens=True, include_usage=True)
+# OpenAI proper: no way to force length; max_completion_tokens on chat.
+OPENAI = OpenAIDialect(
+    "openai",
+    ignore_eos=False,
+    min_tokens=False,
+    include_usage=True,
+    chat_max_field="max_completion_tokens",
+)
+
+
 def get_dialect(name: str):
     """The dialect registered as `name` (bench.backends.dialects; kept here for callers)."""
     from bench.backends.dialects import get_dialect as get

@@ -11,12 +11,14 @@ that registers an object with the `Dialect` methods, and --backend, scenario fil
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
-
-from bench.backends.openai import StreamResult
 from bench.registry import Registry
+
+if TYPE_CHECKING:  # listing the dialects (the CLI's --help) must not import numpy
+    import numpy as np
+
+    from bench.backends.openai import StreamResult
 
 
 class Dialect(Protocol):

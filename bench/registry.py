@@ -31,6 +31,7 @@ REGISTRY_MODULES = (
     "bench.backends.dialects",
     "bench.export.formats",
     "bench.telemetry.sources",
+    "bench.telemetry.engines",
 )
 
 
@@ -68,15 +69,16 @@ class Registry(Generic[T]):
     name (a flag or a scenario field), so an unknown name's error says where to fix it.
     """
 
-    def __init__(self, noun: str, *, package: str | None, where: str) -> None:
-        if noun in _REGISTRIES:
+    def __init__(self, noun: str, *, package: str | None, where: str, listed: bool = True) -> None:
+        if listed and noun in _REGISTRIES:
             raise ValueError(f"a registry of {noun}s exists already")
         self.noun = noun
         self.where = where
         self.package = package
         self._kinds: dict[str, Kind[T]] = {}
         self._loaded = package is None
-        _REGISTRIES[noun] = self
+        if listed:  # `listed=False`: a registry all_registries leaves out (tests' own)
+            _REGISTRIES[noun] = self
 
     # ------------------------------------------------------------ adding kinds
 
@@ -220,7 +222,20 @@ def all_registries() -> list[Registry]:
     """Every registry of tokenbench, each with its kinds loaded."""
     for module in REGISTRY_MODULES:
         importlib.import_module(module)
-    registries = list(_REGISTRIES.values())
+    order = {module: i for i, module in enumerate(REGISTRY_MODULES)}
+    registries = sorted(_REGISTRIES.values(), key=lambda r: order.get(r.package, len(order)))
     for registry in registries:
         registry._load()
     return registries
+
+
+def markdown() -> str:
+    """Every registry and its kinds as the README lists them (tests check it is the same)."""
+    lines = []
+    for registry in all_registries():
+        folder = (registry.package or "").replace(".", "/")
+        lines.append(
+            f"- **{registry.noun}** ({registry.where}; a new one: a module in `{folder}/`)"
+        )
+        lines += [f"  - `{name}`: {text}" for name, text in registry.describe().items()]
+    return "\n".join(lines) + "\n"

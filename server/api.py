@@ -47,8 +47,10 @@ from server.models import (
     ErrorOut,
     JobIn,
     JobOut,
+    KindOut,
     PlanOut,
     RatioOut,
+    RegistryOut,
     RequestOut,
     RequestsPage,
     RunCostOut,
@@ -414,6 +416,22 @@ def costs(
                 )
             )
     return out
+
+
+@router.get("/kinds", response_model=list[RegistryOut])
+def kinds() -> list[RegistryOut]:
+    """What each seam accepts (bench.registry): load shapes, datasets, dialects, export
+    formats, telemetry sources and metric vocabularies, each kind with its description."""
+    from bench.registry import all_registries
+
+    return [
+        RegistryOut(
+            registry=r.noun,
+            where=r.where,
+            kinds=[KindOut(name=n, description=d) for n, d in r.describe().items()],
+        )
+        for r in all_registries()
+    ]
 
 
 @router.get("/prices", response_model=list[TierOut])

@@ -41,6 +41,19 @@ class Throughput(BaseModel):
     total_tokens_per_s: float | None = None
 
 
+class KindOut(BaseModel):
+    name: str
+    description: str
+
+
+class RegistryOut(BaseModel):
+    """One seam's registry (bench.registry): where a user names a kind, and its kinds."""
+
+    registry: str = Field(examples=["load shape"])
+    where: str = Field(examples=["load.shape"])
+    kinds: list[KindOut]
+
+
 class SummaryOut(BaseModel):
     """The summary JSON contract (bench.metrics.Summary.to_json); latencies in ms."""
 

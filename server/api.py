@@ -269,7 +269,7 @@ def compare(
         utilisation=utilisation,
         runs=[ComparisonOut.from_comparison(c) for c in comps],
         sentence=ratio_sentence(comps),
-        ratio=RatioOut.from_ratio(ratio),
+        ratio=RatioOut.of(ratio),
     )
 
 

@@ -246,7 +246,7 @@ def run_delete(request: Request, ref: RunRef) -> DeletedOut:
 @router.get("/curves", response_model=list[CurveOut], responses=NOT_FOUND)
 def curves(request: Request, run: RunRefs) -> list[CurveOut]:
     """Each run's load points as a curve (per-GPU throughput, latency percentiles, ...)."""
-    return [CurveOut.from_curve(c) for c in tb(request).curves(run)]
+    return [CurveOut.of(c) for c in tb(request).curves(run)]
 
 
 @router.get("/compare", response_model=CompareOut, responses=NOT_FOUND)

@@ -261,36 +261,19 @@ CurvePointOut = answer_model(
 )
 
 
-class CurveOut(BaseModel):
-    run_id: str
-    name: str
-    label: str
-    legend: str = Field(description="label plus ' (simulated)' for simulated runs")
-    gpu_type: str | None
-    gpu_count: int
-    model: str | None
-    simulated: bool
-    imported_from: str | None
-    status: str
-    colour: str = Field(description="the GPU's colour on every chart (B200 green, H100 blue)")
-    points: list[CurvePointOut]
-
-    @classmethod
-    def from_curve(cls, c: RunCurve) -> CurveOut:
-        return cls(
-            run_id=c.run_id,
-            name=c.name,
-            label=c.label,
-            legend=c.legend,
-            gpu_type=c.gpu_type,
-            gpu_count=c.gpu_count,
-            model=c.model,
-            simulated=c.simulated,
-            imported_from=c.imported_from,
-            status=c.status,
-            colour=c.colour,
-            points=[CurvePointOut.of(p) for p in c.points],
-        )
+CurveOut = answer_model(
+    RunCurve,
+    "CurveOut",
+    doc="One run's curve (bench.curves.RunCurve): its load points in buyer's units.",
+    fields={
+        "points": (list[CurvePointOut], ...),
+        "colour": (
+            str,
+            Field(description="the GPU's colour on every chart (B200 green, H100 blue)"),
+        ),
+        "legend": (str, Field(description="label plus ' (simulated)' for simulated runs")),
+    },
+)
 
 
 class CapacityOut(BaseModel):

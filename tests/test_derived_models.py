@@ -35,3 +35,16 @@ def test_a_ratio_answer_reads_its_text():
         "value": 2.0, "low": 1.5, "high": None, "bound": None, "flips": False,
         "text": "2.00x (95% range 1.50x-open)",
     }  # fmt: skip
+
+
+def test_a_curve_answer_has_every_field_of_the_curve():
+    from bench.curves import RunCurve
+    from server.models import CurveOut
+
+    fields = {f.name for f in dataclasses.fields(RunCurve)}
+    assert set(CurveOut.model_fields) == fields | {"legend"}
+    curve = RunCurve("r1", "n", "B200 x1", "B200-SXM", 1, "m", True, None, "completed",
+                     points=[_point(offered=math.inf)])  # fmt: skip
+    out = CurveOut.of(curve).model_dump()
+    assert out["legend"] == "B200 x1 (simulated)" and out["points"][0]["offered"] is None
+    assert out["points"][0]["interactivity"] == 50.0

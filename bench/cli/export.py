@@ -1,6 +1,6 @@
 """`tokenbench export`: chosen runs -> a report in one of bench.export.formats' formats.
 
-A thin shell over bench.export (the formats are bench/export/formats/ registry).
+A thin shell over bench.export (the formats: bench.export.formats.EXPORT_FORMATS).
 Bad input (unknown run, bad SLO, unknown format, unreadable price file, no browser for
 images) prints one line and exits 2.
 """

@@ -27,7 +27,9 @@ T = TypeVar("T")
 # sees every registry whether or not anything else imported it yet.
 REGISTRY_MODULES = (
     "bench.datasets",
+    "bench.lengths",
     "bench.shapes",
+    "bench.traces",
     "bench.backends.dialects",
     "bench.export.formats",
     "bench.telemetry.sources",

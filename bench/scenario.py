@@ -28,9 +28,11 @@ from bench import arrivals
 from bench.backends.openai import COMPLETIONS, ENDPOINTS
 from bench.backends.urls import normalize_base_url
 from bench.datasets import DATASETS
+from bench.lengths import LENGTHS
 from bench.metrics import DEFAULT_PERCENTILES, LATENCY_METRICS, parse_goodput, parse_slo
 from bench.shapes import SHAPES
 from bench.tokenizer import TokenizerError, load_tokenizer
+from bench.traces import TRACE_FORMATS
 from bench.workload import LengthDist, Workload
 
 
@@ -80,6 +82,7 @@ class RampSpec(_Strict):
 
 class TraceSpec(_Strict):
     path: str
+    format: TRACE_FORMATS.name_type() | None = None  # bench.traces; None: by the suffix
     time_scale: float = Field(default=1.0, gt=0)
     use_lengths: bool = True
 
@@ -121,7 +124,7 @@ class Load(_Strict):
 
 
 class Lengths(_Strict):
-    dist: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
+    dist: LENGTHS.name_type() = "fixed"  # bench.lengths
     mean: int = Field(default=256, gt=0)
     range_ratio: float = Field(default=0.0, ge=0, lt=1)
     std: float = Field(default=0.0, ge=0)
@@ -236,7 +239,10 @@ class Scenario(_Strict):
         spec = self.load.trace
         path = _resolve(spec.path, base_dir)
         return arrivals.load_trace(
-            path, time_scale=spec.time_scale, max_requests=self.load.num_prompts
+            path,
+            time_scale=spec.time_scale,
+            max_requests=self.load.num_prompts,
+            format=spec.format,
         )
 
     def workload_plan(self, base_dir: Path | None = None, load_point: int = 0) -> Workload:

@@ -25,6 +25,7 @@ from bench.backends.openai import StreamResult
 from bench.cli import app
 from bench.datasets import DATASETS, Dataset
 from bench.export.formats import EXPORT_FORMATS, ExportFormat, downloads, write
+from bench.lengths import LENGTHS
 from bench.records import COUNT_USAGE, OK
 from bench.registry import Registry, UnknownKindError, all_registries, markdown
 from bench.runner import plan_from_scenario
@@ -36,6 +37,7 @@ from bench.telemetry.engines import EngineNames
 from bench.telemetry.names import Point
 from bench.telemetry.scrapers import start_scraper
 from bench.telemetry.sources import SOURCES, SourceKind
+from bench.traces import TRACE_FORMATS, TraceFormat
 from tests.helpers import (
     LAST_CHUNK,
     Reply,
@@ -50,7 +52,9 @@ from tests.helpers import (
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRIES = {
     "dataset": DATASETS,
+    "length distribution": LENGTHS,
     "load shape": SHAPES,
+    "trace format": TRACE_FORMATS,
     "dialect": DIALECTS,
     "export format": EXPORT_FORMATS,
     "telemetry source": SOURCES,
@@ -117,6 +121,8 @@ def test_the_cli_reaches_every_kind():
     schema = Scenario.model_json_schema()["$defs"]
     assert schema["Load"]["properties"]["shape"]["enum"] == list(SHAPES.names())
     assert schema["WorkloadSpec"]["properties"]["dataset"]["enum"] == list(DATASETS.names())
+    trace_format = schema["TraceSpec"]["properties"]["format"]["anyOf"][0]
+    assert trace_format["enum"] == list(TRACE_FORMATS.names())
 
 
 @pytest.fixture(scope="module")
@@ -287,6 +293,46 @@ def test_a_new_dialect_shape_and_dataset_run_end_to_end(tmp_path):
         assert (point.load.shape, point.load.request_rate) == ("poisson", 7.0)
     with pytest.raises(ScenarioError, match="unknown load shape; choose one of poisson"):
         parse_scenario("load: {shape: every_50ms}")
+
+
+def test_a_new_length_distribution_draws_the_lengths():
+    def alternating(dist, n, rng):  # mean/2, 3*mean/2, mean/2, ...
+        return np.where(np.arange(n) % 2, 1.5, 0.5) * dist.mean
+
+    with registered(LENGTHS, "alternating", "half, then one and a half", alternating):
+        sc = parse_scenario(
+            "seed: 2\nload: {num_prompts: 4}\n"
+            "workload: {input: {dist: alternating, mean: 100}, output: {mean: 8}}\n"
+        )
+        specs = sc.workload_plan().specs(4)
+        assert [(s.input_len, s.output_len) for s in specs] == [(50, 8), (150, 8)] * 2
+
+
+def test_a_new_trace_format_is_replayed(tmp_path):
+    """A trace whose lines are `<ms since start> <input> <output>`: its module turns them
+    into the columns every trace has, and the scenario replays it."""
+
+    def ms_rows(path: Path) -> list[dict]:
+        rows = []
+        for line in path.read_text().split("\n"):
+            if line.strip():
+                ms, inp, out = line.split()
+                rows.append({"timestamp": int(ms) / 1000, "input_len": inp, "output_len": out})
+        return rows
+
+    trace = tmp_path / "requests.ms"
+    trace.write_text("1000 30 5\n1250 40 6\n2000 50 7\n")
+    with registered(TRACE_FORMATS, "ms", "ms offsets", TraceFormat(ms_rows, (".ms",))):
+        for fmt in ("", "format: ms, "):  # named, or found by the file's suffix
+            sc = parse_scenario(
+                "target: {base_url: 'http://127.0.0.1:9'}\n"
+                f"load: {{shape: trace, trace: {{{fmt}path: '{trace}'}}}}\nseed: 1\n"
+            )
+            plan = plan_from_scenario(sc)
+            assert plan.offsets_s.tolist() == [0.0, 0.25, 1.0]
+            assert [(s.input_len, s.output_len) for s in plan.specs] == [(30, 5), (40, 6), (50, 7)]
+    with pytest.raises(ValueError, match="not JSON"):  # a named format wins over the suffix
+        parse_scenario(f"load: {{shape: trace, trace: {{path: '{trace}', format: jsonl}}}}").trace()
 
 
 def test_a_new_export_format_is_written_and_served(api, tmp_path):

@@ -8,15 +8,16 @@ kind is one new module in that package that calls `REGISTRY.register(...)`, and 
 else changes: the scenario's validation, the CLI's help, the API's allowed values and the
 README check all read the registry.
 
-Modelled on guidellm's registries of backends and profiles (a decorator that registers a
-class under a name, and a package whose modules are imported to fill it).
+Modelled on guidellm's registries of backends and profiles (objects registered under a
+name, and a package whose modules are imported to fill the registry).
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Generic, TypeVar
@@ -79,6 +80,8 @@ class Registry(Generic[T]):
         self.package = package
         self._kinds: dict[str, Kind[T]] = {}
         self._loaded = package is None
+        self._loading = False
+        self._lock = threading.RLock()
         if listed:  # `listed=False`: a registry all_registries leaves out (tests' own)
             _REGISTRIES[noun] = self
 
@@ -104,14 +107,6 @@ class Registry(Generic[T]):
         if name in self._kinds:
             raise ValueError(f"{self.noun} {name!r} is registered already")
         self._kinds[name] = kind
-
-    def kind(self, name: str, description: str) -> Callable[[T], T]:
-        """Decorator form of `register`: `@SHAPES.kind("poisson", "...")` over a class or function."""
-
-        def add(obj: T) -> T:
-            return self.register(name, description, obj)
-
-        return add
 
     def unregister(self, name: str) -> None:
         """Remove a kind (tests add throwaway kinds and take them out again)."""
@@ -153,9 +148,6 @@ class Registry(Generic[T]):
         self._load()
         return name in self._kinds
 
-    def __iter__(self) -> Iterator[Kind[T]]:
-        return iter(self.kinds())
-
     def names_where(self, only: Callable[[T], bool] | None = None) -> tuple[str, ...]:
         """The names of the kinds whose object passes `only` (all without it)."""
         if only is None:
@@ -182,13 +174,23 @@ class Registry(Generic[T]):
         )
 
     def _load(self) -> None:
+        """Import every module of the package once (a scraper thread may be first to read:
+        others wait; a module that reads the registry while it is imported sees what is
+        registered so far; a module that fails to import fails every read until fixed)."""
         if self._loaded:
             return
-        self._loaded = True  # before importing: the modules register into this registry
-        package = importlib.import_module(self.package)
-        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-            if not info.name.startswith("_"):
-                importlib.import_module(f"{self.package}.{info.name}")
+        with self._lock:
+            if self._loaded or self._loading:
+                return
+            self._loading = True
+            try:
+                package = importlib.import_module(self.package)
+                for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+                    if not info.name.startswith("_"):
+                        importlib.import_module(f"{self.package}.{info.name}")
+                self._loaded = True
+            finally:
+                self._loading = False
 
 
 class _KindName:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from bench.backends.openai import Dialect, get_dialect
+from bench.backends.dialects import Dialect, get_dialect
 from bench.backends.urls import normalize_base_url
 from bench.records import RequestRecord
 from bench.workload import RequestSpec, Workload
@@ -168,13 +168,14 @@ def plan_from_scenario(
     if offsets is not None:
         n_sessions = len(offsets)
         specs = workload.specs(n_sessions * max(1, workload.turns))
-        if load.shape == "trace" and load.trace.use_lengths and workload.dataset is None:
-            trace = scenario.trace(base_dir)
+        lengths = scenario.session_lengths(base_dir) if workload.dataset is None else None
+        if lengths is not None:
+            input_lens, output_lens = lengths
             for spec in specs:
-                if trace.input_lens is not None:
-                    spec.input_len = int(trace.input_lens[spec.session])
-                if trace.output_lens is not None:
-                    spec.output_len = max(1, int(trace.output_lens[spec.session]))
+                if input_lens is not None:
+                    spec.input_len = int(input_lens[spec.session])
+                if output_lens is not None:
+                    spec.output_len = max(1, int(output_lens[spec.session]))
     else:
         n = load.num_prompts
         if n is None:

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from bench.backends.capture import Capture, ReadStats, to_record
-from bench.backends.openai import CHAT, MODELS_PATH, build_body
+from bench.backends.openai import CHAT, MODELS_PATH
 from bench.backends.transport import Transport, make_transport
 from bench.executor import Progress, RunPlan, RunResult, StoredAs
 from bench.records import FAILED, RequestRecord
@@ -143,6 +143,7 @@ class _Engine:
         self.served: set[str] = set()
         tokenizer = plan.workload.tokenizer
         self.count_tokens = None if tokenizer is None else tokenizer.count
+        self.decode = plan.dialect.decode  # the server's stream format (bench.backends.dialects)
         # Bound once: every Capture in flight refers to these instead of its own closure.
         self.finished_cb = self.finished
         self.end_flow_cb = self.end_flow
@@ -150,8 +151,7 @@ class _Engine:
     def prepare(self, spec: RequestSpec) -> object:
         plan = self.plan
         prompt, messages = plan.workload.render(spec)
-        body = build_body(
-            dialect=plan.dialect,
+        body = plan.dialect.build_body(
             endpoint=plan.endpoint,
             model=plan.model,
             prompt=prompt,
@@ -281,6 +281,7 @@ class _Engine:
             stats=self.stats,
             served=self.served,
             count_tokens=self.count_tokens,
+            decode=self.decode,
         )
         if (
             rec.prompt_tokens is None

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from bench.curves import Capacity, capacity_at_slo, point_from_summary
 from bench.executor import RunPlan, RunResult, plan_from_scenario
 from bench.metrics import Summary, Threshold, meets_slo
-from bench.scenario import RATE_SHAPES, Scenario, mean_rate
+from bench.scenario import Scenario, mean_rate
+from bench.shapes import SHAPES
 
 # Stop rule defaults: half the requests failing, or a latency SLO broken tenfold.
 STOP_ERROR_RATE = 0.5
@@ -95,21 +96,13 @@ def scenario_at(scenario, spec: PointSpec, *, point_duration_s: float | None = N
         return sc
     rate = spec.value
     base = mean_rate(sc)
-    if load.shape in RATE_SHAPES or base is None or math.isinf(rate) or load.shape == "trace":
-        if load.shape not in RATE_SHAPES:
+    shape = SHAPES.get(load.shape)
+    if shape.rate_shape or shape.scale is None or base is None or math.isinf(rate):
+        if not shape.rate_shape:
             load.shape = "poisson"
         load.request_rate = rate
     else:
-        scale = rate / base
-        if load.shape == "on_off":
-            load.burst.rate *= scale
-            load.quiet.rate *= scale
-        elif load.shape == "ramp":
-            load.ramp.start_rate *= scale
-            load.ramp.end_rate *= scale
-        elif load.shape == "steps":
-            for s in load.steps:
-                s.rate *= scale
+        shape.scale(load, rate / base)
     if point_duration_s and not math.isinf(rate):
         load.num_prompts = max(1, math.ceil(rate * point_duration_s))
         load.duration_s = None

@@ -408,7 +408,7 @@ def parse_tokenbench(done: subprocess.CompletedProcess, _workdir: Path) -> dict:
 def worker(args: argparse.Namespace) -> None:
     """Run tokenbench in this process (as `tokenbench run` would) and print its figures."""
     sys.path.insert(0, str(ROOT))
-    from bench.backends.openai import get_dialect
+    from bench.backends.dialects import get_dialect
     from bench.executor import RunPlan
     from bench.metrics import summarize
     from bench.runner import run_blocking
@@ -926,7 +926,7 @@ def memory_one(phase: str, mode: str, c: int, loop_kind: str = "closed") -> None
     import asyncio
     import tracemalloc
 
-    from bench.backends.openai import get_dialect
+    from bench.backends.dialects import get_dialect
     from bench.executor import Progress, RunPlan
     from bench.runner import execute, new_event_loop
     from bench.workload import LengthDist, Workload

@@ -18,7 +18,8 @@ from unittest import mock
 import numpy as np
 
 from bench.backends.capture import Capture
-from bench.backends.openai import COMPLETIONS, get_dialect
+from bench.backends.dialects import get_dialect
+from bench.backends.openai import COMPLETIONS
 from bench.backends.transport import _Connection, _expire
 from bench.executor import Progress, RunPlan, RunResult
 from bench.metrics import summarize

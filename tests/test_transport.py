@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from bench.backends.capture import Capture, ReadStats, arrival_times, to_record
-from bench.backends.openai import get_dialect
+from bench.backends.dialects import get_dialect
 from bench.backends.transport import KERNEL_STAMPS, _Connection
 from bench.executor import RunPlan
 from bench.metrics import summarize

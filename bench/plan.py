@@ -164,8 +164,7 @@ def scenario_demand(scenario_text: str | None) -> Demand | None:
     a sweep of that shape already measured its bursts). None for closed loops."""
     import yaml
 
-    from bench.scenario import ScenarioError, parse_scenario
-    from bench.sweep import mean_rate
+    from bench.scenario import ScenarioError, mean_rate, parse_scenario
 
     if not scenario_text:
         return None

@@ -124,9 +124,10 @@ def real_time_lateness(streams: int, duration_s: float, gpu: str, model: str) ->
     """Start a sim server process, drive it, and read its lateness gauges."""
     import httpx
 
-    from bench.backends.openai import get_dialect
+    from bench.backends.dialects import get_dialect
+    from bench.executor import RunPlan
     from bench.metrics import summarize
-    from bench.runner import RunPlan, run_blocking
+    from bench.runner import run_blocking
     from bench.telemetry import parse_prometheus
     from bench.workload import LengthDist, Workload
 

@@ -411,7 +411,7 @@ def test_capacity_without_intervals_says_its_uncertainty_is_unknown():
 def swept(tmp_path_factory):
     """B200 x1 and H100 x2 swept in virtual time like the demo, SLO stored with the runs (up to
     24 req/s: B200 passes at 16 since the simulator models memory as the device reports it)."""
-    from bench.sim.demo import DEMO_SLO, TARGETS, virtual_sweep
+    from bench.demo import DEMO_SLO, TARGETS, virtual_sweep
     from bench.store.engine import dispose_all
 
     db = f"sqlite:///{tmp_path_factory.mktemp('cmd') / 'runs.db'}"

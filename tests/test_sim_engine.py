@@ -164,16 +164,15 @@ def test_engine_config_defaults_from_profiles() -> None:
     assert (cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.block_size) == (256, 8192, 16)
 
 
-def test_thousand_requests_run_100x_faster_than_real_time() -> None:
-    # issue 19: virtual time stays >= 100x faster than real time for a 1,000-request run
-    import time
-
+def test_thousand_requests_run_in_virtual_time() -> None:
+    # issue 19's 1,000-request run: every request served, far more simulated time than the
+    # run could take in real time. How much faster than real time it runs is a wall-clock
+    # figure: `python benchmarks/simulator.py` prints it (no timing asserts in tests).
     rng = np.random.default_rng(1)
     off = np.cumsum(rng.exponential(1 / 8, 1000))
     reqs = np.column_stack([off, np.full(1000, 1024), np.full(1000, 256)])
     eng = build_engine("b200", "llama-3.3-70b", "fp8")
-    t0 = time.perf_counter()
     recs = run_virtual(eng, reqs)
-    wall = time.perf_counter() - t0
     simulated = max(r.end_ns for r in recs) / 1e9
-    assert simulated > 100 and simulated / wall >= 100
+    assert len(recs) == 1000 and all(r.ok and r.output_tokens == 256 for r in recs)
+    assert simulated > 100

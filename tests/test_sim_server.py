@@ -180,9 +180,8 @@ def test_detect_simulated_is_none_for_other_servers() -> None:
 
 def test_run_against_a_simulator_is_stored_simulated_on_its_gpus(url: str, tmp_path) -> None:
     # the user says H100 x2; the endpoint simulates one B200: store and price what ran
-    from bench.runner import plan_from_scenario
+    from bench.drive import measure
     from bench.scenario import Scenario
-    from bench.session import run_and_store
     from bench.store.read import get_run
 
     sc = Scenario.model_validate(
@@ -195,8 +194,12 @@ def test_run_against_a_simulator_is_stored_simulated_on_its_gpus(url: str, tmp_p
         }
     )
     db = f"sqlite:///{tmp_path / 'runs.db'}"
-    _, summary, run_id = run_and_store(sc, plan_from_scenario(sc), db_url=db, show_progress=False)
+    given = sc.model_dump()
+    measured = measure(sc, db=db)
+    summary, run_id = measured.points[0].summary, measured.run_id
     info = get_run(run_id, db)
     assert info.simulated and (info.gpu_type, info.gpu_count) == ("B200-SXM", 1)
-    assert (sc.gpu.type, sc.gpu.count) == ("B200-SXM", 1)  # what the CLI then prices
+    as_run = measured.scenario.gpu
+    assert (as_run.type, as_run.count) == ("B200-SXM", 1)  # what the CLI then prices
+    assert sc.model_dump() == given  # the caller's scenario is not changed
     assert summary.completed == 5

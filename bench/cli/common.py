@@ -231,14 +231,3 @@ def _catalogue(prices_file, price):
         return load_catalogue(prices_file, price or ())
     except PriceCatalogueError as exc:
         raise fail(str(exc)) from None
-
-
-def executor_for(workers: int, ray: str | None):
-    """--workers N / --ray ADDRESS: the distributed executor; otherwise this process."""
-    if workers > 1 or ray is not None:
-        from bench.distributed import DistributedExecutor
-
-        return DistributedExecutor(workers=workers, ray_address=ray)
-    from bench.runner import LocalExecutor
-
-    return LocalExecutor()

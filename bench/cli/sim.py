@@ -244,9 +244,10 @@ def run(
     simulated: one point (the scenario's load), or a sweep with the flags of `sweep`."""
     from bench.cli.sweep import conclude_sweep, measure_sweep, print_sweep_result, sweep_plan
     from bench.cost import load_catalogue
+    from bench.drive import choose_executor
+    from bench.scenario import mean_rate
     from bench.sim.profiles import ProfileError
-    from bench.sim.virtual import VirtualExecutor
-    from bench.sweep import PointSpec, mean_rate
+    from bench.sweep import PointSpec
 
     if len([m for m in (request_rates, concurrency, auto) if m is not None]) > 1:
         raise fail("give at most one of --request-rates, --concurrency or --auto N")
@@ -258,9 +259,8 @@ def run(
     options = serve_options(
         max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance, memory_fraction
     )
-    virtual = VirtualExecutor(
-        gpu, model, precision, tp, parallel=parallel, engine=engine_name, options=options
-    )
+    deployment = dict(gpu=gpu, model=model, precision=precision, tp=tp, parallel=parallel)
+    virtual = choose_executor(virtual={**deployment, "engine": engine_name, "options": options})
     try:
         sc = virtual.adopt(sc)
     except (ProfileError, ValueError) as exc:
@@ -276,7 +276,7 @@ def run(
             plan.specs = [PointSpec("rate", mean_rate(sc) or sc.load.request_rate)]
     started = time.monotonic()
     result = measure_sweep(
-        sc, plan, executor=virtual, db=db, show_progress=False,
+        sc, plan, executor=virtual, db=db,
         base_dir=scenario.parent if scenario else None,
     )  # fmt: skip
     print_sweep_result(

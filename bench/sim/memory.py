@@ -13,12 +13,30 @@ reports (bench.hardware: nvidia-smi / rocm-smi), never the marketed figure.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from bench.sim.profiles import EngineDefaults, engine_defaults, memory_constants
+from bench.hardware import GPUProfile
+from bench.sim.profiles import EngineDefaults, ModelProfile, engine_defaults, memory_constants
 
-if TYPE_CHECKING:
-    from bench.sim.roofline import Deployment
+
+class Deployment(Protocol):
+    """What the memory arithmetic reads of a deployment (bench.sim.roofline.Deployment)."""
+
+    gpu: GPUProfile
+    model: ModelProfile
+    engine: str
+    tp: int
+    dp: int
+
+    @property
+    def gpus(self) -> int: ...
+
+    @property
+    def expert_shards(self) -> int: ...
+
+    @property
+    def weight_bytes_per_gpu(self) -> float: ...
+
 
 MIB = 1 << 20
 

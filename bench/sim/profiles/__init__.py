@@ -203,7 +203,7 @@ def load_models(extra_path: Path | None = None) -> dict[str, ModelProfile]:
 def get_model(name: str, extra_path: Path | None = None) -> ModelProfile:
     """A model by canonical name, alias or Hugging Face id, case-insensitive, or from a Hugging
     Face config.json (a path to the file or the directory holding it)."""
-    from bench.sim.hf_config import config_path
+    from bench.sim.profiles.hf_config import config_path
 
     path = config_path(name)
     if path is not None:
@@ -218,7 +218,7 @@ def get_model(name: str, extra_path: Path | None = None) -> ModelProfile:
 
 @lru_cache(maxsize=16)
 def _model_from_config(path: Path) -> ModelProfile:
-    from bench.sim.hf_config import model_name, profile_fields
+    from bench.sim.profiles.hf_config import model_name, profile_fields
 
     return _parse(ModelProfile, model_name(path), profile_fields(path), path)
 

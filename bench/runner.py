@@ -181,12 +181,13 @@ class _Engine:
         plan: RunPlan,
         sink: Callable[[RequestRecord], None] | None,
         progress: Progress,
+        transport: Transport | None = None,
     ) -> None:
         self.plan = plan
         self.sink = sink
         self.progress = progress
         self.records: list[RequestRecord] = []
-        self.transport: Transport = make_transport(
+        self.transport: Transport = transport or make_transport(
             plan.transport,
             plan.base_url,
             api_key=plan.api_key,
@@ -230,6 +231,7 @@ class _Engine:
         """Send spec now, or as soon as a --max-concurrency slot frees; then(cap) after."""
         cap = Capture()
         cap.spec, cap.intended_ns, cap.then = spec, intended_ns, then
+        cap.max_tokens = spec.output_len  # what the body asks for: the response's bounds
         if self.limit and self.progress.in_flight >= self.limit:
             self.waiting.append(cap)
             return
@@ -545,11 +547,15 @@ async def execute(
     progress: Progress | None = None,
     stop: asyncio.Event | None = None,
     t0_ns: int | None = None,
+    transport: Transport | None = None,
 ) -> RunResult:
-    """Run one load point to the end (or until `stop` is set) and return its records."""
+    """Run one load point to the end (or until `stop` is set) and return its records.
+
+    `transport` (as httpx takes one) answers the requests; by default the one the plan
+    names (`make_transport`). It is closed when the point ends."""
     progress = progress or Progress()
     progress.total = len(plan.specs)
-    engine = _Engine(plan, sink, progress)
+    engine = _Engine(plan, sink, progress, transport)
     if stop is not None:
         engine.stop = stop
     sessions = sessions_of(plan.specs)

@@ -11,17 +11,28 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from bench.metrics import summarize
+from bench.records import (
+    COUNT_CHUNKS,
+    ERR_OVERSIZED,
+    ERR_PROTOCOL,
+    ERR_TIMEOUT_HEADERS,
+    ERR_TIMEOUT_TLS,
+)
+from bench.runner import run_blocking
 from bench.store.engine import dispose_all
 from bench.store.raw_export import export_raw
 from bench.store.read import get_run
 from server.app import create_app
-from tests.helpers import store_sweep
+from tests.helpers import plan, store_sweep
+from tests.hostile_server import HostileServer, rss_bytes
 
 TOKEN = "matrix-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -453,3 +464,116 @@ def test_a_killed_service_leaves_its_job_stored_interrupted(server_factory, tmp_
     assert run.stored_status == "interrupted" and run.request_count == truth["requests"]
     job_pid = run.extra_json["measured_in"]["pid"]
     wait_for(lambda: not Path(f"/proc/{job_pid}").exists(), 30, "the job process to exit")
+
+
+# ---------------------------------------------------------------- hostile endpoints (issue 28)
+#
+# Each row: the attack, the server that makes it (tests/hostile_server.py), the transport,
+# and what must come of it: the failure kind (None: the request completes). Every request
+# sent is recorded (records lost: 0), and none ends by the request timeout unless the row
+# says so, so the bound that ended it is the one named.
+
+WIRE_ATTACKS = [
+    # (attack, mode, scheme, expected kind, request timeout s)
+    ("F2 https target accepts TCP, never finishes TLS", "silent", "https", ERR_TIMEOUT_TLS, 2),
+    ("accepts the request, never sends a response head", "silent", "http", ERR_TIMEOUT_HEADERS, 2),
+    ("F1 SSE comments forever, never a data event", "comments", "http", ERR_OVERSIZED, 120),
+    ("one SSE data line that never ends", "long_line", "http", ERR_OVERSIZED, 120),
+    ("tokens forever, max_tokens 8 ignored", "endless", "http", ERR_PROTOCOL, 120),
+    ("[DONE], then the response held open", "done_hold", "http", None, 120),
+    ("F8 100 Continue and 103 Early Hints before the 200", "interim", "http", None, 120),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["raw", "httpx"])
+@pytest.mark.parametrize(("attack", "mode", "scheme", "kind", "timeout_s"), WIRE_ATTACKS)
+def test_hostile_endpoints(attack, mode, scheme, kind, timeout_s, transport):
+    server = HostileServer(mode)
+    try:
+        url = f"{scheme}://127.0.0.1:{server.port}"
+        result = run_blocking(
+            plan(url, 3, out_len=8, rate=None, concurrency=3, transport=transport,
+                 request_timeout_s=timeout_s),
+            handle_sigint=False,
+        )  # fmt: skip
+    finally:
+        server.close()
+    records = result.records
+    s = summarize(records)
+    assert len(records) == s.sent == 3, attack  # records lost: 0
+    assert s.completed + s.failed == 3, attack
+    kinds = {r.error_kind for r in records}
+    assert kinds == {kind}, (attack, [(r.error_kind, r.error_message) for r in records])
+    if kind is None:
+        assert [r.output_tokens for r in records] == [8, 8, 8], attack
+    else:
+        assert all(r.error_message for r in records), attack
+
+
+USAGE_LIES = [
+    # (attack, claimed completion_tokens, believed?)
+    ("F4 usage 99,999,999 after 8 streamed tokens", 99_999_999, False),
+    ("F4 usage 65,536 for max_tokens 8", 65_536, False),
+    ("F4 usage 0 after 8 content events", 0, False),
+    ("usage within max_tokens' slack (9 for 8) is believed", 9, True),
+    ("honest usage is believed", 8, True),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("attack", "claimed", "believed"), USAGE_LIES)
+def test_usage_is_checked_against_the_stream(attack, claimed, believed):
+    server = HostileServer(f"usage:{claimed}")
+    try:
+        result = run_blocking(
+            plan(server.url, 3, out_len=8, rate=None, concurrency=1), handle_sigint=False
+        )
+    finally:
+        server.close()
+    records = result.records
+    assert len(records) == 3 and all(r.ok for r in records), attack  # records lost: 0
+    for r in records:
+        if believed:
+            assert (r.output_tokens, r.claimed_output_tokens) == (claimed, None), attack
+            assert not r.usage_mismatch
+        else:  # the streamed count is used, the claim kept beside it
+            assert (r.output_tokens, r.claimed_output_tokens) == (8, claimed), attack
+            assert r.usage_mismatch and r.token_count_source == COUNT_CHUNKS
+    s = summarize(records)
+    assert s.total_output_tokens == 3 * (claimed if believed else 8), attack
+
+
+@pytest.mark.slow
+def test_memory_stays_flat_while_a_server_streams_comments():
+    """F1: a server streaming comments and never an event grew the client by ~200 MB/s.
+    Now each response ends at its bound and is dropped; over ~6 s of flooding (4 users, a
+    new request as each ends) the client's memory in the second half is no higher than in
+    the first, give or take allocator noise."""
+    server = HostileServer("comments")
+    samples: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            samples.append(rss_bytes())
+            done.wait(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        result = run_blocking(
+            plan(server.url, 100_000, out_len=8, rate=None, concurrency=4, duration_s=6.0,
+                 request_timeout_s=120),
+            handle_sigint=False,
+        )  # fmt: skip
+    finally:
+        done.set()
+        sampler.join()
+        server.close()
+    records = result.records
+    assert len(records) >= 8 and {r.error_kind for r in records} == {ERR_OVERSIZED}
+    half = len(samples) // 2
+    first, second = max(samples[:half]), max(samples[half:])
+    assert second - first < 64 << 20, (first >> 20, second >> 20, len(records))
+    assert server.bytes_sent >= (2 << 20) * len(records)  # the flood really flowed

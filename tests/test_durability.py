@@ -4,7 +4,6 @@ database. Each compares what was measured with what a server or the store says i
 from __future__ import annotations
 
 import contextlib
-
 import os
 import signal
 import subprocess

@@ -690,6 +690,10 @@ def _confine_files(sc, data, extra_roots: tuple) -> list:
             path = data.resolve(sc.workload.dataset_path, "workload.dataset_path", extra_roots)
             sc.workload.dataset_path = str(path)
             files.append(path)
+        if sc.workload.tokenizer:
+            path = data.resolve_tokenizer(sc.workload.tokenizer, "workload.tokenizer", extra_roots)
+            sc.workload.tokenizer = str(path)
+            files.append(path)
     except DataFileError as exc:
         raise invalid(["body", "scenario"], str(exc)) from None
     return files

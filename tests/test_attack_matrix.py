@@ -67,9 +67,35 @@ def host_files(tmp_path_factory) -> dict[str, Path]:
     (data / "good.csv").write_text("timestamp\n0.0\n0.1\n0.2\n0.3\n")
     (data / "link.csv").symlink_to(outside / "shadow")
     os.mkfifo(data / "fifo.jsonl")
+    (data / "tok").mkdir()
+    _tiny_tokenizer().save(str(data / "tok" / "tokenizer.json"))
     db = f"sqlite:///{root / 'runs.db'}"
     store_sweep(db, gpu="H100-SXM", per_point=5)
     return {"root": root, "data": data, "shadow": outside / "shadow", "db": db}
+
+
+def _tiny_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from bench.workload import _WORDS
+
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["[UNK]"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(
+        [" ".join(_WORDS[i : i + 12]) for i in range(0, len(_WORDS), 3)], trainer
+    )
+    return tok
+
+
+def tokenizer_job(path: str) -> dict:
+    scenario = f"workload: {{tokenizer: '{path}'}}\nload: {{num_prompts: 4}}\n"
+    return {"kind": "run", "scenario": scenario, "simulate": SIM}
 
 
 @pytest.fixture
@@ -114,6 +140,55 @@ async def test_scenario_files_are_confined(client, host_files, attack, path, sta
             r.text,
         )
     assert client.started == []
+
+
+# (attack, path given as workload.tokenizer, text that must not come back)
+TOKENIZER_ATTACKS = [
+    ("F3 tokenizer at a folder outside: its listing", "etc", "shadow"),
+    ("F3 tokenizer at a file outside, absolute", "shadow", SHADOW_LINE),
+    ("F3 tokenizer through ../ to a file outside", "../etc/shadow", SHADOW_LINE),
+    ("F3 tokenizer through a symlink in the folder", "link.csv", SHADOW_LINE),
+    ("F3 tokenizer at a folder inside without tokenizer.json", ".", ".env"),
+]
+
+
+@pytest.mark.parametrize(("attack", "path", "secret"), TOKENIZER_ATTACKS)
+async def test_the_tokenizer_is_confined(client, host_files, attack, path, secret):
+    given = {"etc": str(host_files["root"] / "etc"), "shadow": str(host_files["shadow"])}
+    r = await client.post("/api/jobs", json=tokenizer_job(given.get(path, path)), headers=AUTH)
+    assert r.status_code == 422, (attack, r.text)
+    assert secret not in r.text, (attack, r.text)
+    assert client.started == []
+
+
+async def test_a_tokenizer_in_the_folder_is_used(host_files):
+    app = create_app(
+        host_files["db"], api_token=TOKEN, allow_hosts=[], open_reads=True,
+        data_dir=host_files["data"], max_data_file_mb=1,
+    )  # fmt: skip
+    started = []
+    app.state.tb.jobs._execute = lambda job: started.append(job) or "completed"
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+        r = await c.post("/api/jobs", json=tokenizer_job("tok"), headers=AUTH)
+        assert r.status_code == 202, r.text
+        for _ in range(200):
+            if started:
+                break
+            await asyncio.sleep(0.02)
+    app.state.tb.jobs.shutdown()
+    want = str(host_files["data"] / "tok" / "tokenizer.json")
+    assert started[0].plan.scenario.workload.tokenizer == want
+
+
+async def test_tokenizer_probing_outside_the_folder_learns_nothing(client, host_files):
+    """F3: "not found" and "not a tokenizer" were an oracle for files outside the folder."""
+    answers = []
+    for path in (host_files["shadow"], host_files["root"] / "etc" / "no-such-file"):
+        r = await client.post("/api/jobs", json=tokenizer_job(str(path)), headers=AUTH)
+        assert r.status_code == 422
+        answers.append(r.json()["detail"][0]["msg"].replace(str(path), "PATH"))
+    assert answers[0] == answers[1]
 
 
 async def test_file_probing_outside_the_folder_learns_nothing(client, host_files):

@@ -74,9 +74,7 @@ class DataFolder:
             raise DataFileError(f"{field} {given!r}: no such file in the data folder")
         raise outside
 
-    def resolve_tokenizer(
-        self, given: str, field: str, extra_roots: tuple[Path, ...] = ()
-    ) -> Path:
+    def resolve_tokenizer(self, given: str, field: str, extra_roots: tuple[Path, ...] = ()) -> Path:
         """A tokenizer is a tokenizer.json or a folder holding one: either way the file
         read must be a regular file inside a permitted folder (resolve's rules and errors).
         A folder is never listed in an error, unlike on the user's own terminal."""

@@ -652,3 +652,90 @@ def test_memory_stays_flat_while_a_server_streams_comments():
     first, second = max(samples[:half]), max(samples[half:])
     assert second - first < 64 << 20, (first >> 20, second >> 20, len(records))
     assert server.bytes_sent >= (2 << 20) * len(records)  # the flood really flowed
+
+
+# ---------------------------------------------------------------- formula injection (F5)
+
+FORMULA_LABELS = ["=1+41", "+41+1", "-41+83", "@SUM(41,1)", "\t=1+41", "\r=1+41"]
+
+
+@pytest.fixture(scope="module")
+def formula_exports(tmp_path_factory):
+    """A report over runs whose labels are formulas, written as XLSX and CSV."""
+    from bench.cost import load_catalogue
+    from bench.export.formats import write
+    from bench.export.report import build_report
+
+    root = tmp_path_factory.mktemp("formulas")
+    db = f"sqlite:///{root / 'runs.db'}"
+    gpus = ["B200-SXM", "H100-SXM", "H200-SXM", "A100-SXM", "L40S", "MI300X"]
+    runs = [
+        store_sweep(db, gpu=gpu, label=label, per_point=8, seed=i)
+        for i, (gpu, label) in enumerate(zip(gpus, FORMULA_LABELS, strict=True))
+    ]
+    report = build_report(runs, db, None, load_catalogue(), 0.85)
+    xlsx = write(report, "xlsx", root / "labels.xlsx")
+    csv_dir = write(report, "csv", root / "labels_csv")
+    dispose_all()
+    return {"root": root, "xlsx": xlsx, "csv": csv_dir}
+
+
+def _label_cells(values) -> list[str]:
+    return [v for v in values if isinstance(v, str) and any(lab in v for lab in FORMULA_LABELS)]
+
+
+def test_csv_cells_that_look_like_formulas_are_text(formula_exports):
+    """F5: OWASP's rule: a text cell beginning with = + - @ TAB or CR gets a leading quote;
+    numbers (-0.5) stay numbers."""
+    import csv as csvmod
+
+    quoted = set()
+    for path in sorted(formula_exports["csv"].glob("*.csv")):
+        for row in csvmod.reader(path.open(encoding="utf-8", newline="")):
+            for cell in row:
+                if cell[:1] in ("=", "+", "-", "@", "\t", "\r"):
+                    float(cell)  # only a number may begin so
+                quoted |= {lab for lab in FORMULA_LABELS if cell.startswith("'" + lab)}
+    assert quoted == set(FORMULA_LABELS)
+
+
+def test_xlsx_labels_are_text_not_formulas(formula_exports):
+    from openpyxl import load_workbook
+
+    wb = load_workbook(formula_exports["xlsx"])
+    cells = [c for ws in wb for row in ws.iter_rows() for c in row if isinstance(c.value, str)]
+    labels = [c for c in cells if c.value.startswith(tuple(FORMULA_LABELS))]
+    assert {lab for lab in FORMULA_LABELS for c in labels if c.value.startswith(lab)} == set(
+        FORMULA_LABELS
+    )
+    assert all(c.data_type == "s" for c in labels), [(c.coordinate, c.value) for c in labels]
+
+
+@pytest.mark.slow
+def test_libreoffice_reads_the_labels_as_text(formula_exports, tmp_path):
+    """F5, as a user would meet it: LibreOffice opens the workbook and the CSV, recalculates,
+    and every label is still its text, never 42."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("soffice"):
+        pytest.skip(
+            "LOUD SKIP: LibreOffice not installed (apt-get install -y libreoffice-calc; "
+            ".ci/run installs it) - formula labels were not opened in a spreadsheet"
+        )
+    from openpyxl import load_workbook
+
+    summary_csv = formula_exports["csv"] / "summary.csv"
+    for src, fmt in ((formula_exports["xlsx"], "xlsx"), (summary_csv, "xlsx")):
+        out = tmp_path / src.stem
+        res = subprocess.run(
+            ["soffice", f"-env:UserInstallation=file://{tmp_path / 'profile'}", "--headless",
+             "--convert-to", fmt, "--outdir", str(out), str(src)],
+            capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        wb = load_workbook(out / f"{src.stem}.xlsx", data_only=True)
+        values = [c.value for ws in wb for row in ws.iter_rows() for c in row]
+        assert 42 not in values and 42.0 not in values, src.name
+        texts = " ".join(v for v in values if isinstance(v, str))
+        assert "=1+41" in texts and "@SUM(41,1)" in texts, src.name

@@ -647,6 +647,8 @@ def build_plan(body: JobIn, state) -> JobPlan:
     plan = JobPlan(
         kind=body.kind, scenario=sc, base_dir=base_dir, simulate=simulate, api_key=api_key
     )
+    if body.deadline_s is not None:
+        plan.deadline_s = body.deadline_s
     if body.sweep is not None:
         s = body.sweep
         slo = thresholds(s.slo, ["body", "sweep", "slo"])

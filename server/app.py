@@ -208,7 +208,14 @@ def create_app(
     )
 
     @app.exception_handler(RunNotFoundError)
-    async def _not_found(_request: Request, exc: RunNotFoundError) -> JSONResponse:
+    async def _not_found(request: Request, exc: RunNotFoundError) -> JSONResponse:
+        # A job's run id is announced at submission: until its process stores the run, the
+        # id answers 202 with the job's state rather than 404 (issue 28).
+        job = state.jobs.pending_run(str(request.path_params.get("ref", "")))
+        if job is not None:
+            detail = f"run {job.run_id} is not stored yet: its job {job.id} is {job.status}"
+            body = {"detail": detail, "job_id": job.id, "status": job.status}
+            return JSONResponse(body, status_code=202, headers={"Retry-After": "1"})
         return JSONResponse({"detail": str(exc)}, status_code=404)
 
     @app.exception_handler(MissingExtraError)

@@ -119,7 +119,7 @@ def _measure(plan, db_url, run_id, conn, stop_event, service_pid) -> str:  # noq
     )  # fmt: skip
     if plan.kind == "run":
         run_plan = plan_from_scenario(sc, base_dir=plan.base_dir, api_key=plan.api_key)
-        result, summary, _ = run_and_store(sc, run_plan, db_url=db_url, **options)
+        _result, summary, _ = run_and_store(sc, run_plan, db_url=db_url, **options)
         conn.send(("point", point_done(0, sc.name, summary)))
     else:
         conn.send(("planned", plan.sweep.planned_points()))
@@ -127,8 +127,12 @@ def _measure(plan, db_url, run_id, conn, stop_event, service_pid) -> str:  # noq
         def on_point(point, remaining) -> None:  # noqa: ANN001
             conn.send(("point", point_done(point.index, point.spec.title, point.summary)))
 
-        result = run_sweep(
+        run_sweep(
             sc, plan.sweep, api_key=plan.api_key, base_dir=plan.base_dir, db=db_url,
             on_point=on_point, **options,
         )  # fmt: skip
-    return "interrupted" if result.interrupted else "completed"
+    # The job says what its stored run says (a run whose requests all failed is "failed",
+    # not "completed"): one truth for the job list and the run.
+    from bench.store import get_run
+
+    return get_run(run_id, db_url).status

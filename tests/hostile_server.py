@@ -48,11 +48,12 @@ def good_stream(claimed: int = TOKENS) -> bytes:
 
 
 class HostileServer:
-    """A local server behaving as `mode` says; `url`, `connections`, `close()`."""
+    """A local server behaving as `mode` says; `url`, `connections`, `requests`, `close()`."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
         self.connections = 0
+        self.requests = 0  # POST requests read (a reachability probe opens and closes only)
         self.bytes_sent = 0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -89,7 +90,12 @@ class HostileServer:
         try:
             async with asyncio.timeout(LIFETIME_S):
                 await self._requests(reader, writer)
-        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
+        except (
+            TimeoutError,
+            ConnectionError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+        ):
             pass
         finally:
             writer.close()
@@ -97,11 +103,12 @@ class HostileServer:
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
             if self.mode == "silent":
-                await reader.read(65536)  # until the client gives up and closes
-                if reader.at_eof():
-                    return
-                continue
+                head = await reader.readuntil(b"\r\n\r\n")  # (a TLS hello never ends so)
+                self.requests += head.startswith(b"POST ")
+                await reader.read()  # never answered: until the client gives up and closes
+                return
             head = await reader.readuntil(b"\r\n\r\n")
+            self.requests += 1
             length = 0
             for line in head.split(b"\r\n"):
                 name, _, value = line.partition(b":")

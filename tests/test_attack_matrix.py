@@ -29,7 +29,7 @@ from bench.records import (
 from bench.runner import run_blocking
 from bench.store.engine import dispose_all
 from bench.store.raw_export import export_raw
-from bench.store.read import get_run
+from bench.store.read import get_run, load_records
 from server.app import create_app
 from tests.helpers import plan, store_sweep
 from tests.hostile_server import HostileServer, rss_bytes
@@ -739,3 +739,74 @@ def test_libreoffice_reads_the_labels_as_text(formula_exports, tmp_path):
         assert 42 not in values and 42.0 not in values, src.name
         texts = " ".join(v for v in values if isinstance(v, str))
         assert "=1+41" in texts and "@SUM(41,1)" in texts, src.name
+
+
+# ---------------------------------------------------------------- jobs tell the truth (F9)
+
+
+async def test_a_jobs_run_id_answers_from_submission(client):
+    """The run id a job announces answers 202 (with the job's state) until its run is
+    stored, for the running job and a queued one alike; never 404."""
+    gate = threading.Event()
+    client.app.state.tb.jobs._execute = lambda job: gate.wait(30) and "completed"
+    body = {"kind": "run", "scenario": "load: {num_prompts: 4}\n", "simulate": SIM}
+    first = (await client.post("/api/jobs", json=body, headers=AUTH)).json()
+    second = (await client.post("/api/jobs", json=body, headers=AUTH)).json()
+    try:
+        for job, status in ((first, "running"), (second, "queued")):
+            for _ in range(500):
+                r = await client.get(f"/api/runs/{job['run_id']}")
+                if r.status_code == 202 and r.json()["status"] == status:
+                    break
+                await asyncio.sleep(0.02)
+            assert r.status_code == 202 and r.json()["job_id"] == job["id"], r.text
+            assert r.json()["status"] == status and r.headers["Retry-After"]
+        r = await client.get("/api/runs/" + "0" * 32)
+        assert r.status_code == 404  # an id no job announced is still unknown
+    finally:
+        gate.set()
+
+
+@pytest.mark.slow
+async def test_a_job_whose_requests_all_failed_says_failed(live, server_factory):
+    """F9: the job said `completed` while its stored run said `failed`."""
+    server = server_factory("--ttft-ms", "5", "--itl-ms", "1", "--fault", "1:http_500")
+    scenario = "load: {shape: poisson, request_rate: 50, num_prompts: 6}\n"
+    body = {"kind": "run", "scenario": scenario, "target": {"base_url": server.url}}
+    job = (await live.post("/api/jobs", json=body, headers=AUTH)).json()
+    state = await wait_job(live, job["id"], lambda s: s["status"] in ("completed", "failed"))
+    run = get_run(state["run_id"], live.db)
+    assert state["status"] == run.status == "failed", (state, run.status)
+    assert run.request_count == 6  # records lost: 0
+    assert "failed" in state["error"]
+
+
+@pytest.mark.slow
+async def test_a_job_past_its_deadline_ends_and_the_queue_goes_on(live, fake_server):
+    """A job held by a target that never answers (request timeout 600 s) ends at its own
+    deadline, stored interrupted with what it measured, and the job queued behind it runs."""
+    silent = HostileServer("silent")
+    try:
+        slow = {
+            "kind": "run",
+            "scenario": "load: {num_prompts: 4, request_rate: 20}\nrequest_timeout_s: 600\n",
+            "target": {"base_url": silent.url, "model": "m"},
+            "deadline_s": 8,
+        }
+        quick = {
+            "kind": "run",
+            "scenario": "load: {shape: poisson, request_rate: 50, num_prompts: 4}\n",
+            "target": {"base_url": fake_server.url},
+        }
+        held = (await live.post("/api/jobs", json=slow, headers=AUTH)).json()
+        behind = (await live.post("/api/jobs", json=quick, headers=AUTH)).json()
+        state = await wait_job(live, held["id"], lambda s: s["finished_at"] is not None)
+        assert state["status"] == "interrupted" and "deadline" in state["error"], state
+        records = load_records(state["run_id"], db=live.db)
+        # records lost: 0, by the server's count of the requests that reached it
+        assert len(records) == silent.requests, (len(records), silent.requests)
+        assert all(r.state == "cancelled" for r in records)
+        after = await wait_job(live, behind["id"], lambda s: s["status"] == "completed")
+        assert get_run(after["run_id"], live.db).status == "completed"
+    finally:
+        silent.close()

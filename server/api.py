@@ -9,7 +9,6 @@ for problems found past pydantic (a scenario's YAML, an SLO string, a catalogue 
 from __future__ import annotations
 
 import asyncio
-import os
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -617,7 +616,6 @@ def build_plan(body: JobIn, state) -> JobPlan:
             ["body", "scenario"],
             f"target.api_key_env: the service only sends ${API_KEY_ENV} to targets",
         )
-    api_key = os.environ.get(API_KEY_ENV)
 
     simulate = None
     if body.simulate is not None:
@@ -644,6 +642,9 @@ def build_plan(body: JobIn, state) -> JobPlan:
         except UnreachableError as exc:
             raise invalid(["body", "target", "base_url"], str(exc)) from None
 
+    # The key goes only to a host the operator named for it (--upstream-key), never to
+    # one a token holder chose; a simulated endpoint needs none.
+    api_key = None if simulate else state.keys.key_for(sc.target.base_url)
     plan = JobPlan(
         kind=body.kind, scenario=sc, base_dir=base_dir, simulate=simulate, api_key=api_key
     )

@@ -54,6 +54,7 @@ class HostileServer:
         self.mode = mode
         self.connections = 0
         self.requests = 0  # POST requests read (a reachability probe opens and closes only)
+        self.heads: list[bytes] = []  # each request's head, as it came
         self.bytes_sent = 0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -108,7 +109,8 @@ class HostileServer:
                 await reader.read()  # never answered: until the client gives up and closes
                 return
             head = await reader.readuntil(b"\r\n\r\n")
-            self.requests += 1
+            self.requests += head.startswith(b"POST ")
+            self.heads.append(head)
             length = 0
             for line in head.split(b"\r\n"):
                 name, _, value = line.partition(b":")

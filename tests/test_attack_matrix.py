@@ -810,3 +810,41 @@ async def test_a_job_past_its_deadline_ends_and_the_queue_goes_on(live, fake_ser
         assert get_run(after["run_id"], live.db).status == "completed"
     finally:
         silent.close()
+
+
+# ---------------------------------------------------------------- credentials (F7)
+
+
+@pytest.mark.slow
+async def test_the_upstream_key_goes_only_to_hosts_the_operator_named(tmp_path, monkeypatch):
+    """F7: the service's OPENAI_API_KEY went as a bearer token to any target a token holder
+    named. Now only to a HOST:PORT given with --upstream-key; others get no Authorization."""
+    key = "sk-upstream-only-for-named-0123"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    named, chosen = HostileServer("usage:8"), HostileServer("usage:8")
+    db = f"sqlite:///{tmp_path / 'keys.db'}"
+    app = create_app(
+        db, api_token=TOKEN, allow_hosts=[], open_reads=True,
+        upstream_key_hosts=[f"127.0.0.1:{named.port}"],
+    )  # fmt: skip
+    transport = httpx.ASGITransport(app=app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+            for server in (named, chosen):
+                body = {
+                    "kind": "run",
+                    "scenario": "load: {num_prompts: 3, request_rate: 50}\n",
+                    "target": {"base_url": server.url, "model": "m"},
+                }
+                job = (await c.post("/api/jobs", json=body, headers=AUTH)).json()
+                state = await wait_job(c, job["id"], lambda s: s["finished_at"] is not None)
+                assert state["status"] == "completed", state
+    finally:
+        app.state.tb.jobs.shutdown()
+        dispose_all()
+        named.close()
+        chosen.close()
+    assert named.requests == chosen.requests == 3  # records lost: 0
+    posts = [h for h in named.heads if h.startswith(b"POST ")]
+    assert all(f"Authorization: Bearer {key}".encode() in h for h in posts)
+    assert not any(b"authorization" in h.lower() or key.encode() in h for h in chosen.heads)

@@ -957,3 +957,44 @@ def test_the_postgresql_writer_reconnects_after_the_server_drops_it(pg_url):  # 
     runs = list_runs(pg_url)
     assert [r.id for r in runs] == [writer.run_id] and runs[0].status == "completed"
     assert len(load_records(writer.run_id, db=pg_url)) == 600  # records lost: 0
+
+
+# ---------------------------------------------------------------- the remaining partials
+
+
+def test_rm_refuses_a_busy_run_before_asking(tmp_path):
+    """`tokenbench rm` asked "delete? [y/N]" and only then refused a run still being
+    written; now it refuses first, and nothing is deleted."""
+    import typer
+    from typer.testing import CliRunner
+
+    from bench.cli import store as cli
+    from bench.store import RunWriter
+    from tests.test_store_helpers import make_records
+
+    app = typer.Typer()
+    app.command("rm")(cli.rm_command)
+    app.command("runs")(cli.runs_command)
+    db = str(tmp_path / "busy.db")
+    writer = RunWriter(db, name="busy")
+    writer.start_load_point(0)
+    for r in make_records(5):
+        writer.submit(r)
+    res = CliRunner().invoke(app, ["rm", writer.run_id, "--db", db], input="y\n")
+    assert res.exit_code != 0 and "still being written" in res.output, res.output
+    assert "delete run" not in res.output  # never asked
+    writer.finish("completed")
+    assert get_run(writer.run_id, db).request_count == 5  # records lost: 0
+    dispose_all()
+
+
+def test_no_page_script_writes_html_from_data():
+    """The /new page built its job table with innerHTML from a point title anyone with the
+    token chooses; the service's own scripts now build elements with textContent only."""
+    static = Path(__file__).resolve().parents[1] / "dashboards" / "static"
+    scripts = [p for p in static.rglob("*.js") if "vendor" not in p.parts]
+    assert scripts
+    for path in scripts:
+        text = path.read_text()
+        for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write"):
+            assert sink not in text, (path.name, sink)

@@ -14,6 +14,7 @@ Ctrl-C, what it measured is kept, and the run is stored as interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue
@@ -142,6 +143,16 @@ class JobManager:
 
     # ------------------------------------------------------------ public
 
+    def start_worker(self) -> None:
+        """Start the worker thread now, from the calling thread: it (and every job process
+        it spawns) keeps this thread's scheduling priority (see yield_to_jobs)."""
+        with self._lock:
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(
+                    target=self._work, name="tokenbench-jobs", daemon=True
+                )
+                self._worker.start()
+
     def submit(self, plan: JobPlan) -> Job:
         with self._lock:
             waiting = sum(1 for j in self.jobs.values() if j.status == "queued")
@@ -158,11 +169,7 @@ class JobManager:
                 run_id=uuid.uuid4().hex,
             )
             self.jobs[job.id] = job
-            if self._worker is None or not self._worker.is_alive():
-                self._worker = threading.Thread(
-                    target=self._work, name="tokenbench-jobs", daemon=True
-                )
-                self._worker.start()
+        self.start_worker()
         self._queue.put(job)
         return job
 
@@ -340,3 +347,20 @@ def _public(text: str | None, api_key: str | None) -> str | None:
 def _message(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# How much lower the service's own threads run than its jobs (nice levels).
+SERVICE_NICE = 10
+
+
+def yield_to_jobs(jobs: JobManager) -> None:
+    """Let measurement win the CPU over API readers and pages: start the job worker at the
+    current priority, then lower the calling thread's (uvicorn's, and every thread it
+    starts after). On Linux priority is per thread and inherited by the threads and
+    processes a thread starts, so job processes (spawned by the worker) keep the normal
+    priority while the service's readers yield to them on a busy machine. No privilege is
+    needed to lower one's own priority. Elsewhere the whole process is lowered, jobs too:
+    no gain, no harm."""
+    jobs.start_worker()
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(SERVICE_NICE)

@@ -61,50 +61,47 @@ def first_check_at(max_tokens: int) -> int:
     return min(FIRST_CHECK_BYTES, response_limit(max_tokens))
 
 
-def check_stream(body: bytearray, max_tokens: int) -> tuple[int, str | None, str | None]:
+def check_stream(body: bytearray, cap_events: tuple[int, int], max_tokens: int) -> tuple:
     """Check a streaming body that has grown past its check point.
 
-    Returns (next check point, error kind, message); the kind is None while within bounds.
+    `cap_events` is (data events counted, body length counted to) from the previous check,
+    so each byte is counted once. Returns (next check point, events, error kind, message);
+    the kind is None while within bounds.
     """
     n = len(body)
     limit = response_limit(max_tokens)
     if n > limit:
-        return (
-            n,
-            ERR_OVERSIZED,
-            (
-                f"response body over {limit} bytes (the bound for max_tokens {max_tokens}): "
-                "dropped; see README, 'Hostile endpoints'"
-            ),
+        message = (
+            f"response body over {limit} bytes (the bound for max_tokens {max_tokens}): "
+            "dropped; see README, 'Hostile endpoints'"
         )
+        return n, cap_events, ERR_OVERSIZED, message
     window_start = max(0, n - EVENT_MAX_BYTES)
     # the last event start (the body's start counts as one) within the last window
     last = max(body.rfind(start, window_start) for start in _EVENT_STARTS)
     if last < 0 and window_start > 0:
-        return (
-            n,
-            ERR_OVERSIZED,
-            (
-                f"{EVENT_MAX_BYTES} bytes without a data event (one line, one event or a run of "
-                "comments and keep-alives longer than that): dropped"
-            ),
+        message = (
+            f"{EVENT_MAX_BYTES} bytes without a data event (one line, one event or a run of "
+            "comments and keep-alives longer than that): dropped"
         )
-    last = max(last, 0)
+        return n, cap_events, ERR_OVERSIZED, message
+    counted, upto = cap_events
+    if upto == 0:
+        counted = int(body.startswith(b"data:"))
+    # from 5 bytes back: an event start (6 bytes) cut by the last check is counted now, once
+    counted += sum(body.count(start, max(0, upto - 5), n) for start in _EVENT_STARTS)
+    cap_events = (counted, n)
     if max_tokens > 0:
         allowed = max_tokens + token_slack(max_tokens) + NON_TOKEN_EVENTS
-        events = sum(body.count(start) for start in _EVENT_STARTS) + body.startswith(b"data:")
-        if events > allowed:
-            return (
-                n,
-                ERR_PROTOCOL,
-                (
-                    f"{events} events streamed for max_tokens {max_tokens} (at most {allowed} "
-                    "allowed with slack): the stream ran past max_tokens"
-                ),
+        if counted > allowed:
+            message = (
+                f"{counted} events streamed for max_tokens {max_tokens} (at most {allowed} "
+                "allowed with slack): the stream ran past max_tokens"
             )
+            return n, cap_events, ERR_PROTOCOL, message
     # Next: when the body could first break a bound, or after a quarter more bytes.
-    next_at = min(limit, last + EVENT_MAX_BYTES, n + max(FIRST_CHECK_BYTES, n // 4))
-    return max(next_at, n + 1), None, None
+    next_at = min(limit, max(last, 0) + EVENT_MAX_BYTES, n + max(FIRST_CHECK_BYTES, n // 4))
+    return max(next_at, n + 1), cap_events, None, None
 
 
 def ends_with_done(body: bytearray) -> bool:

@@ -68,6 +68,7 @@ class Capture:
         "released_ns",
         "max_tokens",
         "check_at",
+        "events",
     )
 
     def __init__(self) -> None:
@@ -93,6 +94,7 @@ class Capture:
         # which a transport next checks the response's bounds (bench.backends.bounds)
         self.max_tokens = 0
         self.check_at = FIRST_CHECK_BYTES
+        self.events = (0, 0)  # data events counted so far, and the body length counted to
 
 
 def mark_closed(cap: Capture, detail: str) -> None:

@@ -128,6 +128,9 @@ def serve_command(
         if folder
         else "API scenarios may read no files (--data-dir DIR to allow a data folder)"
     )
+    from server.jobs import yield_to_jobs
+
+    yield_to_jobs(app.state.tb.jobs)  # readers of the service never slow a job's timing
     uvicorn.Server(uvicorn.Config(app, log_level=log_level)).run(sockets=[sock])
 
 

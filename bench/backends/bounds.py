@@ -8,15 +8,17 @@ calls `check_stream` only when the body has grown past it. `check_stream` then l
 the whole body with C-level passes (`rfind`, `count`) and sets the next check point
 further on, geometrically, so the checks of one stream cost a few passes over its bytes
 in all. Beyond a bound the request fails as `oversized` (or `protocol_violation` for too
-many events) and the connection is dropped, so memory stays bounded whatever the server
-sends: comments and keep-alives, one endless line, one endless event, or endless tokens.
+many content events) and the connection is dropped, so memory stays bounded whatever the server
+sends: comments and keep-alives, one endless line, one endless event, or endless tokens
+(stopped by the size bound, then named `protocol_violation` when decoded: more content
+events than max_tokens allows).
 """
 
 from __future__ import annotations
 
 import re
 
-from bench.records import ERR_OVERSIZED, ERR_PROTOCOL
+from bench.records import ERR_OVERSIZED
 
 # The most body bytes one response may hold: a base for the head events, the usage and
 # error texts, plus this much per max_tokens (a streamed token is ~150-400 bytes of JSON
@@ -33,15 +35,23 @@ EVENT_MAX_BYTES = 2 << 20
 # more content events than tokens; each content event holds at least one token).
 TOKEN_SLACK_FIXED = 2
 TOKEN_SLACK_SHARE = 0.01
-# Events on the wire that carry no token: a role delta, a final finish_reason event, the
-# usage event and [DONE] (counted by the streaming check, which does not decode JSON).
-NON_TOKEN_EVENTS = 8
 # The first check comes after this many bytes; each next one after a quarter more.
 FIRST_CHECK_BYTES = 64 << 10
 
 _EVENT_STARTS = (b"\ndata:", b"\rdata:")  # after LF or CRLF, and after CR alone
 # A stream's last event is [DONE] (any of SSE's line-break styles, optional space).
 _DONE_TAIL = re.compile(rb"(?:^|[\r\n])data: ?\[DONE\][ \t]*(?:\r\n\r\n|\n\n|\r\r|\r\n\n|\n\r\n)$")
+
+
+# Events on the wire that carry no token: a role delta, a final finish_reason event, the
+# usage event and [DONE] (allowed for when events are counted without decoding them).
+NON_TOKEN_EVENTS = 8
+
+
+def data_events(body: bytearray) -> int:
+    """How many `data:` events a body holds, counted without decoding (C-level passes)."""
+    after_lf = body.count(_EVENT_STARTS[0])
+    return body.startswith(b"data:") + (after_lf or body.count(_EVENT_STARTS[1]))
 
 
 def token_slack(max_tokens: int) -> int:
@@ -61,12 +71,13 @@ def first_check_at(max_tokens: int) -> int:
     return min(FIRST_CHECK_BYTES, response_limit(max_tokens))
 
 
-def check_stream(body: bytearray, cap_events: tuple[int, int], max_tokens: int) -> tuple:
+def check_stream(body: bytearray, max_tokens: int) -> tuple[int, str | None, str | None]:
     """Check a streaming body that has grown past its check point.
 
-    `cap_events` is (data events counted, body length counted to) from the previous check,
-    so each byte is counted once. Returns (next check point, events, error kind, message);
-    the kind is None while within bounds.
+    Returns (next check point, error kind, message); the kind is None while within bounds.
+    Cheap on an honest stream: the last event start is found by a backward search that
+    stops a few hundred bytes from the end. An endless stream of tokens is stopped by the
+    size bound and named `protocol_violation` once decoded (capture: stream_overrun).
     """
     n = len(body)
     limit = response_limit(max_tokens)
@@ -75,33 +86,22 @@ def check_stream(body: bytearray, cap_events: tuple[int, int], max_tokens: int) 
             f"response body over {limit} bytes (the bound for max_tokens {max_tokens}): "
             "dropped; see README, 'Hostile endpoints'"
         )
-        return n, cap_events, ERR_OVERSIZED, message
+        return n, ERR_OVERSIZED, message
     window_start = max(0, n - EVENT_MAX_BYTES)
-    # the last event start (the body's start counts as one) within the last window
-    last = max(body.rfind(start, window_start) for start in _EVENT_STARTS)
+    # the last event start (the body's start counts as one) within the last window; after
+    # LF (or CRLF) first, after a lone CR only where there is none
+    last = body.rfind(_EVENT_STARTS[0], window_start)
+    if last < 0:
+        last = body.rfind(_EVENT_STARTS[1], window_start)
     if last < 0 and window_start > 0:
         message = (
             f"{EVENT_MAX_BYTES} bytes without a data event (one line, one event or a run of "
             "comments and keep-alives longer than that): dropped"
         )
-        return n, cap_events, ERR_OVERSIZED, message
-    counted, upto = cap_events
-    if upto == 0:
-        counted = int(body.startswith(b"data:"))
-    # from 5 bytes back: an event start (6 bytes) cut by the last check is counted now, once
-    counted += sum(body.count(start, max(0, upto - 5), n) for start in _EVENT_STARTS)
-    cap_events = (counted, n)
-    if max_tokens > 0:
-        allowed = max_tokens + token_slack(max_tokens) + NON_TOKEN_EVENTS
-        if counted > allowed:
-            message = (
-                f"{counted} events streamed for max_tokens {max_tokens} (at most {allowed} "
-                "allowed with slack): the stream ran past max_tokens"
-            )
-            return n, cap_events, ERR_PROTOCOL, message
+        return n, ERR_OVERSIZED, message
     # Next: when the body could first break a bound, or after a quarter more bytes.
     next_at = min(limit, max(last, 0) + EVENT_MAX_BYTES, n + max(FIRST_CHECK_BYTES, n // 4))
-    return max(next_at, n + 1), cap_events, None, None
+    return max(next_at, n + 1), None, None
 
 
 def ends_with_done(body: bytearray) -> bool:

@@ -21,7 +21,13 @@ try:  # 2-3x faster than the standard library on a stream's events; optional
 except ImportError:  # pragma: no cover - depends on the environment
     from json import loads as _loads
 
-from bench.backends.bounds import FIRST_CHECK_BYTES, stream_overrun, usage_disbelieved
+from bench.backends.bounds import (
+    FIRST_CHECK_BYTES,
+    NON_TOKEN_EVENTS,
+    data_events,
+    stream_overrun,
+    usage_disbelieved,
+)
 from bench.backends.openai import StreamResult, interpret, interpret_objects
 from bench.backends.sse import split_events, split_simple
 from bench.records import (
@@ -37,6 +43,7 @@ from bench.records import (
     ERR_HTTP_429,
     ERR_HTTP_OTHER,
     ERR_NOT_SSE,
+    ERR_OVERSIZED,
     ERR_PROTOCOL,
     ERR_RESET,
     ERR_RESET_MID_STREAM,
@@ -68,7 +75,6 @@ class Capture:
         "released_ns",
         "max_tokens",
         "check_at",
-        "events",
     )
 
     def __init__(self) -> None:
@@ -94,7 +100,6 @@ class Capture:
         # which a transport next checks the response's bounds (bench.backends.bounds)
         self.max_tokens = 0
         self.check_at = FIRST_CHECK_BYTES
-        self.events = (0, 0)  # data events counted so far, and the body length counted to
 
 
 def mark_closed(cap: Capture, detail: str) -> None:
@@ -310,9 +315,13 @@ def _to_record(
     _count_output(rec, result, count_tokens)
     # A transport error (reset, timeout) outranks what the partial stream said.
     kind = cap.error_kind or result.error_kind
-    overrun = stream_overrun(len(result.content_reads), expected_output_len)
-    if kind is None and overrun is not None:
-        kind, result.error_kind, result.error_message = ERR_PROTOCOL, ERR_PROTOCOL, overrun
+    content = len(result.content_reads)
+    if cap.error_kind == ERR_OVERSIZED:  # cut mid-event, so maybe not decoded: count events
+        content = max(content, data_events(cap.body) - NON_TOKEN_EVENTS)
+    overrun = stream_overrun(content, expected_output_len)
+    if overrun is not None and kind in (None, ERR_OVERSIZED):  # what outgrew its bound
+        kind = cap.error_kind = ERR_PROTOCOL
+        cap.error_message = overrun
     if kind is not None:
         rec.state, rec.error_kind = FAILED, kind
         rec.error_message = cap.error_message if cap.error_kind else result.error_message

@@ -251,7 +251,7 @@ class _Connection:
     def _check_bounds(self, cap: Capture, t: int) -> None:
         """The body grew past its check point: check its bounds (bench.backends.bounds);
         beyond one the request ends now, named, and the connection is dropped."""
-        cap.check_at, cap.events, kind, message = check_stream(cap.body, cap.events, cap.max_tokens)
+        cap.check_at, kind, message = check_stream(cap.body, cap.max_tokens)
         if kind is not None:
             cap.error_kind, cap.error_message = kind, message
             cap.end_ns = t
@@ -1011,9 +1011,7 @@ class HttpxTransport:
                     reads.append(len(body))
                     reads.frombytes(_NO_STAMP)
                     if len(body) > cap.check_at:
-                        cap.check_at, cap.events, kind, message = check_stream(
-                            body, cap.events, cap.max_tokens
-                        )
+                        cap.check_at, kind, message = check_stream(body, cap.max_tokens)
                         if kind is not None:  # beyond a bound: end it, drop the connection
                             cap.error_kind, cap.error_message = kind, message
                             break

@@ -3,7 +3,13 @@ was stored, what leaked. Traffic goes only to 127.0.0.1 (ASGI in-process, or loc
 
 Each row is an attack or a fault the service once failed (issue 18): files of the service
 host read through a scenario, credentials shown to readers, a run deleted under a job,
-bodies read before authentication, DNS rebinding, an overflowing ?after=.
+bodies read before authentication, DNS rebinding, an overflowing ?after=. And those of
+issue 28 (F1-F9 and the partials), each with the count of records lost (0): hostile
+endpoints (tests/hostile_server.py: TLS never finished, comments forever, an endless line,
+endless tokens, [DONE] held open, 1xx interim responses, lying usage), the tokenizer
+outside the data folder, formula labels in CSV/XLSX, a database deleted or made read-only
+mid-run, a PostgreSQL outage, the upstream key sent to a chosen target, jobs that lie or
+never end, rm asking before refusing, innerHTML, readers slowing a job.
 """
 
 from __future__ import annotations

@@ -107,7 +107,8 @@ class _SqliteFile:
             ) from None
         if (info.st_dev, info.st_ino) != self.identity:
             raise DatabaseFileGone(f"the database file {self.path} was replaced during the run")
-        read_only_fs = bool(os.statvfs(self.path).f_flag & getattr(os, "ST_RDONLY", 1))
+        statvfs = getattr(os, "statvfs", None)  # not on Windows
+        read_only_fs = statvfs is not None and bool(statvfs(self.path).f_flag & os.ST_RDONLY)
         if read_only_fs or not info.st_mode & 0o222:
             raise DatabaseFileGone(f"the database file {self.path} turned read-only during the run")
 

@@ -628,6 +628,7 @@ def test_usage_is_checked_against_the_stream(attack, claimed, believed):
             assert r.usage_mismatch and r.token_count_source == COUNT_CHUNKS
     s = summarize(records)
     assert s.total_output_tokens == 3 * (claimed if believed else 8), attack
+    assert any("usage_mismatch: 3 " in note for note in s.notes) != believed, s.notes
 
 
 @pytest.mark.slow
@@ -1030,3 +1031,25 @@ def test_the_services_threads_yield_to_its_jobs():
     ).stdout.split()
     before, me, worker, nice = map(int, out)
     assert worker == before and me == min(19, before + nice), out
+
+
+def test_a_disbelieved_usage_is_stored_beside_the_streamed_count(tmp_path):
+    """The claim survives storage (in the batch blob) and the stored summary says so."""
+    from bench.records import RequestRecord
+    from bench.store import RunWriter, load_columns
+
+    db = str(tmp_path / "usage.db")
+    writer = RunWriter(db, name="usage")
+    writer.start_load_point(0)
+    for i, claimed in enumerate((None, 99_999_999, None)):
+        writer.submit(
+            RequestRecord(index=i, sent_ns=i, end_ns=i + 10, output_tokens=8,
+                          claimed_output_tokens=claimed)
+        )  # fmt: skip
+    writer.finish("completed")
+    records = load_records(writer.run_id, db=db)
+    assert [r.claimed_output_tokens for r in records] == [None, 99_999_999, None]
+    assert [r.output_tokens for r in records] == [8, 8, 8]  # records lost: 0
+    notes = summarize(load_columns(writer.run_id, db=db)).notes
+    assert any("usage_mismatch: 1 " in n for n in notes), notes
+    dispose_all()

@@ -233,6 +233,7 @@ _COLUMNS_FIELDS = (
     "gaps",
     "slot_wait_ns",
     "cached_prompt_tokens",
+    "claimed_output_tokens",
 )
 
 
@@ -279,6 +280,7 @@ def columns_from_decoded(d: codec.Decoded) -> Columns:
         gap_counts=np.where(ok, np.maximum(d.ints["n_chunks"] - 1, 0), 0),
         slot_wait_ns=np.nan_to_num(d.as_float("slot_wait_ns")),
         cached_prompt_tokens=d.as_float("cached_prompt_tokens"),
+        claimed_output_tokens=d.as_float("claimed_output_tokens"),
     )
 
 

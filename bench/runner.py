@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import signal
 import socket
 import threading
@@ -846,10 +847,14 @@ def list_models(
     """The model ids the server lists at /v1/models; None when it lists none it can say."""
     import httpx
 
+    from bench.backends.bounds import bounded_get
+
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        r = httpx.get(base_url.rstrip("/") + MODELS_PATH, headers=headers, timeout=timeout_s)
-        data = r.json().get("data") or []
+        _, body = bounded_get(
+            base_url.rstrip("/") + MODELS_PATH, headers=headers, timeout_s=timeout_s
+        )
+        data = json.loads(body).get("data") or []
         return [str(m["id"]) for m in data] or None
-    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError, TimeoutError):
         return None

@@ -13,6 +13,8 @@ client goes away. Modes:
   done_hold       a good stream and [DONE], then neither the last chunk nor a close
   interim         `100 Continue` and `103 Early Hints` before a good 200 stream
   usage:N         a good stream of 8 tokens whose usage claims N completion tokens
+  trickle         any request: a body one byte every 50 ms, forever (a model list or a
+                  /metrics page that never ends)
 """
 
 from __future__ import annotations
@@ -144,6 +146,11 @@ class HostileServer:
             block = _event({"choices": [{"index": 0, "text": " tok"}]}) * 64
             while True:
                 await self._send(writer, block)
+        elif mode == "trickle":  # any request: a JSON body one byte at a time, forever
+            await self._send(writer, HEAD + _chunk(b'{"data": ['))
+            while True:
+                await self._send(writer, _chunk(b" "))
+                await asyncio.sleep(0.05)
         elif mode == "done_hold":
             await self._send(writer, HEAD + good_stream())
         elif mode == "interim":

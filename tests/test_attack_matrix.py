@@ -1053,3 +1053,21 @@ def test_a_disbelieved_usage_is_stored_beside_the_streamed_count(tmp_path):
     notes = summarize(load_columns(writer.run_id, db=db)).notes
     assert any("usage_mismatch: 1 " in n for n in notes), notes
     dispose_all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["trickle", "long_line"])
+def test_small_answers_from_a_target_are_bounded_in_time_and_bytes(mode):
+    """The model list and /metrics were read with httpx's per-read timeout and no byte cap:
+    a server trickling bytes held discovery for ever, one streaming fast filled memory."""
+    from bench.backends.bounds import ResponseTooLarge, bounded_get
+    from bench.runner import list_models
+
+    server = HostileServer(mode)
+    try:
+        assert list_models(server.url, timeout_s=1.0) is None
+        expected = TimeoutError if mode == "trickle" else ResponseTooLarge
+        with pytest.raises(expected):
+            bounded_get(server.url + "/metrics", timeout_s=1.0, max_bytes=1 << 20)
+    finally:
+        server.close()

@@ -153,3 +153,49 @@ USAGE_TOKENIZER_SLACK = 4
 
 def usage_tolerance(counted: int) -> int:
     return USAGE_TOKENIZER_SLACK + int(counted * USAGE_TOKENIZER_TOLERANCE)
+
+
+# ---------------------------------------------------------------- small GETs to a target
+
+# The most a small answer (a model list, a /metrics page) may hold once decoded: a gzip bomb
+# or an endless body is cut here, not read whole into memory.
+SMALL_RESPONSE_MAX = 8 << 20
+
+
+class ResponseTooLarge(ValueError):
+    """A small answer from a target grew past its bound."""
+
+
+def bounded_get(
+    url: str,
+    *,
+    timeout_s: float,
+    headers: dict | None = None,
+    max_bytes: int = SMALL_RESPONSE_MAX,
+    client=None,  # noqa: ANN001 - an httpx.Client to reuse; a new one when None
+) -> tuple[int, bytes]:
+    """GET url with one deadline for the whole exchange and a cap on the decoded body; the
+    status and the body. httpx's own timeout is per read, so a server trickling a byte at a
+    time (or streaming forever) would hold a plain `httpx.get` for ever, and a gzip bomb
+    would be inflated whole. Raises httpx.HTTPError, TimeoutError or ResponseTooLarge."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    own = client is None
+    if own:
+        client = httpx.Client(timeout=timeout_s)
+    try:
+        with client.stream("GET", url, headers=headers) as response:
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > max_bytes:
+                    raise ResponseTooLarge(f"GET {url}: body over {max_bytes} bytes")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"GET {url}: no complete answer within {timeout_s:g} s")
+            return response.status_code, bytes(body)
+    finally:
+        if own:
+            client.close()

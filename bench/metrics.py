@@ -346,6 +346,7 @@ class Columns:
     gap_counts: np.ndarray | None = None  # ITL gaps each row owns in itl_ns (0 unless ok)
     slot_wait_ns: np.ndarray | None = None  # waits for a --max-concurrency slot (0 = none)
     cached_prompt_tokens: np.ndarray | None = None  # NaN where the server did not say
+    claimed_output_tokens: np.ndarray | None = None  # a usage not believed; NaN elsewhere
 
     def _optional(self, name: str, mask: np.ndarray) -> np.ndarray | None:
         values = getattr(self, name)
@@ -369,6 +370,7 @@ class Columns:
             gap_counts=self.gap_counts[mask],
             slot_wait_ns=self._optional("slot_wait_ns", mask),
             cached_prompt_tokens=self._optional("cached_prompt_tokens", mask),
+            claimed_output_tokens=self._optional("claimed_output_tokens", mask),
         )
 
     def window(self, start_ns: float | None = None, end_ns: float | None = None) -> Columns:
@@ -412,6 +414,7 @@ class Columns:
             gap_counts=np.array([len(g) for g in gaps], dtype=np.int64),
             slot_wait_ns=col(lambda r: r.slot_wait_ns),
             cached_prompt_tokens=col(lambda r: r.cached_prompt_tokens),
+            claimed_output_tokens=col(lambda r: r.claimed_output_tokens),
         )
 
 
@@ -511,7 +514,22 @@ def summarize(
         self_check=verdict,
         slot_wait_ms=slot_wait,
         prompt_cache={"usage": prompt_cache(cols)},
+        notes=_usage_notes(cols),
     )
+
+
+def _usage_notes(cols: Columns) -> list[str]:
+    """Say so when a server's usage was not believed (bench.backends.bounds): the figures
+    count the streamed tokens of those requests instead."""
+    claimed = cols.claimed_output_tokens
+    n = 0 if claimed is None else int(np.isfinite(claimed).sum())
+    if not n:
+        return []
+    return [
+        f"usage_mismatch: {n} response(s) claimed output token counts that the stream or "
+        "max_tokens makes impossible; their streamed counts are used (the claims are kept "
+        "as claimed_output_tokens)"
+    ]
 
 
 def _lag_stats(lag_ns: np.ndarray) -> dict[str, float | None]:

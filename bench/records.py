@@ -33,11 +33,19 @@ ERR_RESET = "connection_reset"  # closed or reset before any response byte
 ERR_RESET_MID_STREAM = "reset_mid_stream"  # closed or reset after the stream began
 ERR_MALFORMED = "malformed_sse"  # an event that is not valid JSON / not an SSE event
 ERR_STREAM_ERROR = "stream_error"  # the server sent an error object inside the stream
-ERR_TIMEOUT = "timeout"  # past --request-timeout
+ERR_TIMEOUT = "timeout"  # past --request-timeout (runs stored before the phase was named)
+# Past --request-timeout, named by the phase the request was in: one deadline per request,
+# kept from the first connect attempt to the last byte, however the server stalls.
+ERR_TIMEOUT_CONNECT = "timeout_connect"  # resolving the name or opening TCP
+ERR_TIMEOUT_TLS = "timeout_tls"  # the TLS handshake never finished
+ERR_TIMEOUT_HEADERS = "timeout_headers"  # sent, but no complete response head
+ERR_TIMEOUT_BODY = "timeout_body"  # the stream began but did not end
 ERR_NO_DONE = "no_done"  # the stream closed cleanly but without data: [DONE]
 ERR_NOT_SSE = "not_event_stream"  # a 200 that is not SSE: plain JSON, gzip, HTML
 ERR_BAD_FRAMING = "bad_framing"  # HTTP framing broken: a chunk size, Content-Length, head
 ERR_BAD_USAGE = "bad_usage"  # usage token counts that are not counts (a string, <0, 1e30)
+ERR_OVERSIZED = "oversized"  # the response outgrew a bound (bench.backends.bounds); dropped
+ERR_PROTOCOL = "protocol_violation"  # more content than max_tokens allows (plus stated slack)
 ERR_CLIENT = "client_error"  # decoding this response raised in tokenbench itself (a bug)
 ERR_CANCELLED = "cancelled"  # stopped by the user (Ctrl-C) or the run's end
 ERR_IMPORTED = "imported_error"  # failed in another tool's run (importers keep its message)
@@ -81,6 +89,15 @@ class RequestRecord:
     # Time spent waiting for a --max-concurrency slot between the intended send time and
     # the send: the cap working, not the client lagging (so not part of the send lag).
     slot_wait_ns: int = 0
+    # The server's usage.completion_tokens when it was not believed (bench.backends.bounds'
+    # usage check: more than max_tokens allowed, or fewer than the content events received):
+    # output_tokens then holds the count from the stream. None when usage was believed.
+    claimed_output_tokens: int | None = None
+
+    @property
+    def usage_mismatch(self) -> bool:
+        """The server's usage disagreed with the stream beyond tolerance (see above)."""
+        return self.claimed_output_tokens is not None
 
     @property
     def ok(self) -> bool:

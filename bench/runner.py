@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import signal
 import socket
 import threading
@@ -117,12 +118,13 @@ class _Engine:
         plan: RunPlan,
         sink: Callable[[RequestRecord], None] | None,
         progress: Progress,
+        transport: Transport | None = None,
     ) -> None:
         self.plan = plan
         self.sink = sink
         self.progress = progress
         self.records: list[RequestRecord] = []
-        self.transport: Transport = make_transport(
+        self.transport: Transport = transport or make_transport(
             plan.transport,
             plan.base_url,
             api_key=plan.api_key,
@@ -166,6 +168,7 @@ class _Engine:
         """Send spec now, or as soon as a --max-concurrency slot frees; then(cap) after."""
         cap = Capture()
         cap.spec, cap.intended_ns, cap.then = spec, intended_ns, then
+        cap.max_tokens = spec.output_len  # what the body asks for: the response's bounds
         if self.limit and self.progress.in_flight >= self.limit:
             self.waiting.append(cap)
             return
@@ -482,11 +485,15 @@ async def execute(
     progress: Progress | None = None,
     stop: asyncio.Event | None = None,
     t0_ns: int | None = None,
+    transport: Transport | None = None,
 ) -> RunResult:
-    """Run one load point to the end (or until `stop` is set) and return its records."""
+    """Run one load point to the end (or until `stop` is set) and return its records.
+
+    `transport` (as httpx takes one) answers the requests; by default the one the plan
+    names (`make_transport`). It is closed when the point ends."""
     progress = progress or Progress()
     progress.total = len(plan.specs)
-    engine = _Engine(plan, sink, progress)
+    engine = _Engine(plan, sink, progress, transport)
     if stop is not None:
         engine.stop = stop
     sessions = sessions_of(plan.specs)
@@ -723,10 +730,14 @@ def list_models(
     """The model ids the server lists at /v1/models; None when it lists none it can say."""
     import httpx
 
+    from bench.backends.bounds import bounded_get
+
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        r = httpx.get(base_url.rstrip("/") + MODELS_PATH, headers=headers, timeout=timeout_s)
-        data = r.json().get("data") or []
+        _, body = bounded_get(
+            base_url.rstrip("/") + MODELS_PATH, headers=headers, timeout_s=timeout_s
+        )
+        data = json.loads(body).get("data") or []
         return [str(m["id"]) for m in data] or None
-    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError, TimeoutError):
         return None

@@ -149,13 +149,14 @@ def run_job(url: str, target: str, db: str, n_readers: int) -> dict:
         "reads_done": counts[0],
         "p50_ttft_ms": round(lp["metrics"]["ttft_ms"]["p50"], 1),
         "p99_ttft_ms": round(lp["metrics"]["ttft_ms"]["p99"], 1),
+        "p99_itl_ms": round(lp["metrics"]["itl_ms"]["p99"], 2),
         "client_limited": lp.get("client_limited"),
         "completed": lp["completed"],
         "measured_in": (run.get("extra") or {}).get("measured_in"),
     }
 
 
-def isolation(code: Path) -> None:
+def isolation(code: Path, n_readers: int = 50) -> None:
     fake = subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "fake_openai_server.py"), "--port", "0",
          "--ttft-ms", "50", "--itl-ms", "10"],
@@ -166,7 +167,7 @@ def isolation(code: Path) -> None:
         proc, url = start_service(code, f"{tmp}/i.db")
         try:
             print(f"[isolation] code={code}; server truth: TTFT 50 ms (+ network, parsing)")
-            for n in (0, 50):
+            for n in (0, n_readers):
                 out = run_job(url, target, f"{tmp}/i.db", n)
                 print("  " + json.dumps(out, default=str))
         finally:
@@ -180,11 +181,12 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("what", nargs="?", default="both", choices=("memory", "isolation", "both"))
     p.add_argument("--code", type=Path, default=ROOT, help="checkout whose service to run")
+    p.add_argument("--readers", type=int, default=50, help="API clients reading during a run")
     args = p.parse_args()
     if args.what in ("memory", "both"):
         memory(args.code.resolve())
     if args.what in ("isolation", "both"):
-        isolation(args.code.resolve())
+        isolation(args.code.resolve(), args.readers)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ for problems found past pydantic (a scenario's YAML, an SLO string, a catalogue 
 from __future__ import annotations
 
 import asyncio
-import os
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -634,7 +633,6 @@ def build_plan(body: JobIn, state) -> JobPlan:
             ["body", "scenario"],
             f"target.api_key_env: the service only sends ${API_KEY_ENV} to targets",
         )
-    api_key = os.environ.get(API_KEY_ENV)
 
     simulate = None
     if body.simulate is not None:
@@ -661,9 +659,14 @@ def build_plan(body: JobIn, state) -> JobPlan:
         except UnreachableError as exc:
             raise invalid(["body", "target", "base_url"], str(exc)) from None
 
+    # The key goes only to a host the operator named for it (--upstream-key), never to
+    # one a token holder chose; a simulated endpoint needs none.
+    api_key = None if simulate else state.keys.key_for(sc.target.base_url)
     plan = JobPlan(
         kind=body.kind, scenario=sc, base_dir=base_dir, simulate=simulate, api_key=api_key
     )
+    if body.deadline_s is not None:
+        plan.deadline_s = body.deadline_s
     if body.sweep is not None:
         s = body.sweep
         slo = thresholds(s.slo, ["body", "sweep", "slo"])
@@ -712,6 +715,10 @@ def _confine_files(sc, data, extra_roots: tuple) -> list:
         if sc.workload.dataset_path:
             path = data.resolve(sc.workload.dataset_path, "workload.dataset_path", extra_roots)
             sc.workload.dataset_path = str(path)
+            files.append(path)
+        if sc.workload.tokenizer:
+            path = data.resolve_tokenizer(sc.workload.tokenizer, "workload.tokenizer", extra_roots)
+            sc.workload.tokenizer = str(path)
             files.append(path)
     except DataFileError as exc:
         raise invalid(["body", "scenario"], str(exc)) from None

@@ -33,7 +33,7 @@ from bench.store import (
     get_engine,
     get_run,
 )
-from server.auth import AllowList, Guard
+from server.auth import AllowList, Guard, UpstreamKeys
 from server.datafiles import DEFAULT_MAX_FILE_MB, DataFolder
 from server.frontdoor import FrontDoor, ServedNames
 from server.jobs import JobManager
@@ -52,8 +52,10 @@ class AppState:
         allow: AllowList,
         prices_file: Path | None = None,
         data: DataFolder | None = None,
+        keys: UpstreamKeys | None = None,
     ) -> None:
         self.db_url = db_url
+        self.keys = keys or UpstreamKeys()
         self.data = data or DataFolder(None)
         self.guard = guard
         self.allow = allow
@@ -152,6 +154,7 @@ def create_app(
     data_dir: Path | None = None,
     max_data_file_mb: float = DEFAULT_MAX_FILE_MB,
     server_names: Sequence[str] = (),
+    upstream_key_hosts: Sequence[str] = (),
 ) -> FastAPI:
     """The service for one database.
 
@@ -163,7 +166,8 @@ def create_app(
     data_dir: the only folder scenarios sent to the API may read files from (uploads land
     there too; None: they read none), each file at most max_data_file_mb; server_names:
     host names the service is reached by, besides IP addresses and localhost (any other
-    Host is refused: DNS rebinding; see server/frontdoor.py).
+    Host is refused: DNS rebinding; see server/frontdoor.py); upstream_key_hosts: the only
+    HOST[:PORT]s a job sends the service's $OPENAI_API_KEY to (server/auth.py UpstreamKeys).
     """
     from server.api import router as api_router
     from server.auth import resolve_token
@@ -178,6 +182,7 @@ def create_app(
         allow=AllowList(allow_hosts),
         prices_file=prices_file,
         data=DataFolder(data_dir, max_data_file_mb),
+        keys=UpstreamKeys(list(upstream_key_hosts)),
     )
 
     @contextlib.asynccontextmanager
@@ -208,7 +213,14 @@ def create_app(
     )
 
     @app.exception_handler(RunNotFoundError)
-    async def _not_found(_request: Request, exc: RunNotFoundError) -> JSONResponse:
+    async def _not_found(request: Request, exc: RunNotFoundError) -> JSONResponse:
+        # A job's run id is announced at submission: until its process stores the run, the
+        # id answers 202 with the job's state rather than 404 (issue 28).
+        job = state.jobs.pending_run(str(request.path_params.get("ref", "")))
+        if job is not None:
+            detail = f"run {job.run_id} is not stored yet: its job {job.id} is {job.status}"
+            body = {"detail": detail, "job_id": job.id, "status": job.status}
+            return JSONResponse(body, status_code=202, headers={"Retry-After": "1"})
         return JSONResponse({"detail": str(exc)}, status_code=404)
 
     @app.exception_handler(MissingExtraError)

@@ -134,3 +134,38 @@ class AllowList:
             f"host {host!r} is not in the service's allow-list ({self.describe()}); "
             "the operator can add it with `tokenbench serve --allow-host HOST`"
         )
+
+
+class UpstreamKeys:
+    """Where the service's upstream key ($OPENAI_API_KEY) may be sent: only to the hosts the
+    operator named for it (`tokenbench serve --upstream-key HOST[:PORT]`, repeatable), never
+    to a target a token holder names (anyone holding the token could otherwise point a job
+    at a listener of theirs and read the key off the wire). HOST alone matches any port."""
+
+    def __init__(self, entries: list[str] | None = None, env: str = "OPENAI_API_KEY") -> None:
+        self.env = env
+        self.hosts: set[tuple[str, int | None]] = set()
+        for entry in entries or []:
+            try:
+                parts = urlsplit("//" + entry.strip())
+                host, port = (parts.hostname or "").lower(), parts.port
+            except ValueError:
+                host, port = "", None
+            if not host or parts.path or parts.username:
+                raise ValueError(f"--upstream-key {entry!r}: give HOST or HOST:PORT")
+            self.hosts.add((host, port))
+
+    def describe(self) -> str:
+        return ", ".join(sorted(h if p is None else f"{h}:{p}" for h, p in self.hosts)) or "none"
+
+    def key_for(self, base_url: str) -> str | None:
+        """The key to send to this target, or None when the operator did not name its host."""
+        try:
+            parts = urlsplit(base_url)
+            host = (parts.hostname or "").lower()
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            return None
+        if (host, port) in self.hosts or (host, None) in self.hosts:
+            return os.environ.get(self.env) or None
+        return None

@@ -19,6 +19,8 @@ import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from bench.tokenizer import TOKENIZER_FILE
+
 DEFAULT_MAX_FILE_MB = 1024  # ShareGPT V3 is ~670 MB
 UPLOAD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _WORD = re.compile(r"[^\s,;:'\"()\[\]{}=]{4,}")
@@ -71,6 +73,18 @@ class DataFolder:
         if inside and ".." not in Path(given).parts:
             raise DataFileError(f"{field} {given!r}: no such file in the data folder")
         raise outside
+
+    def resolve_tokenizer(self, given: str, field: str, extra_roots: tuple[Path, ...] = ()) -> Path:
+        """A tokenizer is a tokenizer.json or a folder holding one: either way the file
+        read must be a regular file inside a permitted folder (resolve's rules and errors).
+        A folder is never listed in an error, unlike on the user's own terminal."""
+        for root in [r.resolve() for r in (*extra_roots, *([self.root] if self.root else []))]:
+            candidate = Path(given) if Path(given).is_absolute() else root / given
+            with contextlib.suppress(OSError, RuntimeError):
+                real = candidate.resolve(strict=True)
+                if real.is_relative_to(root) and real.is_dir():
+                    return self.resolve(str(Path(given) / TOKENIZER_FILE), field, extra_roots)
+        return self.resolve(given, field, extra_roots)
 
     def _check_file(self, path: Path, given: str, field: str) -> Path:
         info = os.stat(path)  # stat never blocks, unlike opening a FIFO

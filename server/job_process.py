@@ -135,8 +135,12 @@ def _measure(plan, sc, executor, db_url, run_id, conn, stop_event, service_pid) 
         def on_point(point, remaining) -> None:  # noqa: ANN001
             conn.send(("point", point_done(point.index, point.spec.title, point.summary)))
 
-        result = measure(sc, plan.sweep, on_point=on_point, **options)
-    return "interrupted" if result.interrupted else "completed"
+        measure(sc, plan.sweep, on_point=on_point, **options)
+    # The job says what its stored run says (a run whose requests all failed is "failed",
+    # not "completed"): one truth for the job list and the run.
+    from bench.store import get_run
+
+    return get_run(run_id, db_url).status
 
 
 def _value(summary, name: str) -> float | None:

@@ -15,11 +15,13 @@ interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue
 import re
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,6 +36,10 @@ from server.models import JobOut, PointDone, ProgressOut
 
 SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 MAX_QUEUED = 8
+# The longest a job may run unless its submission says otherwise (JobIn.deadline_s): past
+# it the job is stopped gently (what it measured is stored, interrupted); if its process
+# has not ended PROCESS_EXIT_S later it is killed, so one job never holds the queue.
+DEFAULT_JOB_DEADLINE_S = 24 * 3600.0
 RELAY_POLL_S = 0.25
 PROCESS_EXIT_S = 30.0
 URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
@@ -54,6 +60,7 @@ class JobPlan:
     simulate: dict | None = None  # {gpu, model, precision, tp} for a simulated endpoint
     sweep: SweepPlan = field(default_factory=SweepPlan)  # a sweep's points, SLO and windows
     api_key: str | None = None
+    deadline_s: float = DEFAULT_JOB_DEADLINE_S  # from its start
 
 
 @dataclass
@@ -138,6 +145,16 @@ class JobManager:
 
     # ------------------------------------------------------------ public
 
+    def start_worker(self) -> None:
+        """Start the worker thread now, from the calling thread: it (and every job process
+        it spawns) keeps this thread's scheduling priority (see yield_to_jobs)."""
+        with self._lock:
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(
+                    target=self._work, name="tokenbench-jobs", daemon=True
+                )
+                self._worker.start()
+
     def submit(self, plan: JobPlan) -> Job:
         with self._lock:
             waiting = sum(1 for j in self.jobs.values() if j.status == "queued")
@@ -154,11 +171,7 @@ class JobManager:
                 run_id=uuid.uuid4().hex,
             )
             self.jobs[job.id] = job
-            if self._worker is None or not self._worker.is_alive():
-                self._worker = threading.Thread(
-                    target=self._work, name="tokenbench-jobs", daemon=True
-                )
-                self._worker.start()
+        self.start_worker()
         self._queue.put(job)
         return job
 
@@ -177,6 +190,12 @@ class JobManager:
             else:
                 job.touch()
         return job
+
+    def pending_run(self, ref: str) -> Job | None:
+        """The unfinished job whose announced run id is `ref` (its run may not be stored yet)."""
+        if not ref:
+            return None
+        return next((j for j in list(self.jobs.values()) if j.run_id == ref and not j.done), None)
 
     def active_run_ids(self) -> set[str]:
         return {j.run_id for j in self.jobs.values() if j.run_id and not j.done}
@@ -207,8 +226,10 @@ class JobManager:
                 job.touch(status="running", started_at=datetime.now(UTC))
             try:
                 status = self._execute(job)
-                if status == "interrupted" and job.stop.is_set():
+                if status == "interrupted" and job.stop.is_set() and job.error is None:
                     status = "cancelled"  # the stored run says interrupted, with its data
+                if status == "failed" and job.error is None:
+                    job.error = f"its run {job.run_id} is stored as failed (no request succeeded)"
                 job.touch(status=status, finished_at=datetime.now(UTC))
             except JobFailedError as exc:
                 job.touch(status="failed", error=str(exc), finished_at=datetime.now(UTC))
@@ -238,10 +259,18 @@ class JobManager:
         else:
             job.touch(pid=proc.pid)
         outcome: tuple[str, object] | None = None
+        deadline = time.monotonic() + job.plan.deadline_s
+        late = False
         try:
             while outcome is None:
-                if job.stop.is_set():
+                now = time.monotonic()
+                if now >= deadline and not late:
+                    late = True  # stop gently; killed below if it does not end
+                    job.touch(error=f"stopped at its deadline of {job.plan.deadline_s:g} s")
+                if job.stop.is_set() or late:
                     stop.set()
+                if late and now >= deadline + PROCESS_EXIT_S:
+                    break  # it did not stop: the finally kills it, the queue goes on
                 if receiver.poll(RELAY_POLL_S):
                     try:
                         kind, payload = receiver.recv()
@@ -257,6 +286,10 @@ class JobManager:
                 proc.join(PROCESS_EXIT_S)
             receiver.close()
         if outcome is None:
+            if late:
+                raise JobFailedError(
+                    f"past its deadline of {job.plan.deadline_s:g} s and did not stop: killed"
+                )
             raise RuntimeError(f"the job's measuring process exited with code {proc.exitcode}")
         kind, payload = outcome
         if kind == "failed":
@@ -292,3 +325,20 @@ def _public(text: str | None, api_key: str | None) -> str | None:
 
     text = URL_IN_TEXT.sub(strip, text)
     return Redactor([api_key]).known(text)
+
+
+# How much lower the service's own threads run than its jobs (nice levels).
+SERVICE_NICE = 10
+
+
+def yield_to_jobs(jobs: JobManager) -> None:
+    """Let measurement win the CPU over API readers and pages: start the job worker at the
+    current priority, then lower the calling thread's (uvicorn's, and every thread it
+    starts after). On Linux priority is per thread and inherited by the threads and
+    processes a thread starts, so job processes (spawned by the worker) keep the normal
+    priority while the service's readers yield to them on a busy machine. No privilege is
+    needed to lower one's own priority. Elsewhere the whole process is lowered, jobs too:
+    no gain, no harm."""
+    jobs.start_worker()
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(SERVICE_NICE)

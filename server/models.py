@@ -511,6 +511,10 @@ class JobIn(Strict):
     request_rate: float | None = Field(default=None, gt=0, le=1e6)
     request_timeout_s: float | None = Field(default=None, gt=0, le=3600)
     sweep: SweepIn | None = None
+    deadline_s: float | None = Field(
+        default=None, gt=0, le=7 * 86400,
+        description="stop the job this many seconds after it starts (default 24 h)",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _consistent(self) -> JobIn:

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from time import perf_counter_ns
-from unittest import mock
 
 import numpy as np
 
@@ -422,7 +421,6 @@ def run_scripted(
 
     async def main() -> RunResult:
         transport.stop = asyncio.Event()
-        with mock.patch("bench.runner.make_transport", lambda *args, **kw: transport):
-            return await execute(plan, progress=progress, stop=transport.stop)
+        return await execute(plan, progress=progress, stop=transport.stop, transport=transport)
 
     return asyncio.run(main())

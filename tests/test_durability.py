@@ -3,6 +3,7 @@ database. Each compares what was measured with what a server or the store says i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -129,10 +130,22 @@ def test_full_disk_counts_exactly_and_the_fallback_imports(fake_server, tmp_path
 
 
 def damage_a_page(path: Path) -> None:
-    size = path.stat().st_size
+    """Overwrite one page in the middle of the `requests` table's leaves (found through
+    SQLite's dbstat, so the damage lands on request rows however the file is laid out)."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        pages = [
+            n
+            for (n,) in db.execute(
+                "SELECT pageno FROM dbstat WHERE name = 'requests' AND pagetype = 'leaf' "
+                "ORDER BY pageno"
+            )
+        ]
+        page_size = db.execute("PRAGMA page_size").fetchone()[0]
     with path.open("r+b") as f:
-        f.seek(4096 * (size // 4096 // 2))
-        f.write(bytes(range(256)) * 16)
+        f.seek(page_size * (pages[len(pages) // 2] - 1))
+        f.write((bytes(range(256)) * (page_size // 256 + 1))[:page_size])
 
 
 def test_a_page_corrupted_sqlite_file_is_refused_not_written(tmp_path):

@@ -17,7 +17,7 @@ from bench.records import (
     ERR_RESET,
     ERR_RESET_MID_STREAM,
     ERR_STREAM_ERROR,
-    ERR_TIMEOUT,
+    ERR_TIMEOUT_BODY,
 )
 from bench.runner import run_blocking
 from bench.workload import LengthDist, Workload
@@ -120,7 +120,7 @@ def test_every_fault_counted_under_its_kind(server_factory):
             "reset_mid": ERR_RESET_MID_STREAM,
             "malformed": ERR_MALFORMED,
             "stream_error": ERR_STREAM_ERROR,
-            "stall": ERR_TIMEOUT,
+            "stall": ERR_TIMEOUT_BODY,
             "no_done": ERR_NO_DONE,
             None: None,
         }[kind]
@@ -135,7 +135,7 @@ def test_every_fault_counted_under_its_kind(server_factory):
     messages = {r.error_kind: r.error_message for r in result.records if not r.ok}
     assert "HTTP 500" in messages[ERR_HTTP_5XX]
     assert "stream" in messages[ERR_STREAM_ERROR]
-    assert "--request-timeout" in messages[ERR_TIMEOUT]
+    assert "--request-timeout" in messages[ERR_TIMEOUT_BODY]
 
 
 def test_noisy_stream_and_close_delimited_body(server_factory):

@@ -30,7 +30,7 @@ from bench.records import (
     ERR_RESET,
     ERR_RESET_MID_STREAM,
     ERR_STREAM_ERROR,
-    ERR_TIMEOUT,
+    ERR_TIMEOUT_BODY,
     OK,
 )
 from bench.workload import LengthDist, Workload
@@ -73,7 +73,7 @@ FAULTS = {
     ERR_RESET_MID_STREAM: _two_tokens_then(then="reset"),
     ERR_MALFORMED: _two_tokens_then(b"data: {oops\n\n", DONE),
     ERR_STREAM_ERROR: _two_tokens_then(sse({"error": {"message": "out of memory"}}), DONE),
-    ERR_TIMEOUT: _two_tokens_then(then="hang"),  # the request timeout ends it
+    ERR_TIMEOUT_BODY: _two_tokens_then(then="hang"),  # the request timeout ends it
     ERR_NO_DONE: _two_tokens_then(usage_event(8, 2)),
     ERR_NOT_SSE: Reply([(MS, http_head(chunked=False, length=2) + b"{}")]),
     ERR_BAD_FRAMING: Reply([(MS, http_head() + b"zz\r\nnot a chunk size\r\n")]),
@@ -108,7 +108,7 @@ def test_every_fault_is_one_failed_request_under_its_own_kind():
     messages = {r.error_kind: r.error_message for r in result.records if not r.ok}
     assert "HTTP 500" in messages[ERR_HTTP_5XX] and "boom" in messages[ERR_HTTP_5XX]
     assert "out of memory" in messages[ERR_STREAM_ERROR]
-    assert "--request-timeout" in messages[ERR_TIMEOUT]
+    assert "--request-timeout" in messages[ERR_TIMEOUT_BODY]
     assert "event 2" in messages[ERR_MALFORMED]  # names which event was bad
     # Tokens that arrived before a stream broke are kept with their times.
     broken = [r for r in result.records if r.error_kind == ERR_RESET_MID_STREAM]

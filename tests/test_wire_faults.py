@@ -30,7 +30,7 @@ from bench.records import (
     ERR_HTTP_4XX,
     ERR_MALFORMED,
     ERR_NOT_SSE,
-    ERR_TIMEOUT,
+    ERR_TIMEOUT_BODY,
 )
 from bench.runner import run_blocking
 from bench.store import list_runs, load_records
@@ -144,7 +144,7 @@ def test_each_bad_response_fails_one_request_under_its_own_kind(server_factory, 
     )
     assert time.monotonic() - started < 60  # no response waited for its timeout
     s = summarize(result.records)
-    assert ERR_TIMEOUT not in s.errors
+    assert ERR_TIMEOUT_BODY not in s.errors
     assert s.errors == expected
     assert s.completed == n - sum(expected.values())
     # Live progress says what the summary says (a 200 that breaks is a failure in both).

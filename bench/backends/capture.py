@@ -16,6 +16,13 @@ from time import perf_counter_ns
 
 import numpy as np
 
+from bench.backends.bounds import (
+    FIRST_CHECK_BYTES,
+    NON_TOKEN_EVENTS,
+    data_events,
+    stream_overrun,
+    usage_disbelieved,
+)
 from bench.backends.openai import StreamResult, decode_stream
 from bench.records import (
     CANCELLED,
@@ -29,6 +36,8 @@ from bench.records import (
     ERR_HTTP_5XX,
     ERR_HTTP_429,
     ERR_HTTP_OTHER,
+    ERR_OVERSIZED,
+    ERR_PROTOCOL,
     ERR_RESET,
     ERR_RESET_MID_STREAM,
     FAILED,
@@ -60,6 +69,8 @@ class Capture:
         "cancelled",
         "retries",
         "released_ns",
+        "max_tokens",
+        "check_at",
     )
 
     def __init__(self) -> None:
@@ -81,6 +92,10 @@ class Capture:
         self.cancelled = False
         self.retries = 0  # resent once after a reused connection closed before answering
         self.released_ns = 0  # when a --max-concurrency slot let it go (0: it never waited)
+        # the max_tokens the request asked for (0: not known), and the body length past
+        # which a transport next checks the response's bounds (bench.backends.bounds)
+        self.max_tokens = 0
+        self.check_at = FIRST_CHECK_BYTES
 
 
 def mark_closed(cap: Capture, detail: str) -> None:
@@ -296,23 +311,43 @@ def _to_record(
     if result.content_reads:
         rec.chunk_times_ns = arrived[np.asarray(result.content_reads)] - t0_ns
         rec.first_token_ns = int(rec.chunk_times_ns[0])
-    if result.completion_tokens is not None:
-        rec.output_tokens = int(result.completion_tokens)
-        rec.prompt_tokens = result.prompt_tokens
-        rec.cached_prompt_tokens = result.cached_prompt_tokens
-        rec.token_count_source = COUNT_USAGE
-    elif count_tokens is not None:
-        rec.output_tokens = count_tokens("".join(result.content_text))
-        rec.token_count_source = COUNT_TOKENIZER
-    else:
-        rec.output_tokens = len(result.content_reads)
-        rec.token_count_source = COUNT_CHUNKS
-
+    _count_output(rec, result, count_tokens)
     # A transport error (reset, timeout) outranks what the partial stream said.
     kind = cap.error_kind or result.error_kind
+    content = len(result.content_reads)
+    if cap.error_kind == ERR_OVERSIZED:  # cut mid-event, so maybe not decoded: count events
+        content = max(content, data_events(cap.body) - NON_TOKEN_EVENTS)
+    overrun = stream_overrun(content, expected_output_len)
+    if overrun is not None and kind in (None, ERR_OVERSIZED):  # what outgrew its bound
+        kind = cap.error_kind = ERR_PROTOCOL
+        cap.error_message = overrun
     if kind is not None:
         rec.state, rec.error_kind = FAILED, kind
         rec.error_message = cap.error_message if cap.error_kind else result.error_message
     else:
         rec.state = OK
     return rec
+
+
+def _count_output(
+    rec: RequestRecord, result: StreamResult, count_tokens: Callable[[str], int] | None
+) -> None:
+    """Output tokens from the server's usage when it is plausible, else from the stream;
+    a usage not believed is kept beside them (rec.claimed_output_tokens: usage_mismatch)."""
+    streamed = len(result.content_reads)
+    counted = None
+    if count_tokens is not None and (result.completion_tokens is None or streamed):
+        counted = count_tokens("".join(result.content_text))
+    claimed = result.completion_tokens
+    if claimed is not None:
+        rec.prompt_tokens = result.prompt_tokens
+        rec.cached_prompt_tokens = result.cached_prompt_tokens
+        if usage_disbelieved(claimed, streamed, rec.expected_output_len, counted) is None:
+            rec.output_tokens = int(claimed)
+            rec.token_count_source = COUNT_USAGE
+            return
+        rec.claimed_output_tokens = int(claimed)
+    if counted is not None:
+        rec.output_tokens, rec.token_count_source = counted, COUNT_TOKENIZER
+    else:
+        rec.output_tokens, rec.token_count_source = streamed, COUNT_CHUNKS

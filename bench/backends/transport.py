@@ -32,8 +32,16 @@ from time import perf_counter_ns
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from bench.backends.bounds import check_stream, ends_with_done
 from bench.backends.capture import Capture, mark_closed
-from bench.records import ERR_BAD_FRAMING, ERR_CONNECT, ERR_TIMEOUT
+from bench.records import (
+    ERR_BAD_FRAMING,
+    ERR_CONNECT,
+    ERR_TIMEOUT_BODY,
+    ERR_TIMEOUT_CONNECT,
+    ERR_TIMEOUT_HEADERS,
+    ERR_TIMEOUT_TLS,
+)
 
 TRANSPORTS = ("raw", "httpx")
 
@@ -125,6 +133,7 @@ class _Connection:
         "tls_out",
         "pooled",
         "request",
+        "deadline_ns",
     )
 
     def __init__(self, sock: socket.socket | None, pool: RawTransport | None) -> None:
@@ -148,6 +157,7 @@ class _Connection:
         # alive after a response, or opened ahead by warm()), which the server may have closed
         self.pooled = False
         self.request: bytes | None = None  # the request being served, kept for one resend
+        self.deadline_ns = 0  # when the request it serves times out, whatever its phase
 
     def expect(self, cap: Capture, done: Done | None = None) -> None:
         """Get ready to read the response to a request about to be written."""
@@ -199,11 +209,14 @@ class _Connection:
                 except ValueError:
                     size = -1  # a chunk extension (";name=value"): the general path
                 if size > 0 and eol + size + 4 == len(data) and data.endswith(b"\r\n"):
-                    cap.body += data[eol + 2 : -2]
+                    body = cap.body
+                    body += data[eol + 2 : -2]
                     reads = cap.reads
                     reads.append(t)
-                    reads.append(len(cap.body))
+                    reads.append(len(body))
                     reads.frombytes(stamp)
+                    if len(body) > cap.check_at:
+                        self._check_bounds(cap, t)
                     return
         self._feed_framed(data, cap, t, stamp)
 
@@ -231,6 +244,19 @@ class _Connection:
         reads.frombytes(stamp)
         if self.state == _DONE:
             cap.end_ns = t
+            self.release()
+        elif len(cap.body) > cap.check_at:
+            self._check_bounds(cap, t)
+
+    def _check_bounds(self, cap: Capture, t: int) -> None:
+        """The body grew past its check point: check its bounds (bench.backends.bounds);
+        beyond one the request ends now, named, and the connection is dropped."""
+        cap.check_at, kind, message = check_stream(cap.body, cap.max_tokens)
+        if kind is not None:
+            cap.error_kind, cap.error_message = kind, message
+            cap.end_ns = t
+            self.keep_alive = False
+            self.state = _DONE
             self.release()
 
     def _broken(self, cap: Capture, exc: Exception, t: int, stamp: bytes) -> None:
@@ -325,7 +351,7 @@ class _Connection:
             done, request = self.done, self.request
             self.cap = self.done = None
             self.pool.put_back(self, False)
-            self.pool.resend(request, cap, self.timeout_s, done)
+            self.pool.resend(request, cap, self.timeout_s, done, self.deadline_ns)
             return
         if cap is not None:
             t = perf_counter_ns()
@@ -370,6 +396,12 @@ class _Connection:
             cap.status = int(rest[:3])
         except ValueError:
             raise _FramingError(f"not an HTTP response: {lines[0][:80]!r}") from None
+        if 100 <= cap.status < 200 and cap.status != 101:
+            # An interim response (100 Continue, 103 Early Hints): HTTP/1.1 says a client
+            # reads past it to the final response on the same connection (RFC 9110 15.2).
+            cap.status = None
+            rest_data = data[end + 4 :]
+            return self._head(rest_data, cap, t) if rest_data else None
         length = None
         chunked = False
         connection = b""
@@ -592,7 +624,8 @@ class RawTransport:
         head = self._head_fmt.format(path=self.prefix + path, length=len(body))
         return head.encode("latin-1") + body
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self, phase: list[str] | None = None) -> _Connection:
+        """Open a connection; phase[0] says which step it is in (for a timeout's kind)."""
         loop = asyncio.get_running_loop()
         family, kind, proto, _, address = await self._address()
         sock = socket.socket(family, kind, proto)
@@ -603,6 +636,8 @@ class RawTransport:
             await loop.sock_connect(sock, address)
             conn = _Connection(sock, self)
             if self.ssl_context is not None:
+                if phase is not None:
+                    phase[0] = ERR_TIMEOUT_TLS
                 await _handshake(conn, self.ssl_context, self.host)
         except BaseException:
             sock.close()
@@ -650,37 +685,59 @@ class RawTransport:
                             raise conn
 
     def start(self, prepared: bytes, cap: Capture, timeout_s: float, done: Done) -> None:
-        """Send on an idle connection now, or open one first (off the caller's path)."""
+        """Send on an idle connection now, or open one first (off the caller's path).
+        The request's one deadline starts now and holds through every phase."""
+        deadline_ns = perf_counter_ns() + int(timeout_s * 1e9)
         while self._idle:
             conn = self._idle.pop()
             if not conn.lost and conn.alive():
                 conn.pooled = True
-                self._begin(conn, prepared, cap, timeout_s, done)
+                self._begin(conn, prepared, cap, timeout_s, done, deadline_ns)
                 return
             self.put_back(conn, False)  # closed by the peer while idle: drop it
-        self._open_then_begin(prepared, cap, timeout_s, done)
+        self._open_then_begin(prepared, cap, timeout_s, done, deadline_ns)
 
-    def resend(self, prepared: bytes, cap: Capture, timeout_s: float, done: Done) -> None:
+    def resend(
+        self, prepared: bytes, cap: Capture, timeout_s: float, done: Done, deadline_ns: int
+    ) -> None:
         """Send a request again on a new connection (the reused one was dead: see
         _Connection.close_lost); the record keeps the count in `retries`."""
         cap.retries += 1
         cap.sent_ns = 0
-        self._open_then_begin(prepared, cap, timeout_s, done)
+        self._open_then_begin(prepared, cap, timeout_s, done, deadline_ns)
 
-    def _open_then_begin(self, prepared: bytes, cap: Capture, timeout_s: float, done: Done):
-        task = asyncio.ensure_future(self._connect_then_begin(prepared, cap, timeout_s, done))
+    def _open_then_begin(
+        self, prepared: bytes, cap: Capture, timeout_s: float, done: Done, deadline_ns: int
+    ) -> None:
+        task = asyncio.ensure_future(
+            self._connect_then_begin(prepared, cap, timeout_s, done, deadline_ns)
+        )
         self._connecting.add(task)
         task.add_done_callback(self._connecting.discard)
 
     async def _connect_then_begin(
-        self, prepared: bytes, cap: Capture, timeout_s: float, done: Done
+        self, prepared: bytes, cap: Capture, timeout_s: float, done: Done, deadline_ns: int
     ) -> None:
+        phase = [ERR_TIMEOUT_CONNECT]
+        began = perf_counter_ns()
         try:
-            conn = await self._connect()
+            async with asyncio.timeout(max(0.0, (deadline_ns - began) / 1e9)):
+                conn = await self._connect(phase)
         except asyncio.CancelledError:
             cap.cancelled = True  # never left the client: sent_ns stays 0
             done(cap)
             raise
+        except TimeoutError:
+            # Timed from the first attempt: the record's E2EL is the time it waited.
+            cap.sent_ns, cap.end_ns = began, perf_counter_ns()
+            cap.error_kind = phase[0]
+            step = "TLS handshake" if phase[0] == ERR_TIMEOUT_TLS else "connection"
+            cap.error_message = (
+                f"{step} to {self.host}:{self.port} not done within --request-timeout "
+                f"{timeout_s:g} s"
+            )
+            done(cap)
+            return
         except (OSError, ssl.SSLError) as exc:
             cap.sent_ns = cap.end_ns = perf_counter_ns()
             cap.error_kind = ERR_CONNECT
@@ -688,15 +745,22 @@ class RawTransport:
             done(cap)
             return
         conn.pooled = False
-        self._begin(conn, prepared, cap, timeout_s, done)
+        self._begin(conn, prepared, cap, timeout_s, done, deadline_ns)
 
     def _begin(
-        self, conn: _Connection, prepared: bytes, cap: Capture, timeout_s: float, done: Done
+        self,
+        conn: _Connection,
+        prepared: bytes,
+        cap: Capture,
+        timeout_s: float,
+        done: Done,
+        deadline_ns: int,
     ) -> None:
         conn.expect(cap, done)
         conn.request = prepared
         cap.sent_ns = perf_counter_ns()
         conn.timeout_s = timeout_s
+        conn.deadline_ns = deadline_ns
         conn.write(prepared)
         if self._sweeper is None:
             self._sweep_in(min(0.25, timeout_s / 4))
@@ -715,16 +779,23 @@ class RawTransport:
         self._sweeper = asyncio.get_running_loop().call_later(interval_s, self._sweep, interval_s)
 
     def _sweep(self, interval_s: float) -> None:
-        """Expire requests past their deadline. One timer for all connections instead of
-        one per request: a per-request TimerHandle cost ~570 bytes in flight (issue 10)."""
+        """Expire requests past their deadline, and complete streams that ended with
+        [DONE] while the server kept the response open. One timer for all connections
+        instead of one per request: a per-request TimerHandle cost ~570 bytes in flight
+        (issue 10)."""
         self._sweeper = None
         now = perf_counter_ns()
+        quiet_ns = now - int(interval_s * 1e9)
         busy = False
         for conn in list(self._all):
-            if conn.cap is None:
+            cap = conn.cap
+            if cap is None:
                 continue
-            if now - conn.cap.sent_ns >= conn.timeout_s * 1e9:
+            if now >= conn.deadline_ns:
                 _expire(conn)
+            elif conn.state != _HEAD and cap.reads and cap.reads[-4] < quiet_ns:
+                _end_if_done(conn)
+                busy = busy or conn.cap is not None
             else:
                 busy = True
         if busy:
@@ -780,15 +851,32 @@ async def _handshake(conn: _Connection, context: ssl.SSLContext, host: str) -> N
 
 
 def _expire(conn: _Connection) -> None:
+    """The request's deadline has passed: end it, named by the phase it was in."""
     cap = conn.cap
     if cap is None:
         return
-    cap.error_kind = ERR_TIMEOUT
-    cap.error_message = f"no complete response within --request-timeout {conn.timeout_s:g} s"
+    if conn.state == _HEAD:
+        cap.error_kind = ERR_TIMEOUT_HEADERS
+        what = "no complete response head"
+    else:
+        cap.error_kind = ERR_TIMEOUT_BODY
+        what = "the stream did not end"
+    cap.error_message = f"{what} within --request-timeout {conn.timeout_s:g} s"
     cap.end_ns = perf_counter_ns()
     conn.state = _DONE
     conn.keep_alive = False
     conn.release()
+
+
+def _end_if_done(conn: _Connection) -> None:
+    """A quiet stream whose last event is [DONE] is complete even if the server neither
+    ends the response nor closes: end it at its last read and drop the connection."""
+    cap = conn.cap
+    if cap is not None and ends_with_done(cap.body):
+        cap.end_ns = cap.reads[-4]
+        conn.state = _DONE
+        conn.keep_alive = False
+        conn.release()
 
 
 # ---------------------------------------------------------------- httpx
@@ -842,17 +930,32 @@ class HttpxTransport:
     ) -> None:
         httpx = self._httpx
         path, body = prepared
+        phase = [ERR_TIMEOUT_CONNECT]
+
+        async def trace(event: str, _info: dict) -> None:
+            """httpcore's steps, so that a timeout names the phase it stopped in."""
+            if event.startswith("connection.start_tls"):
+                phase[0] = ERR_TIMEOUT_TLS
+            elif event.startswith("http11.send_request_headers"):
+                phase[0] = ERR_TIMEOUT_HEADERS
+
         request = self.client.build_request(
-            "POST", path, content=body, headers={"Content-Type": "application/json"}
+            "POST",
+            path,
+            content=body,
+            headers={"Content-Type": "application/json"},
+            extensions={"trace": trace},
         )
         client = self.client
+        # One deadline for the request, through a resend and every phase of each attempt.
+        deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
             try:
-                await self._attempt(client, request, cap, timeout_s)
+                await self._attempt(client, request, cap, deadline, phase)
             except TimeoutError:
                 cap.end_ns = perf_counter_ns()
-                cap.error_kind = ERR_TIMEOUT
-                cap.error_message = f"no complete response within --request-timeout {timeout_s:g} s"
+                cap.error_kind = phase[0]
+                cap.error_message = f"{_PHASES[phase[0]]} within --request-timeout {timeout_s:g} s"
             except asyncio.CancelledError:
                 cap.cancelled = True
                 cap.end_ns = perf_counter_ns()
@@ -866,6 +969,7 @@ class HttpxTransport:
                     # ("Server disconnected without sending a response"). Once, again.
                     cap.retries += 1
                     client = self._fresh
+                    phase[0] = ERR_TIMEOUT_CONNECT
                     continue
                 cap.end_ns = perf_counter_ns()
                 if isinstance(exc, httpx.RemoteProtocolError) and not _closed(exc):
@@ -876,19 +980,42 @@ class HttpxTransport:
             break
         done(cap)
 
-    async def _attempt(self, client, request, cap: Capture, timeout_s: float) -> None:
-        async with asyncio.timeout(timeout_s):
+    async def _attempt(
+        self, client, request, cap: Capture, deadline: float, phase: list[str]
+    ) -> None:
+        async with asyncio.timeout_at(deadline):
             cap.sent_ns = perf_counter_ns()
             response = await client.send(request, stream=True)
             try:
                 cap.first_byte_ns = perf_counter_ns()
                 cap.status = response.status_code
-                async for chunk in response.aiter_raw():
-                    cap.body += chunk
+                phase[0] = ERR_TIMEOUT_BODY
+                chunks = response.aiter_raw()
+                done = False
+                while True:
+                    try:
+                        if done:  # [DONE] came: the response's end is not waited for long
+                            chunk = await asyncio.wait_for(anext(chunks), DONE_GRACE_S)
+                        else:
+                            chunk = await anext(chunks)
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError:
+                        if done:
+                            break  # complete at [DONE] though the server kept it open
+                        raise
+                    body = cap.body
+                    body += chunk
                     reads = cap.reads
                     reads.append(perf_counter_ns())
-                    reads.append(len(cap.body))
+                    reads.append(len(body))
                     reads.frombytes(_NO_STAMP)
+                    if len(body) > cap.check_at:
+                        cap.check_at, kind, message = check_stream(body, cap.max_tokens)
+                        if kind is not None:  # beyond a bound: end it, drop the connection
+                            cap.error_kind, cap.error_message = kind, message
+                            break
+                    done = done or (chunk.endswith(b"\n") and ends_with_done(body))
             finally:
                 await response.aclose()
         cap.end_ns = cap.reads[-4] if cap.reads else perf_counter_ns()
@@ -898,6 +1025,18 @@ class HttpxTransport:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.client.aclose()
         await self._fresh.aclose()
+
+
+# How long the end of a response is waited for after its [DONE] event (the raw transport's
+# sweep interval is the same at most).
+DONE_GRACE_S = 0.25
+
+_PHASES = {
+    ERR_TIMEOUT_CONNECT: "no connection",
+    ERR_TIMEOUT_TLS: "no TLS handshake",
+    ERR_TIMEOUT_HEADERS: "no complete response head",
+    ERR_TIMEOUT_BODY: "the stream did not end",
+}
 
 
 def _closed(exc: BaseException) -> bool:

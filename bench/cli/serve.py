@@ -64,6 +64,14 @@ def serve_command(
             "this machine's hostname and --host are always accepted, other Host headers get 400",
         ),
     ] = None,
+    upstream_key: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--upstream-key",
+            help="HOST or HOST:PORT that jobs send $OPENAI_API_KEY to (repeat); to any other "
+            "target, one a token holder names, the key is never sent",
+        ),
+    ] = None,
     log_level: Annotated[
         str, typer.Option("--log-level", help="uvicorn's: critical, error, warning, info, debug")
     ] = "info",
@@ -94,6 +102,7 @@ def serve_command(
             db,
             api_token=token,
             allow_hosts=list(allow_host or []),
+            upstream_key_hosts=list(upstream_key or []),
             open_reads=reads_open,
             prices_file=prices_file,
             data_dir=data_dir,
@@ -112,12 +121,16 @@ def serve_command(
         typer.echo(f"API token: from ${TOKEN_ENV}")
     typer.echo("reads: open" if reads_open else "reads: need the token (--open-reads to open them)")
     typer.echo(f"background runs may target: {app.state.tb.allow.describe()}")
+    typer.echo(f"$OPENAI_API_KEY is sent only to: {app.state.tb.keys.describe()}")
     folder = app.state.tb.data.root
     typer.echo(
         f"API scenarios may read files in: {folder}"
         if folder
         else "API scenarios may read no files (--data-dir DIR to allow a data folder)"
     )
+    from server.jobs import yield_to_jobs
+
+    yield_to_jobs(app.state.tb.jobs)  # readers of the service never slow a job's timing
     uvicorn.Server(uvicorn.Config(app, log_level=log_level)).run(sockets=[sock])
 
 

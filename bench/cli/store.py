@@ -266,10 +266,12 @@ def rm_command(
     ] = False,
 ) -> None:
     """Delete a run and all its requests."""
-    from bench.store import delete_run, get_run
+    from bench.store import delete_run, get_run, refuse_if_busy
 
     existing_database(db)
     info = get_run(run, db)
+    if not force:  # refused before asking: a "yes" would be wasted on a run it cannot delete
+        refuse_if_busy(info.id, info.stored_status, info.heartbeat_at)
     if not yes and not typer.confirm(
         f"delete run {info.id} ({info.name or '-'}, {info.request_count} requests)?"
     ):

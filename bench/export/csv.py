@@ -13,14 +13,17 @@ import zipfile
 from pathlib import Path
 
 from bench.export.report import Report, Table, cell_value
+from bench.formulas import csv_text
 
 
 def table_csv(table: Table) -> str:
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(table.headers)
+    # RFC 4180's CRLF: then a CR inside a cell (a label from outside) is quoted too, and
+    # cannot split a row
+    w = csv.writer(buf, lineterminator="\r\n")
+    w.writerow([csv_text(h) for h in table.headers])
     for row in table.rows:
-        w.writerow(["" if (v := cell_value(c)) is None else v for c in row])
+        w.writerow(["" if (v := cell_value(c)) is None else csv_text(v) for c in row])
     return buf.getvalue()
 
 

@@ -26,6 +26,7 @@ from openpyxl.utils import get_column_letter
 from openpyxl.workbook.defined_name import DefinedName
 
 from bench.export.report import Num, Report, Table, cell_text, cell_value
+from bench.formulas import xlsx_text
 
 HEADER_FONT = Font(bold=True, color="FFFFFF")
 HEADER_FILL = PatternFill("solid", fgColor="1F4E79")
@@ -51,7 +52,7 @@ def number_format(cell: Num) -> str:
 
 def _header(ws, row: int, headers: list[str]) -> None:
     for j, text in enumerate(headers, start=1):
-        c = ws.cell(row, j, text)
+        c = xlsx_text(ws.cell(row, j, text))
         c.font, c.fill = HEADER_FONT, HEADER_FILL
         c.alignment = Alignment(wrap_text=True, vertical="center")
 
@@ -78,12 +79,15 @@ def _sheet(wb: Workbook, table: Table, skip_rows: set[str] = frozenset()) -> Non
     ws = wb.create_sheet(table.name[:31])
     ws.append(table.headers)
     for c in ws[1]:
+        xlsx_text(c)
         c.font, c.fill = HEADER_FONT, HEADER_FILL
         c.alignment = Alignment(wrap_text=True, vertical="center")
     for row in table.rows:
         if row and row[0] in skip_rows:
             continue
         ws.append([cell_value(c) for c in row])
+        for cell in ws[ws.max_row]:
+            xlsx_text(cell)  # a label from outside (=1+41) is text, not a formula
         for j, c in enumerate(row):
             if isinstance(c, Num) and c.value is not None:
                 ws.cell(ws.max_row, j + 1).number_format = number_format(c)
@@ -133,9 +137,9 @@ def _inputs(wb: Workbook, report: Report) -> dict[tuple[str, str], str]:
     ]  # fmt: skip
     _header(ws, 3, ["Input", "Value", "Source or note"])
     for i, (name, label, value, fmt, why) in enumerate(rows, start=4):
-        ws.cell(i, 1, label)
+        xlsx_text(ws.cell(i, 1, label))
         _input(ws, i, 2, value, fmt)
-        ws.cell(i, 3, why)
+        xlsx_text(ws.cell(i, 3, why))
         _name(wb, name, ws, i, 2)
 
     top = 4 + len(rows) + 1
@@ -145,15 +149,15 @@ def _inputs(wb: Workbook, report: Report) -> dict[tuple[str, str], str]:
     r = top + 2
     for row in report.prices.rows:
         gpu, tier, kind, provider, price, source, date = row
-        ws.cell(r, 1, gpu)
-        ws.cell(r, 2, tier)
+        xlsx_text(ws.cell(r, 1, gpu))
+        xlsx_text(ws.cell(r, 2, tier))
         _input(ws, r, 3, cell_value(price), USD)
         for j, v in enumerate((kind, provider, source, date), start=4):
-            ws.cell(r, j, cell_value(v))
+            xlsx_text(ws.cell(r, j, cell_value(v)))
         prices[(gpu, tier)] = f"inputs!$C${r}"
         r += 1
     if report.tier_note:
-        ws.cell(r, 1, report.tier_note).font = Font(italic=True)
+        xlsx_text(ws.cell(r, 1, report.tier_note)).font = Font(italic=True)
         r += 1
     ws.cell(r + 1, 1, "Blue cells are inputs. Derived $ figures: sheets cost, summary_cost, plan, "
             "energy.")  # fmt: skip
@@ -190,7 +194,7 @@ def _capacity(wb: Workbook, report: Report) -> list[int]:
             cell_value(e[2]) if e else None, cell_value(e[3]) if e else "",
         ]  # fmt: skip
         for j, v in enumerate(values, start=1):
-            ws.cell(r, j, v)
+            xlsx_text(ws.cell(r, j, v))
         for j, fmt in ((6, "#,##0.0"), (7, "#,##0.0"), (8, "#,##0.000"), (9, "#,##0.0"),
                        (10, "#,##0.0"), (11, "#,##0")):  # fmt: skip
             ws.cell(r, j).number_format = fmt
@@ -222,9 +226,9 @@ def _cost(wb: Workbook, report: Report, prices, cap_rows) -> dict[tuple[str, str
             price = prices.get((row.gpu, row.tier))
             if price is None:
                 continue
-            ws.cell(r, 1, c.curve.legend)
-            ws.cell(r, 2, row.gpu)
-            ws.cell(r, 3, row.tier)
+            xlsx_text(ws.cell(r, 1, c.curve.legend))
+            xlsx_text(ws.cell(r, 2, row.gpu))
+            xlsx_text(ws.cell(r, 3, row.tier))
             ws.cell(r, 4, f"={price}").number_format = USD
             ws.cell(r, 5, f"=capacity!$C${cr}")
             ws.cell(r, 6, f"=capacity!$F${cr}").number_format = "#,##0.0"
@@ -249,7 +253,7 @@ def _summary_cost(wb: Workbook, report: Report, cost_rows) -> None:
     _header(ws, 1, ["Pricing tier", *runs])
     tiers = list(dict.fromkeys(t for _, t in cost_rows))
     for i, tier in enumerate(tiers, start=2):
-        ws.cell(i, 1, tier)
+        xlsx_text(ws.cell(i, 1, tier))
         for j, run in enumerate(runs, start=2):
             row = cost_rows.get((run, tier))
             cell = ws.cell(i, j, f"=cost!$J${row}" if row else "no tier")
@@ -278,11 +282,13 @@ def _plan(wb: Workbook, report: Report, prices, cap_rows) -> None:
     systems = {s.run_id: s for s in (report.plan.systems if report.plan else [])}
     r = 4
     for c, cr in zip(report.comparisons, cap_rows, strict=True):
-        ws.cell(r, 1, c.curve.legend)
-        ws.cell(r, 2, c.curve.gpu_type or "")
+        xlsx_text(ws.cell(r, 1, c.curve.legend))
+        xlsx_text(ws.cell(r, 2, c.curve.gpu_type or ""))
         s = systems.get(c.curve.run_id)
         if not cr or (s is not None and s.gpus is None):
-            ws.cell(r, 9, (s.note if s else None) or "no capacity at the SLO: cannot be sized")
+            xlsx_text(
+                ws.cell(r, 9, (s.note if s else None) or "no capacity at the SLO: cannot be sized")
+            )
             r += 1
             continue
         ws.cell(r, 3, f"=capacity!$C${cr}")
@@ -301,7 +307,7 @@ def _plan(wb: Workbook, report: Report, prices, cap_rows) -> None:
             f'IF(ISNUMBER(DemandTokensPerDay),DemandTokensPerDay/86400,""))'
         )
         ws.cell(r, 8, mean).number_format = "#,##0.0"
-        ws.cell(r, 9, (s.note if s else None) or "")
+        xlsx_text(ws.cell(r, 9, (s.note if s else None) or ""))
         sized[c.curve.legend] = r
         r += 1
     ws.cell(r, 1, "GPUs to buy is a formula of the demand (blue: type a number over it to "
@@ -321,9 +327,9 @@ def _plan(wb: Workbook, report: Report, prices, cap_rows) -> None:
         for (gpu, tier), price in prices.items():
             if gpu != _gpu_of(report, c):
                 continue
-            ws.cell(r, 1, c.curve.legend)
-            ws.cell(r, 2, gpu)
-            ws.cell(r, 3, tier)
+            xlsx_text(ws.cell(r, 1, c.curve.legend))
+            xlsx_text(ws.cell(r, 2, gpu))
+            xlsx_text(ws.cell(r, 3, tier))
             ws.cell(r, 4, f"={price}").number_format = USD
             ws.cell(r, 5, f"=$F${row_of}").number_format = "0"
             ws.cell(r, 6, f"=E{r}*D{r}*HoursPerMonth").number_format = USD0
@@ -366,7 +372,7 @@ def _energy(wb: Workbook, report: Report, cap_rows) -> None:
     for c, cr in zip(report.comparisons, cap_rows, strict=True):
         if not cr:
             continue
-        ws.cell(r, 1, c.curve.legend)
+        xlsx_text(ws.cell(r, 1, c.curve.legend))
         ws.cell(r, 2, f"=capacity!$K${cr}").number_format = "#,##0"
         ws.cell(r, 3, f"=capacity!$L${cr}")
         ws.cell(r, 4, f"=capacity!$C${cr}")

@@ -7,7 +7,11 @@ stored against it must not read as a measurement, nor be priced as the GPU the u
 
 from __future__ import annotations
 
+import json
+
 import httpx
+
+from bench.backends.bounds import bounded_get
 
 SIMULATED_OWNER = "tokenbench-simulated"
 
@@ -21,9 +25,9 @@ def detect_simulated(
     url = url if url.endswith("/v1") else f"{url}/v1"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        resp = httpx.get(f"{url}/models", headers=headers, timeout=timeout_s)
-        models = resp.json().get("data") or [] if resp.status_code == 200 else []
-    except (httpx.HTTPError, ValueError, AttributeError):
+        status, body = bounded_get(f"{url}/models", headers=headers, timeout_s=timeout_s)
+        models = json.loads(body).get("data") or [] if status == 200 else []
+    except (httpx.HTTPError, ValueError, AttributeError, TimeoutError):
         return None
     for m in models:
         if isinstance(m, dict) and m.get("owned_by") == SIMULATED_OWNER:

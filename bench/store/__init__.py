@@ -49,6 +49,7 @@ _WHERE = {
     "LoadPointInfo": "read",
     "RunInfo": "read",
     "delete_run": "read",
+    "refuse_if_busy": "read",
     "get_run": "read",
     "list_runs": "read",
     "load_artifact": "read",

@@ -48,11 +48,19 @@ INT_FIELDS: tuple[tuple[str, str], ...] = (
     ("retries", "retries"),
     ("cached_prompt_tokens", "cached_prompt_tokens"),  # added in schema 0002; NULL before
     ("slot_wait_ns", "slot_wait_ns"),  # added in schema 0002; NULL (no wait known) before
+    # the server's usage when it was not believed (issue 28); in the blob only, not a SQL
+    # column of `requests` (no schema change): NULL before, and when usage was believed
+    ("claimed_output_tokens", "claimed_output_tokens"),
 )
 # Columns added after format v1 was first written, and the value older batches mean by
 # their absence (a batch stored before `retries` existed had no retries; one stored before
 # schema 0002 does not say what was cached or how long a request waited for a slot).
-LATER_INTS: dict[str, int] = {"retries": 0, "cached_prompt_tokens": NULL, "slot_wait_ns": NULL}
+LATER_INTS: dict[str, int] = {
+    "retries": 0,
+    "cached_prompt_tokens": NULL,
+    "slot_wait_ns": NULL,
+    "claimed_output_tokens": NULL,
+}
 STR_FIELDS: tuple[str, ...] = ("state", "error_kind", "token_count_source", "error_message")
 
 # Column order of a `requests` SQL row, after run_id and load_point.

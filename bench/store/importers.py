@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,6 +40,7 @@ from bench.records import (
     OK,
     RequestRecord,
 )
+from bench.store.errors import RunNotFoundError
 from bench.store.writer import RunWriter
 
 FORMATS = ("vllm", "guidellm", "aiperf", "tokenbench")
@@ -115,7 +117,39 @@ def import_file(
         run["name"] = name
     run.setdefault("name", path.stem)
     _require_timings(run, fmt, path)
+    if fmt == "tokenbench":
+        _make_room_for(run, path, db)
     return _write(run, fmt, db)
+
+
+def _make_room_for(run: dict[str, Any], path: Path, db: str | Engine | None) -> None:
+    """A fallback file completes the run it was measured as (same id), never a duplicate.
+
+    Where the database already holds part of that run (the writer stored some batches
+    before it failed), the partial run is replaced by the file's, which holds every record
+    the run measured (bench.session.save_fallback) — but only if it holds at least as many
+    requests.
+    """
+    from bench.store.read import delete_run, get_run
+
+    run_id = run.get("run_id")
+    if not run_id:
+        return
+    try:
+        stored = get_run(run_id, db)
+    except RunNotFoundError:
+        return
+    if stored.id != run_id:
+        return  # a prefix of another run's id: leave it alone
+    if stored.request_count > len(run["records"]):
+        raise ImportFormatError(
+            f"{path}: the database's run {run_id} holds {stored.request_count} requests, more "
+            f"than this file's {len(run['records'])}; nothing was imported"
+        )
+    run["created_at"] = stored.created_at
+    # force: the file is written only once the run's writer has stopped for good, so a
+    # "running" status with a fresh heartbeat is the failed writer's last word
+    delete_run(run_id, db, force=True)
 
 
 _NO_TIMINGS_HINT = {
@@ -170,6 +204,9 @@ def _fallback(doc: list[dict[str, Any]], path: Path) -> dict[str, Any]:
     run = dict(header.get("run") or {})
     extra = dict(run.pop("extra", None) or {})
     extra["restored_from"] = {"file": str(path), "run_id": header.get("run_id")}
+    run_id = header.get("run_id")
+    if isinstance(run_id, str) and re.fullmatch(r"[0-9a-f]{32}", run_id):
+        run["run_id"] = run_id  # the same run, completed (see _make_room_for)
     return {
         **run,
         "extra": extra,

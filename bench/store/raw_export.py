@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy.engine import Engine
 
+from bench.formulas import csv_text
 from bench.store.read import get_run, requests_dataframe
 
 FORMATS = ("json", "csv", "parquet")
@@ -54,6 +55,8 @@ def export_raw(
         out.write_text(json.dumps(doc, default=_json_default, indent=None))
     elif fmt == "csv":
         frame["chunk_gaps_ns"] = [" ".join(map(str, g.tolist())) for g in frame["chunk_gaps_ns"]]
+        for name in frame.select_dtypes(include="object").columns:  # server text: never a formula
+            frame[name] = frame[name].map(csv_text)
         frame.to_csv(out, index=False)
     else:
         import pyarrow as pa

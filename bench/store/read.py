@@ -233,6 +233,7 @@ _COLUMNS_FIELDS = (
     "gaps",
     "slot_wait_ns",
     "cached_prompt_tokens",
+    "claimed_output_tokens",
 )
 
 
@@ -279,6 +280,7 @@ def columns_from_decoded(d: codec.Decoded) -> Columns:
         gap_counts=np.where(ok, np.maximum(d.ints["n_chunks"] - 1, 0), 0),
         slot_wait_ns=np.nan_to_num(d.as_float("slot_wait_ns")),
         cached_prompt_tokens=d.as_float("cached_prompt_tokens"),
+        claimed_output_tokens=d.as_float("claimed_output_tokens"),
     )
 
 
@@ -356,6 +358,17 @@ def requests_dataframe(
     return frame
 
 
+def refuse_if_busy(run_id: str, status: str, heartbeat_at: datetime | None) -> None:
+    """RunBusyError if a live process is still writing the run (delete_run's refusal, also
+    said by `tokenbench rm` before it asks for confirmation)."""
+    if effective_status(status, heartbeat_at) == RUNNING:
+        raise RunBusyError(
+            f"run {run_id[:8]} is still being written (its writer beat "
+            f"{_age_s(heartbeat_at):.0f} s ago); stop its run first, or wait "
+            f"{STALE_AFTER_S:.0f} s after its process died"
+        )
+
+
 def delete_run(run_id: str, db: str | Engine | None = None, *, force: bool = False) -> int:
     """Delete a run and everything it owns; returns how many requests went with it.
 
@@ -367,12 +380,8 @@ def delete_run(run_id: str, db: str | Engine | None = None, *, force: bool = Fal
         found = conn.execute(select(Run.status, Run.heartbeat_at).where(Run.id == run_id)).first()
         if found is None:
             raise RunNotFoundError(f"no run {run_id!r}")
-        if not force and effective_status(found.status, found.heartbeat_at) == RUNNING:
-            raise RunBusyError(
-                f"run {run_id[:8]} is still being written (its writer beat "
-                f"{_age_s(found.heartbeat_at):.0f} s ago); stop its run first, or wait "
-                f"{STALE_AFTER_S:.0f} s after its process died"
-            )
+        if not force:
+            refuse_if_busy(run_id, found.status, found.heartbeat_at)
         n = conn.execute(
             select(func.count()).select_from(Request).where(Request.run_id == run_id)
         ).scalar_one()

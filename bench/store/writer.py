@@ -43,6 +43,10 @@ FLUSH_INTERVAL_S = 0.5
 BATCH_ROWS = 1000
 HEARTBEAT_S = 2.0
 RETRIES = 3
+# A server that went away (PostgreSQL restarted, a network blip) is retried this long, with
+# backoff from FLUSH_INTERVAL_S doubling up to RECONNECT_MAX_WAIT_S; records keep queueing.
+RECONNECT_S = 60.0
+RECONNECT_MAX_WAIT_S = 8.0
 
 
 def tool_version() -> str:
@@ -72,6 +76,52 @@ def _summary_dict(summary: Any) -> dict | None:
     if summary is None or isinstance(summary, dict):
         return summary
     return summary.to_json()
+
+
+class DatabaseFileGone(RuntimeError):
+    """The SQLite file the run writes to was deleted, replaced or made read-only mid-run:
+    SQLite would go on committing into the open (unlinked or read-only) file and every
+    record would be lost while the run reported success (issue 28, F6)."""
+
+
+class _SqliteFile:
+    """The SQLite file a writer opened: checked before each commit, a stat or two."""
+
+    def __init__(self, engine: Engine) -> None:
+        database = engine.url.database or ""
+        self.path = None
+        on_disk = database not in ("", ":memory:") and not database.startswith("file:")
+        if engine.dialect.name == "sqlite" and on_disk:
+            self.path = os.path.abspath(database)
+            info = os.stat(self.path)
+            self.identity = (info.st_dev, info.st_ino)
+
+    def check(self) -> None:
+        if self.path is None:
+            return
+        try:
+            info = os.stat(self.path)
+        except FileNotFoundError:
+            raise DatabaseFileGone(
+                f"the database file {self.path} was deleted during the run"
+            ) from None
+        if (info.st_dev, info.st_ino) != self.identity:
+            raise DatabaseFileGone(f"the database file {self.path} was replaced during the run")
+        statvfs = getattr(os, "statvfs", None)  # not on Windows
+        read_only_fs = statvfs is not None and bool(statvfs(self.path).f_flag & os.ST_RDONLY)
+        if read_only_fs or not info.st_mode & 0o222:
+            raise DatabaseFileGone(f"the database file {self.path} turned read-only during the run")
+
+
+def _lost_connection(engine: Engine, exc: BaseException) -> bool:
+    """Whether a failure is the database server going away (worth reconnecting for)."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    if engine.dialect.name == "sqlite":
+        return False
+    return bool(getattr(exc, "connection_invalidated", False)) or isinstance(
+        exc, OperationalError | InterfaceError
+    )
 
 
 def _friendly(engine: Engine, exc: BaseException) -> str:
@@ -139,6 +189,7 @@ class RunWriter:
         """
         self.engine = get_engine(db)
         check_integrity(self.engine)  # a damaged SQLite file is refused, not written to
+        self._file = _SqliteFile(self.engine)
         self.run_id = run_id or uuid.uuid4().hex
         self.redact = Redactor(secrets)
         self.flush_interval_s = flush_interval_s
@@ -316,6 +367,7 @@ class RunWriter:
         deadline = time.monotonic() + self.flush_interval_s
         last_beat = time.monotonic()
         failures = 0
+        lost_since: float | None = None  # when the server went away, while reconnecting
         while True:
             timeout = max(0.0, deadline - time.monotonic())
             with contextlib.suppress(queue.Empty):
@@ -348,19 +400,30 @@ class RunWriter:
                     if stop is None or last:
                         break
                 failures = 0
+                lost_since = None
                 last_beat = time.monotonic()
             except Exception as exc:  # noqa: BLE001 - any failure must reach the caller
                 failures += 1
                 transient = isinstance(exc, SQLAlchemyError)
-                if transient and failures <= RETRIES and stop is None:
+                if transient and _lost_connection(self.engine, exc):
+                    # Reconnect with backoff: the pool drops the dead connection and the
+                    # next attempt opens a new one; what failed is committed then.
+                    lost_since = lost_since or time.monotonic()
+                    if time.monotonic() - lost_since < RECONNECT_S:
+                        wait = self.flush_interval_s * 2 ** min(failures - 1, 6)
+                        time.sleep(min(wait, RECONNECT_MAX_WAIT_S))
+                        deadline = time.monotonic()
+                        continue
+                elif transient and failures <= RETRIES and stop is None:
                     time.sleep(self.flush_interval_s * failures)
                     deadline = time.monotonic()
                     continue
-                what = (
-                    _friendly(self.engine, exc)
-                    if transient
-                    else f"{describe(self.engine)}: {exc!r}"
-                )
+                if transient:
+                    what = _friendly(self.engine, exc)
+                elif isinstance(exc, DatabaseFileGone):
+                    what = f"{describe(self.engine)}: {exc}"
+                else:
+                    what = f"{describe(self.engine)}: {exc!r}"
                 self._error = StoreError(
                     f"{what}; {self.submitted - self.written} records of run {self.run_id} not saved"
                 )
@@ -405,6 +468,7 @@ class RunWriter:
             run_values.update(status=stop.status, finished_at=now_utc())
             if stop.summary is not None:
                 run_values["summary_json"] = stop.summary
+        self._file.check()  # before SQLite commits into a file nobody will read
         with self.engine.begin() as conn:
             for op in ops:
                 if isinstance(op, _LoadPointStart):

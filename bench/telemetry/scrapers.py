@@ -75,21 +75,25 @@ class PrometheusSource:
         self.name = name
         self.urls = list(urls)
         self.where = self.urls[0]
+        self.timeout_s = timeout_s
         self._client = httpx.Client(timeout=timeout_s, trust_env=False, follow_redirects=True)
         self._chosen: str | None = None
 
     def _get(self, url: str) -> str:
         import httpx
 
+        from bench.backends.bounds import ResponseTooLarge, bounded_get
+
         try:
-            r = self._client.get(url, headers={"Accept": "text/plain"})
-        except httpx.HTTPError as exc:
+            status, body = bounded_get(
+                url, headers={"Accept": "text/plain"}, timeout_s=self.timeout_s,
+                max_bytes=MAX_BODY_BYTES, client=self._client,
+            )  # fmt: skip
+        except (httpx.HTTPError, TimeoutError, ResponseTooLarge) as exc:
             raise TelemetryError(f"GET {url}: {type(exc).__name__}: {exc}") from None
-        if r.status_code != 200:
-            raise TelemetryError(f"GET {url} answered HTTP {r.status_code}")
-        if len(r.content) > MAX_BODY_BYTES:
-            raise TelemetryError(f"GET {url}: body over {MAX_BODY_BYTES} bytes")
-        return r.text
+        if status != 200:
+            raise TelemetryError(f"GET {url} answered HTTP {status}")
+        return body.decode("utf-8", "replace")
 
     def read(self) -> list[Point]:
         urls = [self._chosen] if self._chosen else self.urls

@@ -68,6 +68,17 @@ window.tokenbench = (function () {
     return typeof detail === "string" ? detail : JSON.stringify(detail);
   }
 
+  function tableRow(values) {
+    const tr = document.createElement("tr");
+    values.forEach((value, i) => {
+      const td = document.createElement("td");
+      if (i > 0) td.className = "n";
+      td.textContent = String(value);
+      tr.append(td);
+    });
+    return tr;
+  }
+
   function showJob(job) {
     document.getElementById("job").hidden = false;
     const status = document.getElementById("job-status");
@@ -85,12 +96,22 @@ window.tokenbench = (function () {
     } else {
       text.textContent = job.status === "queued" ? "waiting for the running job to finish" : "";
     }
-    const rows = job.points.map((q) =>
-      `<tr><td>${q.title}</td><td class="n">${q.requests_per_s.toFixed(2)}</td><td class="n">${Math.round(q.output_tokens_per_s)}</td>` +
-      `<td class="n">${q.p99_ttft_ms == null ? "—" : q.p99_ttft_ms.toFixed(1)}</td><td class="n">${q.p99_tpot_ms == null ? "—" : q.p99_tpot_ms.toFixed(2)}</td><td class="n">${q.failed}</td></tr>`);
-    document.querySelector("#job-points tbody").innerHTML = rows.join("");
+    // Built as elements with textContent, never as HTML: a point's title comes from a
+    // scenario anyone with the token may submit.
+    const rows = job.points.map((q) => tableRow([
+      q.title,
+      q.requests_per_s.toFixed(2),
+      Math.round(q.output_tokens_per_s),
+      q.p99_ttft_ms == null ? "—" : q.p99_ttft_ms.toFixed(1),
+      q.p99_tpot_ms == null ? "—" : q.p99_tpot_ms.toFixed(2),
+      q.failed,
+    ]));
+    document.querySelector("#job-points tbody").replaceChildren(...rows);
     if (job.run_id) {
-      document.getElementById("job-link").innerHTML = `Run <a href="/runs/${job.run_id}">${job.run_id.slice(0, 8)}</a>`;
+      const link = document.createElement("a");
+      link.href = "/runs/" + encodeURIComponent(job.run_id);
+      link.textContent = job.run_id.slice(0, 8);
+      document.getElementById("job-link").replaceChildren("Run ", link);
     }
     if (job.error) {
       const err = document.getElementById("job-error");

@@ -78,8 +78,13 @@ def settings_text(settings: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in settings.items()) or "(defaults)"
 
 
-def load_experiment(path: Path) -> Experiment:
-    """Read and check an experiment file; every error names the file and the field."""
+def load_experiment(
+    path: Path, *, binary: str | None = None, args: dict[str, Any] | None = None
+) -> Experiment:
+    """Read and check an experiment file; every error names the file and the field.
+
+    `binary` and `args` override the file's launch.binary and add to (or replace) its
+    launch.args, so one file serves machines whose engine and model live elsewhere."""
     try:
         data = yaml.safe_load(path.read_text())
     except FileNotFoundError:
@@ -88,6 +93,14 @@ def load_experiment(path: Path) -> Experiment:
         raise ExperimentError(f"{path}: not valid YAML ({exc})") from None
     if not isinstance(data, dict):
         raise ExperimentError(f"{path}: an experiment is a mapping with launch, params, ...")
+    if binary is not None or args:
+        launch = data.get("launch")
+        launch = {"command": launch} if isinstance(launch, str) else dict(launch or {})
+        if binary is not None:
+            launch["binary"] = binary
+        if args:
+            launch["args"] = {**(launch.get("args") or {}), **args}
+        data["launch"] = launch
     return parse_experiment(data, source=str(path), base_dir=path.parent)
 
 
@@ -280,6 +293,8 @@ def run_experiment(
                 display.say(f"  healthy after {took:.1f} s (engine {version or 'version unknown'})")
                 scenario = exp.scenario.model_copy(deep=True)
                 scenario.target.base_url = url
+                # compare, the dashboard and the exports name each run by its settings
+                scenario.label = scenario.label or f"{exp.name} {text}"
                 _warm_up(scenario, exp, engine)
                 executor = choose_executor(handle_sigint=handle_sigint)
                 result = measure(

@@ -5,6 +5,8 @@ the ranking. The "engine" is tests/fake_openai_server.py, whose --ttft-ms is the
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from bench.store import get_run
 from bench.tune import (
     ExperimentError,
     combo_key,
+    command_of,
     load_experiment,
     parse_experiment,
     rank,
@@ -51,8 +54,7 @@ def test_named_engines_turn_settings_into_their_flags():
     )  # fmt: skip
     assert vllm[:2] == ["vllm", "serve"]
     assert vllm[6:] == [
-        "--model", "org/m", "--max-num-seqs", "64", "--no-enable-chunked-prefill",
-        "--kv-cache-dtype", "fp8",
+        "org/m", "--max-num-seqs", "64", "--no-enable-chunked-prefill", "--kv-cache-dtype", "fp8",
     ]  # fmt: skip
     trt = command_line(
         "trtllm-serve", template=None, binary=None, fixed={"model": "org/m"},
@@ -149,6 +151,23 @@ def test_experiment_files_are_checked_before_anything_starts(tmp_path):
     path = write(tmp_path, experiment(tmp_path, params={"ttft_ms": []}))
     result = CliRunner().invoke(app, ["tune", str(path)])
     assert result.exit_code == 2 and "params: a mapping" in result.output
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "experiments").glob("*.yaml")), ids=str)
+def test_shipped_experiments_parse_and_name_their_engine(path):
+    exp = load_experiment(path)
+    assert exp.engine in LAUNCHERS and len(exp.combinations()) >= 2
+    assert exp.scenario.slo and exp.sweep is not None
+
+
+def test_binary_and_args_from_the_command_line_override_the_file(tmp_path):
+    path = ROOT / "experiments" / "llama-server-slots.yaml"
+    exp = load_experiment(path, binary="/opt/ls", args={"model": "/m/tiny.gguf", "threads": 1})
+    argv = command_of(exp, exp.combinations()[0], port=5)
+    assert argv[0] == "/opt/ls" and argv[argv.index("--model") + 1] == "/m/tiny.gguf"
+    assert argv[argv.index("--threads") + 1] == "1" and argv.count("--threads") == 1
+    bad = CliRunner().invoke(app, ["tune", str(path), "--arg", "model"])
+    assert bad.exit_code == 2 and "--arg 'model': give NAME=VALUE" in bad.output
 
 
 # ---------------------------------------------------------------- the engine process
@@ -301,3 +320,29 @@ def test_no_api_route_can_launch_an_engine():
                 todo.append(name)
     assert "server.app" in reached
     assert not [m for m in reached if m.startswith(("bench.launchers", "bench.tune"))]
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_engine_it_started(tmp_path):
+    """Ctrl-C while the engine starts: tune exits 130 and the engine's group is gone."""
+    script = tmp_path / "forks.py"
+    script.write_text(FORKS)
+    pid_file = tmp_path / "child.pid"
+    doc = experiment(tmp_path, launch={"command": f"{PY} {script} {pid_file} {{port}} {{n}}"})
+    doc["params"] = {"n": [1]}
+    path = write(tmp_path, doc)
+    proc = subprocess.Popen(
+        [PY, "-m", "bench", "tune", str(path), "--db", str(tmp_path / "t.db"),
+         "--log-dir", str(tmp_path / "logs")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 60, "engine"))
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out + err
+    assert "interrupted" in err and "Traceback" not in err
+    wait_for(lambda: _gone(child), 30, "the engine's child to end with its group")

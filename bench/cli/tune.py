@@ -25,6 +25,13 @@ def tune_command(
         Path | None,
         typer.Option("--log-dir", help="Where each engine's log goes (default: results/tune-logs)"),
     ] = None,
+    binary: Annotated[
+        str | None, typer.Option("--binary", help="The engine's executable (launch.binary)")
+    ] = None,
+    arg: Annotated[
+        list[str] | None,
+        typer.Option("--arg", help="NAME=VALUE: a fixed engine setting (launch.args), repeatable"),
+    ] = None,
     rank_only: Annotated[
         bool, typer.Option("--rank-only", help="Launch nothing: rank what is stored")
     ] = False,
@@ -36,7 +43,7 @@ def tune_command(
     from bench.tune import ExperimentError, load_experiment, rank, run_experiment
 
     try:
-        exp = load_experiment(experiment)
+        exp = load_experiment(experiment, binary=binary, args=_settings(arg or []))
     except ExperimentError as exc:
         raise fail(str(exc)) from None
     stop = threading.Event()
@@ -63,10 +70,23 @@ def tune_command(
         note_stop(int(signal.SIGINT))
         interrupted = True
         err_console.print("[bold yellow]interrupted[/]: the engine was stopped; rerun to resume")
-    except StoreError as exc:
+    except (StoreError, ValueError) as exc:  # the database, or a scenario that cannot run
         raise fail(str(exc)) from None
     if interrupted:
         raise typer.Exit(interrupted_exit_code())
+
+
+def _settings(pairs: list[str]) -> dict:
+    """--arg NAME=VALUE pairs; each value read as YAML reads it (2 is a number, true a switch)."""
+    import yaml
+
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise fail(f"--arg {pair!r}: give NAME=VALUE, e.g. --arg model=/models/m.gguf")
+        out[name] = yaml.safe_load(value) if value else ""
+    return out
 
 
 def print_ranking(ranking) -> None:

@@ -109,9 +109,12 @@ def command_line(
     argv = [fill(word, values, f"launch.engine {engine}") for word in launcher.command]
     if binary:
         argv[0] = binary
+    positional: list[str] = []  # the model of vllm serve and trtllm-serve: before any flag
+    flags: list[str] = []
     for name, value in {**fixed, **settings}.items():
-        argv += flag_words(engine, launcher, name, value)
-    return argv
+        is_positional = launcher.settings.get(name, Setting("-", "")).flag == ""
+        (positional if is_positional else flags).extend(flag_words(engine, launcher, name, value))
+    return argv + positional + flags
 
 
 def flag_words(engine: str, launcher: Launcher, name: str, value: Any) -> list[str]:

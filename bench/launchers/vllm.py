@@ -13,7 +13,7 @@ LAUNCHERS.register(
     Launcher(
         command=("vllm", "serve", "--host", "127.0.0.1", "--port", "{port}"),
         settings={
-            "model": Setting("--model", "model name or path"),
+            "model": Setting("", "model name or path (vllm serve's positional model_tag)"),
             "served_model_name": Setting("--served-model-name", "model name the API reports"),
             "tensor_parallel_size": Setting("--tensor-parallel-size", "TP degree"),
             "pipeline_parallel_size": Setting("--pipeline-parallel-size", "PP degree"),

@@ -374,11 +374,21 @@ class Ranking:
             return head + " (the only combination measured)"
         second = self.ranked[1]
         ratio, why = capacity_ratio(best.capacity, second.capacity)
+        if ratio is None and best.capacity.kind == second.capacity.kind == "at_least":
+            return (
+                f"{head}; {best.capacity.value / second.capacity.value:.2f}x the runner-up "
+                f"({settings_text(second.settings)}) at the highest loads tested, both within "
+                "the SLO: raise the load to find their capacities"
+            )
         if ratio is None:
             return f"{head}; against {settings_text(second.settings)}: {why}"
+        # flips, read from the range's two ends in either order (an interpolated capacity's
+        # interval can come back with its ends swapped)
+        ends = [x for x in (ratio.low, ratio.high) if x is not None]
+        flips = ratio.flips or (len(ends) == 2 and min(ends) <= 1.0 <= max(ends))
         close = (
             "; the two are within the measurements' 95% intervals, so the order could flip"
-            if ratio.flips
+            if flips
             else ""
         )
         return f"{head}; {ratio.text()} the runner-up ({settings_text(second.settings)}){close}"

@@ -346,3 +346,41 @@ def test_ctrl_c_stops_the_engine_it_started(tmp_path):
     assert proc.returncode == 130, out + err
     assert "interrupted" in err and "Traceback" not in err
     wait_for(lambda: _gone(child), 30, "the engine's child to end with its group")
+
+
+# ---------------------------------------------------------------- the verdict
+
+
+def _capacity(kind: str, value: float, low: float | None = None, high: float | None = None):
+    from bench.curves import Capacity, CurvePoint
+
+    point = CurvePoint(0, "c 4", 4, 1.0, value, value, value, value, 10, 0, {})
+    return Capacity(kind, [], point, low, high)
+
+
+def test_the_verdict_names_the_winner_and_its_margin():
+    from bench.tune import Ranked, Ranking
+
+    def verdict(*caps) -> str:
+        ranked = [Ranked({"parallel": i + 1}, f"r{i}", c) for i, c in enumerate(caps)]
+        return Ranking(ranked, [], []).verdict()
+
+    clear = verdict(
+        _capacity("interpolated", 900, 880, 920), _capacity("interpolated", 600, 590, 610)
+    )
+    assert clear.startswith("Best: parallel=1: 900 output tok/s per GPU")
+    assert "1.50x (95% range 1.44x-1.56x) the runner-up (parallel=2)" in clear
+    assert "could flip" not in clear
+    close = verdict(
+        _capacity("interpolated", 620, 560, 680), _capacity("interpolated", 600, 550, 650)
+    )
+    assert "1.03x" in close and "so the order could flip" in close
+    swapped = verdict(
+        _capacity("interpolated", 977, 990, 977), _capacity("interpolated", 927, 1282, 913)
+    )
+    assert "so the order could flip" in swapped  # an interval with its ends swapped
+    bounds = verdict(_capacity("at_least", 1185), _capacity("at_least", 985))
+    assert "1.20x the runner-up (parallel=2) at the highest loads tested" in bounds
+    assert verdict(_capacity("peak", 10)).endswith("(the only combination measured)")
+    below = verdict(_capacity("interpolated", 500, 450, 550), _capacity("below", 0))
+    assert "against parallel=2: the second met the SLO at no load tested" in below

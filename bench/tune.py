@@ -86,7 +86,8 @@ def load_experiment(
     `binary` and `args` override the file's launch.binary and add to (or replace) its
     launch.args, so one file serves machines whose engine and model live elsewhere."""
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        data = yaml.safe_load(text)
     except FileNotFoundError:
         raise ExperimentError(f"experiment file {path} not found") from None
     except yaml.YAMLError as exc:
@@ -101,10 +102,31 @@ def load_experiment(
         if args:
             launch["args"] = {**(launch.get("args") or {}), **args}
         data["launch"] = launch
-    return parse_experiment(data, source=str(path), base_dir=path.parent)
+    return parse_experiment(
+        data, source=str(path), base_dir=path.parent, scenario_text=_scenario_text(text)
+    )
 
 
-def parse_experiment(data: dict, *, source: str, base_dir: Path | None = None) -> Experiment:
+def _scenario_text(text: str) -> str | None:
+    """The file with its tune sections blanked line for line, so the scenario's errors name
+    the file's own line numbers; None when the file is not a block mapping at the top."""
+    node = yaml.compose(text)
+    if not isinstance(node, yaml.MappingNode) or node.flow_style:
+        return None
+    lines = text.splitlines()
+    starts = [key.start_mark.line for key, _ in node.value] + [len(lines)]
+    for i, (key, _) in enumerate(node.value):
+        if key.value in TUNE_KEYS:
+            for n in range(starts[i], starts[i + 1]):
+                lines[n] = ""
+    return "\n".join(lines) + "\n"
+
+
+def parse_experiment(
+    data: dict, *, source: str, base_dir: Path | None = None, scenario_text: str | None = None
+) -> Experiment:
+    """Check an experiment's fields (`data`, parsed); `scenario_text`: the file's text with
+    the tune sections blanked, read for the scenario so its errors carry the file's lines."""
     data = dict(data)
     launch = data.pop("launch", None)
     if isinstance(launch, str):  # a bare command template
@@ -145,9 +167,11 @@ def parse_experiment(data: dict, *, source: str, base_dir: Path | None = None) -
         raise ExperimentError(
             f"{source}: target.base_url: leave it out; tune points the run at the engine it starts"
         )
-    data.setdefault("name", Path(source).stem)
+    default_name = {} if data.get("name") else {"name": Path(source).stem}
     try:
-        scenario = parse_scenario(yaml.safe_dump(data), source=f"{source} (scenario keys)")
+        if scenario_text is None:
+            scenario_text = yaml.safe_dump({**data, **default_name})
+        scenario = parse_scenario(scenario_text, source=source, overrides=default_name)
     except ScenarioError as exc:
         raise ExperimentError(str(exc)) from None
     exp = Experiment(

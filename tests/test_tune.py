@@ -148,6 +148,13 @@ def test_experiment_files_are_checked_before_anything_starts(tmp_path):
     for over, message in cases:
         with pytest.raises(ExperimentError, match=message):
             parse_experiment(experiment(tmp_path, **over), source="exp.yaml")
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(
+        "launch:\n  command: e --port {port} --a {a}\nparams:\n  a: [1, 2]\n"
+        "load:\n  num_promts: 3\n"
+    )
+    with pytest.raises(ExperimentError, match=r"typo.yaml line 6: load.num_promts: unknown"):
+        load_experiment(typo)  # the scenario's errors name the file's own lines
     path = write(tmp_path, experiment(tmp_path, params={"ttft_ms": []}))
     result = CliRunner().invoke(app, ["tune", str(path)])
     assert result.exit_code == 2 and "params: a mapping" in result.output

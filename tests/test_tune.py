@@ -22,6 +22,7 @@ from bench.tune import (
     ExperimentError,
     combo_key,
     command_of,
+    is_done,
     load_experiment,
     parse_experiment,
     rank,
@@ -391,3 +392,40 @@ def test_the_verdict_names_the_winner_and_its_margin():
     assert verdict(_capacity("peak", 10)).endswith("(the only combination measured)")
     below = verdict(_capacity("interpolated", 500, 450, 550), _capacity("below", 0))
     assert "against parallel=2: the second met the SLO at no load tested" in below
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_measuring_keeps_the_partial_run_for_a_rerun_to_redo(tmp_path):
+    import httpx
+
+    db, logs = str(tmp_path / "t.db"), tmp_path / "logs"
+    doc = experiment(tmp_path, params={"ttft_ms": [5]}, load={"num_prompts": 100000})
+    doc["sweep"] = {"concurrency": [1], "slo_iterations": 0, "point_duration_s": 300}
+    path = write(tmp_path, doc)
+    cmd = [PY, "-m", "bench", "tune", str(path), "--db", db, "--log-dir", str(logs)]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        log = wait_for(lambda: next(logs.glob("fake-tune-1-*.log"), None), 60, "engine log")
+        url = f"http://127.0.0.1:{log.stem.rsplit('-', 1)[1]}/stats"
+
+        def measuring() -> bool:  # past the warm-up request: the measured point is running
+            try:
+                return httpx.get(url, timeout=2).json()["finished"] > 3
+            except httpx.HTTPError:
+                return False
+
+        wait_for(measuring, 60, "the measurement to start")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err
+    run = stored_runs("fake-tune", db)[combo_key({"ttft_ms": 5})]
+    assert run.status == "interrupted" and run.request_count > 0
+    assert not is_done(run)  # so a rerun measures this combination again
+    with pytest.raises(httpx.HTTPError):  # the engine was stopped
+        httpx.get(url, timeout=2)

@@ -296,6 +296,9 @@ def run_experiment(
     done = {k for k, run in stored_runs(exp.name, db).items() if is_done(run)}
     combos = exp.combinations()
     for number, settings in enumerate(combos, 1):
+        if stop_event is not None and stop_event.is_set():
+            outcome.interrupted = True  # SIGTERM between two combinations
+            break
         key, text = combo_key(settings), settings_text(settings)
         if key in done:
             display.say(f"[{number}/{len(combos)}] {text}: stored already, skipped")
@@ -319,7 +322,7 @@ def run_experiment(
                 scenario.target.base_url = url
                 # compare, the dashboard and the exports name each run by its settings
                 scenario.label = scenario.label or f"{exp.name} {text}"
-                _warm_up(scenario, exp, engine)
+                _warm_up(scenario, exp, engine, stop_event)
                 executor = choose_executor(handle_sigint=handle_sigint)
                 result = measure(
                     scenario, exp.sweep, executor=executor, base_dir=exp.base_dir, db=db,
@@ -332,12 +335,12 @@ def run_experiment(
                         engine.tail(),
                     )
         except LaunchError as exc:
+            if stop_event is not None and stop_event.is_set():
+                outcome.interrupted = True  # stopped by the user: not the engine's failure
+                break
             run_id = record_failure(exp, meta, str(exc), exc.tail, db)
             display.warn(f"{text}: {exc}; stored as failed run {run_id[:8]} with the log's tail")
             outcome.failed.append(key)
-            if stop_event is not None and stop_event.is_set():
-                outcome.interrupted = True
-                break
             continue
         outcome.measured.append(key)
         if result.interrupted:
@@ -346,7 +349,12 @@ def run_experiment(
     return outcome
 
 
-def _warm_up(scenario: Scenario, exp: Experiment, engine: EngineProcess) -> None:
+def _warm_up(
+    scenario: Scenario,
+    exp: Experiment,
+    engine: EngineProcess,
+    stop_event: threading.Event | None = None,
+) -> None:
     """A few requests one at a time, not stored, so the first measured point does not pay
     for the engine's first requests (graph capture, caches). None succeeding is a launch
     failure: the engine is up but cannot serve this scenario."""
@@ -361,6 +369,7 @@ def _warm_up(scenario: Scenario, exp: Experiment, engine: EngineProcess) -> None
     warm.load.duration_s = None
     result = measure(
         warm, None, executor=choose_executor(), base_dir=exp.base_dir, store=False, probe=None,
+        stop_event=stop_event,
     )  # fmt: skip
     summary = result.points[0].summary if result.points else None
     if summary is None or summary.completed == 0:

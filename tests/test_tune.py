@@ -275,6 +275,8 @@ def test_tune_stores_one_run_per_combination_resumes_and_ranks(tmp_path):
     assert result.exit_code == 0, result.output
     assert "ttft_ms=5" in result.output and "Best: ttft_ms=5" in result.output
     assert "failed ttft_ms=slow" in result.output
+    top = " ".join(r.run_id[:8] for r in ranking.ranked)
+    assert f"Side by side: tokenbench compare {top}" in result.output
 
 
 @pytest.mark.slow
@@ -331,8 +333,10 @@ def test_no_api_route_can_launch_an_engine():
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_the_engine_it_started(tmp_path):
-    """Ctrl-C while the engine starts: tune exits 130 and the engine's group is gone."""
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_stops_the_engine_it_started(tmp_path, sig, code):
+    """Ctrl-C or SIGTERM while the engine starts: tune exits 128 + the signal, the engine's
+    group is gone, and nothing is stored as the engine's failure."""
     script = tmp_path / "forks.py"
     script.write_text(FORKS)
     pid_file = tmp_path / "child.pid"
@@ -346,14 +350,15 @@ def test_ctrl_c_stops_the_engine_it_started(tmp_path):
     )  # fmt: skip
     try:
         child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 60, "engine"))
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, out + err
-    assert "interrupted" in err and "Traceback" not in err
+    assert proc.returncode == code, out + err
+    assert "Traceback" not in err
     wait_for(lambda: _gone(child), 30, "the engine's child to end with its group")
+    assert stored_runs("fake-tune", str(tmp_path / "t.db")) == {}
 
 
 # ---------------------------------------------------------------- the verdict

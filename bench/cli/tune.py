@@ -110,3 +110,6 @@ def print_ranking(ranking) -> None:
     verdict = ranking.verdict()
     if verdict:
         console.print(f"[bold green]{verdict}[/]", highlight=False)
+    if len(ranking.ranked) >= 2:
+        top = " ".join(r.run_id[:8] for r in ranking.ranked[:2])
+        console.print(f"Side by side: tokenbench compare {top}", highlight=False)

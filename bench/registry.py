@@ -35,6 +35,7 @@ REGISTRY_MODULES = (
     "bench.export.formats",
     "bench.telemetry.sources",
     "bench.telemetry.engines",
+    "bench.launchers",
 )
 
 

@@ -68,12 +68,14 @@ def free_port() -> int:
 def test_the_tour_is_read_whole():
     kinds = {" ".join(c[:2]) if c[0] == "sim" else c[0] for c in tour_commands()}
     assert kinds == {"run", "sweep", "compare", "prices", "runs", "show", "rm", "export-raw",
-                     "import", "plan", "sim serve", "sim run", "sim gpus", "sim models"}  # fmt: skip
+                     "import", "plan", "sim serve", "sim run", "sim gpus", "sim models",
+                     "tune"}  # fmt: skip
 
 
 @pytest.mark.slow
 def test_every_tour_command_runs(fake_server, tmp_path):
     (tmp_path / "scenarios").symlink_to(ROOT / "scenarios")
+    (tmp_path / "experiments").symlink_to(ROOT / "experiments")
     env = {**os.environ, "TOKENBENCH_DB": str(tmp_path / "tour.db"), "COLUMNS": "120",
            "PYTHONPATH": str(ROOT)}  # fmt: skip
     ids: dict[str, str] = {}
@@ -85,6 +87,10 @@ def test_every_tour_command_runs(fake_server, tmp_path):
         if kind == "sim serve":
             check_sim_serve(args, env, tmp_path)
             continue
+        if kind == "tune":
+            args = tune_on_llama_server(args)
+            if args is None:
+                continue  # no llama-server here (never under CI): the rest of the tour runs
         args += SMALLER.get(kind, [])
         if kind == "run" and "--ramp-up" in args:
             args += ["--ramp-up", "0.2"]
@@ -130,3 +136,20 @@ def check_sim_serve(args: list[str], env: dict, cwd: Path) -> None:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0 and "Traceback" not in err, err
+
+
+def tune_on_llama_server(args: list[str]) -> list[str] | None:
+    """`tune` as written, with the real llama-server and the tiny model in place of
+    ./llama-server and model.gguf (tests/real_servers), on one thread; None where there is
+    no llama-server (under CI that fails the test instead)."""
+    from tests.real_servers.llama_server import find_or_build_binary, tiny_model
+
+    try:
+        binary = find_or_build_binary()
+        model = tiny_model(binary)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"llama-server unavailable under CI: {exc}")
+        return None
+    swap = {"./llama-server": str(binary), "model=model.gguf": f"model={model}"}
+    return [swap.get(w, w) for w in args] + ["--arg", "threads=1"]

@@ -26,6 +26,7 @@ from bench.cli import app
 from bench.datasets import DATASETS, Dataset
 from bench.executor import plan_from_scenario
 from bench.export.formats import EXPORT_FORMATS, ExportFormat, downloads, write
+from bench.launchers import LAUNCHERS
 from bench.lengths import LENGTHS
 from bench.records import COUNT_USAGE, OK
 from bench.registry import Registry, UnknownKindError, all_registries, markdown
@@ -59,6 +60,7 @@ REGISTRIES = {
     "export format": EXPORT_FORMATS,
     "telemetry source": SOURCES,
     "metrics vocabulary": ENGINES,
+    "engine launcher": LAUNCHERS,
 }
 
 

@@ -16,7 +16,20 @@ from __future__ import annotations
 
 import typer
 
-from bench.cli import compare, demo, export, kinds, plan, prices, run, serve, sim, store, sweep
+from bench.cli import (
+    compare,
+    demo,
+    export,
+    kinds,
+    plan,
+    prices,
+    run,
+    serve,
+    sim,
+    store,
+    sweep,
+    tune,
+)
 from bench.vllm_compat import VllmCommand
 
 app = typer.Typer(
@@ -43,6 +56,9 @@ app.command("run", cls=VllmCommand, short_help="One load point (like vllm bench 
 )
 app.command("sweep", cls=VllmCommand, short_help="Many load points: a latency curve.")(
     sweep.sweep_command
+)
+app.command("tune", short_help="Launch an engine per setting combination; rank them.")(
+    tune.tune_command
 )
 app.command(
     "prices",

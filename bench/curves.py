@@ -76,6 +76,10 @@ class CurvePoint:
     partial: bool = False  # the point was interrupted: never a capacity or a knee
     offered_kind: str | None = None  # "rate" (req/s) or "concurrency" (users)
     late_ms: float | None = None  # worst lateness of a simulated endpoint during the point
+    # Why the sweep measured it (bench.sweep roles): "draw" and "long" points re-measure
+    # the bracketing rates (fresh prompts, longer points) for the capacity's interval only.
+    role: str = "grid"
+    draw: int | None = None  # which fresh draw of prompts and arrivals ("draw" points)
 
     def latency(self, metric: str, stat: str = "p99") -> float | None:
         return self.metrics.get(f"{metric}_ms", {}).get(stat)
@@ -214,6 +218,8 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
         point.offered_kind = (
             "rate" if lp.target_rate is not None else "concurrency" if offered else None
         )
+        params = lp.params_json or {}
+        point.role, point.draw = str(params.get("role") or "grid"), params.get("draw")
         # The stored summary knows whether the point was cut short; a recomputed one does not.
         point.partial = point.partial or bool((lp.summary_json or {}).get("interrupted"))
         curve.points.append(point)
@@ -308,6 +314,10 @@ def cost_curve(
 
 CapacityKind = Literal["interpolated", "at_least", "below", "peak", "none"]
 
+# Sweep roles whose points re-measure the bracketing loads: they widen the capacity's range
+# (what a rerun, fresh prompts or longer points would move) and never place the bracket.
+SPREAD_ROLES = ("draw", "long")
+
 
 @dataclass
 class Capacity:
@@ -320,9 +330,11 @@ class Capacity:
       below         no load met it: capacity is below `first_fail`, the lowest load tested
       peak          no SLO given: `point` is the peak-throughput load, not a capacity
       none          no complete load point
-    `low`/`high` bound the capacity (output tok/s per GPU) from the 95% intervals of the
-    percentiles the SLO reads, within the bracket (None = open or unknown); `flags` say why
-    the figure might be wrong.
+    `low`/`high` bound the capacity (output tok/s per GPU; None = open or unknown): the
+    hull of every part in `parts` (each a (low, high) in tok/s per GPU: the percentiles'
+    95% intervals, the bracket between the two loads, fresh prompt draws and longer points
+    at those loads), widened by the simulator's held-out error for simulated runs.
+    Always low <= value <= high. `flags` say why the figure might be wrong.
     """
 
     kind: CapacityKind
@@ -334,6 +346,9 @@ class Capacity:
     first_fail: CurvePoint | None = None
     deciding: str | None = None  # "p99_tpot_ms<=50 (50.3 at rate 6 req/s)"
     flags: list[str] = field(default_factory=list)
+    parts: dict[str, tuple[float, float]] = field(default_factory=dict)
+    sim_error: float | None = None  # relative error folded in (simulated runs)
+    sim_basis: str | None = None  # where that error comes from, in words
 
     @property
     def value(self) -> float | None:
@@ -345,8 +360,30 @@ class Capacity:
         """'at least' or 'below' when the figure is a bound, else None."""
         return {"at_least": "at least", "below": "below"}.get(self.kind)
 
+    @property
+    def spread_width(self) -> float | None:
+        """Width of the measured range without the bracket (None when unknown): what the
+        SLO search narrows the bracket below, so interpolation is not what decides."""
+        spans = [span for name, span in self.parts.items() if name != BRACKET]
+        if not spans:
+            return None
+        return max(h for _, h in spans) - min(lo for lo, _ in spans)
+
+    @property
+    def bracket_width(self) -> float | None:
+        span = self.parts.get(BRACKET)
+        return None if span is None else span[1] - span[0]
+
+    def includes(self) -> list[str]:
+        """What the range covers, in words, one phrase per part."""
+        words = [PART_WORDS.get(name, name) for name in self.parts]
+        if self.sim_error:
+            words.append(f"the simulator's {self.sim_basis} (±{self.sim_error:.0%})")
+        return words
+
     def text(self, unit: str = "output tok/s per GPU") -> str:
-        """One phrase: '1,234 output tok/s per GPU (95%: 1,100-1,300)', 'at least 900 ...'."""
+        """One phrase: '1,234 output tok/s per GPU (range 1,100-1,300)', 'at least 900 ...';
+        what the range covers is `includes()`."""
         if self.kind == "none":
             return "no complete load points"
         if self.kind == "below":
@@ -359,7 +396,17 @@ class Capacity:
             return f"{head} (peak throughput: no SLO)"
         if self.low is None or self.high is None:
             return f"{head} (interval unknown: no per-request data)"
-        return f"{head} (95% interval {_n(self.low)}-{_n(self.high)})"
+        return f"{head} (range {_n(self.low)}-{_n(self.high)})"
+
+
+# The parts of a capacity's range, by name, and what each covers in words.
+SAMPLING, BRACKET, DRAWS, LONG = "sampling", "bracket", "draws", "long"
+PART_WORDS = {
+    SAMPLING: "the percentiles' 95% sampling intervals",
+    BRACKET: "the whole bracket between the last passing and first failing load",
+    DRAWS: "fresh prompt and arrival draws at those two loads",
+    LONG: "points twice as long at those two loads",
+}
 
 
 def _n(x: float | None) -> str:
@@ -373,7 +420,9 @@ def _complete(curve: RunCurve) -> tuple[list[CurvePoint], list[str]]:
         for p in curve.points
         if p.partial
     ]
-    pts = [p for p in curve.points if not p.partial and p.completed > 0]
+    pts = [
+        p for p in curve.points if not p.partial and p.completed > 0 and p.role not in SPREAD_ROLES
+    ]
     one_kind = len({p.offered_kind for p in pts}) == 1
     if one_kind and all(p.offered is not None for p in pts):
         pts.sort(key=lambda p: (p.offered, p.output_tps_per_gpu))
@@ -487,14 +536,21 @@ def _late_flag(p: CurvePoint | None) -> list[str]:
     ]
 
 
-def capacity_at_slo(curve: RunCurve, slo: Sequence[Threshold]) -> Capacity:
+def capacity_at_slo(
+    curve: RunCurve, slo: Sequence[Threshold], sim_error: tuple[float, str] | None = None
+) -> Capacity:
     """The highest load meeting every SLO threshold, interpolated to the boundary.
 
     Loads are walked in order of offered load; the first failing load and the passing one
     below it bracket the boundary, and the capacity is where the failing metric crosses its
-    limit on the straight line between them (the metric crossing first decides). The
-    interval comes from the same interpolation through the ends of each percentile's 95%
-    interval. Interrupted (partial) points never count.
+    limit on the straight line between them (the metric crossing first decides). Points the
+    sweep measured again at the two bracketing loads (fresh draws: role "draw"; longer:
+    "long") give more estimates of the same crossing: the capacity is the mean of the
+    bracket's estimates, and the range spans all of them. It can never contradict itself:
+    low <= value <= high, and value is never below a load that passed with no failing load
+    beneath it. Interrupted (partial) points never count. `sim_error` (relative error,
+    where it comes from) widens a simulated run's range; None reads it from the simulator
+    (bench.sim.accuracy) for simulated curves.
     """
     slo = list(slo)
     pts, notes = _complete(curve)
@@ -523,13 +579,14 @@ def capacity_at_slo(curve: RunCurve, slo: Sequence[Threshold]) -> Capacity:
         )  # fmt: skip
     a = pts[first - 1]
     crossings = {t: _crossing(t, a.value(t.metric), b.value(t.metric)) for t in slo}
-    deciding_t = min(broken, key=lambda t: crossings[t])
+    deciding_t = min(broken, key=lambda t: crossings[t]) if broken else deciding_t
     f = min(crossings.values())
     # Pessimistic: every percentile at the top of its interval; optimistic: at the bottom.
     f_low = min(_crossing(t, _ci_end(a, t, 1), _ci_end(b, t, 1)) for t in slo)
     f_high = min(_crossing(t, _ci_end(a, t, 0), _ci_end(b, t, 0)) for t in slo)
     x0, x1 = a.output_tps_per_gpu, b.output_tps_per_gpu
-    low, high = x0 + (x1 - x0) * min(f_low, f), x0 + (x1 - x0) * max(f_high, f)
+    at = [x0 + (x1 - x0) * g for g in (f, f_low, f_high)]  # tok/s/GPU; x1 < x0 is possible
+    parts: dict[str, tuple[float, float]] = {BRACKET: (min(x0, x1), max(x0, x1))}
     flags = notes + _confidence_flags(a, slo, True) + _confidence_flags(b, slo, False)
     known = all(
         p.ci(*which) is not None
@@ -537,9 +594,25 @@ def capacity_at_slo(curve: RunCurve, slo: Sequence[Threshold]) -> Capacity:
         if (which := _percentile_of(t)) is not None
         for p in (a, b)
     )
-    if not known:  # e.g. an imported run: summaries without per-request data
-        low = high = None
+    if known:
+        parts[SAMPLING] = (min(at), max(at))
+    else:  # e.g. an imported run: summaries without per-request data
         flags.append("no percentile intervals stored, so the capacity's uncertainty is unknown")
+    estimates = [at[0]]
+    for role, pairs in _spread_pairs(curve, a, b).items():
+        found = [_crossing_tps(pa, pb, slo) for pa, pb in pairs]
+        if role == "draw":
+            estimates += found
+        span = found + [at[0]]
+        parts[DRAWS if role == "draw" else LONG] = (min(span), max(span))
+    # Never below a load that passed with nothing failing beneath it (its throughput was
+    # served within the SLO), whatever the interpolation between noisy neighbours says.
+    floor_point = max(pts[:first], key=lambda p: p.output_tps_per_gpu)
+    value = max(sum(estimates) / len(estimates), floor_point.output_tps_per_gpu)
+    point = _point_at(a, b, value) if value > floor_point.output_tps_per_gpu else None
+    if point is None or point.output_tps_per_gpu < floor_point.output_tps_per_gpu:
+        point = floor_point
+    value = point.output_tps_per_gpu
     flags += _late_flag(a) + _late_flag(b)
     again = [p for p in pts[first + 1 :] if p.meets(slo)]
     if again:
@@ -547,17 +620,66 @@ def capacity_at_slo(curve: RunCurve, slo: Sequence[Threshold]) -> Capacity:
             f"{again[-1].title} met the SLO again above the first failure at {b.title}: "
             "the boundary is noisy there"
         )
+    if sim_error is None and curve.simulated:
+        from bench.sim.accuracy import expected_error
+
+        sim_error = expected_error(curve.gpu_type, curve.model)
+    low = high = None
+    if known:
+        low = min([value] + [lo for lo, _ in parts.values()])
+        high = max([value] + [hi for _, hi in parts.values()])
+        if sim_error is not None:
+            low, high = low * (1 - sim_error[0]), high * (1 + sim_error[0])
     return Capacity(
         "interpolated",
         slo,
-        _interpolate(a, b, f),
+        point,
         low=low,
         high=high,
         last_pass=a,
         first_fail=b,
         deciding=_deciding(deciding_t, b),
         flags=flags,
+        parts=parts,
+        sim_error=sim_error[0] if sim_error else None,
+        sim_basis=sim_error[1] if sim_error else None,
     )
+
+
+def _crossing_tps(a: CurvePoint, b: CurvePoint, slo: Sequence[Threshold]) -> float:
+    """Where the SLO boundary lies between two measured loads, in output tok/s per GPU."""
+    f = min(_crossing(t, a.value(t.metric), b.value(t.metric)) for t in slo)
+    return a.output_tps_per_gpu + (b.output_tps_per_gpu - a.output_tps_per_gpu) * f
+
+
+def _spread_pairs(
+    curve: RunCurve, a: CurvePoint, b: CurvePoint
+) -> dict[str, list[tuple[CurvePoint, CurvePoint]]]:
+    """The re-measurements of the bracket (a, b): per role, pairs measured together (the
+    same draw, or the same longer length) at exactly a's and b's offered loads."""
+    out: dict[str, list[tuple[CurvePoint, CurvePoint]]] = {}
+    for role in SPREAD_ROLES:
+        groups: dict[object, dict[float, CurvePoint]] = {}
+        for p in curve.points:
+            if p.role == role and not p.partial and p.completed > 0 and p.offered is not None:
+                groups.setdefault(p.draw, {})[p.offered] = p
+        pairs = [
+            (g[a.offered], g[b.offered])
+            for g in groups.values()
+            if a.offered in g and b.offered in g
+        ]
+        if pairs:
+            out[role] = pairs
+    return out
+
+
+def _point_at(a: CurvePoint, b: CurvePoint, value: float) -> CurvePoint | None:
+    """The point between a and b whose output tok/s per GPU is `value`; None when no point
+    on the segment has it."""
+    x0, x1 = a.output_tps_per_gpu, b.output_tps_per_gpu
+    if not min(x0, x1) <= value <= max(x0, x1):
+        return None
+    return a if x1 == x0 else _interpolate(a, b, (value - x0) / (x1 - x0))
 
 
 def _deciding(t: Threshold, p: CurvePoint) -> str:
@@ -651,7 +773,7 @@ class Ratio:
         head = f"{self.bound} {self.value:.2f}x" if self.bound else f"{self.value:.2f}x"
         if self.low is None and self.high is None:
             return head
-        return f"{head} (95% range {_r(self.low)}-{_r(self.high)})"
+        return f"{head} (range {_r(self.low)}-{_r(self.high)})"
 
 
 def _r(x: float | None) -> str:
@@ -718,12 +840,27 @@ def ratio_sentence(comparisons: Sequence[RunComparison]) -> str | None:
                 f"it costs {how}"
             )
     text += "."
+    covers = range_words(a.at_slo, b.at_slo)
+    if covers and (ratio.low is not None or ratio.high is not None):
+        text += f" The range covers {covers}."
     if ratio.flips:
         text += (
-            " Which is larger is within the measurements' 95% confidence: the verdict could "
-            "flip with more requests per point."
+            " Which is larger is within that range: the verdict could flip (a denser grid, "
+            "more draws or more requests per point narrow it)."
         )
     return text
+
+
+def range_words(*caps: Capacity | None) -> str:
+    """What the capacities' ranges cover, in words, once for all of them."""
+    seen: list[str] = []
+    for cap in caps:
+        if cap is None:
+            continue
+        for part in cap.includes() if cap.parts else []:
+            if part not in seen:
+                seen.append(part)
+    return ", ".join(seen)
 
 
 # ---------------------------------------------------------------- which SLO

@@ -91,10 +91,15 @@ def test_capacity_interpolates_on_the_failing_metric():
     assert cap.point.requests_per_s == pytest.approx(2.8)
     assert cap.last_pass.offered == 2 and cap.first_fail.offered == 4
     assert cap.deciding.startswith("p99_tpot_ms<=50 (59")
-    # Interval: TPOT at the top of its ±2% interval (44.88, 60.18) crosses at 0.3379,
+    # Sampling: TPOT at the top of its ±2% interval (44.88, 60.18) crosses at 0.3379,
     # at the bottom (43.12, 57.82) at 0.4686.
-    assert cap.low == pytest.approx(1000 + 800 * (50 - 44.88) / (60.18 - 44.88), rel=1e-6)
-    assert cap.high == pytest.approx(1000 + 800 * (50 - 43.12) / (57.82 - 43.12), rel=1e-6)
+    low, high = cap.parts["sampling"]
+    assert low == pytest.approx(1000 + 800 * (50 - 44.88) / (60.18 - 44.88), rel=1e-6)
+    assert high == pytest.approx(1000 + 800 * (50 - 43.12) / (57.82 - 43.12), rel=1e-6)
+    # The range covers the whole bracket too: the boundary is somewhere between the loads.
+    assert cap.parts["bracket"] == (1000, 1800)
+    assert (cap.low, cap.high) == (1000, 1800)
+    assert any("bracket" in w for w in cap.includes())
     assert cap.flags == []
 
 
@@ -148,12 +153,19 @@ def _comparisons(a: RunCurve, b: RunCurve):
 
 
 def test_ratio_of_interpolated_capacities_with_its_range():
-    a = _curve([_point(1, 1000, 300, 30), _point(2, 3000, 500, 70)], "B200-SXM", run_id="a")
-    b = _curve([_point(1, 500, 300, 30), _point(2, 1500, 500, 70)], run_id="b")
+    a = _curve([_point(1, 2000, 300, 30), _point(2, 2200, 500, 70)], "B200-SXM", run_id="a")
+    b = _curve([_point(1, 1000, 300, 30), _point(2, 1100, 500, 70)], run_id="b")
     comps = _comparisons(a, b)
     ratio, why = capacity_ratio(comps[0].at_slo, comps[1].at_slo)
     assert why is None and ratio.value == pytest.approx(2.0) and ratio.bound is None
-    assert ratio.low < 2.0 < ratio.high and not ratio.flips
+    # each capacity's range is its whole bracket: 2000/1100 to 2200/1000
+    assert ratio.low == pytest.approx(2000 / 1100) and ratio.high == pytest.approx(2.2)
+    assert not ratio.flips
+    # a coarse bracket is an honest wide range: 1000-3000 against 500-1500 could flip
+    a = _curve([_point(1, 1000, 300, 30), _point(2, 3000, 500, 70)], "B200-SXM", run_id="a")
+    b = _curve([_point(1, 500, 300, 30), _point(2, 1500, 500, 70)], run_id="b")
+    ratio, _ = capacity_ratio(*(c.at_slo for c in _comparisons(a, b)))
+    assert ratio.value == pytest.approx(2.0) and ratio.flips
     assert "serves 2.00x" in ratio_sentence(comps)
 
 
@@ -437,7 +449,7 @@ def test_compare_uses_the_stored_slo_and_says_so(swept):
     assert "SLO used: p99_ttft_ms<=2000,p99_tpot_ms<=50 (stored with the runs)" in out
     comps = compare_runs(run_curves(ids, db), SLO, load_catalogue())
     assert ratio_sentence(comps) in out  # the same sentence as the library (and the exports)
-    assert f"{comps[0].at_slo.value:,.0f} tok/s/GPU (95% interval" in out
+    assert f"{comps[0].at_slo.value:,.0f} tok/s/GPU (range" in out
     given = _invoke("compare", *ids, "--db", db, "--slo", "ttft:1000")
     assert "SLO used: p99_ttft_ms<=1000 (given)" in given
 

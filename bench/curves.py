@@ -381,6 +381,19 @@ class Capacity:
             words.append(f"the simulator's {self.sim_basis} (±{self.sim_error:.0%})")
         return words
 
+    def covers(self) -> str:
+        """What the range covers, each part with its span: 'the range covers the
+        percentiles' 95% sampling intervals (1,011-1,031), ...'; '' without a range."""
+        if self.low is None or self.high is None or not self.parts:
+            return ""
+        words = [
+            f"{PART_WORDS.get(name, name)} ({_n(lo)}-{_n(hi)})"
+            for name, (lo, hi) in self.parts.items()
+        ]
+        if self.sim_error:
+            words.append(f"the simulator's {self.sim_basis} (±{self.sim_error:.0%})")
+        return "the range covers " + ", ".join(words)
+
     def text(self, unit: str = "output tok/s per GPU") -> str:
         """One phrase: '1,234 output tok/s per GPU (range 1,100-1,300)', 'at least 900 ...';
         what the range covers is `includes()`."""

@@ -362,9 +362,11 @@ class Capacity:
 
     @property
     def spread_width(self) -> float | None:
-        """Width of the measured range without the bracket (None when unknown): what the
-        SLO search narrows the bracket below, so interpolation is not what decides."""
-        spans = [span for name, span in self.parts.items() if name != BRACKET]
+        """Width of what a rerun moves (fresh draws and longer points; the percentiles'
+        sampling when those were not measured; None when unknown): what the SLO search
+        narrows the bracket below, so where the grid's points fall is not what decides."""
+        spans = [self.parts[k] for k in (DRAWS, LONG) if k in self.parts]
+        spans = spans or [self.parts[k] for k in (SAMPLING,) if k in self.parts]
         if not spans:
             return None
         return max(h for _, h in spans) - min(lo for lo, _ in spans)
@@ -590,38 +592,51 @@ def capacity_at_slo(
             "below", slo, None, None, b.output_tps_per_gpu, None, b, _deciding(deciding_t, b),
             flags,
         )  # fmt: skip
-    a = pts[first - 1]
-    crossings = {t: _crossing(t, a.value(t.metric), b.value(t.metric)) for t in slo}
-    deciding_t = min(broken, key=lambda t: crossings[t]) if broken else deciding_t
-    f = min(crossings.values())
-    # Pessimistic: every percentile at the top of its interval; optimistic: at the bottom.
-    f_low = min(_crossing(t, _ci_end(a, t, 1), _ci_end(b, t, 1)) for t in slo)
-    f_high = min(_crossing(t, _ci_end(a, t, 0), _ci_end(b, t, 0)) for t in slo)
+    # Every complete measurement (grid, search, fresh draws, longer points) informs one
+    # monotone fit of each SLO metric against load (pool adjacent violators): a single noisy
+    # point on a flat stretch cannot decide alone. The capacity is where the fit crosses.
+    groups = _groups(curve, pts)
+    pos, deciding_fit = _boundary(groups, slo, "value")
+    at = [_tps_at(groups, pos)] + [
+        _tps_at(groups, _boundary(groups, slo, side)[0]) for side in ("pessimistic", "optimistic")
+    ]
+    k = min(int(pos), len(groups) - 1)
+    a, b = _rep(groups[k]), _rep(groups[min(k + 1, len(groups) - 1)])
+    if deciding_fit is not None and b is not a:
+        deciding_t = deciding_fit
     x0, x1 = a.output_tps_per_gpu, b.output_tps_per_gpu
-    at = [x0 + (x1 - x0) * g for g in (f, f_low, f_high)]  # tok/s/GPU; x1 < x0 is possible
     parts: dict[str, tuple[float, float]] = {BRACKET: (min(x0, x1), max(x0, x1))}
-    flags = notes + _confidence_flags(a, slo, True) + _confidence_flags(b, slo, False)
+    flags = notes + _confidence_flags(a, slo, a.meets(slo))
+    flags += _confidence_flags(b, slo, b.meets(slo)) if b is not a else []
+    if b is a:
+        flags.append(
+            f"the failures among the loads tested were outweighed by passes around them: "
+            f"the fitted boundary is at or above {a.title}"
+        )
     known = all(
         p.ci(*which) is not None
         for t in slo
         if (which := _percentile_of(t)) is not None
         for p in (a, b)
     )
-    if known:
-        parts[SAMPLING] = (min(at), max(at))
+    if known:  # within the bracket: the loads beyond it were judged on their own values
+        lo, hi = parts[BRACKET]
+        sampled = [min(max(x, lo), hi) for x in at]
+        parts[SAMPLING] = (min(sampled), max(sampled))
     else:  # e.g. an imported run: summaries without per-request data
         flags.append("no percentile intervals stored, so the capacity's uncertainty is unknown")
-    estimates = [at[0]]
-    for role, pairs in _spread_pairs(curve, a, b).items():
-        found = [_crossing_tps(pa, pb, slo) for pa, pb in pairs]
-        if role == "draw":
-            estimates += found
-        span = found + [at[0]]
-        parts[DRAWS if role == "draw" else LONG] = (min(span), max(span))
+    for role, subsets in _spread_subsets(curve, pts).items():
+        found = []
+        for subset in subsets:
+            sub = _groups(None, subset)
+            if len(sub) >= 2:
+                found.append(_tps_at(sub, _boundary(sub, slo, "value")[0]))
+        if found:
+            parts[DRAWS if role == "draw" else LONG] = (min(found + [at[0]]), max(found + [at[0]]))
     # Never below a load that passed with nothing failing beneath it (its throughput was
-    # served within the SLO), whatever the interpolation between noisy neighbours says.
+    # served within the SLO), whatever the fit between noisy neighbours says.
     floor_point = max(pts[:first], key=lambda p: p.output_tps_per_gpu)
-    value = max(sum(estimates) / len(estimates), floor_point.output_tps_per_gpu)
+    value = max(at[0], floor_point.output_tps_per_gpu)
     point = _point_at(a, b, value) if value > floor_point.output_tps_per_gpu else None
     if point is None or point.output_tps_per_gpu < floor_point.output_tps_per_gpu:
         point = floor_point
@@ -659,30 +674,108 @@ def capacity_at_slo(
     )
 
 
-def _crossing_tps(a: CurvePoint, b: CurvePoint, slo: Sequence[Threshold]) -> float:
-    """Where the SLO boundary lies between two measured loads, in output tok/s per GPU."""
-    f = min(_crossing(t, a.value(t.metric), b.value(t.metric)) for t in slo)
-    return a.output_tps_per_gpu + (b.output_tps_per_gpu - a.output_tps_per_gpu) * f
+def _x(p: CurvePoint, by_offered: bool) -> float:
+    return p.offered if by_offered else p.requests_per_s
 
 
-def _spread_pairs(
-    curve: RunCurve, a: CurvePoint, b: CurvePoint
-) -> dict[str, list[tuple[CurvePoint, CurvePoint]]]:
-    """The re-measurements of the bracket (a, b): per role, pairs measured together (the
-    same draw, or the same longer length) at exactly a's and b's offered loads."""
-    out: dict[str, list[tuple[CurvePoint, CurvePoint]]] = {}
+def _groups(
+    curve: RunCurve | None, pts: Sequence[CurvePoint]
+) -> list[tuple[float, list[CurvePoint]]]:
+    """`pts` grouped by load in load order (offered load when all have one, else what was
+    served), with the curve's re-measurements (fresh draws, longer points) of the same
+    kind when a curve is given."""
+    same = list(pts)
+    if curve is not None:
+        kinds, ids = {p.offered_kind for p in pts}, {id(p) for p in pts}
+        same += [
+            p
+            for p in curve.points
+            if p.role in SPREAD_ROLES and id(p) not in ids and not p.partial
+            and p.completed > 0 and p.offered_kind in kinds
+        ]  # fmt: skip
+    by_offered = len({p.offered_kind for p in same}) == 1 and all(
+        p.offered is not None for p in same
+    )
+    groups: dict[float, list[CurvePoint]] = {}
+    for p in same:
+        groups.setdefault(_x(p, by_offered), []).append(p)
+    return sorted(groups.items(), key=lambda kv: kv[0])
+
+
+def _rep(group: tuple[float, list[CurvePoint]]) -> CurvePoint:
+    """The point that stands for a load: its grid or search point, else its first."""
+    pts = group[1]
+    return next((p for p in pts if p.role not in SPREAD_ROLES), pts[0])
+
+
+def _pav(ys: list[float], ws: list[float]) -> list[float]:
+    """The non-decreasing least-squares fit of ys (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [weighted sum, weight, members]
+    for y, w in zip(ys, ws, strict=True):
+        blocks.append([y * w, w, 1])
+        while len(blocks) > 1 and _mean(blocks[-2]) > _mean(blocks[-1]):
+            last = blocks.pop()
+            blocks[-1] = [blocks[-1][0] + last[0], blocks[-1][1] + last[1], blocks[-1][2] + last[2]]
+    return [_mean(b) for b in blocks for _ in range(int(b[2]))]
+
+
+def _mean(block: list[float]) -> float:
+    return math.inf if math.isinf(block[0]) else block[0] / block[1]
+
+
+def _boundary(
+    groups: list[tuple[float, list[CurvePoint]]], slo: Sequence[Threshold], side: str
+) -> tuple[float, Threshold | None]:
+    """Where the monotone fit of the SLO's metrics first crosses a limit, as a position in
+    `groups` (j + f: a fraction f of the way from load j to load j + 1), and the threshold
+    that crosses first; (last index, None) when the fit never crosses. `side`: "value",
+    or every percentile at the "pessimistic" or "optimistic" end of its 95% interval."""
+    best: tuple[float, Threshold | None] = (float(len(groups) - 1), None)
+    for t in with_error_bound(slo):
+        sign = 1.0 if t.op in ("<", "<=") else -1.0
+        end = None if side == "value" else int((side == "pessimistic") == (sign > 0))
+        ys, ws = [], []
+        for _, pts in groups:
+            vals = [_ci_end(p, t, end) if end is not None else p.value(t.metric) for p in pts]
+            known = [v for v in vals if v is not None]
+            # no value (nothing completed for that metric) counts as failing
+            ys.append(sign * sum(known) / len(known) if known else math.inf)
+            ws.append(float(len(pts)))
+        fit, limit = _pav(ys, ws), sign * t.limit
+        fails = [j for j, g in enumerate(fit) if not (g < limit if t.op in "<>" else g <= limit)]
+        if not fails:
+            continue
+        j = fails[0]
+        pos = 0.0
+        if j > 0:
+            g0, g1 = fit[j - 1], fit[j]
+            f = 0.0 if math.isinf(g1) or g1 == g0 else (limit - g0) / (g1 - g0)
+            pos = j - 1 + min(1.0, max(0.0, f))
+        if pos < best[0] or best[1] is None:
+            best = (pos, t)
+    return best
+
+
+def _tps_at(groups: list[tuple[float, list[CurvePoint]]], pos: float) -> float:
+    """Output tok/s per GPU at a position in `groups`, between their standing points."""
+    j = min(int(pos), len(groups) - 1)
+    a, b = _rep(groups[j]), _rep(groups[min(j + 1, len(groups) - 1)])
+    return a.output_tps_per_gpu + (b.output_tps_per_gpu - a.output_tps_per_gpu) * (pos - j)
+
+
+def _spread_subsets(
+    curve: RunCurve, pts: Sequence[CurvePoint]
+) -> dict[str, list[list[CurvePoint]]]:
+    """Per spread role, the points measured together (one fresh draw; the longer points)."""
+    kinds = {p.offered_kind for p in pts}
+    out: dict[str, list[list[CurvePoint]]] = {}
     for role in SPREAD_ROLES:
-        groups: dict[object, dict[float, CurvePoint]] = {}
+        sets: dict[object, list[CurvePoint]] = {}
         for p in curve.points:
-            if p.role == role and not p.partial and p.completed > 0 and p.offered is not None:
-                groups.setdefault(p.draw, {})[p.offered] = p
-        pairs = [
-            (g[a.offered], g[b.offered])
-            for g in groups.values()
-            if a.offered in g and b.offered in g
-        ]
-        if pairs:
-            out[role] = pairs
+            if p.role == role and not p.partial and p.completed > 0 and p.offered_kind in kinds:
+                sets.setdefault(p.draw, []).append(p)
+        if sets:
+            out[role] = list(sets.values())
     return out
 
 

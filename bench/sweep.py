@@ -342,16 +342,17 @@ class Sweep:
             self.measure(PointSpec(kind, nxt), role="slo-search")
 
     def _measure_spread(self, kind: str, bracket: tuple[float, float], draws: int) -> None:
-        """The bracketing loads again: fresh draws, then once at twice the length."""
-        for k in range(1, draws + 1):
-            for value in bracket:
-                if self.result.interrupted:
-                    return
-                self.measure(PointSpec(kind, value), role="draw", draw=k)
-        for value in bracket:
+        """The bracketing loads again: fresh draws, then once at twice the length (a load
+        already re-measured so is not measured again: its draw would repeat exactly)."""
+        done = {(p.role, p.draw, p.spec.value) for p in self.result.points}
+        todo = [("draw", k, v) for k in range(1, draws + 1) for v in bracket]
+        todo += [("long", None, v) for v in bracket]
+        for role, k, value in todo:
             if self.result.interrupted:
                 return
-            self.measure(PointSpec(kind, value), role="long", length=2.0)
+            if (role, k, value) not in done:
+                length = 2.0 if role == "long" else 1.0
+                self.measure(PointSpec(kind, value), role=role, draw=k, length=length)
 
     def _next_search_load(self, kind: str, spread_rel: float) -> float | None:
         """The next load the search measures, or None when the bracket is narrow enough."""
@@ -378,17 +379,19 @@ class Sweep:
         lowest_fail = min(failing, key=lambda p: p.spec.value)
         below = [p for p in passing if p.spec.value < lowest_fail.spec.value]
         best = max(below, key=lambda p: p.spec.value) if below else None
-        hi = lowest_fail.spec.value
+        lo, hi = (best.spec.value if best else 0.0), lowest_fail.spec.value
+        cap = self.capacity(with_sim_error=False)
+        if cap.kind == "interpolated" and cap.last_pass is not cap.first_fail:
+            # the bracket of the fitted boundary: one noisy failure does not steer the search
+            lo, hi = cap.last_pass.offered, cap.first_fail.offered
         if math.isinf(hi):
             hi = max(p.summary.requests_per_s for p in self.result.points) * 1.2
-        lo = best.spec.value if best else 0.0
         mid = (lo + hi) / 2
         if kind == "concurrency":
             mid = math.floor(mid)
             return None if mid <= lo or mid >= hi else mid
         if hi - lo < max(MIN_BRACKET * hi, 1e-3):
             return None
-        cap = self.capacity(with_sim_error=False)
         if cap.kind == "interpolated" and cap.value and cap.bracket_width is not None:
             spread = max(cap.spread_width or 0.0, spread_rel * cap.value)
             if cap.bracket_width <= spread:

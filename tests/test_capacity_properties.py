@@ -94,9 +94,12 @@ def test_draws_and_longer_points_widen_the_range_and_move_the_estimate():
     ]
     long = [_point(8, 2000, 900, 48, role="long"), _point(10, 2400, 900, 58, role="long")]
     cap = capacity_at_slo(_curve(grid + draws + long), SLO)
-    assert cap.value == pytest.approx((2200 + 2200 + 2180) / 3)
+    # one monotone fit over all of them: P99 TPOT 40.75 ms at rate 8 (mean of 40, 45, 30,
+    # 48) and 60.75 at rate 10 cross 50 ms 46.25% of the way: 2,185 tok/s
+    assert cap.value == pytest.approx(2185)
+    # each draw alone: 45 -> 55 and 30 -> 70 both cross half way (2,200 and 2,180)
     assert cap.parts["draws"] == pytest.approx((2180, 2200))
-    assert cap.parts["long"] == pytest.approx((2080, 2200))  # 20% of the way: 2,080
+    assert cap.parts["long"] == pytest.approx((2080, 2185))  # 48 -> 58: 20% of the way
     assert cap.low == 2000 and cap.high == 2400  # the bracket still dominates
     assert any("fresh prompt" in w for w in cap.includes())
     assert any("twice as long" in w for w in cap.includes())
@@ -152,8 +155,9 @@ def test_capacity_never_contradicts_itself(curve):
     cap = capacity_at_slo(curve, SLO)
     _consistent(cap, curve)
     if cap.kind == "interpolated":
-        assert cap.last_pass.meets(SLO) and not cap.first_fail.meets(SLO)
-        assert cap.last_pass.offered < cap.first_fail.offered
+        # the bracket of the fitted boundary, in load order (one load when the fit never
+        # crosses within the loads tested)
+        assert cap.last_pass.offered <= cap.first_fail.offered
         for lo, hi in cap.parts.values():
             assert lo <= hi
 

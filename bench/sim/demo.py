@@ -88,9 +88,12 @@ def virtual_sweep(target: DemoTarget, rates, point_s: float, slo: str, db: str |
         "peak_factor": DEMO_PEAK_FACTOR,
         "source": "the demo's example demand",
     }
+    # The library's SLO search follows the grid (bench.sweep.Sweep.slo_search): fresh draws
+    # and longer points at the bracketing rates, then bisection until the bracket is
+    # narrower than that spread, so a coarse and a dense grid give the same answer.
     plan = SweepPlan(
         specs=[PointSpec("rate", rate) for rate in rates], thresholds=parse_slo(slo),
-        slo_iterations=0, point_duration_s=point_s,
+        point_duration_s=point_s,
     )  # fmt: skip
     result = run_sweep(
         sc, plan, executor=VirtualExecutor(target.gpu, DEMO_MODEL, DEMO_PRECISION, target.tp),

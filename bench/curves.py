@@ -645,7 +645,7 @@ def capacity_at_slo(
     again = [p for p in pts[first + 1 :] if p.meets(slo)]
     if again:
         flags.append(
-            f"{again[-1].title} met the SLO again above the first failure at {b.title}: "
+            f"{again[-1].title} met the SLO again above the first failure at {pts[first].title}: "
             "the boundary is noisy there"
         )
     if sim_error is None and curve.simulated:
@@ -812,14 +812,27 @@ def cost_rows_at(curve: RunCurve, point: CurvePoint | None, catalogue, utilisati
         return []
 
 
-def matched_load(curves: Sequence[RunCurve]) -> list[CurvePoint | None]:
-    """For each run, its point at the highest throughput per GPU that every run reaches."""
+def matched_load(curves: Sequence[RunCurve], level: float | None = None) -> list[CurvePoint | None]:
+    """Each run at one and the same output throughput per GPU: `level`, by default the
+    highest every run reaches; each run's point there is interpolated between its two
+    loads around it, so the latencies compared are at equal load (None for a run that
+    never reaches it)."""
     tops = [max((p.output_tps_per_gpu for p in c.points), default=0.0) for c in curves]
-    level = min(tops) if tops else 0.0
-    out = []
+    if level is None:
+        level = min(tops) if tops else 0.0
+    out: list[CurvePoint | None] = []
     for c in curves:
-        reach = [p for p in c.points if p.output_tps_per_gpu <= level * 1.0001]
-        out.append(max(reach, key=lambda p: p.output_tps_per_gpu) if reach else None)
+        pts = sorted(
+            (p for p in c.points if not p.partial and p.completed > 0 and p.role == "grid"),
+            key=lambda p: p.output_tps_per_gpu,
+        ) or sorted(c.points, key=lambda p: p.output_tps_per_gpu)
+        below = [p for p in pts if p.output_tps_per_gpu <= level]
+        above = [p for p in pts if p.output_tps_per_gpu >= level]
+        if not below or not above:
+            out.append(None)
+            continue
+        a, b = below[-1], above[0]
+        out.append(a if b.output_tps_per_gpu == a.output_tps_per_gpu else _point_at(a, b, level))
     return out
 
 
@@ -837,10 +850,13 @@ def compare_runs(
     curves: Sequence[RunCurve], slo: Sequence[Threshold], catalogue, utilisation: float = 1.0
 ) -> list[RunComparison]:
     """The side-by-side facts `compare`, the dashboard and the deck all show."""
-    matched = matched_load(curves)
+    caps = [capacity_at_slo(curve, slo) for curve in curves]
+    # Equal load: the lower of the SLO capacities (where both still serve), else the
+    # highest throughput every run reaches.
+    values = [c.value for c in caps if c.value]
+    matched = matched_load(curves, min(values) if slo and len(values) == len(caps) else None)
     out = []
-    for curve, at_match in zip(curves, matched, strict=True):
-        cap = capacity_at_slo(curve, slo)
+    for curve, at_match, cap in zip(curves, matched, caps, strict=True):
         basis = "SLO capacity" if slo else "peak throughput"
         out.append(
             RunComparison(

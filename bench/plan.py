@@ -103,7 +103,7 @@ class SystemPlan:
     replica_capacity: float | None  # per replica, in the demand's unit per second
     replicas: int | None
     gpus: int | None
-    gpus_range: tuple[int | None, int | None]  # from the capacity's 95% interval
+    gpus_range: tuple[int | None, int | None]  # from the capacity's range (Capacity.covers)
     nodes: int | None
     tiers: list[TierCost] = field(default_factory=list)
     cheapest: TierCost | None = None
@@ -343,7 +343,7 @@ def _sentence(s: SystemPlan, tier: TierCost, demand: Demand, slo) -> str:
     rng = ""
     lo, hi = s.gpus_range
     if s.capacity_kind == "interpolated" and lo is not None and hi is not None and lo != hi:
-        rng = f" (95% range {lo}-{hi} GPUs)"
+        rng = f" (range {lo}-{hi} GPUs)"
     elif s.capacity_kind == "interpolated" and hi is None:
         rng = " (the capacity's interval is open: more GPUs may be needed)"
     bound = " at most" if s.capacity_kind == "at_least" else ""

@@ -172,3 +172,36 @@ def test_ratio_range_holds_the_ratio(a, b):
         assert ratio.low <= ratio.value * (1 + 1e-12)
     if ratio.high is not None:
         assert ratio.value <= ratio.high * (1 + 1e-12)
+
+
+# -- matched load and the demo's real-time check ----------------------------------------------
+
+
+def test_matched_load_compares_the_runs_at_equal_load():
+    from bench.cost import load_catalogue
+    from bench.curves import compare_runs
+
+    a = _curve([_point(2, 1000, 200, 20), _point(4, 2000, 400, 30), _point(6, 3000, 900, 60)], "a")
+    b = _curve([_point(2, 700, 300, 30), _point(4, 1400, 900, 45), _point(6, 1500, 5000, 90)], "b")
+    comps = compare_runs([a, b], SLO, load_catalogue())
+    level = min(c.at_slo.value for c in comps)  # the lower capacity: both still serve there
+    at = [c.at_matched_load for c in comps]
+    assert [p.output_tps_per_gpu for p in at] == pytest.approx([level, level])
+    # a's TPOT read off its own curve at that load: 20 ms at 1,000, 30 ms at 2,000
+    assert at[0].latency("tpot") == pytest.approx(20 + 10 * (level - 1000) / 1000)
+
+
+def test_the_demo_says_why_its_real_time_check_missed_the_slo():
+    from types import SimpleNamespace
+
+    from bench.sim.demo import slo_miss_reason
+
+    def summary(tpot):
+        return SimpleNamespace(value={"p99_tpot_ms": tpot}.get, completed=70)
+
+    (t,) = parse_slo("p99_tpot_ms<=50")
+    text = slo_miss_reason([t], summary(51.6), summary(51.2), 0.062)
+    assert text.startswith("It misses the SLO: p99_tpot_ms<=50 (51.6).")
+    assert "62 ms behind its schedule" in text and "edge of the capacity" in text
+    on_time = slo_miss_reason([t], summary(58.0), summary(40.0), 0.001)
+    assert "no cause found" in on_time

@@ -589,7 +589,7 @@ def plan_table(report: Report) -> Table:
     from bench.export.report import Num
 
     plan = report.plan
-    headers = ["System", "Capacity at the SLO", "GPUs (95% range)", "Nodes", "Cheapest tier",
+    headers = ["System", "Capacity at the SLO", "GPUs (range)", "Nodes", "Cheapest tier",
                "$/GPU-hour", "$/month", "$/Mtok output at the demand",
                "$/Mtok at capacity (busy)"]  # fmt: skip
     rows: list[list] = []

@@ -139,6 +139,7 @@ class RunCurve:
     status: str
     points: list[CurvePoint] = field(default_factory=list)
     colour: str = "#1f77b4"
+    shape: str | None = None  # the request shape it was measured with (bench.plan.workload_shape)
 
     @property
     def legend(self) -> str:
@@ -201,6 +202,9 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
         status=run.status,
         colour=gpu_colour(run.gpu_type, index),
     )
+    from bench.plan import stored_shape
+
+    curve.shape = stored_shape(run.scenario_text)
     lps = run.load_points or []
     for lp in lps:
         cols = load_columns(run.id, lp.load_point, db)

@@ -30,7 +30,9 @@ from bench.cost import (
     Catalogue,
     PriceCatalogueError,
     dollars_per_mtok,
+    price_basis,
     price_per_gpu_hour,
+    price_text,
 )
 from bench.curves import RunComparison
 from bench.metrics import Threshold, slo_text
@@ -52,6 +54,7 @@ class Demand:
     output_tokens_per_day: float | None = None
     peak_factor: float = 1.0
     source: str = "given"
+    shape: str | None = None  # the request shape (workload_shape) when the demand has one
 
     def __post_init__(self) -> None:
         given = [v for v in (self.requests_per_s, self.output_tokens_per_day) if v is not None]
@@ -88,6 +91,7 @@ class TierCost:
     usd_per_month: float | None
     usd_per_mtok: float | None  # at the mean demand, idle capacity included
     busy_usd_per_mtok: float | None  # at capacity, every GPU busy (InferenceX's figure)
+    basis: str = "quoted"  # bench.cost.price_basis: quoted, derived (how), computed
 
 
 @dataclass
@@ -177,7 +181,47 @@ def scenario_demand(scenario_text: str | None) -> Demand | None:
     rate = mean_rate(sc)
     if rate is None or not math.isfinite(rate) or rate <= 0:
         return None
-    return Demand(requests_per_s=rate, source=f"the mean rate of scenario {sc.name!r}")
+    return Demand(
+        requests_per_s=rate, source=f"the mean rate of scenario {sc.name!r}",
+        shape=workload_shape(sc),
+    )  # fmt: skip
+
+
+def workload_shape(sc) -> str:
+    """The request shape a capacity holds for, in words: 'input 1,024 tokens (fixed),
+    output 256 (lognormal, at most 384), poisson arrivals'. A capacity measured with one
+    shape says little about another (longer outputs, burstier arrivals)."""
+    w = sc.workload
+
+    def lengths(name: str, spec) -> str:
+        most = f", at most {spec.max:,}" if spec.max < 1_000_000 else ""
+        return f"{name} {spec.mean:,} tokens ({spec.dist}{most})"
+
+    source = "" if w.dataset == "random" else f"{w.dataset} prompts; "
+    turns = f", {w.turns} turns" if w.turns > 1 else ""
+    prefix = f", {w.prefix_ratio:.0%} shared prefix" if w.prefix_ratio else ""
+    arrivals = {"on_off": "on/off bursty", "closed": "closed-loop"}.get(
+        sc.load.shape, sc.load.shape
+    )
+    return (
+        f"{source}{lengths('input', w.input)}, {lengths('output', w.output)}{turns}{prefix}, "
+        f"{arrivals} arrivals"
+    )
+
+
+def stored_shape(scenario_text: str | None) -> str | None:
+    """workload_shape of a stored scenario (None when it cannot be read)."""
+    import yaml
+
+    from bench.scenario import ScenarioError, parse_scenario
+
+    if not scenario_text:
+        return None
+    try:
+        sc = parse_scenario(yaml.safe_dump(yaml.safe_load(scenario_text)), source="stored")
+    except (yaml.YAMLError, ScenarioError, ValueError):
+        return None
+    return workload_shape(sc)
 
 
 def default_demand(infos) -> Demand | None:
@@ -221,7 +265,7 @@ def plan_capacity(
         best, tier = min(options, key=lambda o: o[1].usd_per_month)
         rec = Recommendation(
             best.legend, best.gpu_type or "?", best.gpus, best.nodes, tier,
-            _sentence(best, tier, demand, slo),
+            _sentence(best, tier, demand, slo) + _flips(best, systems),
         )  # fmt: skip
     return Plan(
         demand=demand,
@@ -333,6 +377,7 @@ def _tiers(comp: RunComparison, gpus: int, mean_tokens_per_s, catalogue: Catalog
                 usd_per_month=month,
                 usd_per_mtok=per_mtok,
                 busy_usd_per_mtok=busy.get(tier.name),
+                basis=price_basis(tier),
             )
         )
     return out
@@ -348,11 +393,67 @@ def _sentence(s: SystemPlan, tier: TierCost, demand: Demand, slo) -> str:
         rng = " (the capacity's interval is open: more GPUs may be needed)"
     bound = " at most" if s.capacity_kind == "at_least" else ""
     per_mtok = f", ${tier.usd_per_mtok:,.3f}/Mtok output" if tier.usd_per_mtok else ""
+    derived = f", {tier.basis}" if tier.basis != "quoted" else ""
     return (
         f"Cheapest option {held} for {demand.text()}:{bound} {s.gpus} x {s.gpu_type} "
         f"({s.nodes} node{'s' if s.nodes != 1 else ''}){rng}, {s.legend}, on {tier.tier} "
-        f"(${tier.price_usd_per_gpu_hr:,.2f}/GPU-hour): ${tier.usd_per_month:,.0f}/month{per_mtok}."
+        f"({price_text(tier.price_usd_per_gpu_hr)}/GPU-hour{derived}): "
+        f"${tier.usd_per_month:,.0f}/month{per_mtok}."
     )
+
+
+def _flips(best: SystemPlan, systems: Sequence[SystemPlan]) -> str:
+    """The tiers on which another system would cost less per month than `best`: the
+    answer depends on how the GPUs are paid for, and the headline says where it flips."""
+    others = [s for s in systems if s is not best and s.gpus is not None]
+    flips = []
+    for mine in best.tiers:
+        if mine.usd_per_month is None:
+            continue
+        for other in others:
+            theirs = next((t for t in other.tiers if t.tier == mine.tier), None)
+            if theirs is None or theirs.usd_per_month is None:
+                continue
+            if theirs.usd_per_month < mine.usd_per_month:
+                prices = "; ".join(
+                    f"{s.gpu_type} {price_text(t.price_usd_per_gpu_hr)}/GPU-hour"
+                    + (f" ({t.basis})" if t.basis != "quoted" else "")
+                    for s, t in ((best, mine), (other, theirs))
+                )
+                flips.append(
+                    f"on {mine.tier} {other.legend} costs less "
+                    f"(${theirs.usd_per_month:,.0f} vs ${mine.usd_per_month:,.0f}/month; "
+                    f"{prices})"
+                )
+    return (" The answer flips: " + "; ".join(flips) + ".") if flips else ""
+
+
+def _basis(demand: Demand, comparisons: Sequence[RunComparison]) -> list[str]:
+    """What the capacities were measured with, and a warning where the demand's shape (or
+    another run's) differs: a capacity holds for the request shape it was measured with."""
+    shapes = {c.curve.legend: c.curve.shape for c in comparisons}
+    known = {s for s in shapes.values() if s}
+    if not known:
+        return [
+            "Workload: not stored with the runs, so the shape these capacities hold for is unknown."
+        ]
+    if len(known) == 1:
+        (shape,) = known
+        out = [f"Workload the capacities were measured with: {shape}."]
+    else:
+        out = [f"Workload of {who}: {shape or 'not stored'}." for who, shape in shapes.items()]
+        out.append(
+            "WARNING: the runs were measured with different workloads, so their capacities "
+            "are not like for like."
+        )
+    if demand.shape and demand.shape not in known:
+        out.append(
+            f"WARNING: the demand's shape ({demand.shape}) differs from the one measured: "
+            "measure that shape before buying for it."
+        )
+    elif not demand.shape:
+        out.append("The demand is assumed to have the measured shape.")
+    return out
 
 
 def _assumptions(demand, slo, slo_source, per_node, comparisons) -> list[str]:
@@ -372,6 +473,7 @@ def _assumptions(demand, slo, slo_source, per_node, comparisons) -> list[str]:
         out.append(
             "Tokens per request: as measured at each run's capacity (for $/Mtok at the demand)."
         )
+    out += _basis(demand, comparisons)
     if any(c.curve.simulated for c in comparisons):
         out.append("Simulated runs: capacities come from the roofline simulator, not hardware.")
     return out

@@ -500,3 +500,37 @@ def test_show_prints_a_sweeps_capacity_at_its_stored_slo(swept):
     cap = capacity_at_slo(run_curve(ids[1], db), SLO)
     assert "SLO used: p99_ttft_ms<=2000,p99_tpot_ms<=50 (stored with the runs)" in out
     assert f"Capacity: {cap.text()}" in out and "INTERRUPTED" not in out
+
+
+def test_plan_shows_prices_whose_products_add_up_names_flips_and_states_its_basis():
+    import re
+
+    from bench.cost import price_decimals, price_text
+
+    assert (price_decimals(2.25), price_decimals(1.5456), price_decimals(12.0)) == (2, 4, 2)
+    assert price_text(1.5456) == "$1.5456"
+    a = _curve([_point(10, 2600, 900, 45), _point(12, 2800, 1500, 55)], "B200-SXM", run_id="a")
+    # the same 260 output tokens per request as a's (2 GPUs x 950 tok/s at 7.3 req/s)
+    b = _curve(
+        [_point(7.3, 950, 900, 45, gpus=2), _point(8.1, 1050, 1500, 55, gpus=2)],
+        "H100-SXM", 2, run_id="b",
+    )  # fmt: skip
+    a.shape = b.shape = (
+        "input 512 tokens (lognormal), output 256 tokens (lognormal), poisson arrivals"
+    )
+    comps = compare_runs([a, b], SLO, load_catalogue())
+    plan = plan_capacity(comps, Demand(requests_per_s=100, peak_factor=2), load_catalogue())
+    text = plan.sentence
+    # the shown price x GPUs x 730 h is the shown $/month, to the dollar
+    gpus = int(re.search(r"(\d+) x B200-SXM", text).group(1))
+    price = float(re.search(r"\(\$([\d.]+)/GPU-hour", text).group(1))
+    month = float(re.search(r"\$([\d,]+)/month", text).group(1).replace(",", ""))
+    assert abs(gpus * price * 730 - month) <= 1
+    assert "owned-tco" in text and "computed: owned TCO" in text  # how the price was arrived at
+    # B200's hyperscaler price is derived, not quoted, and there H100 costs less per month
+    assert "The answer flips: on hyperscaler-on-demand" in text
+    assert "derived: 2 x neocloud-on-demand, not quoted" in text
+    assert any(a.shape in line for line in plan.assumptions)
+    other = Demand(requests_per_s=100, shape="input 8,000 tokens (fixed), output 1,000 tokens")
+    warned = plan_capacity(comps, other, load_catalogue()).assumptions
+    assert any(line.startswith("WARNING: the demand's shape") for line in warned)

@@ -49,9 +49,8 @@ def test_virtual_sweep_searches_the_slo_and_is_stored_simulated(tmp_path):
     )
     roles = [p.role for p in result.points]
     # bisected from the grid's bracket (1-32), then the spread where the bisection ends:
-    # one fresh draw at both bracketing rates, then both twice as long
+    # one fresh draw at both bracketing rates, and both twice as long
     assert roles[:3] == ["grid", "grid", "slo-search"] and roles.count("slo-search") <= 4
-    assert roles[-4:] == ["draw", "draw", "long", "long"]
     assert result.at_slo is not None and result.at_slo.kind == "interpolated"
     first_fail, last_pass = result.at_slo.first_fail.offered, result.at_slo.last_pass.offered
     assert 1 <= last_pass < first_fail <= 32
@@ -60,7 +59,8 @@ def test_virtual_sweep_searches_the_slo_and_is_stored_simulated(tmp_path):
     # four bisection steps were spent
     narrow = cap.bracket_width <= cap.spread_width
     assert narrow or first_fail - last_pass <= 31 / 2**4
-    assert [p.spec.value for p in result.points[-4:-2]] == [last_pass, first_fail]
+    spread = {(p.role, p.spec.value) for p in result.points if p.role in ("draw", "long")}
+    assert {(r, v) for r in ("draw", "long") for v in (last_pass, first_fail)} <= spread
     assert set(cap.parts) == {"bracket", "sampling", "draws", "long"}
     assert cap.low <= cap.value <= cap.high and cap.sim_error > 0  # simulated: folded in
     run = get_run(result.run_id, db)

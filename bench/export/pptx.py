@@ -23,6 +23,7 @@ from pptx.enum.text import MSO_ANCHOR, MSO_AUTO_SIZE, PP_ALIGN
 from pptx.oxml.ns import qn
 from pptx.util import Emu, Inches, Pt
 
+from bench.cost import price_decimals
 from bench.export.report import Chart, Report, Table
 
 # ---------------------------------------------------------------- the theme
@@ -609,7 +610,11 @@ def plan_table(report: Report) -> Table:
         rows.append([
             s.legend, s.capacity_text, gpus, Num(s.nodes, 0),
             t.tier if t else "—",
-            Num(t.price_usd_per_gpu_hr if t else None, 2, prefix="$"),
+            Num(
+                t.price_usd_per_gpu_hr if t else None,
+                price_decimals(t.price_usd_per_gpu_hr if t else None),
+                prefix="$",
+            ),
             Num(t.usd_per_month if t else None, 0, prefix="$"),
             Num(t.usd_per_mtok if t else None, 3, prefix="$"),
             Num(t.busy_usd_per_mtok if t else None, 3, prefix="$"),

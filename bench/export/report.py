@@ -22,7 +22,13 @@ from typing import Any, Literal
 
 import yaml
 
-from bench.cost import Catalogue, PriceCatalogueError, load_catalogue, price_per_gpu_hour
+from bench.cost import (
+    Catalogue,
+    PriceCatalogueError,
+    load_catalogue,
+    price_decimals,
+    price_per_gpu_hour,
+)
 from bench.curves import (
     CurvePoint,
     RunComparison,
@@ -385,7 +391,7 @@ def _cost_table(comparisons, utilisation) -> Table:
                     r.tier,
                     r.kind,
                     r.provider,
-                    Num(r.price_usd_per_gpu_hr, 2, prefix="$"),
+                    Num(r.price_usd_per_gpu_hr, price_decimals(r.price_usd_per_gpu_hr), prefix="$"),
                     Num(r.output_usd_per_mtok, 3, prefix="$"),
                     Num(r.total_usd_per_mtok, 3, prefix="$"),
                     Num(r.output_usd_per_mtok_at_utilisation, 3, prefix="$"),

@@ -245,6 +245,22 @@ def default_demand(infos) -> Demand | None:
     return scenario_demand(infos[0].scenario_text)
 
 
+def resolve_demand(
+    infos, requests_per_s: float | None = None, peak_factor: float | None = None
+) -> Demand | None:
+    """The demand a view sizes: the mean rate given (its peak factor, else 1), else
+    default_demand with a given peak factor replacing its own. The dashboard page and every
+    download from it call this with the page's values, so they size the same fleet."""
+    from dataclasses import replace
+
+    if requests_per_s is not None:
+        return Demand(requests_per_s=requests_per_s, peak_factor=peak_factor or 1.0)
+    demand = default_demand(infos)
+    if demand is not None and peak_factor is not None:
+        demand = replace(demand, peak_factor=peak_factor)
+    return demand
+
+
 def plan_capacity(
     comparisons: Sequence[RunComparison],
     demand: Demand,

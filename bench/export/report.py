@@ -178,6 +178,12 @@ class Report:
     tier_note: str | None = None  # which tiers some GPUs lack, when they differ
 
     @property
+    def plan_table(self) -> Table:
+        """The buying answer per system (GPUs, nodes, cheapest tier, $/month): the answer
+        slide, the HTML report, the CSV files and the workbook's values all lay this out."""
+        return _plan_table(self.plan)
+
+    @property
     def any_simulated(self) -> bool:
         return any(c.simulated for c in self.curves)
 
@@ -185,6 +191,7 @@ class Report:
     def tables(self) -> list[Table]:
         """Every table, in the order Excel sheets and CSV files use."""
         return [
+            self.plan_table,
             self.summary,
             self.summary_cost,
             self.cost,
@@ -828,13 +835,14 @@ def _interactivity_chart(curves) -> Chart:
     )
 
 
-def _cost_interactivity_chart(curves, catalogue, utilisation) -> Chart:
+def _cost_interactivity_chart(curves, catalogue, utilisation, tier: str | None = None) -> Chart:
     """$/Mtok against interactivity along each run's front, on the tier the dashboard's view
     opens on (bench.frontier.cost_view_tier: the cheapest on-demand tier all GPUs have)."""
     from bench.cost import cost_at_utilisation, dollars_per_mtok
     from bench.frontier import cost_view_tier, pareto_front
 
-    tier = cost_view_tier(curves, catalogue)
+    if tier is None or not _tier_everywhere(curves, catalogue, tier):
+        tier = cost_view_tier(curves, catalogue)
     series = []
     for i, curve in enumerate(curves):
         if tier is None or not curve.gpu_type:
@@ -877,6 +885,18 @@ def _cost_interactivity_chart(curves, catalogue, utilisation) -> Chart:
     )
 
 
+def _tier_everywhere(curves, catalogue, tier: str) -> bool:
+    """Whether every run's GPU has a price on `tier` (else the default view's tier)."""
+    try:
+        return all(
+            c.gpu_type
+            and tier in [t.name for t in catalogue.tiers(catalogue.resolve_gpu(c.gpu_type))]
+            for c in curves
+        )
+    except PriceCatalogueError:
+        return False
+
+
 def _cost_chart(comparisons, utilisation) -> Chart:
     tiers = _tiers(comparisons)
     series = []
@@ -910,6 +930,43 @@ def _cost_chart(comparisons, utilisation) -> Chart:
             + "."
         ),
     )
+
+
+def _plan_table(plan: Plan | None) -> Table:
+    """The buying answer per system, as the answer slide lays it out (no new numbers: every
+    cell is a field of report.plan, formatted)."""
+    headers = ["System", "Capacity at the SLO", "GPUs (range)", "Nodes", "Cheapest tier",
+               "$/GPU-hour", "$/month", "$/Mtok output at the demand",
+               "$/Mtok at capacity (busy)"]  # fmt: skip
+    rows: list[list] = []
+    for s in plan.systems if plan else []:
+        lo, hi = s.gpus_range
+        if s.gpus is None:
+            gpus = "cannot be sized"
+        elif s.capacity_kind == "at_least":
+            gpus = f"at most {s.gpus}"
+        elif lo is not None and hi is not None and lo != hi:
+            gpus = f"{s.gpus} ({lo}-{hi})"
+        elif s.capacity_kind == "interpolated" and hi is None:
+            gpus = f"{s.gpus} (open above)"
+        else:
+            gpus = f"{s.gpus}"
+        t = s.cheapest
+        rows.append([
+            s.legend, s.capacity_text, gpus, Num(s.nodes, 0),
+            t.tier if t else "—",
+            Num(
+                t.price_usd_per_gpu_hr if t else None,
+                price_decimals(t.price_usd_per_gpu_hr if t else None),
+                prefix="$",
+            ),
+            Num(t.usd_per_month if t else None, 0, prefix="$"),
+            Num(t.usd_per_mtok if t else None, 3, prefix="$"),
+            Num(t.busy_usd_per_mtok if t else None, 3, prefix="$"),
+        ])  # fmt: skip
+    return Table("plan", "The answer", headers, rows,
+                 empty_text="No plan: no demand was given and the runs' scenario has no mean "
+                 "rate (export with a demand, e.g. --demand-rps).")  # fmt: skip
 
 
 def _tier_note(curves, catalogue) -> str | None:
@@ -1034,6 +1091,7 @@ def build_report(
     title: str | None = None,
     demand: Demand | None = None,
     gpus_per_node: int = 8,
+    tier: str | None = None,
 ) -> Report:
     """Read the runs and compute everything any export shows.
 
@@ -1114,7 +1172,7 @@ def build_report(
         ),
         charts=[
             _interactivity_chart(curves),
-            _cost_interactivity_chart(curves, catalogue, utilisation),
+            _cost_interactivity_chart(curves, catalogue, utilisation, tier),
             _latency_chart(curves, "ttft", thresholds, comparisons),
             _latency_chart(curves, "tpot", thresholds, comparisons),
             _cost_chart(comparisons, utilisation),

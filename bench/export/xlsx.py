@@ -37,7 +37,7 @@ USD3 = '"$"#,##0.000'
 USD0 = '"$"#,##0'
 
 # Sheets the formula sheets replace, and assumption rows that live on `inputs` instead.
-REPLACED = {"summary_cost", "cost", "prices", "energy"}
+REPLACED = {"plan", "summary_cost", "cost", "prices", "energy"}
 ON_INPUTS = {"Fleet utilisation", "Electricity price", "Facility PUE"}
 
 

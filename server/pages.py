@@ -299,6 +299,11 @@ def compare_page(
     plan = _plan(comps, curves, state, demand_rps, peak, "given" if slo_t else "none")
     readout = figures.interactivity_readout(curves, chosen_at) if chosen_at else []
     ref_value = next((v for c, v in readout if c is reference), None)
+    # runs read faster than their SLO capacity: the read-out is then another question
+    caps = {c.curve.run_id: c.at_slo.value for c in comps if c.at_slo and c.at_slo.value}
+    past_slo = [
+        c.legend for c, v in readout if v and c.run_id in caps and v > caps[c.run_id] * 1.0001
+    ]
     keep = {"slo": slo or None, "utilisation": utilisation if utilisation != 1.0 else None}
     return render(
         "compare.html",
@@ -318,6 +323,7 @@ def compare_page(
         peak=peak,
         readout=readout,
         ref_value=ref_value,
+        past_slo=past_slo,
         error=error,
         figures_json=charts[0],
         chart_names=charts[1],

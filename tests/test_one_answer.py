@@ -50,6 +50,9 @@ def test_every_surface_shows_the_pages_answer(site):
     page = client.get(f"/compare?run={ids[0]}&run={ids[1]}&{QUERY}").text
     sentence = html.unescape(re.search(r'id="plan-sentence">(.*?)</p>', page, re.S).group(1))
     assert "for 2,000 req/s mean, peak x1.5" in sentence
+    # the read-out at a speed per user is labelled as another question than the verdict
+    assert "Another question: throughput per GPU at" in page
+    assert "Not the verdict above" in page
     # every download and JSON link carries the page's SLO, utilisation, tier and demand
     exports = _links(page, "/api/export")
     assert {re.search(r"format=(\w+)", e).group(1) for e in exports} >= {"html", "csv"}

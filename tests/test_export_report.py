@@ -312,3 +312,63 @@ def test_report_carries_capacity_confidence_caveats_and_the_plan(demo_db):
     assert row[n_col].value == first.count("ttft") == 24
     assert (row[lo_col].value, row[hi_col].value) == first.ci("ttft", "p99")
     assert row[hi_col].value is None  # 24 requests cannot bound a P99 from above
+
+
+def _evaluate(formula: str, wb) -> float:
+    """A price formula's value: named inputs and inputs!$C$n cells substituted, then the
+    arithmetic (+ - * / and parentheses only) evaluated."""
+    import re
+
+    expr = formula.lstrip("=")
+    for name in sorted(wb.defined_names, key=len, reverse=True):
+        if not re.search(rf"\b{name}\b", expr):
+            continue
+        sheet, ref = wb.defined_names[name].attr_text.split("!")
+        value = wb[sheet.strip("'")][ref.replace("$", "")].value
+        expr = re.sub(rf"\b{name}\b", repr(float(value)), expr)
+
+    def cell(m):
+        value = wb["inputs"][f"C{m.group(1)}"].value
+        return f"({_evaluate(value, wb)})" if str(value).startswith("=") else repr(float(value))
+
+    expr = re.sub(r"inputs!\$C\$(\d+)", cell, expr)
+    assert re.fullmatch(r"[\d.e+\-*/() ]+", expr), expr
+    return eval(expr)  # noqa: S307 - digits and arithmetic only (checked above)
+
+
+def test_xlsx_prices_that_are_not_quoted_are_formulas_over_the_inputs(report, tmp_path):
+    """Electricity and PUE drive the owned-TCO price the answer uses; a derived price
+    follows its base tier: the workbook is the model, not a copy of its results."""
+    from bench.cost import price_per_gpu_hour
+
+    wb = load_workbook(write(report, "xlsx", tmp_path / "m.xlsx"))
+    inputs = wb["inputs"]
+    rows = {(r[0].value, r[1].value): r[2] for r in inputs.iter_rows() if r[2].value is not None}
+    cat = report.catalogue
+    owned = derived = 0
+    for (gpu, name), cell in rows.items():
+        try:
+            tier = cat.tier(gpu, name)
+        except Exception:  # noqa: BLE001 - the inputs sheet's other rows
+            continue
+        if tier.tco is not None:
+            owned += 1
+            assert "FacilityPUE" in cell.value and "UsdPerKwh" in cell.value
+        if tier.derived is not None:
+            derived += 1
+            assert cell.value.startswith(f"={tier.derived.factor!r}*inputs!$C$")
+        if tier.tco is not None or tier.derived is not None:
+            # as exported, the formula gives the catalogue's price
+            assert _evaluate(cell.value, wb) == pytest.approx(price_per_gpu_hour(tier, cat))
+    assert owned and derived
+    # doubling the electricity price and PUE moves the owned price by its power term
+    b200 = rows[("B200-SXM", "owned-tco")]
+    before = _evaluate(b200.value, wb)
+    kwh = wb.defined_names["UsdPerKwh"].attr_text.split("!")[1].replace("$", "")
+    pue = wb.defined_names["FacilityPUE"].attr_text.split("!")[1].replace("$", "")
+    k0, p0 = inputs[kwh].value, inputs[pue].value
+    inputs[kwh], inputs[pue] = k0 * 2, p0 * 2
+    from bench.cost import tco_breakdown
+
+    power = tco_breakdown(cat.tier("B200-SXM", "owned-tco")).power_usd_per_gpu_hr
+    assert _evaluate(b200.value, wb) == pytest.approx(before + 3 * power)

@@ -962,9 +962,11 @@ def ratio_sentence(comparisons: Sequence[RunComparison]) -> str | None:
         if ua and ub:
             how = f"{ub / ua:.2f}x less" if ua <= ub else f"{ua / ub:.2f}x more"
             text += (
-                f"; on the cheapest tiers (${ua:.3f} vs ${ub:.3f} per million output tokens) "
+                f"; on each one's cheapest tier ({ca.tier} ${ua:.3f} vs {cb.tier} ${ub:.3f} "
+                "per million output tokens) "
                 f"it costs {how}"
             )
+            text += _tier_flips(a, b, ua <= ub)
     text += "."
     covers = range_words(a.at_slo, b.at_slo)
     if covers and (ratio.low is not None or ratio.high is not None):
@@ -975,6 +977,21 @@ def ratio_sentence(comparisons: Sequence[RunComparison]) -> str | None:
             "more draws or more requests per point narrow it)."
         )
     return text
+
+
+def _tier_flips(a: RunComparison, b: RunComparison, a_cheaper: bool) -> str:
+    """', but more on hyperscaler-on-demand': the tiers both GPUs have on which the
+    comparison of A's $/Mtok with B's turns the other way, since the tier can decide it."""
+    theirs = {r.tier: r.output_usd_per_mtok_at_utilisation for r in b.cost_rows}
+    flipped = [
+        r.tier
+        for r in a.cost_rows
+        if r.output_usd_per_mtok_at_utilisation and theirs.get(r.tier)
+        and (r.output_usd_per_mtok_at_utilisation > theirs[r.tier]) == a_cheaper
+    ]  # fmt: skip
+    if not flipped:
+        return ""
+    return f", but {'more' if a_cheaper else 'less'} on {', '.join(flipped)}"
 
 
 def range_words(*caps: Capacity | None) -> str:

@@ -531,6 +531,10 @@ def test_plan_shows_prices_whose_products_add_up_names_flips_and_states_its_basi
     assert "The answer flips: on hyperscaler-on-demand" in text
     assert "derived: 2 x neocloud-on-demand, not quoted" in text
     assert any(a.shape in line for line in plan.assumptions)
+    # the verdict's sentence names the tiers it priced and where the comparison turns
+    verdict = ratio_sentence(comps)
+    assert "on each one's cheapest tier (owned-tco $" in verdict
+    assert "but more on hyperscaler-on-demand" in verdict
     other = Demand(requests_per_s=100, shape="input 8,000 tokens (fixed), output 1,000 tokens")
     warned = plan_capacity(comps, other, load_catalogue()).assumptions
     assert any(line.startswith("WARNING: the demand's shape") for line in warned)

@@ -41,6 +41,10 @@ def _links(page: str, path: str) -> list[str]:
     return [html.unescape(h) for h in re.findall(rf'href="({re.escape(path)}\?[^"]+)"', page)]
 
 
+def _link(exports: list[str], fmt: str) -> str:
+    return next(e for e in exports if f"format={fmt}" in e)
+
+
 def test_every_surface_shows_the_pages_answer(site):
     from typer.testing import CliRunner
 
@@ -82,6 +86,21 @@ def test_every_surface_shows_the_pages_answer(site):
     assert compare["utilisation"] == 0.6
     for run, system in zip(compare["runs"], api_plan["systems"], strict=True):
         assert run["at_slo"]["text"] == system["capacity_text"]
+    # the deck and the workbook from the page's links: the same sentence, GPUs and $/month
+    if "format=pptx" in " ".join(exports):
+        from openpyxl import load_workbook
+        from pptx import Presentation
+
+        deck = Presentation(io.BytesIO(client.get(_link(exports, "pptx")).content))
+        text = " ".join(
+            sh.text_frame.text for slide in deck.slides for sh in slide.shapes if sh.has_text_frame
+        )
+        assert sentence in " ".join(text.split())
+        wb = load_workbook(io.BytesIO(client.get(_link(exports, "xlsx")).content))
+        names = {n: wb.defined_names[n].attr_text.split("!") for n in ("DemandRps", "PeakFactor")}
+        values = {n: wb[s.strip("'")][r.replace("$", "")].value for n, (s, r) in names.items()}
+        assert values == {"DemandRps": 2000, "PeakFactor": 1.5}
+        assert wb["inputs"]["B4"].value == 0.6  # the Utilisation input
     # the CLI's plan, given the same inputs, prints the same sentence
     out = CliRunner().invoke(
         app,

@@ -591,7 +591,7 @@ def _prices_table(curves, catalogue: Catalogue) -> Table:
                     tier.name,
                     tier.kind,
                     tier.provider,
-                    Num(price, 2, prefix="$"),
+                    Num(price, price_decimals(price), prefix="$"),
                     tier.source,
                     tier.date,
                 ]

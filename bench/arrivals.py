@@ -5,13 +5,12 @@ Every open-loop shape is one of two mechanisms:
 - piecewise-linear rate functions (on/off bursts, ramps, steps), sampled as an
   inhomogeneous Poisson process by inverting the cumulative intensity (or evenly spaced,
   with process='constant'), so a burst of 40 req/s really is Poisson at 40 req/s.
-Trace replay reads timestamps from a file. All randomness comes from one seeded Generator.
+Trace replay reads timestamps from a file (its format: bench.traces). All randomness
+comes from one seeded Generator.
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +19,8 @@ from pathlib import Path
 from typing import Literal, get_args
 
 import numpy as np
+
+from bench.traces import format_for
 
 # How arrivals are drawn inside a rate function: at random (Poisson) or evenly spaced.
 Process = Literal["poisson", "constant"]
@@ -203,9 +204,16 @@ class Trace:
 
 
 def load_trace(
-    path: str | Path, *, time_scale: float = 1.0, max_requests: int | None = None
+    path: str | Path,
+    *,
+    time_scale: float = 1.0,
+    max_requests: int | None = None,
+    format: str | None = None,  # noqa: A002 - the scenario's load.trace.format
 ) -> Trace:
-    """Read a trace of arrival timestamps (CSV or JSONL), relative to its first row.
+    """Read a trace of arrival timestamps, relative to its first row.
+
+    The file is read by its trace format (bench.traces: csv, jsonl, ...), named or chosen
+    by the file's suffix.
 
     Timestamps may be seconds (float) or ISO datetimes (the Azure LLM inference trace);
     input/output lengths are read when present (Azure: ContextTokens/GeneratedTokens;
@@ -214,7 +222,7 @@ def load_trace(
     path = Path(path)
     if not path.exists():
         raise ValueError(f"trace file {path} does not exist")
-    rows = _read_rows(path)
+    rows = format_for(path, format).rows(path)
     if not rows:
         raise ValueError(f"trace file {path} has no rows")
     columns = {k.strip().lower(): k for k in rows[0]}
@@ -252,20 +260,6 @@ def _pick(columns: dict[str, str], names: Sequence[str]) -> str | None:
         if name in columns:
             return columns[name]
     return None
-
-
-def _read_rows(path: Path) -> list[dict]:
-    text = path.read_text()
-    if path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-        rows = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except ValueError as exc:
-                    raise ValueError(f"trace file {path} line {lineno}: not JSON ({exc})") from None
-        return rows
-    return list(csv.DictReader(text.splitlines()))
 
 
 def _parse_time(value, path: Path, line: int) -> float:

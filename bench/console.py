@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -10,6 +12,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 if TYPE_CHECKING:
+    from bench.executor import Progress
     from bench.metrics import Summary
 
 
@@ -196,6 +199,45 @@ def sweep_table(points, *, gpus: int = 1, title: str = "Sweep") -> Table:
             else {True: "[green]meets[/]", False: "[red]breaks[/]", None: ""}[p.meets_slo],
         )
     return t
+
+
+class TerminalDisplay:
+    """A session's display (bench.session.Display) on the terminal: a progress bar per
+    load point, warnings on stderr, each point's telemetry digest on stdout."""
+
+    @contextmanager
+    def point(self, title: str, total: int) -> Iterator[Callable[[Progress], None]]:
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import Progress as Bar
+
+        bar = Bar(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("failed {task.fields[failed]}  in flight {task.fields[in_flight]}"),
+            TextColumn("live p99 TTFT {task.fields[p99]}"),
+            TimeElapsedColumn(),
+        )
+        task = bar.add_task(title, total=total, failed=0, in_flight=0, p99="—")
+
+        def tick(p: Progress) -> None:
+            p99 = p.live_p99_ttft_ms()
+            bar.update(
+                task,
+                completed=p.completed + p.failed,
+                failed=p.failed,
+                in_flight=p.in_flight,
+                p99="—" if p99 is None else f"{p99:,.0f} ms",
+            )
+
+        with bar:
+            yield tick
+
+    def warn(self, message: str) -> None:
+        err_console.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
+
+    def say(self, line: str) -> None:
+        console.print(line, highlight=False)
 
 
 def sweep_progress(point, remaining) -> None:

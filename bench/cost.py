@@ -3,7 +3,7 @@
 Prices live in one file, ``bench/data/prices.yaml`` (DESIGN.md: one source of truth per
 fact). A user file of the same schema adds or overrides tiers and ``GPU:tier=price`` strings
 from the command line override single prices. GPU hardware facts (TDP) are never typed here:
-they come from ``bench.sim.profiles``.
+they come from the hardware catalogue, ``bench.hardware``.
 
 The one formula (DESIGN.md, InferenceX's cost_per_Mtok)::
 
@@ -374,9 +374,9 @@ def _describe(exc: ValidationError, label: str) -> str:
 
 
 def _profile_name(name: str) -> str | None:
-    """Canonical GPU name from bench.sim.profiles, or None if unknown or not importable."""
+    """Canonical GPU name from the hardware catalogue (bench.hardware), or None if unknown or not importable."""
     try:
-        from bench.sim.profiles import get_gpu
+        from bench.hardware import get_gpu
     except ImportError:
         return None
     try:
@@ -388,10 +388,10 @@ def _profile_name(name: str) -> str | None:
 def gpu_tdp_w(gpu: str) -> float:
     """The GPU profile's TDP in watts: the default power assumption, never typed in cost code."""
     try:
-        from bench.sim.profiles import get_gpu
+        from bench.hardware import get_gpu
     except ImportError as exc:
         raise PriceCatalogueError(
-            f"cannot read the TDP of {gpu}: bench.sim.profiles is not importable ({exc})"
+            f"cannot read the TDP of {gpu}: bench.hardware is not importable ({exc})"
         ) from None
     try:
         return float(get_gpu(gpu).tdp_w)

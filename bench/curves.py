@@ -139,7 +139,7 @@ class RunCurve:
     status: str
     points: list[CurvePoint] = field(default_factory=list)
     colour: str = "#1f77b4"
-    shape: str | None = None  # the request shape it was measured with (bench.plan.workload_shape)
+    shape: str | None = None  # the request shape it was measured with (scenario.workload_shape)
 
     @property
     def legend(self) -> str:
@@ -202,7 +202,7 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
         status=run.status,
         colour=gpu_colour(run.gpu_type, index),
     )
-    from bench.plan import stored_shape
+    from bench.scenario import stored_shape
 
     curve.shape = stored_shape(run.scenario_text)
     lps = run.load_points or []
@@ -569,7 +569,7 @@ def capacity_at_slo(
     low <= value <= high, and value is never below a load that passed with no failing load
     beneath it. Interrupted (partial) points never count. `sim_error` (relative error,
     where it comes from) widens a simulated run's range; None reads it from the simulator
-    (bench.sim.accuracy) for simulated curves.
+    (bench.sim.profiles.accuracy) for simulated curves.
     """
     slo = list(slo)
     pts, notes = _complete(curve)
@@ -653,7 +653,7 @@ def capacity_at_slo(
             "the boundary is noisy there"
         )
     if sim_error is None and curve.simulated:
-        from bench.sim.accuracy import expected_error
+        from bench.sim.profiles.accuracy import expected_error
 
         sim_error = expected_error(curve.gpu_type, curve.model)
     low = high = None

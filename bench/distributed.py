@@ -54,11 +54,11 @@ from typing import Any
 
 import numpy as np
 
-from bench.executor import StoredAs
+from bench.executor import Progress, RunPlan, RunResult, StoredAs
 from bench.extras import install_hint
 from bench.metrics import client_limited_reasons
 from bench.records import RequestRecord
-from bench.runner import Progress, RunPlan, RunResult, execute, new_event_loop, sessions_of
+from bench.runner import execute, new_event_loop, sessions_of
 from bench.workload import RequestSpec
 
 BATCH_S = 0.25  # how often a worker's records are shipped to the driver
@@ -127,34 +127,6 @@ class DistributedProgress(Progress):
     """Progress summed over the workers, plus each worker's own counters (for on_tick)."""
 
     workers: list[WorkerStats] = field(default_factory=list)
-
-
-@dataclass
-class DistributedResult(RunResult):
-    """A merged RunResult plus what each worker did.
-
-    `interrupted` is true when the run was stopped *or* is partial, so callers that only
-    know RunResult (summaries, exit codes) never present a short run as complete.
-    The loop lag and read statistics are the worst worker's, since any one late or busy
-    loop delays its own timestamps: the merged run's self-check then names what the worst
-    worker's own would.
-    """
-
-    workers: list[WorkerStats] = field(default_factory=list)
-    backend: str = "processes"
-    partial: bool = False
-    warnings: list[str] = field(default_factory=list)
-
-    def detail_json(self) -> dict[str, Any]:
-        """What the summary JSON of a distributed run adds: `partial` and per-worker detail."""
-        return {
-            "partial": self.partial,
-            "distributed": {
-                "backend": self.backend,
-                "workers": [w.to_json() for w in self.workers],
-                "warnings": list(self.warnings),
-            },
-        }
 
 
 # ---------------------------------------------------------------------------- splitting
@@ -463,7 +435,13 @@ class _Driver:
         now = time.monotonic()
         return [k for k in self.active() if now - self.last_heard[k] > HEARTBEAT_TIMEOUT_S]
 
-    def result(self, backend: str) -> DistributedResult:
+    def result(self, backend: str) -> RunResult:
+        """The merged RunResult plus what each worker did (its distributed fields).
+
+        The loop lag and read statistics are the worst worker's, since any one late or busy
+        loop delays its own timestamps: the merged run's self-check then names what the
+        worst worker's own would.
+        """
         warnings = []
         for k, st in enumerate(self.stats):
             lags = [r.send_lag_ns for r in self.by_worker[k]]
@@ -497,7 +475,7 @@ class _Driver:
             ends = [r.end_ns or r.sent_ns for r in self.records]
             durations = [max(ends) / 1e9]
         self.tick(force=True)
-        return DistributedResult(
+        return RunResult(
             records=self.records,
             duration_s=max(durations, default=0.0),
             loop_lag_p99_ms=worst.pop("loop_lag_p99_ms") or 0.0,
@@ -581,7 +559,7 @@ def _drive(
 
 def _run_processes(
     driver: _Driver, stop: threading.Event | None, start_delay_s: float
-) -> DistributedResult:
+) -> RunResult:
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -670,7 +648,7 @@ class _RayWorker(_WorkerCore):
 
 def _run_ray(
     driver: _Driver, address: str, stop: threading.Event | None, start_delay_s: float
-) -> DistributedResult:
+) -> RunResult:
     ray = require_ray()
     from ray.exceptions import GetTimeoutError, RayError
 
@@ -751,7 +729,7 @@ def run_distributed(
     stop: threading.Event | None = None,
     handle_sigint: bool = True,
     start_delay_s: float | None = None,
-) -> DistributedResult:
+) -> RunResult:
     """Run one plan split across `workers` processes, or Ray actors when ray_address is set.
 
     ray_address: None = processes on this host; "auto" = the Ray cluster this machine
@@ -790,7 +768,7 @@ class DistributedExecutor:
         sink: Callable[[RequestRecord], None],
         stop: threading.Event | None = None,
         on_tick: Callable[[Progress], None] | None = None,
-    ) -> DistributedResult:
+    ) -> RunResult:
         return run_distributed(
             plan, workers=self.workers, ray_address=self.ray_address, sink=sink,
             on_tick=on_tick, stop=stop, handle_sigint=self.handle_sigint,

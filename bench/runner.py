@@ -21,19 +21,18 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from time import perf_counter_ns
 from urllib.parse import urlsplit
 
 import numpy as np
 
 from bench.backends.capture import Capture, ReadStats, to_record
-from bench.backends.openai import CHAT, MODELS_PATH, Dialect, build_body
+from bench.backends.openai import CHAT, MODELS_PATH
 from bench.backends.transport import Transport, make_transport
-from bench.backends.urls import normalize_base_url
-from bench.executor import StoredAs
+from bench.executor import Progress, RunPlan, RunResult, StoredAs
 from bench.records import FAILED, RequestRecord
-from bench.workload import RequestSpec, Workload
+from bench.workload import RequestSpec
 
 LOOP_PROBE_INTERVAL_S = 0.005
 # Decoding finished streams runs between reads in slices of at most this long, so a read
@@ -46,69 +45,6 @@ DECODE_BACKLOG_MAX = 8192
 # slices this long, up to one per user and this many bytes in all.
 PREPARE_SLICE_NS = 500_000
 PREPARE_AHEAD_BYTES = 8 << 20
-
-
-@dataclass
-class RunPlan:
-    """Everything one load point needs, resolved from the scenario and flags."""
-
-    base_url: str
-    endpoint: str
-    dialect: Dialect
-    model: str
-    workload: Workload
-    specs: list[RequestSpec]
-    offsets_s: np.ndarray | None = None  # open loop: one offset per session; None = closed
-    concurrency: int | None = None  # closed loop users
-    max_concurrency: int | None = None  # open loop cap on in-flight requests
-    think_time_s: float = 0.0
-    ramp_up_s: float = 0.0  # closed loop: users start evenly spread over this many seconds
-    duration_s: float | None = None  # closed loop: stop starting requests after this
-    request_timeout_s: float = 600.0
-    ignore_eos: bool = True
-    api_key: str | None = None
-    transport: str = "raw"
-    load_point: int = 0
-
-
-@dataclass
-class Progress:
-    """Live counters the CLI and sweeps display; updated on the loop, read from anywhere."""
-
-    total: int = 0
-    sent: int = 0
-    completed: int = 0
-    failed: int = 0
-    in_flight: int = 0
-    recent_ttft_ms: list[float] = field(default_factory=list)
-
-
-@dataclass(repr=False)
-class RunResult:
-    records: list[RequestRecord]
-    duration_s: float
-    loop_lag_p99_ms: float
-    loop_lag_max_ms: float
-    interrupted: bool
-    t0_ns: int
-    # share of the run the event-loop thread was running or waiting for a CPU (not asleep
-    # waiting for I/O): near 1, every read queues behind others (see _loop_busy_s)
-    loop_cpu_share: float | None = None
-    # share of reads that waited > 2 ms in the socket before the client read them (kernel
-    # arrival stamps; None where there are none: httpx, non-Linux)
-    late_read_share: float | None = None
-    # share of tokens read together with the next one (ReadStats.merged_share)
-    merged_token_share: float | None = None
-    # model names the server answered with (each stream's `model` field), sorted
-    served_models: list[str] = field(default_factory=list)
-
-    def __repr__(self) -> str:
-        # asyncio (uvloop) formats a finished task's result; the default dataclass repr
-        # of thousands of records with their arrays took ~0.5 s of CPU per run.
-        return (
-            f"RunResult({len(self.records)} records, {self.duration_s:.3f} s, "
-            f"interrupted={self.interrupted})"
-        )
 
 
 class UnreachableError(RuntimeError):
@@ -207,6 +143,7 @@ class _Engine:
         self.served: set[str] = set()
         tokenizer = plan.workload.tokenizer
         self.count_tokens = None if tokenizer is None else tokenizer.count
+        self.decode = plan.dialect.decode  # the server's stream format (bench.backends.dialects)
         # Bound once: every Capture in flight refers to these instead of its own closure.
         self.finished_cb = self.finished
         self.end_flow_cb = self.end_flow
@@ -214,8 +151,7 @@ class _Engine:
     def prepare(self, spec: RequestSpec) -> object:
         plan = self.plan
         prompt, messages = plan.workload.render(spec)
-        body = build_body(
-            dialect=plan.dialect,
+        body = plan.dialect.build_body(
             endpoint=plan.endpoint,
             model=plan.model,
             prompt=prompt,
@@ -345,6 +281,7 @@ class _Engine:
             stats=self.stats,
             served=self.served,
             count_tokens=self.count_tokens,
+            decode=self.decode,
         )
         if (
             rec.prompt_tokens is None
@@ -772,60 +709,6 @@ class LocalExecutor:
 
     def stored_as(self) -> StoredAs:
         return StoredAs()
-
-
-def plan_from_scenario(
-    scenario,
-    *,
-    base_dir=None,
-    api_key: str | None = None,
-    transport: str = "raw",
-    load_point: int = 0,
-) -> RunPlan:
-    """Resolve a Scenario (bench.scenario) into the plan of one load point."""
-    from bench.backends.openai import get_dialect
-
-    target, load = scenario.target, scenario.load
-    if not target.base_url:
-        raise ValueError("no endpoint: give --base-url (or target.base_url in the scenario)")
-    workload = scenario.workload_plan(base_dir, load_point)
-    offsets = scenario.offsets(base_dir)
-    if offsets is not None:
-        n_sessions = len(offsets)
-        specs = workload.specs(n_sessions * max(1, workload.turns))
-        if load.shape == "trace" and load.trace.use_lengths and workload.dataset is None:
-            trace = scenario.trace(base_dir)
-            for spec in specs:
-                if trace.input_lens is not None:
-                    spec.input_len = int(trace.input_lens[spec.session])
-                if trace.output_lens is not None:
-                    spec.output_len = max(1, int(trace.output_lens[spec.session]))
-    else:
-        n = load.num_prompts
-        if n is None:
-            if load.duration_s is None:
-                raise ValueError("a closed loop needs load.num_prompts or load.duration_s")
-            n = 1_000_000  # bounded by the duration instead
-        specs = workload.specs(n)
-    return RunPlan(
-        base_url=normalize_base_url(target.base_url),
-        endpoint=target.endpoint,
-        dialect=get_dialect(target.backend),
-        model=target.model or "",
-        workload=workload,
-        specs=specs,
-        offsets_s=offsets,
-        concurrency=load.concurrency if offsets is None else None,
-        max_concurrency=load.max_concurrency,
-        think_time_s=load.think_time_s,
-        ramp_up_s=load.ramp_up_s,
-        duration_s=load.duration_s if offsets is None else None,
-        request_timeout_s=scenario.request_timeout_s,
-        ignore_eos=scenario.workload.ignore_eos,
-        api_key=api_key,
-        transport=transport,
-        load_point=load_point,
-    )
 
 
 def discover_model(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import secrets
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import numpy as np
 import yaml
@@ -27,9 +27,13 @@ from pydantic import (
 from bench import arrivals
 from bench.backends.openai import COMPLETIONS, ENDPOINTS
 from bench.backends.urls import normalize_base_url
+from bench.datasets import DATASETS
+from bench.lengths import LENGTHS
 from bench.metrics import DEFAULT_PERCENTILES, LATENCY_METRICS, parse_goodput, parse_slo
+from bench.shapes import SHAPES
 from bench.tokenizer import TokenizerError, load_tokenizer
-from bench.workload import LengthDist, Workload, load_jsonl_prompts, load_sharegpt
+from bench.traces import TRACE_FORMATS
+from bench.workload import LengthDist, Workload
 
 
 class ScenarioError(ValueError):
@@ -78,15 +82,15 @@ class RampSpec(_Strict):
 
 class TraceSpec(_Strict):
     path: str
+    format: TRACE_FORMATS.name_type() | None = None  # bench.traces; None: by the suffix
     time_scale: float = Field(default=1.0, gt=0)
     use_lengths: bool = True
 
 
-# Load shapes as scenario files, the CLI and the API name them: renewal processes at a
-# rate, rate functions (bench.arrivals), a replayed trace, or a closed loop of users.
-Shape = Literal["poisson", "constant", "gamma", "on_off", "ramp", "steps", "trace", "closed"]
-SHAPES: tuple[str, ...] = get_args(Shape)
-RATE_SHAPES = ("poisson", "constant", "gamma")  # one rate: a sweep scales it, vLLM-style
+# Load shapes as scenario files, the CLI and the API name them: the kinds of
+# bench.shapes.SHAPES (renewal processes at a rate, rate functions, a replayed trace, a
+# closed loop of users).
+Shape = SHAPES.name_type()
 # Requests per load point when neither a count nor a duration is given: a run is one point
 # (vLLM's --num-prompts default), a sweep's points are many and each gets fewer. The CLI,
 # `sim run` and the API's jobs all read these.
@@ -112,13 +116,7 @@ class Load(_Strict):
 
     @model_validator(mode="after")
     def _shape_fields(self) -> Load:
-        needs = {
-            "on_off": ("burst", "quiet"),
-            "ramp": ("ramp",),
-            "steps": ("steps",),
-            "trace": ("trace",),
-            "closed": ("concurrency",),
-        }.get(self.shape, ())
+        needs = SHAPES.get(self.shape).needs
         missing = [n for n in needs if getattr(self, n) is None]
         if missing:
             raise ValueError(f"shape {self.shape!r} needs {', '.join(missing)}")
@@ -126,7 +124,7 @@ class Load(_Strict):
 
 
 class Lengths(_Strict):
-    dist: Literal["fixed", "uniform", "normal", "lognormal"] = "fixed"
+    dist: LENGTHS.name_type() = "fixed"  # bench.lengths
     mean: int = Field(default=256, gt=0)
     range_ratio: float = Field(default=0.0, ge=0, lt=1)
     std: float = Field(default=0.0, ge=0)
@@ -141,7 +139,7 @@ class Lengths(_Strict):
 
 
 class WorkloadSpec(_Strict):
-    dataset: Literal["random", "sharegpt", "jsonl", "trace"] = "random"
+    dataset: DATASETS.name_type() = "random"  # bench.datasets
     dataset_path: str | None = None
     input: Lengths = Field(default_factory=lambda: Lengths(mean=1024))
     output: Lengths = Field(default_factory=lambda: Lengths(mean=128))
@@ -228,57 +226,33 @@ class Scenario(_Strict):
 
     def offsets(self, base_dir: Path | None = None) -> np.ndarray | None:
         """Intended send offsets (s) for open-loop shapes; None for a closed loop."""
-        load = self.load
         rng = np.random.default_rng([self.run_seed(), 0])
-        n = load.num_prompts
-        if load.shape == "closed":
-            return None
-        if load.shape in RATE_SHAPES:
-            burstiness = {"poisson": 1.0, "constant": math.inf}.get(load.shape, load.burstiness)
-            if n is None:
-                if load.duration_s is None or math.isinf(load.request_rate):
-                    raise ScenarioError("give load.num_prompts (or a duration and a finite rate)")
-                n = int(math.ceil(load.request_rate * load.duration_s)) + 1
-                out = arrivals.renewal(load.request_rate, n * 2, rng, burstiness=burstiness)
-                return out[out < load.duration_s]
-            return arrivals.renewal(load.request_rate, n, rng, burstiness=burstiness)
-        if load.shape == "on_off":
-            return arrivals.on_off(
-                load.burst.rate,
-                load.burst.duration_s,
-                load.quiet.rate,
-                load.quiet.duration_s,
-                rng,
-                num_requests=n,
-                duration_s=load.duration_s,
-                process=load.process,
-            )
-        if load.shape == "ramp":
-            r = load.ramp
-            return arrivals.ramp(
-                r.start_rate, r.end_rate, r.duration_s, rng, num_requests=n, process=load.process
-            )
-        if load.shape == "steps":
-            levels = [(s.rate, s.duration_s) for s in load.steps]
-            return arrivals.steps(levels, rng, num_requests=n, process=load.process)
-        trace = self.trace(base_dir)
-        return trace.offsets_s
+        return SHAPES.get(self.load.shape).offsets(self, rng, base_dir)
+
+    def session_lengths(self, base_dir: Path | None = None) -> tuple | None:
+        """(input lengths, output lengths) per session from the load shape's own source (a
+        trace's columns, either may be None), or None where the shape has none."""
+        lengths = SHAPES.get(self.load.shape).session_lengths
+        return None if lengths is None else lengths(self, base_dir)
 
     def trace(self, base_dir: Path | None = None) -> arrivals.Trace:
         spec = self.load.trace
         path = _resolve(spec.path, base_dir)
         return arrivals.load_trace(
-            path, time_scale=spec.time_scale, max_requests=self.load.num_prompts
+            path,
+            time_scale=spec.time_scale,
+            max_requests=self.load.num_prompts,
+            format=spec.format,
         )
 
     def workload_plan(self, base_dir: Path | None = None, load_point: int = 0) -> Workload:
         w = self.workload
         dataset = None
-        if w.dataset in ("sharegpt", "jsonl"):
+        load = DATASETS.get(w.dataset).load
+        if load is not None:
             if not w.dataset_path:
                 raise ScenarioError(f"workload.dataset {w.dataset!r} needs workload.dataset_path")
-            path = _resolve(w.dataset_path, base_dir)
-            dataset = load_sharegpt(path) if w.dataset == "sharegpt" else load_jsonl_prompts(path)
+            dataset = load(_resolve(w.dataset_path, base_dir))
         tokenizer = None
         if w.tokenizer:
             try:
@@ -296,6 +270,13 @@ class Scenario(_Strict):
             prompt_format=w.prompt_format,
             dataset=dataset,
         )
+
+
+def mean_rate(scenario) -> float | None:
+    """The mean offered rate of the scenario's own load shape (None for a closed loop):
+    what a sweep scales a shape to and what a stored scenario's demand is (bench.plan)."""
+    load = scenario.load
+    return SHAPES.get(load.shape).mean_rate(load)
 
 
 def _resolve(path: str, base_dir: Path | None) -> Path:
@@ -443,3 +424,36 @@ def _line_of(node: Any, loc: list) -> int | None:
             break
         best = node.start_mark.line + 1
     return best
+
+
+def workload_shape(sc: Scenario) -> str:
+    """The request shape a capacity holds for, in words: 'input 1,024 tokens (fixed),
+    output 256 (lognormal, at most 384), poisson arrivals'. A capacity measured with one
+    shape says little about another (longer outputs, burstier arrivals)."""
+    w = sc.workload
+
+    def lengths(name: str, spec) -> str:
+        most = f", at most {spec.max:,}" if spec.max < 1_000_000 else ""
+        return f"{name} {spec.mean:,} tokens ({spec.dist}{most})"
+
+    source = "" if w.dataset == "random" else f"{w.dataset} prompts; "
+    turns = f", {w.turns} turns" if w.turns > 1 else ""
+    prefix = f", {w.prefix_ratio:.0%} shared prefix" if w.prefix_ratio else ""
+    arrivals = {"on_off": "on/off bursty", "closed": "closed-loop"}.get(
+        sc.load.shape, sc.load.shape
+    )
+    return (
+        f"{source}{lengths('input', w.input)}, {lengths('output', w.output)}{turns}{prefix}, "
+        f"{arrivals} arrivals"
+    )
+
+
+def stored_shape(scenario_text: str | None) -> str | None:
+    """workload_shape of a stored scenario (None when it cannot be read)."""
+    if not scenario_text:
+        return None
+    try:
+        sc = parse_scenario(yaml.safe_dump(yaml.safe_load(scenario_text)), source="stored")
+    except (yaml.YAMLError, ScenarioError, ValueError):
+        return None
+    return workload_shape(sc)

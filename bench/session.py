@@ -1,30 +1,29 @@
-"""One stored benchmark run as a user starts it: progress display, storage, summaries.
+"""One stored benchmark run: an executor's records stored, summarised and annotated.
 
-`tokenbench run` is a session of one load point, a sweep is a session of many; the service
-starts runs through here too, so a run is stored and summarised the same way whoever
-started it. If the database fails mid-run the measuring goes on (records are also kept in
-memory) and at the end every record is written to a JSON-lines file whose name the error
-gives: nothing measured is lost.
+`tokenbench run` is a session of one load point, a sweep is a session of many; every caller
+starts it through bench.drive.measure, so a run is stored and summarised the same way
+whoever started it. The session only measures: what it shows goes to the Display its caller
+gives it (the terminal's, or a service job's relay), and what the endpoint is (a simulator?)
+is found by the caller. If the database fails mid-run the measuring goes on (records are
+also kept in memory) and at the end every record is written to a JSON-lines file whose name
+the error gives: nothing measured is lost.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
-import numpy as np
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from bench.executor import Executor
+from bench.executor import Executor, Progress, RunPlan, RunResult
 from bench.metrics import Columns, Summary, parse_goodput, summarize
 from bench.records import RequestRecord
-from bench.runner import LocalExecutor, RunPlan, RunResult
-from bench.runner import Progress as RunProgress
+from bench.runner import LocalExecutor
 from bench.store import StoreError
 from bench.telemetry import (
     Recording,
@@ -36,37 +35,43 @@ from bench.telemetry import (
     start_scraper,
 )
 
+TickFn = Callable[[Progress], None]  # sees a point's live counters a few times a second
+log = logging.getLogger("tokenbench.telemetry")
 
-def live_p99(values: list[float]) -> float | None:
-    return float(np.percentile(values, 99)) if values else None
+
+class Display(Protocol):
+    """What a session shows while it measures, given to it by whoever started the run (the
+    CLI's terminal, a service job's relay): the session itself only measures and stores."""
+
+    def point(self, title: str, total: int) -> AbstractContextManager[TickFn | None]:
+        """Around one load point of `total` requests: the callback that sees its live
+        counters a few times a second (None: nobody watches)."""
+        ...
+
+    def warn(self, message: str) -> None:
+        """A problem that does not stop the run (telemetry that cannot be read)."""
+        ...
+
+    def say(self, line: str) -> None:
+        """A line worth reading after a point (its telemetry digest)."""
+        ...
 
 
-def progress_bar(
-    total: int, description: str, console: Console | None = None
-) -> tuple[Progress, Callable[[RunProgress], None]]:
-    """A rich progress bar and the tick callback that feeds it from the runner's counters."""
-    bar = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("failed {task.fields[failed]}  in flight {task.fields[in_flight]}"),
-        TextColumn("live p99 TTFT {task.fields[p99]}"),
-        TimeElapsedColumn(),
-        console=console,
-    )
-    task = bar.add_task(description, total=total, failed=0, in_flight=0, p99="—")
+class Headless:
+    """A Display with no terminal: live counters go to `on_tick` (a service job relays
+    them), warnings to the tokenbench.telemetry logger, lines nowhere."""
 
-    def tick(p: RunProgress) -> None:
-        p99 = live_p99(p.recent_ttft_ms[-500:])
-        bar.update(
-            task,
-            completed=p.completed + p.failed,
-            failed=p.failed,
-            in_flight=p.in_flight,
-            p99="—" if p99 is None else f"{p99:,.0f} ms",
-        )
+    def __init__(self, on_tick: TickFn | None = None) -> None:
+        self.on_tick = on_tick
 
-    return bar, tick
+    def point(self, title: str, total: int) -> AbstractContextManager[TickFn | None]:
+        return nullcontext(self.on_tick)
+
+    def warn(self, message: str) -> None:
+        log.warning(message)
+
+    def say(self, line: str) -> None:
+        pass
 
 
 def window_summary(
@@ -141,12 +146,15 @@ class RunSession:
 
     Each point's records come from `executor` (bench.executor: local by default, or
     distributed, or virtual time); everything else is done here, the same for each.
-    `stop_event` stops the current point like Ctrl-C does (the service's jobs set it from
-    another thread), `on_tick` sees live counters instead of the progress bar.
+    What it shows goes to `display` (Headless by default); `hardware` is what the caller
+    found the endpoint to be (bench.sim.detect: a simulator's GPUs, stored as simulated on
+    them), the session probes nothing itself. `stop_event` stops the current point like
+    Ctrl-C does (the service's jobs set it from another thread).
     `telemetry` scrapes the server's /metrics (and GPU power) around each point
     (bench.telemetry); None scrapes nothing. `run_id` names the stored run in advance (the
     service's jobs: a run being written can then never be deleted); `extra` is stored with
-    the run (where it was measured).
+    the run (where it was measured). The caller's scenario is never changed: `scenario`
+    is the session's own copy, saying what was run (the simulated GPUs, when they are).
     """
 
     def __init__(
@@ -158,21 +166,22 @@ class RunSession:
         db_url: str | None = None,
         store: bool = True,
         simulated: bool = False,
-        show_progress: bool = True,
+        hardware: dict | None = None,
+        display: Display | None = None,
         extra: dict | None = None,
         stop_event: threading.Event | None = None,
-        on_tick: Callable[[RunProgress], None] | None = None,
         telemetry: TelemetryConfig | None = None,
         run_id: str | None = None,
     ) -> None:
         self.executor = executor or LocalExecutor()
         where = self.executor.stored_as()
+        # the run's seed is drawn (plan_from_scenario did) before this copy, which keeps it
+        scenario = scenario.model_copy(deep=True)
         self.scenario = scenario
         self.telemetry = telemetry if where.scrapes else None
         self.telemetry_warnings: list[str] = []
-        self.show_progress = show_progress
+        self.display = display or Headless()
         self.stop_event = stop_event
-        self.on_tick = on_tick
         self.errors: list[StoreError] = []
         self.kept: list[RequestRecord] = []
         self.load_points: list[dict] = []  # what the fallback file needs to rebuild the run
@@ -182,21 +191,11 @@ class RunSession:
             **where.extra,
             "prompts": prompts_info(scenario, plan, where.exact_lengths),
         }
-        hw = where.sim
-        if hw is None and store and not simulated:  # a `sim serve` endpoint?
-            from bench.sim.detect import detect_simulated
-
-            hw = detect_simulated(plan.base_url, plan.api_key)
-            if hw is not None and show_progress:
-                Console(stderr=True).print(
-                    f"[yellow]{plan.base_url} is a tokenbench simulator "
-                    f"({hw.get('gpu_count')}x {hw.get('gpu')}): the run is stored as "
-                    "simulated, on the simulated GPUs"
-                )
+        hw = where.sim or hardware
         if hw is not None:  # stored simulated, on its GPUs
             simulated = True
             extra["sim"] = hw
-            # the caller prices and labels from the scenario: make it say what was run
+            # whoever prices and labels from the session's scenario reads what was run
             scenario.gpu.type = hw.get("gpu") or scenario.gpu.type
             scenario.gpu.count = hw.get("gpu_count") or scenario.gpu.count
         self.simulated = simulated
@@ -271,33 +270,21 @@ class RunSession:
             self.writer.end_load_point(
                 plan.load_point,
                 ended_ns=int(result.duration_s * 1e9),
-                summary_json={**summary.to_json(), **result_detail(result)},
+                summary_json={**summary.to_json(), **result.detail_json()},
             )
         return result, summary
 
     def _execute(self, plan: RunPlan, title: str) -> RunResult:
-        """The executor's run, with the progress bar unless someone else watches the ticks."""
-        if self.on_tick is None and self.show_progress:
-            bar, tick = progress_bar(len(plan.specs), title)
-            with bar:
-                return self.executor.run(plan, self._sink, self.stop_event, tick)
-        return self.executor.run(plan, self._sink, self.stop_event, self.on_tick)
+        """The executor's run, its live counters shown by the display."""
+        with self.display.point(title, len(plan.specs)) as tick:
+            return self.executor.run(plan, self._sink, self.stop_event, tick)
 
     def _telemetry_warning(self, message: str) -> None:
         """Each distinct telemetry problem is said once per session, never fails the run."""
         if message in self.telemetry_warnings:
             return
         self.telemetry_warnings.append(message)
-        if self.show_progress:
-            from rich.markup import escape
-
-            from bench.console import err_console
-
-            err_console.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
-        else:
-            import logging
-
-            logging.getLogger("tokenbench.telemetry").warning(message)
+        self.display.warn(message)
 
     def keep_telemetry(
         self, load_point: int, recording: Recording, t0_ns: int, duration_s: float
@@ -311,12 +298,9 @@ class RunSession:
                 save_recording(recording, self.writer.run_id, load_point, t0_ns, self.writer.engine)
             except Exception as exc:  # noqa: BLE001 - telemetry never fails a run
                 self._telemetry_warning(f"telemetry of load point {load_point} not stored: {exc}")
-        if self.show_progress and self.stop_event is None:
-            line = digest(recording, t0_ns, duration_s)
-            if line:
-                from bench.console import console
-
-                console.print(line, highlight=False)
+        line = digest(recording, t0_ns, duration_s)
+        if line:
+            self.display.say(line)
 
     def finish(
         self, status: str, summary: Summary | None = None, extra: dict | None = None
@@ -340,40 +324,6 @@ class RunSession:
                 f"records measured are not in the database. Every one was saved to {path}: "
                 f"`tokenbench import {path}` loads them into a database that works"
             )
-
-
-def result_detail(result: RunResult) -> dict:
-    """What an executor's result adds to a point's stored summary JSON (a distributed run:
-    `partial` and per-worker detail); nothing for a local one."""
-    detail = getattr(result, "detail_json", None)
-    return detail() if detail is not None else {}
-
-
-def run_and_store(scenario, plan: RunPlan, **options: Any) -> tuple[RunResult, Summary, str | None]:
-    """`tokenbench run`: one load point, stored unless store=False. Returns the run id.
-
-    `options` are RunSession's keyword arguments (executor, db_url, store, telemetry, ...).
-    The store has no 'partial' status: a distributed run whose worker died is
-    'interrupted', and its summary JSON says `partial: true` (bench.distributed).
-    """
-    session = RunSession(scenario, plan, **options)
-    load = scenario.load
-    status, summary, extra = "failed", None, None
-    try:
-        result, summary = session.point(
-            plan,
-            title=scenario.name,
-            mode="closed" if plan.offsets_s is None else load.shape,
-            target_rate=None if plan.offsets_s is None else load.request_rate,
-            concurrency=plan.concurrency or plan.max_concurrency,
-        )
-        status = "interrupted" if result.interrupted else "completed"
-        if summary.completed == 0 and summary.failed and not result.interrupted:
-            status = "failed"  # every request failed: no figure here measures the server
-        extra = {"served_models": result.served_models, **result_detail(result)}
-    finally:
-        session.finish(status, summary, extra)
-    return result, summary, session.run_id
 
 
 FALLBACK_HEADER = "tokenbench_unsaved"

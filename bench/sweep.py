@@ -11,20 +11,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 
-from bench.curves import (
-    SPREAD_ROLES,
-    Capacity,
-    capacity_at_slo,
-    point_from_summary,
-    slo_to_store,
-)
+from bench.curves import SPREAD_ROLES, Capacity, capacity_at_slo, point_from_summary
+from bench.executor import RunPlan, RunResult, plan_from_scenario
 from bench.metrics import Summary, Threshold, meets_slo
-from bench.runner import RunPlan, plan_from_scenario
-from bench.scenario import RATE_SHAPES
+from bench.scenario import Scenario, mean_rate
+from bench.shapes import SHAPES
 
 # The SLO search stops narrowing a bracket of rates narrower than this fraction of its top.
 MIN_BRACKET = 0.005
@@ -57,6 +51,7 @@ class PointResult:
     summary: Summary
     role: str = "grid"  # grid, synchronous, throughput, auto, slo-search, draw, long
     meets_slo: bool | None = None
+    run: RunResult | None = None  # what the executor returned (records, served models)
     draw: int | None = None  # "draw" points: which fresh draw of prompts and arrivals
 
 
@@ -71,6 +66,7 @@ class SweepResult:
     interrupted: bool = False
     # The capacity interpolated to the SLO boundary (bench.curves.capacity_at_slo), per GPU.
     at_slo: Capacity | None = None
+    scenario: Scenario | None = None  # as run (bench.drive.measure): the simulated GPUs, say
 
 
 def parse_values(text: str, flag: str) -> list[float]:
@@ -94,22 +90,6 @@ def parse_values(text: str, flag: str) -> list[float]:
     return out
 
 
-def mean_rate(scenario) -> float | None:
-    """The mean offered rate of the scenario's own load shape (None for a closed loop)."""
-    load = scenario.load
-    if load.shape in RATE_SHAPES:
-        return load.request_rate
-    if load.shape == "on_off":
-        b, q = load.burst, load.quiet
-        return (b.rate * b.duration_s + q.rate * q.duration_s) / (b.duration_s + q.duration_s)
-    if load.shape == "ramp":
-        return (load.ramp.start_rate + load.ramp.end_rate) / 2
-    if load.shape == "steps":
-        total = sum(s.duration_s for s in load.steps)
-        return sum(s.rate * s.duration_s for s in load.steps) / total
-    return None
-
-
 def scenario_at(scenario, spec: PointSpec, *, point_duration_s: float | None = None):
     """A copy of the scenario with its load set to one sweep point.
 
@@ -126,21 +106,13 @@ def scenario_at(scenario, spec: PointSpec, *, point_duration_s: float | None = N
         return sc
     rate = spec.value
     base = mean_rate(sc)
-    if load.shape in RATE_SHAPES or base is None or math.isinf(rate) or load.shape == "trace":
-        if load.shape not in RATE_SHAPES:
+    shape = SHAPES.get(load.shape)
+    if shape.rate_shape or shape.scale is None or base is None or math.isinf(rate):
+        if not shape.rate_shape:
             load.shape = "poisson"
         load.request_rate = rate
     else:
-        scale = rate / base
-        if load.shape == "on_off":
-            load.burst.rate *= scale
-            load.quiet.rate *= scale
-        elif load.shape == "ramp":
-            load.ramp.start_rate *= scale
-            load.ramp.end_rate *= scale
-        elif load.shape == "steps":
-            for s in load.steps:
-                s.rate *= scale
+        shape.scale(load, rate / base)
     if point_duration_s and not math.isinf(rate):
         load.num_prompts = max(1, math.ceil(rate * point_duration_s))
         load.duration_s = None
@@ -261,7 +233,13 @@ class Sweep:
             },
         )  # fmt: skip
         point = PointResult(
-            index, spec, summary, role, meets(summary, self.slo) if self.slo else None, draw
+            index,
+            spec,
+            summary,
+            role,
+            meets(summary, self.slo) if self.slo else None,
+            run,
+            draw,
         )
         self.result.points.append(point)
         if run.interrupted:
@@ -403,7 +381,7 @@ class Sweep:
         view uses); without the simulator's error, for deciding where to measure next."""
         curve = sweep_curve(self.result.points, self._gpus())
         if with_sim_error and self.session is not None and getattr(self.session, "simulated", 0):
-            from bench.sim.accuracy import expected_error
+            from bench.sim.profiles.accuracy import expected_error
 
             err = expected_error(self.scenario.gpu.type, self.scenario.target.model)
             return capacity_at_slo(curve, self.slo, err)
@@ -497,61 +475,3 @@ def _capacity_json(cap: Capacity | None) -> dict | None:
         "simulator_error": cap.sim_error,
         "covers": cap.covers(),
     }
-
-
-def run_sweep(
-    scenario,
-    plan: SweepPlan,
-    *,
-    api_key: str | None = None,
-    transport: str = "raw",
-    base_dir=None,
-    db: str | None = None,
-    simulated: bool = False,
-    telemetry=None,
-    extra: dict | None = None,
-    on_point: Callable[[PointResult, int | None], None] | None = None,
-    **options,
-) -> SweepResult:
-    """A whole sweep in one stored run: the CLI's `sweep` and `sim run`, the demo and the
-    service call this, each choosing an executor (bench.executor; local by default).
-
-    `options` are RunSession's other keyword arguments (executor, store, show_progress,
-    stop_event, on_tick, run_id). Simulated endpoints serve /metrics, so a simulated sweep
-    scrapes them unless told otherwise (virtual time has no endpoint: it scrapes nothing).
-    Setting `stop_event` (a threading.Event) stops the point in flight and the sweep,
-    keeping what was measured (status interrupted). Raises ValueError for a plan that
-    cannot run and bench.store.errors.StoreError when the database fails.
-    """
-    from bench.session import RunSession
-
-    if telemetry is None and simulated:
-        from bench.telemetry import TelemetryConfig
-
-        telemetry = TelemetryConfig()
-    plan_for = partial(plan_from_scenario, base_dir=base_dir, api_key=api_key, transport=transport)
-    first = scenario  # the stored run is described by its first point's plan
-    if plan.specs:
-        first = scenario_at(scenario, plan.specs[0], point_duration_s=plan.point_duration_s)
-    windows = {"warmup_s": plan.warmup_s, "cooldown_s": plan.cooldown_s}
-    session = RunSession(
-        scenario, plan_for(first), db_url=db, simulated=simulated, telemetry=telemetry,
-        extra={**(extra or {}), "sweep": {"slo": slo_to_store(plan.thresholds), **windows}},
-        **options,
-    )  # fmt: skip
-    sweep = Sweep(scenario, session, plan, plan_for, on_point)
-    status = "failed"
-    try:
-        if plan.auto is not None:
-            sweep.auto(plan.auto)
-        else:
-            sweep.grid(plan.specs)
-        sweep.slo_search(plan.slo_iterations, plan.slo_draws)
-        result = sweep.conclude()
-        status = "interrupted" if result.interrupted else "completed"
-    finally:
-        res = sweep.result
-        complete = [p for p in res.points if not p.summary.interrupted]
-        best = res.capacity or (complete or res.points or [None])[-1]
-        session.finish(status, best.summary if best else None, extra=sweep_extra(res))
-    return result

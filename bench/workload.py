@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.lengths import LENGTHS
 from bench.tokenizer import PromptTokenizer, words_for
 
 _WORDS = (  # noqa: SIM905 - one readable block of words
@@ -44,7 +45,8 @@ _TOKEN_ID_RANGE = (1000, 30000)  # ordinary word-piece ids in every modern vocab
 
 @dataclass(frozen=True)
 class LengthDist:
-    """A token-length distribution: fixed, uniform (vLLM's range ratio), normal, lognormal."""
+    """A token-length distribution: a kind of bench.lengths.LENGTHS (fixed, uniform with
+    vLLM's range ratio, normal, lognormal, ...) and its parameters."""
 
     kind: str = "fixed"
     mean: int = 256
@@ -55,22 +57,7 @@ class LengthDist:
     max: int = 1_000_000
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        if self.kind == "fixed":
-            out = np.full(n, self.mean, dtype=np.float64)
-        elif self.kind == "uniform":
-            lo = math.floor(self.mean * (1 - self.range_ratio))
-            hi = math.ceil(self.mean * (1 + self.range_ratio))
-            out = rng.integers(lo, hi + 1, size=n).astype(np.float64)
-        elif self.kind == "normal":
-            out = rng.normal(self.mean, self.std, size=n)
-        elif self.kind == "lognormal":
-            # Parameterised by the mean, so `mean` means the same thing for every kind.
-            mu = math.log(self.mean) - self.sigma**2 / 2
-            out = rng.lognormal(mu, self.sigma, size=n)
-        else:
-            raise ValueError(
-                f"unknown length distribution {self.kind!r}: fixed, uniform, normal, lognormal"
-            )
+        out = LENGTHS.get(self.kind)(self, n, rng)
         return np.clip(np.rint(out), max(1, self.min), self.max).astype(np.int64)
 
 

@@ -1,6 +1,6 @@
 """Capacity benchmark: does the buy decision depend on how the sweep was laid out? (issue 27)
 
-The demo's deployments (bench/sim/demo.py: Llama-3.3-70B FP8 on one B200 and on two H100s
+The demo's deployments (bench/demo.py: Llama-3.3-70B FP8 on one B200 and on two H100s
 with TP2, the bursty chat scenario, SLO p99_ttft_ms<=2000,p99_tpot_ms<=50) swept in virtual
 time over grids that differ only in layout: mean rates 2 req/s apart, 0.5 apart, 1 apart,
 and 1 apart with five-minute points instead of two. Each sweep runs the library's SLO search
@@ -47,8 +47,8 @@ def sweep_layout(step: float, point_s: float, db: str):
     """(B200 capacity, H100 capacity, ratio) for one grid layout, from stored sweeps."""
     from bench.cost import load_catalogue
     from bench.curves import capacity_ratio, compare_runs, run_curves
+    from bench.demo import DEMO_SLO, TARGETS, virtual_sweep
     from bench.metrics import parse_slo
-    from bench.sim.demo import DEMO_SLO, TARGETS, virtual_sweep
 
     ids = [virtual_sweep(t, grid(step), point_s, DEMO_SLO, db) for t in TARGETS]
     comps = compare_runs(run_curves(ids, db), parse_slo(DEMO_SLO), load_catalogue())

@@ -408,9 +408,10 @@ def parse_tokenbench(done: subprocess.CompletedProcess, _workdir: Path) -> dict:
 def worker(args: argparse.Namespace) -> None:
     """Run tokenbench in this process (as `tokenbench run` would) and print its figures."""
     sys.path.insert(0, str(ROOT))
-    from bench.backends.openai import get_dialect
+    from bench.backends.dialects import get_dialect
+    from bench.executor import RunPlan
     from bench.metrics import summarize
-    from bench.runner import RunPlan, run_blocking
+    from bench.runner import run_blocking
     from bench.workload import LengthDist, Workload
 
     c, out_len = args.concurrency, args.out_len
@@ -925,8 +926,9 @@ def memory_one(phase: str, mode: str, c: int, loop_kind: str = "closed") -> None
     import asyncio
     import tracemalloc
 
-    from bench.backends.openai import get_dialect
-    from bench.runner import Progress, RunPlan, execute, new_event_loop
+    from bench.backends.dialects import get_dialect
+    from bench.executor import Progress, RunPlan
+    from bench.runner import execute, new_event_loop
     from bench.workload import LengthDist, Workload
 
     cfg = MEMORY_PHASES[phase]

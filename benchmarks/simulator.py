@@ -50,9 +50,9 @@ def validation(loso: bool) -> None:
         load_published,
         mean_abs_error,
         source_disagreements,
-        summary,
         table,
         validate,
+        validation_table,
     )
 
     pub = load_published()
@@ -61,24 +61,22 @@ def validation(loso: bool) -> None:
     engine = validate(sim=sim)
     ratios = [(r, sim.ratio(r)) for r in pub.ratios]
     t_engine = time.perf_counter() - t
-    formula = {r.point.id: r for r in validate()}
+    formula = validate()
+    after = validate(points=pub.after_fit)
     t = time.perf_counter()
     held = leave_one_source_out(pub.scored) if loso else None
     t_loso = time.perf_counter() - t
-    print(f"validation: {len(engine)} of {len(pub.points)} published points (engine clock, "
-          f"virtual time, {t_engine:.0f} s with the ratios)")  # fmt: skip
-    print(table(engine, held))
-    for name, res in (("engine", engine), ("formula", list(formula.values()))):
-        s = summary(res, held if name == "formula" else None)
-        line = ", ".join(
-            f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in s.items()
-        )
-        print(f"  {name}: {line}")
+    print(f"validation: {len(engine)} fitted and {len(after)} later points of {len(pub.points)} "
+          f"published (engine clock, virtual time, {t_engine:.0f} s with the ratios)")  # fmt: skip
+    print(table(engine + after, held))
+    print()
+    print(validation_table(formula, held, after, engine))
+    print()
     if held:
         print(
             f"  leave-one-source-out ({t_loso:.0f} s; formula clock, each source's points "
-            "scored by a fit without it; P = the point's group is measured by no other source, "
-            "so only the prior reaches it):"
+            "scored by a fit without it; P = no other source has a point of the same engine "
+            "(or, for AMD, of AMD), so only the initial values and ranges reach it):"
         )
         by_source = defaultdict(list)
         for r in held:
@@ -126,9 +124,10 @@ def real_time_lateness(streams: int, duration_s: float, gpu: str, model: str) ->
     """Start a sim server process, drive it, and read its lateness gauges."""
     import httpx
 
-    from bench.backends.openai import get_dialect
+    from bench.backends.dialects import get_dialect
+    from bench.executor import RunPlan
     from bench.metrics import summarize
-    from bench.runner import RunPlan, run_blocking
+    from bench.runner import run_blocking
     from bench.telemetry import parse_prometheus
     from bench.workload import LengthDist, Workload
 

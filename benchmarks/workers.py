@@ -51,10 +51,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.backends.openai import get_dialect  # noqa: E402
+from bench.backends.dialects import get_dialect  # noqa: E402
 from bench.distributed import run_distributed  # noqa: E402
+from bench.executor import RunPlan  # noqa: E402
 from bench.metrics import summarize  # noqa: E402
-from bench.runner import RunPlan  # noqa: E402
 from bench.workload import LengthDist, Workload  # noqa: E402
 
 NODE_SERVER = ROOT / "benchmarks" / "workers_server.js"

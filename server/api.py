@@ -24,6 +24,7 @@ from bench.curves import (
     ratio_sentence,
     resolve_slo,
 )
+from bench.export.formats import EXPORT_FORMATS, downloads
 from bench.metrics import parse_thresholds
 from bench.scenario import API_KEY_ENV, DEFAULT_NUM_PROMPTS, ScenarioError, parse_scenario
 from bench.store import (
@@ -46,8 +47,10 @@ from server.models import (
     ErrorOut,
     JobIn,
     JobOut,
+    KindOut,
     PlanOut,
     RatioOut,
+    RegistryOut,
     RequestOut,
     RequestsPage,
     RunCostOut,
@@ -243,7 +246,7 @@ def run_delete(request: Request, ref: RunRef) -> DeletedOut:
 @router.get("/curves", response_model=list[CurveOut], responses=NOT_FOUND)
 def curves(request: Request, run: RunRefs) -> list[CurveOut]:
     """Each run's load points as a curve (per-GPU throughput, latency percentiles, ...)."""
-    return [CurveOut.from_curve(c) for c in tb(request).curves(run)]
+    return [CurveOut.of(c) for c in tb(request).curves(run)]
 
 
 @router.get("/compare", response_model=CompareOut, responses=NOT_FOUND)
@@ -266,7 +269,7 @@ def compare(
         utilisation=utilisation,
         runs=[ComparisonOut.from_comparison(c) for c in comps],
         sentence=ratio_sentence(comps),
-        ratio=RatioOut.from_ratio(ratio),
+        ratio=RatioOut.of(ratio),
     )
 
 
@@ -325,12 +328,9 @@ def plan(
     )
 
 
-EXPORT_TYPES = {
-    "pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
-    "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-    "html": "text/html; charset=utf-8",
-    "csv": "application/zip",
-}
+# The formats the API serves as one download, from the export-format registry.
+EXPORT_TYPES = {name: kind.media_type for name, kind in downloads().items()}
+ExportName = EXPORT_FORMATS.name_type(only=lambda kind: kind.downloadable)
 
 
 @router.get(
@@ -345,7 +345,7 @@ EXPORT_TYPES = {
 def export(
     request: Request,
     run: RunRefs,
-    format: Annotated[Literal["pptx", "xlsx", "html", "csv"], Query()] = "pptx",
+    format: Annotated[ExportName, Query()] = "pptx",
     slo: Slo = None,
     utilisation: Utilisation = 1.0,
     tier: Annotated[str | None, Query(max_length=100, description="tier of the cost view")] = None,
@@ -368,14 +368,14 @@ def export(
     report = build_report(
         refs, state.db_url, slo_t, state.catalogue, utilisation, demand=demand, tier=tier
     )
-    suffix = "zip" if format == "csv" else format
+    suffix = EXPORT_FORMATS.get(format).download_suffix
     with tempfile.TemporaryDirectory() as tmp:
         written = write(report, format, FilePath(tmp) / f"report.{suffix}")
         data = FilePath(written).read_bytes()
     name = f"tokenbench-{'-'.join(r[:8] for r in refs)}.{suffix}"
     return Response(
         data,
-        media_type=EXPORT_TYPES[format],
+        media_type=EXPORT_FORMATS.get(format).media_type,
         headers={"Content-Disposition": f'attachment; filename="{name}"'},
     )
 
@@ -424,6 +424,22 @@ def costs(
                 )
             )
     return out
+
+
+@router.get("/kinds", response_model=list[RegistryOut])
+def kinds() -> list[RegistryOut]:
+    """What each seam accepts (bench.registry): load shapes, datasets, dialects, export
+    formats, telemetry sources and metric vocabularies, each kind with its description."""
+    from bench.registry import all_registries
+
+    return [
+        RegistryOut(
+            registry=r.noun,
+            where=r.where,
+            kinds=[KindOut(name=n, description=d) for n, d in r.describe().items()],
+        )
+        for r in all_registries()
+    ]
 
 
 @router.get("/prices", response_model=list[TierOut])
@@ -597,7 +613,8 @@ def build_plan(body: JobIn, state) -> JobPlan:
 
     Everything that can be wrong is found here, so a bad job is a 4xx now, not a failure later.
     """
-    from bench.runner import UnreachableError, check_reachable, plan_from_scenario
+    from bench.executor import plan_from_scenario
+    from bench.runner import UnreachableError, check_reachable
     from bench.sweep import PointSpec, SweepPlan, scenario_at
 
     base_dir = None
@@ -676,9 +693,15 @@ def build_plan(body: JobIn, state) -> JobPlan:
             probe, plan.sweep.specs[0], point_duration_s=plan.sweep.point_duration_s
         )
     try:
-        plan_from_scenario(probe, base_dir=base_dir)
+        first = plan_from_scenario(probe, base_dir=base_dir)
     except (ScenarioError, ValueError, OSError) as exc:
         raise invalid(["body", "scenario"], without_contents(str(exc), files)) from None
+    if simulate and simulate["clock"] == "virtual" and any(s.turn for s in first.specs):
+        raise invalid(
+            ["body", "simulate", "clock"],
+            "virtual time runs single-turn workloads only; give simulate.clock 'real' to "
+            "measure this multi-turn scenario against a simulated endpoint over HTTP",
+        )
     return plan
 
 

@@ -4,12 +4,13 @@ Runs execute one after another, never side by side: two load generators sharing 
 machine would limit each other and both results would be wrong. Each job measures in a
 process of its own (server/job_process.py), so the service's own work (API readers, pages)
 cannot skew its timings; the worker thread here only relays its progress. A job runs
-through the same library calls as the CLI (bench.session.run_and_store for a run,
-bench.sweep.run_sweep for a sweep, over the local executor), so it is stored and summarised
-exactly like a run started from a terminal, and its run id is chosen at submission.
-Cancelling sets an event the process relays to the executor (RunSession's stop_event):
-the point in flight stops like
-Ctrl-C, what it measured is kept, and the run is stored as interrupted.
+through the same library calls as the CLI (bench.drive.measure, over the executor
+bench.drive.choose_executor picks: this process's runner, or virtual time for a virtual
+simulation), so it is stored and summarised exactly like a run started from a terminal,
+and its run id is chosen at submission. Cancelling sets an event the process relays to the
+executor (RunSession's stop_event): the point in flight stops like Ctrl-C (in virtual time
+too, at the next engine step), what it measured is kept, and the run is stored as
+interrupted.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.runner import Progress as RunProgress
-from bench.session import live_p99
+from bench.executor import Progress as RunProgress
 from bench.store import Redactor, strip_url
 from bench.sweep import SweepPlan
+from server import job_process
+from server.job_process import failure_message
 from server.models import JobOut, PointDone, ProgressOut
 
 SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
@@ -102,7 +104,7 @@ class Job:
                 completed=p.completed,
                 failed=p.failed,
                 in_flight=p.in_flight,
-                p99_ttft_ms=live_p99(list(p.recent_ttft_ms[-500:])),
+                p99_ttft_ms=p.live_p99_ttft_ms(),
             )
         return JobOut(
             id=self.id,
@@ -211,15 +213,15 @@ class JobManager:
             except JobFailedError as exc:
                 job.touch(status="failed", error=str(exc), finished_at=datetime.now(UTC))
             except Exception as exc:  # noqa: BLE001 - a job's failure is reported, not raised
-                job.touch(status="failed", error=_message(exc), finished_at=datetime.now(UTC))
+                job.touch(
+                    status="failed", error=failure_message(exc), finished_at=datetime.now(UTC)
+                )
 
     def _execute(self, job: Job) -> str:
         """Measure in a spawned process (server/job_process.py) and relay what it reports.
 
         Spawned, not forked: the service has threads, and a fork would copy their locks.
         """
-        from server import job_process
-
         ctx = multiprocessing.get_context("spawn")
         receiver, sender = ctx.Pipe(duplex=False)
         stop = ctx.Event()
@@ -277,25 +279,6 @@ class JobFailedError(RuntimeError):
     """The job's process reported a failure; the message is its own."""
 
 
-def _value(summary, name: str) -> float | None:
-    try:
-        return summary.value(name)
-    except KeyError:  # a scenario whose percentiles leave p99 out
-        return None
-
-
-def point_done(index: int, title: str, summary) -> PointDone:
-    return PointDone(
-        index=index,
-        title=title,
-        requests_per_s=summary.requests_per_s,
-        output_tokens_per_s=summary.output_tokens_per_s,
-        p99_ttft_ms=_value(summary, "p99_ttft_ms"),
-        p99_tpot_ms=_value(summary, "p99_tpot_ms"),
-        failed=summary.failed,
-    )
-
-
 def _public(text: str | None, api_key: str | None) -> str | None:
     """A job's error as anyone who may read jobs sees it: no URL credentials, no key."""
     if text is None:
@@ -309,8 +292,3 @@ def _public(text: str | None, api_key: str | None) -> str | None:
 
     text = URL_IN_TEXT.sub(strip, text)
     return Redactor([api_key]).known(text)
-
-
-def _message(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

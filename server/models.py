@@ -2,7 +2,8 @@
 
 Answers mirror the library's own facts (bench.store.RunInfo, bench.curves.CurvePoint,
 bench.cost.CostRow, the Summary.to_json contract) and are built from them by the
-`from_*` helpers here, never computed anew. Request bodies forbid unknown fields, so a
+`from_*` helpers here, never computed anew; where an answer is a dataclass's fields with a
+few differences it is derived from the dataclass (server/derived.py), not copied. Request bodies forbid unknown fields, so a
 typo is a 422 naming the field instead of a silently ignored option.
 """
 
@@ -10,21 +11,18 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from bench.backends.openai import Backend, Endpoint
+from bench.backends.dialects import Backend
+from bench.backends.openai import Endpoint
 from bench.cost import CostRow, TierKind
 from bench.curves import Capacity, CurvePoint, Ratio, RunComparison, RunCurve
 from bench.plan import Demand, Plan, Recommendation, SystemPlan
 from bench.store import LoadPointInfo, RunInfo
 from bench.sweep import STOP_ERROR_RATE
-
-
-def _finite(v: float | None) -> float | None:
-    """JSON has no infinity: an unbounded rate ("rate inf") reads as null plus its title."""
-    return None if v is None or not math.isfinite(v) else v
+from server.derived import Called, Finite, answer_model, finite
 
 
 class Strict(BaseModel):
@@ -38,6 +36,19 @@ class Throughput(BaseModel):
     requests_per_s: float | None = None
     output_tokens_per_s: float | None = None
     total_tokens_per_s: float | None = None
+
+
+class KindOut(BaseModel):
+    name: str
+    description: str
+
+
+class RegistryOut(BaseModel):
+    """One seam's registry (bench.registry): where a user names a kind, and its kinds."""
+
+    registry: str = Field(examples=["load shape"])
+    where: str = Field(examples=["load.shape"])
+    kinds: list[KindOut]
 
 
 class SummaryOut(BaseModel):
@@ -125,7 +136,7 @@ class LoadPointOut(BaseModel):
             load_point=lp.load_point,
             label=lp.label,
             mode=lp.mode,
-            target_rate=_finite(rate),
+            target_rate=finite(rate),
             unbounded_rate=rate is not None and math.isinf(rate),
             concurrency=lp.concurrency,
             duration_s=(lp.ended_ns / 1e9) if lp.ended_ns is not None else None,
@@ -218,88 +229,51 @@ class TimeSeriesOut(BaseModel):
 # ---------------------------------------------------------------- curves, comparison, cost
 
 
-class CurvePointOut(BaseModel):
-    """One load point in buyer's units (bench.curves.CurvePoint)."""
-
-    load_point: int
-    title: str
-    offered: float | None = Field(description="target req/s or concurrency; null if unbounded")
-    requests_per_s: float
-    output_tps_per_gpu: float
-    total_tps_per_gpu: float
-    output_tps: float
-    total_tps: float
-    completed: int
-    failed: int
-    error_rate: float
-    interactivity: float | None = Field(description="tokens/s per user = 1000 / median TPOT ms")
-    goodput_requests_per_s: float | None
-    metrics: dict[str, dict[str, float | None]]
-    confidence: dict[str, dict] = Field(
-        default_factory=dict,
-        description='per metric: {"count": samples, "level": 0.95, "p99": [low, high], ...}; '
-        "an end null is open (too few samples to bound it)",
-    )
-    partial: bool = Field(False, description="interrupted: never a capacity or a knee")
-    late_ms: float | None = Field(
-        None, description="simulated endpoint's worst lateness during the point (ms)"
-    )
-
-    @classmethod
-    def from_point(cls, p: CurvePoint | None) -> CurvePointOut | None:
-        if p is None:
-            return None
-        return cls(
-            load_point=p.load_point,
-            title=p.title,
-            offered=_finite(p.offered),
-            requests_per_s=p.requests_per_s,
-            output_tps_per_gpu=p.output_tps_per_gpu,
-            total_tps_per_gpu=p.total_tps_per_gpu,
-            output_tps=p.output_tps,
-            total_tps=p.total_tps,
-            completed=p.completed,
-            failed=p.failed,
-            error_rate=p.error_rate,
-            interactivity=p.interactivity,
-            goodput_requests_per_s=p.goodput_requests_per_s,
-            metrics=p.metrics,
-            confidence=p.confidence,
-            partial=p.partial,
-            late_ms=p.late_ms,
-        )
+CurvePointOut = answer_model(
+    CurvePoint,
+    "CurvePointOut",
+    doc="One load point in buyer's units (bench.curves.CurvePoint).",
+    drop=("offered_kind",),
+    fields={
+        "offered": (
+            Annotated[float | None, Finite],
+            Field(description="target req/s or concurrency; null if unbounded"),
+        ),
+        "confidence": (
+            dict[str, dict],
+            Field(
+                default_factory=dict,
+                description='per metric: {"count": samples, "level": 0.95, "p99": [low, high], '
+                "...}; an end null is open (too few samples to bound it)",
+            ),
+        ),
+        "partial": (bool, Field(False, description="interrupted: never a capacity or a knee")),
+        "late_ms": (
+            float | None,
+            Field(None, description="simulated endpoint's worst lateness during the point (ms)"),
+        ),
+        "error_rate": (float, ...),
+        "interactivity": (
+            float | None,
+            Field(description="tokens/s per user = 1000 / median TPOT ms"),
+        ),
+    },
+)
 
 
-class CurveOut(BaseModel):
-    run_id: str
-    name: str
-    label: str
-    legend: str = Field(description="label plus ' (simulated)' for simulated runs")
-    gpu_type: str | None
-    gpu_count: int
-    model: str | None
-    simulated: bool
-    imported_from: str | None
-    status: str
-    colour: str = Field(description="the GPU's colour on every chart (B200 green, H100 blue)")
-    points: list[CurvePointOut]
-
-    @classmethod
-    def from_curve(cls, c: RunCurve) -> CurveOut:
-        return cls(
-            run_id=c.run_id,
-            name=c.name,
-            label=c.label,
-            legend=c.legend,
-            gpu_type=c.gpu_type,
-            gpu_count=c.gpu_count,
-            model=c.model,
-            simulated=c.simulated,
-            imported_from=c.imported_from,
-            status=c.status,
-            colour=c.colour,
-            points=[CurvePointOut.from_point(p) for p in c.points],
-        )
+CurveOut = answer_model(
+    RunCurve,
+    "CurveOut",
+    doc="One run's curve (bench.curves.RunCurve): its load points in buyer's units.",
+    fields={
+        "points": (list[CurvePointOut], ...),
+        "colour": (
+            str,
+            Field(description="the GPU's colour on every chart (B200 green, H100 blue)"),
+        ),
+        "legend": (str, Field(description="label plus ' (simulated)' for simulated runs")),
+    },
+)
 
 
 class CapacityOut(BaseModel):
@@ -336,22 +310,19 @@ class CapacityOut(BaseModel):
         )
 
 
-class RatioOut(BaseModel):
-    """The first run's capacity over the second's (bench.curves.Ratio)."""
-
-    value: float
-    low: float | None
-    high: float | None
-    bound: str | None = Field(description="'at least' / 'at most' when a side is a bound")
-    flips: bool = Field(description="which is larger is within the 95% confidence")
-    text: str
-
-    @classmethod
-    def from_ratio(cls, r: Ratio | None) -> RatioOut | None:
-        if r is None:
-            return None
-        return cls(value=r.value, low=r.low, high=r.high, bound=r.bound, flips=r.flips,
-                   text=r.text())  # fmt: skip
+RatioOut = answer_model(
+    Ratio,
+    "RatioOut",
+    doc="The first run's capacity over the second's (bench.curves.Ratio).",
+    fields={
+        "bound": (
+            str | None,
+            Field(description="'at least' / 'at most' when a side is a bound"),
+        ),
+        "flips": (bool, Field(description="which is larger is within the 95% confidence")),
+        "text": (Annotated[str, Called], ...),
+    },
+)
 
 
 class ComparisonOut(BaseModel):
@@ -373,8 +344,8 @@ class ComparisonOut(BaseModel):
             colour=c.curve.colour,
             simulated=c.curve.simulated,
             basis=c.basis,
-            capacity=CurvePointOut.from_point(c.capacity),
-            at_matched_load=CurvePointOut.from_point(c.at_matched_load),
+            capacity=CurvePointOut.of(c.capacity),
+            at_matched_load=CurvePointOut.of(c.at_matched_load),
             cost=c.cost_rows,
             at_slo=CapacityOut.from_capacity(c.at_slo, c.curve.gpu_count),
         )
@@ -475,12 +446,17 @@ class TargetIn(Strict):
 
 
 class SimulateIn(Strict):
-    """Run against a simulated endpoint started on loopback for this job (no GPU needed)."""
+    """Run on a simulated deployment (no GPU needed): in virtual time, as `tokenbench sim run`
+    does (default; single-turn workloads), or against a simulated endpoint started on
+    loopback for this job and measured over HTTP in real time."""
 
     gpu: str = Field(default="B200-SXM", max_length=64)
     model: str = Field(default="llama-3.3-70b", max_length=100)
     precision: str = Field(default="fp8", max_length=16)
     tp: int = Field(default=1, ge=1, le=8)
+    clock: Literal["virtual", "real"] = Field(
+        default="virtual", description="virtual: no HTTP, far faster than real time"
+    )
 
 
 class SweepIn(Strict):

@@ -347,21 +347,29 @@ def compare_page(
         ref_query=lambda c: _query(curves, ref=c.run_id, at=at, tier=tier, **keep),
         cheapest=_cheapest,
         unavailable=unavailable_downloads(),
+        downloads=download_labels(),
         thin=figures.THIN_SAMPLE,
         ci=_ci_text,
     )
 
 
+def download_labels() -> list[tuple[str, str]]:
+    """(format, button label) of every format the API serves as a download (the registry)."""
+    from bench.export.formats import downloads
+
+    return [(fmt, kind.label) for fmt, kind in downloads().items()]
+
+
 def unavailable_downloads() -> dict[str, str]:
     """Download formats whose optional extra is not installed -> what to install, so the
     page shows the hint instead of a link that answers 400."""
-    from bench.export.formats import NEEDS
+    from bench.export.formats import downloads
     from bench.extras import available, missing_message
 
     return {
-        fmt: missing_message(*NEEDS[fmt])
-        for fmt in ("pptx", "xlsx")
-        if not available(NEEDS[fmt][0])
+        fmt: missing_message(*kind.extra)
+        for fmt, kind in downloads().items()
+        if kind.extra is not None and not available(kind.extra[0])
     }
 
 

@@ -18,11 +18,13 @@ from unittest import mock
 import numpy as np
 
 from bench.backends.capture import Capture
-from bench.backends.openai import COMPLETIONS, get_dialect
+from bench.backends.dialects import get_dialect
+from bench.backends.openai import COMPLETIONS
 from bench.backends.transport import _Connection, _expire
+from bench.executor import Progress, RunPlan, RunResult
 from bench.metrics import summarize
 from bench.records import FAILED, OK, RequestRecord
-from bench.runner import Progress, RunPlan, RunResult, execute
+from bench.runner import execute
 from bench.store.writer import RunWriter
 from bench.workload import LengthDist, Workload
 

@@ -157,7 +157,7 @@ def test_sharegpt_and_jsonl_datasets(tmp_path):
 
 
 def test_prompts_are_fresh_per_run_and_per_load_point_unless_the_seed_is_fixed():
-    from bench.runner import plan_from_scenario
+    from bench.executor import plan_from_scenario
     from bench.scenario import parse_scenario
     from bench.sweep import PointSpec, scenario_at
 

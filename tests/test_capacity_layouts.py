@@ -13,8 +13,8 @@ import pytest
 
 from bench.cost import load_catalogue
 from bench.curves import capacity_ratio, compare_runs, run_curves
+from bench.demo import DEMO_POINT_S, DEMO_SLO, TARGETS, virtual_sweep
 from bench.metrics import parse_slo
-from bench.sim.demo import DEMO_POINT_S, DEMO_SLO, TARGETS, virtual_sweep
 
 
 def _layout(step: float, db: str):

@@ -106,7 +106,7 @@ def test_draws_and_longer_points_widen_the_range_and_move_the_estimate():
 
 
 def test_a_simulated_range_folds_in_the_simulators_error():
-    from bench.sim.accuracy import expected_error
+    from bench.sim.profiles.accuracy import expected_error
 
     pts = [_point(8, 2000, 900, 40), _point(10, 2400, 900, 60)]
     err, basis = expected_error("B200-SXM", "llama-3.3-70b")
@@ -194,7 +194,7 @@ def test_matched_load_compares_the_runs_at_equal_load():
 def test_the_demo_says_why_its_real_time_check_missed_the_slo():
     from types import SimpleNamespace
 
-    from bench.sim.demo import slo_miss_reason
+    from bench.demo import slo_miss_reason
 
     def summary(tpot):
         return SimpleNamespace(value={"p99_tpot_ms": tpot}.get, completed=70)

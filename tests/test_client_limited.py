@@ -13,9 +13,10 @@ import time
 import numpy as np
 import pytest
 
-from bench.backends.openai import get_dialect
+from bench.backends.dialects import get_dialect
+from bench.executor import RunPlan
 from bench.metrics import summarize
-from bench.runner import RunPlan, execute, new_event_loop
+from bench.runner import execute, new_event_loop
 from bench.workload import LengthDist, Workload
 from tests.helpers import cpu_pressure
 

@@ -9,9 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from bench.backends.openai import get_dialect
+from bench.backends.dialects import get_dialect
+from bench.executor import RunPlan
 from bench.metrics import summarize
-from bench.runner import RunPlan, run_blocking
+from bench.runner import run_blocking
 from bench.sim.server import start_sim_server_in_thread
 from bench.sim.virtual import simulate
 from bench.workload import LengthDist, Workload
@@ -22,8 +23,8 @@ pytestmark = pytest.mark.slow
 
 def test_demo_stores_two_simulated_runs_and_compares_them(tmp_path, capsys):
     from bench.curves import capacity_at_slo, run_curve
+    from bench.demo import DEMO_SLO, run_demo
     from bench.metrics import parse_slo
-    from bench.sim.demo import DEMO_SLO, run_demo
     from bench.store.read import get_run
 
     db = f"sqlite:///{tmp_path / 'demo.db'}"
@@ -60,8 +61,8 @@ def test_demo_verdict_agrees_with_a_dense_virtual_grid(tmp_path):
     """The demo's grid against rates 0.5 req/s apart and 5 minutes of traffic per point."""
     from bench.cost import load_catalogue
     from bench.curves import capacity_ratio, compare_runs, run_curves
+    from bench.demo import DEMO_POINT_S, DEMO_RATES, DEMO_SLO, TARGETS, virtual_sweep
     from bench.metrics import parse_slo
-    from bench.sim.demo import DEMO_POINT_S, DEMO_RATES, DEMO_SLO, TARGETS, virtual_sweep
 
     db = f"sqlite:///{tmp_path / 'grid.db'}"
     slo = parse_slo(DEMO_SLO)

@@ -25,10 +25,11 @@ from bench.distributed import (
     run_distributed,
     split_plan,
 )
+from bench.drive import measure
+from bench.executor import plan_from_scenario
 from bench.metrics import summarize
-from bench.runner import plan_from_scenario, run_blocking, sessions_of
+from bench.runner import run_blocking, sessions_of
 from bench.scenario import Scenario
-from bench.session import run_and_store
 from tests.helpers import cpu_pressure
 from tests.test_runner import plan
 
@@ -212,9 +213,8 @@ def test_partial_run_is_stored_interrupted_with_worker_detail(fake_server, tmp_p
         dist, "run_distributed", lambda plan, **kw: real(plan, **{**kw, "on_tick": tick})
     )
     db = f"sqlite:///{tmp_path / 'runs.db'}"
-    result, summary, run_id = run_and_store(
-        sc, p, executor=DistributedExecutor(workers=2), db_url=db, show_progress=False
-    )
+    measured = measure(sc, executor=DistributedExecutor(workers=2), plan=p, db=db)
+    result, summary, run_id = measured.points[0].run, measured.points[0].summary, measured.run_id
     assert killed and result.partial and summary.interrupted
     info = get_run(run_id, db)
     assert info.status == "interrupted"

@@ -77,9 +77,9 @@ def test_full_disk_counts_exactly_and_the_fallback_imports(fake_server, tmp_path
 
     from sqlalchemy import event, text
 
-    from bench.runner import plan_from_scenario
+    from bench.drive import measure
+    from bench.executor import plan_from_scenario
     from bench.scenario import parse_scenario
-    from bench.session import run_and_store
     from bench.store.engine import get_engine, make_engine
     from bench.store.errors import StoreError
     from bench.store.read import list_runs
@@ -101,7 +101,7 @@ def test_full_disk_counts_exactly_and_the_fallback_imports(fake_server, tmp_path
     )
     plan = plan_from_scenario(sc, api_key="sk-fallback-secret-123")
     with pytest.raises(StoreError) as err:
-        run_and_store(sc, plan, db_url=engine, show_progress=False)
+        measure(sc, plan=plan, db=engine)
     message = str(err.value)
     m = re.search(r"(\d+) of the (\d+) records measured are not in the database", message)
     assert m, message

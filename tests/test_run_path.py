@@ -8,18 +8,23 @@ against local servers (telemetry, an SLO sweep).
 
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 
-from bench.distributed import DistributedExecutor, DistributedResult, _Driver, _shares
+from bench.distributed import DistributedExecutor, _Driver, _shares
+from bench.drive import choose_executor, measure
+from bench.executor import RunResult, plan_from_scenario
 from bench.metrics import client_limited_reasons, parse_thresholds
-from bench.records import OK, RequestRecord
-from bench.runner import RunResult
+from bench.records import CANCELLED, OK, RequestRecord
+from bench.runner import LocalExecutor
 from bench.scenario import parse_scenario
-from bench.session import run_and_store, window_summary
+from bench.session import window_summary
 from bench.sim.virtual import VirtualExecutor
 from bench.store.read import get_run, load_records
-from bench.sweep import PointSpec, SweepPlan, run_sweep
+from bench.sweep import PointSpec, SweepPlan
 from tests.helpers import busy_share, plan
 
 SCENARIO = (
@@ -32,9 +37,7 @@ def virtual_sweep(tmp_path, specs, **plan_kw):
     virtual = VirtualExecutor("H100", "llama-3.3-70b", tp=2)
     db = f"sqlite:///{tmp_path / 'v.db'}"
     sc = virtual.adopt(parse_scenario(SCENARIO))
-    result = run_sweep(
-        sc, SweepPlan(specs, **plan_kw), executor=virtual, db=db, show_progress=False
-    )
+    result = measure(sc, SweepPlan(specs, **plan_kw), executor=virtual, db=db)
     return result, db
 
 
@@ -105,13 +108,104 @@ def test_a_stop_event_set_before_a_virtual_point_measures_nothing(tmp_path):
     stop.set()
     virtual = VirtualExecutor("H100", "llama-3.3-70b", tp=2)
     sc = virtual.adopt(parse_scenario(SCENARIO))
-    from bench.runner import plan_from_scenario
 
-    result, summary, _ = run_and_store(
-        sc, plan_from_scenario(sc), executor=virtual, store=False, stop_event=stop,
-        show_progress=False,
-    )  # fmt: skip
-    assert result.interrupted and summary.completed == 0
+    measured = measure(sc, executor=virtual, store=False, stop_event=stop)
+    (point,) = measured.points
+    assert point.run.interrupted and point.summary.completed == 0 and measured.interrupted
+
+
+class StopAfter(threading.Event):
+    """A stop event that reads set from its n-th look on: a stop mid-point, without timing."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.looks = n
+
+    def is_set(self) -> bool:
+        self.looks -= 1
+        return self.looks < 0
+
+
+def test_a_stop_mid_point_in_virtual_time_keeps_what_was_measured():
+    virtual = VirtualExecutor("H100", "llama-3.3-70b", tp=2)
+    sc = virtual.adopt(parse_scenario(SCENARIO))
+    plan = plan_from_scenario(sc)
+    whole = virtual.run(plan, lambda r: None)
+    kept: list[RequestRecord] = []
+    stopped = virtual.run(plan, kept.append, StopAfter(400))  # ~400 engine steps in
+    assert stopped.interrupted and not whole.interrupted
+    assert stopped.records == kept and 0 < len(kept) < len(whole.records)
+    states = {r.state for r in kept}
+    assert states == {OK, CANCELLED}  # in flight when stopped: cancelled, as over HTTP
+    done = {r.index: r for r in whole.records}
+    for r in kept:  # what finished before the stop is what the whole run measured
+        if r.ok:
+            assert (
+                r.end_ns == done[r.index].end_ns and r.output_tokens == done[r.index].output_tokens
+            )
+
+
+def test_the_session_never_changes_its_callers_scenario(tmp_path):
+    """Stored on the simulated GPUs (H100 x2), told A100 x8: the caller's scenario keeps
+    saying A100 x8; the result's scenario says what was run."""
+    virtual = VirtualExecutor("H100", "llama-3.3-70b", tp=2)
+    sc = parse_scenario(SCENARIO + "gpu: {type: A100-SXM, count: 8}\n")
+    sc.target.base_url = "http://sim.virtual"
+    given = sc.model_dump()
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    run = measure(sc, executor=virtual, db=db)
+    sweep = measure(sc, SweepPlan([PointSpec("rate", 2.0)], point_duration_s=5), executor=virtual,
+                    db=db)  # fmt: skip
+    assert sc.model_dump() == given
+    for result in (run, sweep):
+        assert (result.scenario.gpu.type, result.scenario.gpu.count) == ("H100-SXM", 2)
+        assert (get_run(result.run_id, db).gpu_type, get_run(result.run_id, db).gpu_count) == (
+            "H100-SXM", 2,
+        )  # fmt: skip
+
+
+class Recorder:
+    """A Display that keeps what the session gives it."""
+
+    def __init__(self) -> None:
+        self.points: list[tuple[str, int]] = []
+        self.ticks: list[int] = []
+        self.lines: list[str] = []
+
+    @contextmanager
+    def point(self, title: str, total: int):
+        self.points.append((title, total))
+        yield lambda p: self.ticks.append(p.completed + p.failed)
+
+    def warn(self, message: str) -> None:
+        self.lines.append(f"warning: {message}")
+
+    def say(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def test_the_session_shows_through_the_display_it_is_given(capsys):
+    virtual = VirtualExecutor("H100", "llama-3.3-70b", tp=2)
+    sc = virtual.adopt(parse_scenario(SCENARIO))
+    shown = Recorder()
+    result = measure(sc, SweepPlan([PointSpec("rate", 2.0), PointSpec("rate", 4.0)],
+                                   point_duration_s=5), executor=virtual, store=False,
+                     display=shown)  # fmt: skip
+    assert shown.points == [("point 1: rate 2 req/s", 10), ("point 2: rate 4 req/s", 20)]
+    assert shown.ticks == [p.summary.completed + p.summary.failed for p in result.points]
+    assert capsys.readouterr() == ("", "")  # the session itself prints nothing
+
+
+def test_one_function_chooses_the_executor():
+    assert isinstance(choose_executor(), LocalExecutor)
+    assert not choose_executor(handle_sigint=False).handle_sigint
+    spread = choose_executor(workers=3, ray="auto")
+    assert isinstance(spread, DistributedExecutor)
+    assert (spread.workers, spread.ray_address) == (3, "auto")
+    virtual = choose_executor(virtual={"gpu": "H100", "model": "llama-3.3-70b", "tp": 2})
+    assert virtual == VirtualExecutor("H100", "llama-3.3-70b", tp=2)
+    with pytest.raises(ValueError, match="leave out --workers and --ray"):
+        choose_executor(workers=2, virtual={"gpu": "H100", "model": "llama-3.3-70b"})
 
 
 # ------------------------------------------------------------------ self-check, one rule
@@ -152,7 +246,7 @@ def test_one_rule_judges_each_worker_and_the_merged_run_as_one_process():
     driver.take(0, busy, status(10, **OVERLOAD))
     driver.take(1, calm, status(10))
     merged = driver.result("processes")
-    assert isinstance(merged, DistributedResult)
+    assert merged.backend == "processes" and not merged.partial
     w0, w1 = merged.workers
     assert w0.client_limited_reasons == client_limited_reasons(busy, **OVERLOAD)
     assert len(w0.client_limited_reasons) == 2 and w1.client_limited_reasons == []
@@ -162,6 +256,7 @@ def test_one_rule_judges_each_worker_and_the_merged_run_as_one_process():
     single = RunResult(
         busy + calm, 2.0, 0.2, 1.0, False, 0, **OVERLOAD
     )  # one process, same records, same overload
+    assert single.detail_json() == {}  # one process: nothing added to its stored summary
     a = window_summary(merged, sc).client_limited_reasons
     b = window_summary(single, sc).client_limited_reasons
     assert a == b and len(a) == 2
@@ -183,13 +278,14 @@ def test_two_workers_store_telemetry_and_their_detail(tmp_path):
             "load: {shape: constant, request_rate: 20, num_prompts: 40}\n"
             "workload: {input: {mean: 64}, output: {mean: 16}}\n"
         )
-        from bench.runner import plan_from_scenario
 
         db = f"sqlite:///{tmp_path / 'd.db'}"
-        result, summary, run_id = run_and_store(
-            sc, plan_from_scenario(sc), executor=DistributedExecutor(workers=2), db_url=db,
-            show_progress=False, telemetry=TelemetryConfig(interval_s=0.2),
+        measured = measure(
+            sc, executor=DistributedExecutor(workers=2), db=db,
+            telemetry=TelemetryConfig(interval_s=0.2),
         )  # fmt: skip
+        (point,) = measured.points
+        summary, run_id = point.summary, measured.run_id
     finally:
         stop()
     assert summary.completed == 40
@@ -221,11 +317,11 @@ def test_two_worker_sweep_finds_a_capacity_with_warmup(server_factory, tmp_path)
     )
     slo = parse_thresholds("p99_e2el_ms<=10000,p99_ttft_ms<=10000", flag="--slo")
     db = f"sqlite:///{tmp_path / 's.db'}"
-    result = run_sweep(
+    result = measure(
         sc,
         SweepPlan([PointSpec("rate", 10), PointSpec("rate", 20)], thresholds=slo,
                   slo_iterations=1, point_duration_s=2, warmup_s=0.5),
-        executor=DistributedExecutor(workers=2), db=db, show_progress=False,
+        executor=DistributedExecutor(workers=2), db=db,
     )  # fmt: skip
     assert [p.role for p in result.points] == ["grid", "grid", "slo-search"]
     assert result.at_slo is not None and result.at_slo.kind == "at_least"

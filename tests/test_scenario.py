@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.runner import plan_from_scenario
+from bench.executor import plan_from_scenario
 from bench.scenario import ScenarioError, load_scenario, parse_scenario
 
 SCENARIOS = sorted((Path(__file__).parent.parent / "scenarios").glob("*.yaml"))

@@ -14,6 +14,7 @@ import pytest
 
 from bench.backends.capture import ReadStats, to_record
 from bench.backends.openai import CHAT
+from bench.executor import Progress
 from bench.metrics import LATENCY_METRICS, summarize
 from bench.records import (
     CANCELLED,
@@ -32,7 +33,6 @@ from bench.records import (
     ERR_TIMEOUT,
     OK,
 )
-from bench.runner import Progress
 from bench.workload import LengthDist, Workload
 from tests.helpers import (
     DONE,

@@ -141,6 +141,11 @@ async def test_bad_queries_and_bodies_are_422_naming_the_field(client, db):
             ["body", "sweep", "slo"],
         ),
         ({"kind": "run"}, ["body", "target", "base_url"]),
+        (  # virtual time is single-turn: a multi-turn scenario needs the real-time endpoint
+            {"kind": "run", "scenario": "workload: {turns: 2}", "simulate": {}},
+            ["body", "simulate", "clock"],
+        ),
+        ({"kind": "run", "simulate": {"clock": "sundial"}}, ["body", "simulate", "clock"]),
     ]
     for body, loc in cases:
         r = await client.post("/api/jobs", json=body, headers=AUTH)
@@ -340,6 +345,41 @@ async def test_cancel_stops_gently_and_keeps_the_data(client, server_factory, db
     assert run.status == "interrupted" and 5 <= run.request_count < 400
     assert (await client.get("/api/jobs/nope")).status_code == 404
     await client.delete(f"/api/runs/{run.id}", headers=AUTH)
+
+
+@pytest.mark.slow
+async def test_a_simulation_job_runs_in_virtual_time_and_can_be_cancelled(client, db):
+    """`simulate` jobs run in virtual time, as `sim run` does, through the same chooser of
+    executors; a cancel stops the point in flight at once and keeps what it measured."""
+    simulate = {"gpu": "H100-SXM", "model": "llama-3.1-8b", "tp": 1}
+    body = {"kind": "run", "scenario": FAST_SCENARIO, "simulate": simulate, "label": "v run"}
+    r = await client.post("/api/jobs", json=body, headers=AUTH)
+    assert r.status_code == 202, r.text
+    final = sse_events((await client.get(f"/api/jobs/{r.json()['id']}/events")).text)[-1][1]
+    assert final["status"] == "completed" and final["points"][0]["failed"] == 0
+    run = get_run(final["run_id"], db)
+    assert (run.status, run.request_count, run.simulated) == ("completed", 16, True)
+    assert run.endpoint == "sim://virtual" and run.extra_json["sim"]["clock"] == "virtual"
+    assert (run.gpu_type, run.gpu_count, run.label) == ("H100-SXM", 1, "v run")
+    first_run = run.id
+
+    rates = list(range(1, 17))  # 600 virtual seconds each: far longer than a cancel takes
+    sweep = {**body, "kind": "sweep", "sweep": {"request_rates": rates, "point_duration_s": 600}}
+    job = (await client.post("/api/jobs", json=sweep, headers=AUTH)).json()
+    for _ in range(2400):  # until its first point is done (the job's process starts first)
+        state = (await client.get(f"/api/jobs/{job['id']}")).json()
+        if state["points"] or state["status"] in ("completed", "failed"):
+            break
+        time.sleep(0.05)
+    r = await client.post(f"/api/jobs/{job['id']}/cancel", headers=AUTH)
+    assert r.status_code == 200 and r.json()["cancel_requested"]
+    final = sse_events((await client.get(f"/api/jobs/{job['id']}/events")).text)[-1][1]
+    assert final["status"] == "cancelled", final
+    run = get_run(final["run_id"], db)
+    assert run.status == "interrupted" and 1 <= len(run.load_points) < len(rates)
+    assert run.request_count >= 600  # the first point's requests are kept
+    for rid in (first_run, run.id):
+        assert (await client.delete(f"/api/runs/{rid}", headers=AUTH)).status_code == 200
 
 
 async def test_export_download_from_the_compare_page(client, db):

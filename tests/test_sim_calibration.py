@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from bench.sim.calibration import (
-    GROUP,
     Point,
     Sim,
-    _prior,
+    fit_params,
     leave_one_source_out,
     load_published,
     mean_abs_error,
     pareto_interpolate,
+    points_per_parameter,
     ratio_value,
     reproduce,
     source_disagreements,
@@ -34,13 +34,16 @@ from bench.sim.roofline import Deployment, steady_state
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Figures reached when efficiency.yaml was last fitted (formula clock, 60 scored points):
-# mean abs. error 8.6% (dense 4.4%, MoE 10.6%, AMD 10.9%), 55 points within +-25%.
-PINNED_MAE = 0.087
-PINNED_MAE_DENSE = 0.045
-PINNED_MAE_MOE = 0.107
-PINNED_MAE_AMD = 0.110
-PINNED_WITHIN_25 = 55
+# Ceilings on the error, from the figures reached when efficiency.yaml was last fitted (formula
+# clock; 16 bounded parameters, device-reported memory, each engine's own memory arithmetic):
+# mean abs. error 16.7% (dense 9.5%, MoE 20.9%, AMD 12.3%), worst point 81%. The issue's
+# target (8% in sample) is missed: the earlier 8.6% came from 36 parameters, several outside
+# any physical range. A new source adds points without touching these: only the error counts.
+PINNED_MAE = 0.17
+PINNED_MAE_DENSE = 0.10
+PINNED_MAE_MOE = 0.215
+PINNED_MAE_AMD = 0.13
+PINNED_MAX_ABS = 0.82
 
 
 def _ideal(gpu: str) -> Deployment:
@@ -92,32 +95,36 @@ def test_nvfp4_halves_weight_read() -> None:
 
 def test_every_point_and_every_cited_source_is_in_the_reference_file() -> None:
     pub = load_published()
-    assert len(pub.points) == 69 and len(pub.scored) == 60
-    assert all(p.source in pub.sources for p in pub.points)
+    assert pub.scored and all(p.source in pub.sources for p in pub.points)
     assert all(p.reason for p in pub.points if not p.expressible)
     cited = set()
-    for path in [ROOT / "README.md", ROOT / "bench" / "data" / "prices.yaml"] + list(
-        (ROOT / "bench" / "sim" / "profiles").glob("*.yaml")
+    for path in (
+        [ROOT / "README.md", ROOT / "bench" / "data" / "prices.yaml"]
+        + list((ROOT / "bench" / "sim" / "profiles").glob("*.yaml"))
+        + list((ROOT / "bench" / "hardware").glob("*.yaml"))
     ):
         cited |= set(re.findall(r"\[(S\d+[a-z]?)\]", path.read_text()))
     assert cited and cited <= set(pub.sources), cited - set(pub.sources)
 
 
-def test_fitted_profiles_name_their_points() -> None:
+def test_every_fitted_parameter_is_bounded_and_observed() -> None:
+    # issue 25 item 2: few parameters, each with a physical range and a source, the fit inside
+    # it, and at least 4 scored observations (points or GPU ratios) per free parameter
     import yaml
 
-    ids = {p.id for p in load_published().points}
-    fitted = yaml.safe_load(EFFICIENCY_YAML.read_text())["fitted"]
-    groups = [f for f in fitted if len(f["match"]) == 3 and f["source"].startswith("fitted")]
-    assert len(groups) >= 8, "efficiency.yaml lacks fitted per-(vendor, engine, format) profiles"
-    priors = [f for f in fitted if len(f["match"]) == 3 and f not in groups]
-    assert all(f["source"].startswith("fallback (prior): ") for f in priors)
-    for prof in groups:
-        m = re.match(r"fitted on (\d+) points: (.*)", prof["source"])
-        assert m, prof["source"]
-        named = [x.strip() for x in m.group(2).split(",")]
-        assert len(named) == int(m.group(1)) and set(named) <= ids
-    assert all(f["source"].startswith(("fitted", "fallback")) for f in fitted)
+    data = yaml.safe_load(EFFICIENCY_YAML.read_text())
+    params = {q.name: q for q in fit_params()}
+    values = data["fitted_values"]
+    assert set(values) == set(params)
+    pub = load_published()
+    counts = points_per_parameter(pub.scored, pub.ratios)
+    for name, q in params.items():
+        assert q.source and q.low < q.high, name
+        assert q.low <= values[name]["value"] <= q.high, (name, values[name])
+        assert counts[name] >= 4, (name, counts[name])
+    assert (len(pub.scored) + len(pub.ratios)) / len(params) >= 4
+    # the profiles the fit wrote are exactly the fitted values expanded, each naming its basis
+    assert all(f["source"].startswith("fitted on ") for f in data["fitted"])
 
 
 # -- calibration fixes (issue 19 item 4) -------------------------------------------------------
@@ -173,9 +180,9 @@ def test_sweeps_follow_the_sources_search() -> None:
 
 # (point, error bound): one of each kind and family, all within the +-25% target
 REPRESENTATIVE = [
-    ("h200-70b-b1", 0.05),  # batch 1: the bandwidth floor plus losses
+    ("h200-70b-b1", 0.05),  # batch 1: the bandwidth floor plus losses (-3%)
     ("trt-h100-70b-1k1k", 0.10),  # TensorRT-LLM offline maximum, dense, TP2
-    ("ix-b200-70b-fp8-108", 0.10),  # InferenceX Pareto interpolation, vLLM
+    ("ix-b200-70b-fp8-108", 0.15),  # InferenceX Pareto interpolation, vLLM (-13%)
     ("trt-b200-q235-1k1k", 0.15),  # MoE with expert parallelism (DEP4)
 ]
 
@@ -206,12 +213,11 @@ def test_validation_error_is_pinned(results) -> None:
     from bench.sim.calibration import table
 
     report = table(results)
-    assert s["points"] == 60
     assert s["mae"] <= PINNED_MAE, report
     assert s["mae_dense"] <= PINNED_MAE_DENSE, report
     assert s["mae_moe"] <= PINNED_MAE_MOE, report
     assert s["mae_amd"] <= PINNED_MAE_AMD, report
-    assert s["within_25"] >= PINNED_WITHIN_25, report
+    assert s["max_abs"] <= PINNED_MAX_ABS, report
 
 
 def test_sources_publishing_one_curve_are_compared() -> None:
@@ -230,39 +236,14 @@ def test_trtllm_and_vllm_differ_where_the_measurements_do() -> None:
 
 
 def test_gpu_ratios(results) -> None:
-    # MLPerf / TensorRT-LLM per-GPU ratios, simulated at the same method
+    # MLPerf / TensorRT-LLM per-GPU ratios, simulated at the same method (the fit scores them
+    # too). Reached: trt H200/H100 +2%, trt B200/H100 +7%, MLPerf B200/H100 +7%, B200/H200
+    # -10%, MI300X/H100 -18%, H200 (one GPU) / H100 (two) +19%
     got = {r.id: (r.measured, ratio_value(r)) for r in load_published().ratios}
-    assert got["trt-h200-h100-70b"][1] == pytest.approx(got["trt-h200-h100-70b"][0], rel=0.10)
-    assert got["trt-b200-h100-70b"][1] == pytest.approx(got["trt-b200-h100-70b"][0], rel=0.10)
-    assert got["mlperf-b200-h100"][1] == pytest.approx(got["mlperf-b200-h100"][0], rel=0.10)
-    # H200 on one GPU against H100 on two (MLPerf): +9.1% (it was +10.7% before the refit)
-    assert got["mlperf-h200-h100"][1] == pytest.approx(got["mlperf-h200-h100"][0], rel=0.10)
-    # MI300X vLLM has no measured point: its efficiency is the prior (vLLM FP8 as fitted on
-    # NVIDIA), which overstates MLPerf's ratio by 31-32% (it was 0.38, -61%, when AMD took
-    # SGLang's DeepSeek efficiency): pinned as measured
-    assert 0.9 < got["mlperf-mi300x-h100"][1] / got["mlperf-mi300x-h100"][0] < 1.33
-
-
-def test_prior_prefers_the_same_engine_and_stays_in_bounds() -> None:
-    fitted = {
-        ("nvidia", "vllm", "fp8"): {"mbu": 0.9, "mfu": 0.3},
-        ("amd", "sglang", "fp8"): {"mbu": 0.4, "mfu": 0.09},
-        ("nvidia", "trtllm", "nvfp4"): {"mbu": 0.5, "mfu": 0.4},
-        ("nvidia", "trtllm", "mxfp4"): {"mbu": 0.25, "mfu": 0.3},
-        ("nvidia", "vllm", "mxfp4"): {"mbu": 0.7, "mfu": 0.2},
-    }
-    # AMD vLLM: the same engine and format on NVIDIA, not AMD's SGLang/DeepSeek figures
-    vals, why = _prior(("amd", "vllm", "fp8"), fitted)
-    assert vals == pytest.approx({"mbu": 0.9, "mfu": 0.3}) and "vllm fp8" in why
-    # vLLM NVFP4: vLLM's MXFP4 scaled by NVFP4/MXFP4 in TensorRT-LLM (2x), clipped to bounds
-    vals, why = _prior(("nvidia", "vllm", "nvfp4"), fitted)
-    assert vals["mbu"] == GROUP["mbu"][2] and vals["mfu"] == pytest.approx(0.2 * 0.4 / 0.3)
-    # never scaled across tensor-core units (MXFP4 is gpt-oss only: the ratio would be the model's)
-    others = {k: v for k, v in fitted.items() if k != ("nvidia", "vllm", "fp8")}
-    others[("nvidia", "trtllm", "fp8")] = {"mbu": 0.85, "mfu": 0.4}
-    vals, why = _prior(("nvidia", "vllm", "fp8"), others)
-    assert vals == {"mbu": 0.85, "mfu": 0.4} and "nvidia's groups at the same format" in why
-    assert _prior(("nvidia", "vllm", "bf16"), fitted) is None
+    for rid in ("trt-h200-h100-70b", "trt-b200-h100-70b", "mlperf-b200-h100"):
+        assert got[rid][1] == pytest.approx(got[rid][0], rel=0.10), rid
+    for rid in ("mlperf-b200-h200", "mlperf-mi300x-h100", "mlperf-h200-h100"):
+        assert got[rid][1] == pytest.approx(got[rid][0], rel=0.20), rid
 
 
 def test_engine_clock_agrees_with_the_formula() -> None:
@@ -320,21 +301,31 @@ def test_rack_scale_nvl72() -> None:
 
 # -- slow: held-out error and the engine clock -------------------------------------------------
 
-# Held out, 60 points: 29.0% over all; 17.5% over the 38 whose (vendor, engine, format) group
-# another source still fits; 49% over the 22 that only the prior can reach (AMD, vLLM on
-# Llama, TensorRT-LLM gpt-oss, SGLang FP4: each measured by one source). Target 15%: missed.
-PINNED_LOSO_MAE = 0.295  # 0.290 reached; 9 refits, so a little headroom for other BLAS builds
-PINNED_LOSO_MAE_FITTED = 0.18  # 0.175 reached
-PINNED_ENGINE_MAE = 0.087  # 0.085 reached
+# Held out (formula clock): 28.9% mean over the 60 fitted points, each scored by a fit without
+# its source (target 15%: missed); the engine clock in sample 16.5%; the 6 points added after
+# the fit (MI325X, with the profile from AMD's datasheet) 149%: MI325X DeepSeek-R1 within
+# -10%..+30%, gpt-oss on vLLM +159%..+408%. Ceilings, not point counts.
+PINNED_LOSO_MAE = 0.295
+PINNED_ENGINE_MAE = 0.17
+PINNED_AFTER_FIT_MAE = 1.50
+
+
+def test_points_added_after_the_fit_are_scored_never_fitted() -> None:
+    import yaml
+
+    pub = load_published()
+    after = {p.id for p in pub.after_fit}
+    assert after and not after & {p.id for p in pub.scored}
+    fitted_on = yaml.safe_load(EFFICIENCY_YAML.read_text())["fitted"][0]["source"]
+    assert fitted_on.startswith(f"fitted on {len(pub.scored)} points")
+    res = validate(points=pub.after_fit)
+    assert mean_abs_error(res) <= PINNED_AFTER_FIT_MAE, [(r.point.id, r.error) for r in res]
 
 
 @pytest.mark.slow
 def test_leave_one_source_out_is_pinned() -> None:
     held = leave_one_source_out(load_published().scored)
-    s = summary(held, held)
-    assert len(held) == 60 and s["loso_fitted_points"] == 38
-    assert s["loso_mae"] <= PINNED_LOSO_MAE
-    assert s["loso_mae_fitted"] <= PINNED_LOSO_MAE_FITTED
+    assert mean_abs_error(held) <= PINNED_LOSO_MAE
 
 
 @pytest.mark.slow

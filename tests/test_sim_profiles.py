@@ -25,7 +25,7 @@ def test_b200_two_figures() -> None:
 
 def test_unknown_name_lists_known() -> None:
     with pytest.raises(ProfileError, match="H100-SXM.*B200-SXM"):
-        get_gpu("a100")
+        get_gpu("v100")
     with pytest.raises(ProfileError, match="llama-3.3-70b"):
         get_model("llama-5")
 
@@ -70,10 +70,12 @@ def test_weight_bytes_derived() -> None:
 def test_extra_file_extends(tmp_path: Path) -> None:
     extra = tmp_path / "mine.yaml"
     extra.write_text(
-        "gpus:\n  A100-SXM:\n    vendor: nvidia\n    aliases: [a100]\n    hbm_gb: 80\n"
-        "    hbm_bw_tbs: 2.0\n    tflops: {bf16: 312, fp8: null, fp4: null}\n    tdp_w: 400\n"
-        "    scale_up_gbps: 300\n    source: test\n"
+        "gpus:\n  V100-SXM:\n    vendor: nvidia\n    aliases: [v100]\n    hbm_gb: 32\n"
+        "    hbm_bw_tbs: 0.9\n    tflops: {bf16: 125, fp8: null, fp4: null}\n    tdp_w: 300\n"
+        "    scale_up_gbps: 150\n    source: test\n"
     )
     gpus = load_gpus(extra)
-    assert "A100-SXM" in gpus and "H100-SXM" in gpus
-    assert get_gpu("a100", extra).supported_precisions == ["bf16"]
+    assert "V100-SXM" in gpus and "H100-SXM" in gpus
+    v100 = get_gpu("v100", extra)
+    assert v100.supported_precisions == ["bf16"]
+    assert v100.hbm_bytes == 32e9  # no reported memory given: the marketed figure

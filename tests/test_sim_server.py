@@ -161,8 +161,11 @@ def test_models_announce_the_simulated_hardware(url: str) -> None:
     hw = detect_simulated(url)
     assert hw == {
         "gpu": "B200-SXM", "gpu_count": 1, "model": "llama-3.1-8b", "precision": "fp8",
-        "parallel": "tp1", "engine": "vllm",
+        "parallel": "tp1", "engine": "vllm", "max_num_seqs": 256,
+        "max_num_batched_tokens": 8192, "kv_precision": "fp8", "mtp_tokens": 0,
+        "mtp_acceptance": 0.85, "kv_capacity_tokens": hw["kv_capacity_tokens"],
     }  # fmt: skip
+    assert hw["kv_capacity_tokens"] > 2_000_000  # 8B FP8 on one B200 (183,359 MiB)
     assert detect_simulated(f"{url}/v1") == hw
 
 
@@ -177,9 +180,8 @@ def test_detect_simulated_is_none_for_other_servers() -> None:
 
 def test_run_against_a_simulator_is_stored_simulated_on_its_gpus(url: str, tmp_path) -> None:
     # the user says H100 x2; the endpoint simulates one B200: store and price what ran
-    from bench.runner import plan_from_scenario
+    from bench.drive import measure
     from bench.scenario import Scenario
-    from bench.session import run_and_store
     from bench.store.read import get_run
 
     sc = Scenario.model_validate(
@@ -192,8 +194,12 @@ def test_run_against_a_simulator_is_stored_simulated_on_its_gpus(url: str, tmp_p
         }
     )
     db = f"sqlite:///{tmp_path / 'runs.db'}"
-    _, summary, run_id = run_and_store(sc, plan_from_scenario(sc), db_url=db, show_progress=False)
+    given = sc.model_dump()
+    measured = measure(sc, db=db)
+    summary, run_id = measured.points[0].summary, measured.run_id
     info = get_run(run_id, db)
     assert info.simulated and (info.gpu_type, info.gpu_count) == ("B200-SXM", 1)
-    assert (sc.gpu.type, sc.gpu.count) == ("B200-SXM", 1)  # what the CLI then prices
+    as_run = measured.scenario.gpu
+    assert (as_run.type, as_run.count) == ("B200-SXM", 1)  # what the CLI then prices
+    assert sc.model_dump() == given  # the caller's scenario is not changed
     assert summary.completed == 5

@@ -20,15 +20,14 @@ from bench.curves import (
     ratio_sentence,
     run_curve,
 )
+from bench.drive import measure
 from bench.metrics import Summary, parse_thresholds, stats_ms
-from bench.scenario import parse_scenario
+from bench.scenario import mean_rate, parse_scenario
 from bench.sweep import (
     PointResult,
     PointSpec,
     SweepPlan,
     knee,
-    mean_rate,
-    run_sweep,
     scenario_at,
     stop_reason,
 )
@@ -151,9 +150,9 @@ def test_slo_bisection_narrows_capacity(tmp_path):
     db = f"sqlite:///{tmp_path / 'v.db'}"
     rates = [0.5, 1, 2, 4, 8, 16, 32]
     virtual = VirtualExecutor("H100", "llama-3.3-70b", tp=2)
-    result = run_sweep(
+    result = measure(
         virtual.adopt(sc), SweepPlan([PointSpec("rate", r) for r in rates], point_duration_s=60),
-        executor=virtual, db=db, show_progress=False,
+        executor=virtual, db=db,
     )  # fmt: skip
     run_id = result.run_id
     p99 = [p.summary.value("p99_ttft_ms") for p in result.points]

@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import types
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,10 +18,11 @@ import numpy as np
 import pytest
 
 from bench.cost import JOULES_PER_KWH, load_catalogue
+from bench.drive import measure
+from bench.executor import plan_from_scenario
 from bench.records import OK
-from bench.runner import plan_from_scenario
 from bench.scenario import Scenario
-from bench.session import RunSession, run_and_store
+from bench.session import RunSession
 from bench.store.read import get_run, load_records
 from bench.telemetry import (
     COLUMNS,
@@ -132,9 +132,9 @@ def scenario(url: str, n: int = 40, rate: float = 40.0) -> Scenario:
 
 def run(url: str, db: str, telemetry: TelemetryConfig | None, n: int = 40):
     sc = scenario(url, n)
-    return run_and_store(
-        sc, plan_from_scenario(sc), db_url=db, show_progress=False, telemetry=telemetry
-    )
+    measured = measure(sc, db=db, telemetry=telemetry)
+    (point,) = measured.points
+    return point.run, point.summary, measured.run_id
 
 
 # ------------------------------------------------------------------ the text format
@@ -323,7 +323,6 @@ def test_broken_metrics_endpoint_only_warns(broken, sim, exporter, tmp_path, cap
         sc,
         plan_from_scenario(sc),
         db_url=db,
-        show_progress=False,
         telemetry=TelemetryConfig(metrics_url=url, interval_s=0.1),
     )
     with caplog.at_level(logging.WARNING, logger="tokenbench.telemetry"):
@@ -341,8 +340,9 @@ def test_broken_metrics_endpoint_only_warns(broken, sim, exporter, tmp_path, cap
 
 def test_a_source_that_never_answers_is_dropped():
     source = PrometheusSource("server", [f"http://127.0.0.1:{closed_port()}/metrics"], 0.5)
-    scraper = Scraper([source], interval_s=0.05, on_warning=lambda m: None).start()
-    time.sleep(0.6)  # ~12 ticks
+    scraper = Scraper([source], interval_s=0.05, on_warning=lambda m: None)
+    for _ in range(3 * GIVE_UP_AFTER):  # the ticks its thread would make, without waiting
+        scraper.tick()
     recording = scraper.stop()
     assert recording.sources[0].failed == GIVE_UP_AFTER
     assert recording.scrapes == 0

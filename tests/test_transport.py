@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 from bench.backends.capture import Capture, ReadStats, arrival_times, to_record
-from bench.backends.openai import get_dialect
+from bench.backends.dialects import get_dialect
 from bench.backends.transport import KERNEL_STAMPS, _Connection
+from bench.executor import RunPlan
 from bench.metrics import summarize
 from bench.records import ERR_CONNECT, RequestRecord
-from bench.runner import RunPlan, execute, new_event_loop, run_blocking
+from bench.runner import execute, new_event_loop, run_blocking
 from bench.workload import LengthDist, Workload
 from tests.helpers import cpu_pressure, plan
 

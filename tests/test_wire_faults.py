@@ -21,6 +21,7 @@ import pytest
 from bench.backends.capture import Capture, http_error_kind
 from bench.backends.transport import _Connection
 from bench.backends.urls import normalize_base_url
+from bench.executor import Progress
 from bench.metrics import summarize
 from bench.records import (
     ERR_BAD_FRAMING,
@@ -31,7 +32,7 @@ from bench.records import (
     ERR_NOT_SSE,
     ERR_TIMEOUT,
 )
-from bench.runner import Progress, run_blocking
+from bench.runner import run_blocking
 from bench.store import list_runs, load_records
 from tests.helpers import plan
 

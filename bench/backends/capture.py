@@ -16,13 +16,7 @@ from time import perf_counter_ns
 
 import numpy as np
 
-try:  # 2-3x faster than the standard library on a stream's events; optional
-    from orjson import loads as _loads
-except ImportError:  # pragma: no cover - depends on the environment
-    from json import loads as _loads
-
-from bench.backends.openai import StreamResult, interpret, interpret_objects
-from bench.backends.sse import split_events, split_simple
+from bench.backends.openai import StreamResult, decode_stream
 from bench.records import (
     CANCELLED,
     COUNT_CHUNKS,
@@ -35,13 +29,15 @@ from bench.records import (
     ERR_HTTP_5XX,
     ERR_HTTP_429,
     ERR_HTTP_OTHER,
-    ERR_NOT_SSE,
     ERR_RESET,
     ERR_RESET_MID_STREAM,
     FAILED,
     OK,
     RequestRecord,
 )
+
+# A dialect's stream reader: (body, body length after each read) -> what the stream said.
+Decode = Callable[[bytearray, np.ndarray], StreamResult]
 
 
 class Capture:
@@ -204,20 +200,22 @@ def to_record(
     stats: ReadStats | None = None,
     served: set[str] | None = None,
     count_tokens: Callable[[str], int] | None = None,
+    decode: Decode = decode_stream,
 ) -> RequestRecord:
     """Decode a finished capture into a record; times become ns since the run start t0_ns.
 
     Token times are arrival times (`arrival_times`); `stats`, when given, collects how long
     the reads waited to be read; `served` collects the model names the server answered with.
     `count_tokens` (a tokenizer's) counts the output tokens of a stream whose server sent no
-    usage; without it each content chunk counts as one.
+    usage; without it each content chunk counts as one. `decode` reads the body in the
+    target's dialect (bench.backends.dialects; OpenAI's SSE by default).
     Whatever the response held, this returns a record: a response that breaks decoding is
     one failed request (client_error, with the exception), never a failed run.
     """
     try:
         return _to_record(
             cap, index, intended_ns, t0_ns, load_point, turn,
-            expected_input_len, expected_output_len, stats, served, count_tokens,
+            expected_input_len, expected_output_len, stats, served, count_tokens, decode,
         )  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - one bad response fails one request
         rec = _bare_record(
@@ -266,6 +264,7 @@ def _to_record(
     stats: ReadStats | None,
     served: set[str] | None,
     count_tokens: Callable[[str], int] | None,
+    decode: Decode,
 ) -> RequestRecord:
     arrived, waits = arrival_times(cap)
     if stats is not None:
@@ -289,7 +288,7 @@ def _to_record(
         rec.error_message = f"HTTP {cap.status}: {text}"
         return rec
 
-    result = decode_stream(cap)
+    result = decode(cap.body, read_columns(cap)[:, 1])
     if served is not None and result.model is not None and len(served) < 16:
         served.add(result.model)
     if stats is not None:
@@ -317,42 +316,3 @@ def _to_record(
     else:
         rec.state = OK
     return rec
-
-
-def decode_stream(cap: Capture) -> StreamResult:
-    """What the captured body says; the fast path first, the general SSE parser if needed."""
-    if not cap.body:
-        return interpret([])
-    not_sse = _not_an_event_stream(cap.body)
-    if not_sse is not None:
-        return StreamResult(error_kind=ERR_NOT_SSE, error_message=not_sse)
-    ends = read_columns(cap)[:, 1]
-    fast = split_simple(cap.body, ends)
-    if fast is not None:
-        array, reads, done = fast
-        try:
-            objects = _loads(array)
-        except (ValueError, RecursionError):
-            objects = None  # let the general path name the bad event
-        if objects is not None and len(objects) == len(reads):
-            return interpret_objects(objects, reads, done)
-    return interpret(split_events(cap.body, ends.tolist()))
-
-
-def _not_an_event_stream(body: bytearray) -> str | None:
-    """Why a 200 body cannot be a stream of events, or None when it may be one.
-
-    An SSE body starts with a field (`data:`, `event:`, `id:`) or a `:` comment; a reply
-    that starts like JSON, gzip or HTML is the server ignoring `stream: true` or compressing
-    against `Accept-Encoding: identity`, which deserves its own name rather than no_done.
-    """
-    head = bytes(body[:512])
-    if head[:2] == b"\x1f\x8b":
-        return "the response is gzip-compressed though the request asked for identity encoding"
-    start = head.lstrip()[:1]
-    if start in (b"{", b"["):
-        text = head.decode("utf-8", "replace").strip()
-        return f"the server answered with plain JSON, not an event stream: {text[:300]}"
-    if start == b"<":
-        return f"the server answered with HTML, not an event stream: {head[:120]!r}"
-    return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import typer
 
-from bench.cli import compare, demo, export, plan, prices, run, serve, sim, store, sweep
+from bench.cli import compare, demo, export, kinds, plan, prices, run, serve, sim, store, sweep
 from bench.vllm_compat import VllmCommand
 
 app = typer.Typer(
@@ -81,9 +81,11 @@ sim_app.command("models", short_help="Model profiles: weights and KV sizes.")(si
 app.add_typer(sim_app, name="sim", help="The simulated GPU endpoint (no GPU needed).")
 
 app.command("demo", short_help="B200 beside H100, simulated (about 40 s).")(demo.demo_command)
-app.command("export", help="Export runs as pptx, xlsx, csv, html, png or svg.")(
-    export.export_command
-)
+app.command("export", help=f"Export runs as {export.EXPORT_FORMATS.help()}.")(export.export_command)
+app.command(
+    "kinds",
+    short_help="Load shapes, datasets, dialects, export formats, telemetry sources.",
+)(kinds.kinds_command)
 app.command("serve", help="Serve the REST API and the dashboard (B200 beside H100).")(
     serve.serve_command
 )

@@ -181,7 +181,7 @@ def resolve_scenario(
 def canonical_gpu(name: str) -> str:
     """The profile name for a GPU alias ("b200" -> "B200-SXM"); unknown names pass through,
     so a GPU without a profile can still be benchmarked (it just has no prices)."""
-    from bench.sim.profiles import ProfileError, get_gpu
+    from bench.hardware import ProfileError, get_gpu
 
     try:
         return get_gpu(name).name
@@ -231,14 +231,3 @@ def _catalogue(prices_file, price):
         return load_catalogue(prices_file, price or ())
     except PriceCatalogueError as exc:
         raise fail(str(exc)) from None
-
-
-def executor_for(workers: int, ray: str | None):
-    """--workers N / --ray ADDRESS: the distributed executor; otherwise this process."""
-    if workers > 1 or ray is not None:
-        from bench.distributed import DistributedExecutor
-
-        return DistributedExecutor(workers=workers, ray_address=ray)
-    from bench.runner import LocalExecutor
-
-    return LocalExecutor()

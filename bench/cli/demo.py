@@ -14,7 +14,7 @@ def demo_command(
 ) -> None:
     """B200 beside H100 on simulated endpoints: dense virtual-time sweeps of each, then a
     real-time check of one point each through the real load generator (about 40 s)."""
-    from bench.sim.demo import run_demo
+    from bench.demo import run_demo
     from bench.store import StoreError
 
     try:

@@ -1,6 +1,6 @@
-"""`tokenbench export`: chosen runs -> pptx | xlsx | csv | html | png | svg.
+"""`tokenbench export`: chosen runs -> a report in one of bench.export.formats' formats.
 
-A thin shell over bench.export (the format dispatcher lives in bench/export/formats.py).
+A thin shell over bench.export (the formats: bench.export.formats.EXPORT_FORMATS).
 Bad input (unknown run, bad SLO, unknown format, unreadable price file, no browser for
 images) prints one line and exits 2.
 """
@@ -8,23 +8,16 @@ images) prints one line and exits 2.
 from __future__ import annotations
 
 import sys
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from bench.cli.options import DbOption
-from bench.export.formats import require_extra, write
+from bench.export.formats import EXPORT_FORMATS, default_out, require_extra, write
 
-
-class ExportFormat(StrEnum):
-    pptx = "pptx"
-    xlsx = "xlsx"
-    csv = "csv"
-    html = "html"
-    png = "png"
-    svg = "svg"
+# The --format choices: every registered export format.
+ExportFormat = EXPORT_FORMATS.as_enum("ExportFormat")
 
 
 def _fail(message: str) -> typer.Exit:
@@ -32,17 +25,12 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def default_out(fmt: str) -> Path:
-    """results/report.<fmt>, or a folder results/report-<fmt>/ for csv and images."""
-    return Path("results") / (f"report-{fmt}" if fmt in ("csv", "png", "svg") else f"report.{fmt}")
-
-
 def export_command(
     runs: Annotated[
         str, typer.Option("--runs", help="Comma-separated run ids (or unique prefixes or names)")
     ],
     format: Annotated[  # noqa: A002 - the flag is --format
-        ExportFormat, typer.Option("--format", "-f", help="pptx, xlsx, csv, html, png or svg")
+        ExportFormat, typer.Option("--format", "-f", help=EXPORT_FORMATS.help())
     ] = ExportFormat.pptx,
     out: Annotated[
         Path | None,
@@ -81,15 +69,13 @@ def export_command(
     if not refs:
         raise _fail("--runs: give at least one run id, e.g. --runs 2bbb352d,a3289346")
     fmt = format.value if isinstance(format, ExportFormat) else str(format)
-    if fmt not in {f.value for f in ExportFormat}:
-        raise _fail(f"--format {fmt!r}: expected one of pptx, xlsx, csv, html, png, svg")
     label = "shipped bench/data/prices.yaml"
     if prices_file:
         label += f" + {prices_file}"
     if price:
         label += " + --price " + ", ".join(price)
     try:
-        require_extra(fmt)
+        require_extra(fmt)  # an unknown format is a ValueError naming the known ones
         existing_database(db)
         catalogue = load_catalogue(prices_file, price or ())
         report = build_report(refs, db, slo, catalogue, utilisation, catalogue_label=label)
@@ -106,4 +92,4 @@ def export_command(
     print(f"wrote {written}")
 
 
-__all__ = ["ExportFormat", "export_command"]
+__all__ = ["ExportFormat", "default_out", "export_command"]

@@ -7,6 +7,9 @@ from typing import Annotated
 
 import typer
 
+from bench.backends.dialects import DIALECTS
+from bench.datasets import DATASETS
+
 DB_HELP = (
     "Database URL or SQLite path (default: $TOKENBENCH_DB, else results/tokenbench.db "
     "under the current folder)."
@@ -37,7 +40,10 @@ EndpointOpt = Annotated[
 ]
 BackendOpt = Annotated[
     str | None,
-    typer.Option("--backend", help="vllm, sglang, trtllm or openai: fields that force the length"),
+    typer.Option(
+        "--backend",
+        help=f"{DIALECTS.help()}: the server's wire format and the fields that force the length",
+    ),
 ]
 ModelOpt = Annotated[
     str | None, typer.Option("--model", help="Model name; default: the first /v1/models lists")
@@ -66,7 +72,8 @@ RangeRatioOpt = Annotated[
     ),
 ]
 DatasetNameOpt = Annotated[
-    str | None, typer.Option("--dataset-name", help="random, sharegpt or jsonl")
+    str | None,
+    typer.Option("--dataset-name", help=f"{DATASETS.help()}: where the prompts come from"),
 ]
 DatasetPathOpt = Annotated[
     str | None,

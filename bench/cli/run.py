@@ -9,7 +9,6 @@ import typer
 
 from bench.cli.common import (
     _csv_floats,
-    executor_for,
     fail,
     flag_overrides,
     resolve_scenario,
@@ -147,8 +146,9 @@ def run_command(
     nvml: NvmlOpt = False,
 ) -> None:
     """Benchmark one endpoint at one load point (like `vllm bench serve`)."""
+    from bench.executor import plan_from_scenario
     from bench.metrics import broken_thresholds, parse_thresholds
-    from bench.runner import defer_termination, interrupted_exit_code, plan_from_scenario
+    from bench.runner import defer_termination, interrupted_exit_code
 
     defer_termination()  # SIGTERM stops like Ctrl-C: flush, mark interrupted, exit 143
 
@@ -179,19 +179,23 @@ def run_command(
     except ValueError as exc:
         raise fail(str(exc)) from None
 
+    from bench.console import TerminalDisplay
     from bench.distributed import DistributedError
-    from bench.session import run_and_store
+    from bench.drive import choose_executor, measure
     from bench.store import StoreError
 
     try:
-        result, summary, run_id = run_and_store(
-            sc, plan, executor=executor_for(workers, ray), db_url=db, store=not no_store,
-            show_progress=not disable_tqdm,
+        measured = measure(
+            sc, executor=choose_executor(workers=workers, ray=ray), plan=plan, db=db,
+            store=not no_store, display=None if disable_tqdm else TerminalDisplay(),
             telemetry=telemetry_config(scrape_metrics, metrics_url, metrics_interval, dcgm_url, nvml),
         )  # fmt: skip
     except (StoreError, DistributedError) as exc:
         raise fail(str(exc)) from None
-    for line in getattr(result, "warnings", ()):  # a distributed run's per-worker findings
+    sc, run_id = measured.scenario, measured.run_id  # sc as run: a simulator's GPUs, say
+    (point,) = measured.points
+    result, summary = point.run, point.summary
+    for line in result.warnings:  # a distributed run's per-worker findings
         err_console.print(f"[yellow]warning:[/] {line}")
     from bench.console import outcome, print_outcome, print_summary
     from bench.metrics import LATENCY_METRICS
@@ -201,7 +205,7 @@ def run_command(
         title=f"Results: {sc.name} → {sc.target.base_url}",
         metrics=tuple(m for m in sc.percentile_metrics if m in LATENCY_METRICS),
     )
-    said = outcome(result.records, summary, sc.target.model, getattr(result, "served_models", []))
+    said = outcome(result.records, summary, sc.target.model, result.served_models)
     print_outcome(said, summary)
     if run_id:
         console.print(f"Stored as run [bold]{run_id}[/]  (tokenbench show {run_id})")

@@ -53,9 +53,103 @@ ParallelOpt = Annotated[
 EngineOpt = Annotated[
     str,
     typer.Option(
-        "--engine", help="serving engine whose efficiency profile to use: vllm, sglang, trtllm"
+        "--engine",
+        help="serving engine whose scheduler defaults, memory arithmetic and efficiency to "
+        "use: vllm, sglang, trtllm",
     ),
 ]
+# The engine knobs (None = the engine's own default, bench/sim/profiles/engines.yaml); limits
+# are per engine instance (per data-parallel rank), as the engines take them. The defaults in
+# the help are read from the profile files, never typed here.
+_ENGINES = ("vllm", "sglang", "trtllm")
+
+
+def _defaults(attr: str) -> str:
+    from bench.sim.profiles import engine_defaults
+
+    return ", ".join(f"{e} {getattr(engine_defaults(e), attr)}" for e in _ENGINES)
+
+
+def _mtp_acceptance_default() -> float:
+    from bench.sim.profiles import resolve_efficiency
+
+    return resolve_efficiency({})["mtp_acceptance"]
+
+
+MaxNumSeqsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-seqs",
+        min=1,
+        help="sequences one engine instance runs at once (vLLM --max-num-seqs, SGLang "
+        f"--max-running-requests, TensorRT-LLM max_batch_size); default {_defaults('max_num_seqs')}",
+    ),
+]
+MaxBatchedTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-batched-tokens",
+        min=1,
+        help="tokens per step, prefill chunks included (vLLM --max-num-batched-tokens, SGLang "
+        "--chunked-prefill-size, TensorRT-LLM max_num_tokens); default "
+        f"{_defaults('max_num_batched_tokens')}",
+    ),
+]
+KvPrecisionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--kv-precision",
+        help="KV-cache precision: bf16 or fp8 (default: FP8 with FP8/FP4 weights, as "
+        "InferenceX's scripts set --kv-cache-dtype fp8; BF16 with BF16 weights)",
+    ),
+]
+MtpOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--mtp",
+        min=0,
+        help="draft tokens per step (multi-token prediction / speculative decoding; the "
+        "model's MTP module, else a one-layer EAGLE-style draft); default 0 (off)",
+    ),
+]
+MtpAcceptanceOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--mtp-acceptance",
+        min=0.0,
+        max=1.0,
+        help="probability each drafted token is accepted (default "
+        f"{_mtp_acceptance_default():g}, DeepSeek-V3's MTP)",
+    ),
+]
+MemoryFractionOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--memory-fraction",
+        min=0.0,
+        max=1.0,
+        help="the engine's memory fraction: vLLM --gpu-memory-utilization (of total), SGLang "
+        "--mem-fraction-static (of total; none = derived from capacity), TensorRT-LLM "
+        f"free_gpu_memory_fraction (of memory left after weights); default "
+        f"{_defaults('memory_fraction')}",
+    ),
+]
+
+
+def serve_options(
+    max_num_seqs: int | None,
+    max_num_batched_tokens: int | None,
+    kv_precision: str | None,
+    mtp: int | None,
+    mtp_acceptance: float | None,
+    memory_fraction: float | None,
+):
+    """The engine knobs as the library takes them (bench.sim.engine.ServeOptions)."""
+    from bench.sim.engine import ServeOptions
+
+    return ServeOptions(
+        max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance, memory_fraction
+    )
 
 
 def serve(
@@ -67,25 +161,30 @@ def serve(
     engine_name: EngineOpt = SIM_ENGINE,
     host: str = typer.Option("127.0.0.1", help="address to bind"),
     port: int = typer.Option(8100, help="port to bind"),
-    max_num_seqs: int | None = typer.Option(None, help="vLLM --max-num-seqs (default 256)"),
-    max_num_batched_tokens: int | None = typer.Option(
-        None, help="vLLM --max-num-batched-tokens (default 8192)"
-    ),
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_num_batched_tokens: MaxBatchedTokensOpt = None,
+    kv_precision: KvPrecisionOpt = None,
+    mtp: MtpOpt = None,
+    mtp_acceptance: MtpAcceptanceOpt = None,
+    memory_fraction: MemoryFractionOpt = None,
     default_max_tokens: int = typer.Option(
         256, help="output length of chat requests without max_tokens"
     ),
 ) -> None:
     """Run an OpenAI-compatible server that emits tokens at their simulated times."""
+    from bench.sim.memory import memory_plan
     from bench.sim.profiles import ProfileError
     from bench.sim.server import run_server
-    from bench.sim.virtual import build_engine
+    from bench.sim.virtual import VirtualExecutor
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        engine = build_engine(
-            gpu, model, precision, tp, max_num_seqs, max_num_batched_tokens,
-            parallel=parallel, engine=engine_name,
-        )  # fmt: skip
+    options = serve_options(
+        max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance, memory_fraction
+    )
+    try:  # the engine `sim run` and the validation build, from the same options
+        engine = VirtualExecutor(
+            gpu, model, precision, tp, parallel=parallel, engine=engine_name, options=options
+        ).build()
     except (ProfileError, ValueError) as exc:
         err_console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc
@@ -93,7 +192,8 @@ def serve(
 
     def banner(bound: int) -> None:
         console.print(
-            f"[bold]SIMULATED[/bold] {dep.label}: KV cache {engine.capacity_tokens:,} tokens, "
+            f"[bold]SIMULATED[/bold] {dep.label}: KV cache {engine.capacity_tokens:,} tokens "
+            f"({memory_plan(dep, engine.cfg.memory_fraction).describe()}), "
             f"batch-1 decode step {dep.step_time(1, 1, 0, 0) * 1e3:.1f} ms; "
             f"http://{host}:{bound}/v1  (Ctrl-C to stop)"
         )
@@ -118,6 +218,12 @@ def run(
     tp: TpOpt = 1,
     parallel: ParallelOpt = None,
     engine_name: EngineOpt = SIM_ENGINE,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_num_batched_tokens: MaxBatchedTokensOpt = None,
+    kv_precision: KvPrecisionOpt = None,
+    mtp: MtpOpt = None,
+    mtp_acceptance: MtpAcceptanceOpt = None,
+    memory_fraction: MemoryFractionOpt = None,
     scenario: ScenarioOpt = None,
     request_rates: RequestRatesOpt = None,
     concurrency: ConcurrencyPointsOpt = None,
@@ -142,9 +248,10 @@ def run(
     simulated: one point (the scenario's load), or a sweep with the flags of `sweep`."""
     from bench.cli.sweep import conclude_sweep, measure_sweep, print_sweep_result, sweep_plan
     from bench.cost import load_catalogue
+    from bench.drive import choose_executor
+    from bench.scenario import mean_rate
     from bench.sim.profiles import ProfileError
-    from bench.sim.virtual import VirtualExecutor
-    from bench.sweep import PointSpec, mean_rate
+    from bench.sweep import PointSpec
 
     if len([m for m in (request_rates, concurrency, auto) if m is not None]) > 1:
         raise fail("give at most one of --request-rates, --concurrency or --auto N")
@@ -153,7 +260,11 @@ def run(
         random_output_len=random_output_len, seed=seed, label=label,
     )  # fmt: skip
     sc = resolve_scenario(scenario, overrides, "run", {"load": {"request_rate": 4}})
-    virtual = VirtualExecutor(gpu, model, precision, tp, parallel=parallel, engine=engine_name)
+    options = serve_options(
+        max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance, memory_fraction
+    )
+    deployment = dict(gpu=gpu, model=model, precision=precision, tp=tp, parallel=parallel)
+    virtual = choose_executor(virtual={**deployment, "engine": engine_name, "options": options})
     try:
         sc = virtual.adopt(sc)
     except (ProfileError, ValueError) as exc:
@@ -169,7 +280,7 @@ def run(
             plan.specs = [PointSpec("rate", mean_rate(sc) or sc.load.request_rate)]
     started = time.monotonic()
     result = measure_sweep(
-        sc, plan, executor=virtual, db=db, show_progress=False,
+        sc, plan, executor=virtual, db=db,
         base_dir=scenario.parent if scenario else None,
     )  # fmt: skip
     print_sweep_result(
@@ -182,14 +293,16 @@ def run(
 
 
 def gpus() -> None:
-    """List the GPU profiles (gpus.yaml) and the efficiency parameters with their sources."""
-    from bench.sim.profiles import efficiency_sources, load_gpus
+    """List the GPU profiles (bench/hardware/gpus.yaml) and the fitted efficiency parameters."""
+    from bench.hardware import load_gpus
+    from bench.sim.profiles import fitted_parameters
 
-    table = Table(title="GPU profiles (bench/sim/profiles/gpus.yaml)")
+    table = Table(title="GPU profiles (bench/hardware/gpus.yaml)")
     for col in [
         "name",
         "aliases",
         "HBM GB",
+        "reported MiB",
         "TB/s",
         "BF16",
         "FP8",
@@ -204,17 +317,18 @@ def gpus() -> None:
             g.name,
             ", ".join(g.aliases),
             f"{g.hbm_gb:g}",
+            f"{g.memory_mib:,.0f}" if g.memory_mib else "-",
             f"{g.hbm_bw_tbs:g}",
             *tf,
             f"{g.tdp_w:,.0f}",
             f"{g.scale_up_gbps:g}",
         )
     console.print(table)
-    eff = Table(title="Roofline efficiency parameters")
-    eff.add_column("parameter")
-    eff.add_column("source")
-    for k, v in efficiency_sources().items():
-        eff.add_row(k, v)
+    eff = Table(title="Fitted efficiency parameters (bench/sim/profiles/efficiency.yaml)")
+    for col in ("parameter", "value", "physical range", "where the range comes from"):
+        eff.add_column(col)
+    for name, value, (lo, hi), source in fitted_parameters():
+        eff.add_row(name, f"{value:.4g}", f"{lo:g} - {hi:g}", source)
     console.print(eff)
 
 

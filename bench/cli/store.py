@@ -284,9 +284,9 @@ def rm_command(
 @_clean_errors
 def db_upgrade_command(db: DbOption = None) -> None:
     """Migrate the database to this tokenbench's schema (back it up first)."""
-    from bench.store import resolve_url, safe_url_text, upgrade
+    from bench.store import make_engine, resolve_url, safe_url_text, upgrade
 
-    rev = upgrade(db)
+    rev = upgrade(make_engine(db))
     out.print(f"{safe_url_text(resolve_url(db))}: schema at revision {rev}", highlight=False)
 
 

@@ -6,7 +6,6 @@ import typer
 
 from bench.cli.common import (
     _catalogue,
-    executor_for,
     fail,
     flag_overrides,
     resolve_scenario,
@@ -136,11 +135,16 @@ def sweep_command(
     )  # fmt: skip
     key = resolve_target(sc, api_key)
     catalogue = _catalogue(prices_file, price)
+    from bench.console import TerminalDisplay
+    from bench.drive import choose_executor
+
     result = measure_sweep(
-        sc, plan, executor=executor_for(workers, ray), api_key=key, transport=transport, db=db,
-        store=not no_store, base_dir=scenario.parent if scenario else None,
+        sc, plan, executor=choose_executor(workers=workers, ray=ray), api_key=key,
+        transport=transport, db=db, store=not no_store, display=TerminalDisplay(),
+        base_dir=scenario.parent if scenario else None,
         telemetry=telemetry_config(scrape_metrics, metrics_url, metrics_interval, dcgm_url, nvml),
     )  # fmt: skip
+    sc = result.scenario  # as run: a simulator's GPUs, when the endpoint is one
     print_sweep_result(result, sc, catalogue, utilisation)
     conclude_sweep(result, sc, db, gates, summary_json)
 
@@ -182,13 +186,13 @@ def sweep_plan(
 
 
 def measure_sweep(sc, plan, **kw):
-    """bench.sweep.run_sweep with a progress line per point; its errors as one line."""
+    """bench.drive.measure with a progress line per point; its errors as one line."""
     from bench.distributed import DistributedError
+    from bench.drive import measure
     from bench.store import StoreError
-    from bench.sweep import run_sweep
 
     try:
-        return run_sweep(sc, plan, on_point=sweep_progress, **kw)
+        return measure(sc, plan, on_point=sweep_progress, **kw)
     except (ValueError, StoreError, DistributedError) as exc:
         raise fail(str(exc)) from None
 

@@ -1,10 +1,9 @@
 """Exports for procurement decks: PowerPoint, Excel, CSV, standalone HTML, PNG and SVG.
 
 Every format renders the one `Report` that `bench.export.report.build_report` computes
-from bench.curves, so all of them show the same numbers.
+from bench.curves, so all of them show the same numbers. The formats are the kinds of
+`bench.export.formats.EXPORT_FORMATS`.
 """
-
-FORMATS = ("pptx", "xlsx", "csv", "html", "png", "svg")
 
 
 def __getattr__(name: str):
@@ -16,4 +15,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'bench.export' has no attribute {name!r}")
 
 
-__all__ = ["FORMATS", "Report", "build_report"]
+__all__ = ["Report", "build_report"]

@@ -17,17 +17,14 @@ engine's steady-state schedule, microseconds per point, used for fitting) and `e
 closed-loop engine in virtual time, what `sim run` and `sim serve` execute). Deployments that do
 not fit in memory are skipped, not fatal.
 
-The fit (`fit()`): global parameters (overheads, MoE imbalance, collective latency) plus MBU and
-MFU per (vendor, engine, weight format) group, least squares on log(simulated / published)
-with a soft-L1 loss and a weak pull toward the initial values (so a group with three points
-cannot wander to implausible efficiencies). The Jacobian is sparse (a point sees the globals
-and its own group), so every group is differenced in the same evaluations: a fit takes seconds.
-A group a published point or ratio needs but no fitted point measures gets a prior (`_prior`):
-the same engine and format on another vendor, else the same engine at a sibling format scaled,
-else the vendor's mean at that format; anything else falls back to the vendor's means.
-`leave_one_source_out()` refits without each source and scores that source's points, marking
-those whose group only the prior reaches (`Result.group_fitted`); summary() reports the
-held-out error over all points and over the points whose group is still fitted.
+The fit (`fit()`): the few parameters efficiency.yaml's `fit` lists (HBM and KV bandwidth
+efficiency, decode MFU per engine, FP4 and AMD factors, prefill ratio, overheads, MoE and
+collective terms), each inside its documented physical range, least squares on
+log(simulated / published) over the points and the GPU ratios, with a soft-L1 loss and a weak
+pull toward the initial values. Every (vendor, engine, compute unit) resolves to fitted values.
+`leave_one_source_out()` refits without each source and scores that source's points.
+Points marked `after_fit` in published.yaml were added after the fit: never fitted on, scored
+on their own row of `validation_table()`.
 
 `Sim` memoises deployments and runs within one validation, so the three points of a curve share
 their sweep; with the engine clock, only configurations within 10% of the formula's Pareto front
@@ -47,6 +44,7 @@ import numpy as np
 import yaml
 
 from bench.sim.profiles import (
+    COMPUTE_PRECISIONS,
     EFFICIENCY_YAML,
     HERE,
     Efficiency,
@@ -54,10 +52,10 @@ from bench.sim.profiles import (
     ModelProfile,
     _efficiency_file,
     efficiency_for,
+    engine_defaults,
     get_gpu,
     get_model,
     get_precision,
-    serving_defaults,
 )
 from bench.sim.roofline import Deployment, parse_parallel, steady_state
 
@@ -90,6 +88,7 @@ class Point:
     note: str = ""
     expressible: bool = True
     reason: str = ""
+    after_fit: bool = False  # added after the fit: never fitted on, scored on its own row
 
     @property
     def vendor(self) -> str:
@@ -145,7 +144,13 @@ class Published:
 
     @property
     def scored(self) -> list[Point]:
-        return [p for p in self.points if p.expressible]
+        """The points the fit uses (in sample)."""
+        return [p for p in self.points if p.expressible and not p.after_fit]
+
+    @property
+    def after_fit(self) -> list[Point]:
+        """Points added after the fit: scored, never fitted on."""
+        return [p for p in self.points if p.expressible and p.after_fit]
 
 
 def weight_format(precision: str) -> str:
@@ -228,7 +233,7 @@ class Sim:
                 g, m, precision, tp, dp=dp, ep=ep, engine=engine, mtp=mtp,
                 resolved=self._effs[key],
             )  # fmt: skip
-            dep.kv_capacity_tokens(serving_defaults().gpu_memory_utilization)
+            dep.kv_capacity_tokens()
         except ValueError:
             return None
         return dep
@@ -283,10 +288,10 @@ class Sim:
         if p.kind == "max_tput":
             limits = self.pub.engine_limits.get(_engine_family(p.engine), {})
             c = max_concurrency(
-                dep, p.isl, p.osl, limits.get("max_batch_size", 0),
+                dep, p.isl, p.osl, engine_defaults(p.engine).max_num_seqs,
                 limits.get("kv_reserve") == "prompt+max_output",
             )  # fmt: skip
-            return Result(p, self.measure(dep, p, c)[1], f"{p.parallel} c{c:.0f}")
+            return Result(p, self.measure(dep, p, c)[1], f"{p.parallel} c{max(int(c), 1)}")
         raise ValueError(f"unknown reference point kind {p.kind!r} ({p.id})")
 
     def ratio(self, r: Ratio) -> float:
@@ -330,8 +335,7 @@ def max_concurrency(
     holds KV / (ISL + OSL/2) in steady state; one that reserves every request's prompt plus its
     whole output at admission (reserve_full: TensorRT-LLM's GUARANTEED_NO_EVICT) KV / (ISL + OSL).
     """
-    util = serving_defaults().gpu_memory_utilization
-    c = dep.kv_capacity_tokens(util) / (isl + (osl if reserve_full else osl / 2))
+    c = dep.kv_capacity_tokens() / (isl + (osl if reserve_full else osl / 2))
     return min(c, max_batch * dep.dp) if max_batch else c
 
 
@@ -340,19 +344,16 @@ def _measure(dep: Deployment, p: Point, conc: float, clock: str) -> tuple[float,
     if clock == "formula":
         s = steady_state(dep, p.mean_isl, p.osl, conc)
         return s["interactivity"], s["output_tps_per_gpu"], s["total_tps_per_gpu"]
-    from bench.sim.engine import Engine, EngineConfig
+    from bench.sim.engine import engine_for
     from bench.sim.virtual import run_closed_loop
 
     c = max(int(conc), 1)
-    d = serving_defaults()
-    cfg = EngineConfig.default(
-        max_num_seqs=c, max_num_batched_tokens=d.max_num_batched_tokens * dep.dp
-    )
     if p.kind == "interactivity":
         lo, hi = (round(p.isl * f) for f in INFERENCEX_ISL)
     else:
         lo = hi = p.isl
-    r = run_closed_loop(Engine(dep, cfg), c, (lo, hi), p.osl)
+    # the engine `sim run` builds, limited to the point's concurrency per rank
+    r = run_closed_loop(engine_for(dep, max_num_seqs=-(-c // dep.dp)), c, (lo, hi), p.osl)
     return 1 / r["tpot_s"], r["output_tps"] / dep.gpus, r["total_tps"] / dep.gpus
 
 
@@ -436,124 +437,76 @@ def mean_abs_error(results: list[Result]) -> float:
 
 # -- fitting -----------------------------------------------------------------------------------
 
-GLOBAL = {  # name: (initial, low, high)
-    "t_fix_s": (0.002, 0.0005, 0.01),
-    "t_tok_s": (1e-6, 1e-8, 3e-5),
-    "t_moe_tok_s": (1e-7, 1e-9, 2e-6),
-    "moe_imbalance": (0.2, 0.001, 1.5),
-    "moe_mfu_ratio": (0.7, 0.2, 1.5),
-    "allreduce_latency_s": (2e-5, 2e-6, 1e-4),
-    "mfu_prefill_ratio": (1.2, 0.7, 2.0),
-}
-GROUP = {"mbu": (0.8, 0.4, 0.95), "mfu": (0.4, 0.08, 0.85)}
-FIT_NFEV = 150  # cost evaluations of the least-squares fit (each Jacobian costs ~10 more)
+FIT_NFEV = 300  # cost evaluations of the least-squares fit (each Jacobian costs one per parameter)
 PRIOR_WEIGHT = 0.05  # per parameter, on log(value / initial): a 2x move costs as a 3.5% miss
+ENGINES = ("vllm", "sglang", "trtllm")
+VENDORS = ("nvidia", "amd")
+MFU_PREFILL_MAX = 0.85
+LOG_FLOOR = 1e-3  # a range starting at 0 is fitted in log space from 1e-3 x its top
 
 
-Group = tuple[str, str, str]  # (vendor, engine family, weight format)
+@dataclass(frozen=True)
+class FitParam:
+    """One fitted quantity: efficiency.yaml's `fit` entry (initial value, physical range)."""
+
+    name: str  # "mbu", or "mfu.vllm" for an engine-scoped one
+    initial: float
+    low: float
+    high: float
+    source: str
 
 
-def _profiles_from(
-    x: np.ndarray, groups: list[Group], wanted: list[Group] | None = None
-) -> list[dict]:
-    """Efficiency profiles for parameter vector x: the global values, one profile per fitted
-    group, a prior (`_prior`) for every wanted group without points, and vendor-level means for
-    any other deployment a user may simulate."""
-    names = list(GLOBAL)
-    g = dict(zip(names, x[: len(names)], strict=True))
-    ratio = g.pop("mfu_prefill_ratio")
-    g["alltoall_latency_s"] = g["allreduce_latency_s"]
-    profiles: list[dict] = [{"match": {}, "set": {k: float(v) for k, v in g.items()}}]
-    fitted: dict[Group, dict[str, float]] = {}
-    for i, grp in enumerate(groups):
-        off = len(names) + i * len(GROUP)
-        fitted[grp] = {k: float(v) for k, v in zip(GROUP, x[off : off + len(GROUP)], strict=True)}
+def fit_params(path: Path = EFFICIENCY_YAML) -> list[FitParam]:
+    """The free parameters, engine-scoped ones expanded per engine, from efficiency.yaml."""
+    out = []
+    for name, spec in (_efficiency_file(path).get("fit") or {}).items():
+        lo, hi = spec["range"]
+        names = [f"{name}.{e}" for e in ENGINES] if spec["scope"] == "engine" else [name]
+        out += [FitParam(n, spec["initial"], lo, hi, spec["source"]) for n in names]
+    return out
 
-    def entry(grp: Group, vals: dict[str, float], source: str = "") -> dict:
-        vals = {**vals, "mfu_prefill": min(vals["mfu"] * ratio, 0.9)}
-        vendor, engine, fmt = grp
-        prof = {"match": {"vendor": vendor, "engine": engine, "precision": fmt}, "set": vals}
-        return {**prof, "source": source} if source else prof
 
-    # vendor-level means for deployments no published point or ratio names: the same vendor's
-    # groups at the same compute precision, overridden by those at the same weight format
-    # (listed later, so applied later); never another vendor's groups
-    by_key: dict[tuple, list[dict]] = {}
-    for (vendor, _, fmt), vals in fitted.items():
-        compute = get_precision(fmt).compute
-        by_key.setdefault((("vendor", vendor), ("compute", compute)), []).append(vals)
-        by_key.setdefault((("vendor", vendor), ("precision", fmt)), []).append(vals)
-    for key in sorted(by_key, key=lambda k: k[1][0]):
-        vals = _mean(by_key[key])
-        profiles.append(
-            {"match": dict(key), "set": {**vals, "mfu_prefill": min(vals["mfu"] * ratio, 0.9)}}
-        )
-    profiles += [entry(grp, vals) for grp, vals in fitted.items()]
-    for grp in sorted(set(wanted or ()) - set(fitted)):
-        prior = _prior(grp, fitted)
-        if prior:
-            profiles.append(entry(grp, prior[0], f"fallback (prior): {prior[1]}"))
+def _profiles_from(x: dict[str, float]) -> list[dict]:
+    """Efficiency profiles for fitted values x: the global values, then one entry per (vendor,
+    engine, compute unit) with its mfu = mfu[engine] x FP4 ratio x AMD ratio and mbu =
+    mbu[engine] x AMD ratio, so every
+    deployment a user may simulate resolves to fitted values, none to a guess."""
+    glob = ("kv_bw_ratio", "t_fix_s", "t_tok_s", "t_moe_tok_s", "moe_imbalance", "moe_mfu_ratio")
+    g = {k: float(x[k]) for k in glob}
+    g["allreduce_latency_s"] = g["alltoall_latency_s"] = float(x["allreduce_latency_s"])
+    profiles: list[dict] = [{"match": {}, "set": g}]
+    for vendor in VENDORS:
+        for engine in ENGINES:
+            for compute in COMPUTE_PRECISIONS:
+                mfu = x[f"mfu.{engine}"]
+                mfu *= x["fp4_mfu_ratio"] if compute == "fp4" else 1.0
+                amd = x["amd_ratio"] if vendor == "amd" else 1.0
+                mfu *= amd
+                vals = {"mbu": float(x[f"mbu.{engine}"] * amd), "mfu": float(mfu)}
+                vals["mfu_prefill"] = float(min(mfu * x["mfu_prefill_ratio"], MFU_PREFILL_MAX))
+                match = {"vendor": vendor, "engine": engine, "compute": compute}
+                profiles.append({"match": match, "set": vals})
     return profiles
 
 
-def _mean(vals: list[dict[str, float]]) -> dict[str, float]:
-    """Geometric mean per parameter (efficiencies combine multiplicatively)."""
-    return {k: float(np.exp(np.mean([np.log(v[k]) for v in vals]))) for k in vals[0]}
-
-
-def _prior(grp: Group, fitted: dict[Group, dict[str, float]]) -> tuple[dict, str] | None:
-    """What a group without points of its own falls back to, most specific evidence first.
-
-    1. The same engine at the same format on another vendor: the engine's kernels and scheduler
-       set most of the efficiency (vLLM's FP8 GEMMs on ROCm are hipBLASLt's, tuned as cuBLAS).
-    2. The same vendor and engine at another format run by the same tensor-core unit (NVFP4
-       and MXFP4 both on the FP4 cores), scaled by how the two formats compare in the engines
-       fitted at both (per parameter, geometric mean). Formats on different units are not
-       scaled into each other: the only MXFP4 points are gpt-oss (MoE), the only FP8 vLLM
-       ones Llama (dense), so their ratio would carry the model, not the format.
-    3. The mean of the same vendor's groups at the same format, else at the same compute unit.
-    Values stay inside the fit's bounds (GROUP). None: nothing to go on; the defaults apply.
-    """
-    vendor, engine, fmt = grp
-    same = [v for (vd, e, f), v in fitted.items() if e == engine and f == fmt and vd != vendor]
-    if same:
-        return _mean(same), f"{engine} {fmt} as fitted on another vendor"
-    scaled, via = [], []
-    compute = get_precision(fmt).compute
-    for (vd, e, f), vals in fitted.items():
-        if vd != vendor or e != engine or get_precision(f).compute != compute:
-            continue
-        pairs = [
-            (fitted[(v2, e2, fmt)], fitted[(v2, e2, f)])
-            for (v2, e2, f2) in fitted
-            if f2 == f and (v2, e2, fmt) in fitted
-        ]
-        if pairs:
-            factor = {k: _mean([{k: a[k] / b[k]} for a, b in pairs])[k] for k in vals}
-            scaled.append({k: vals[k] * factor[k] for k in vals})
-            via.append(f"{f} x {fmt}/{f} of {len(pairs)} engine(s)")
-    if scaled:
-        vals = _mean(scaled)
-        vals = {k: min(max(v, GROUP[k][1]), GROUP[k][2]) for k, v in vals.items()}
-        return vals, f"{vendor} {engine} at " + "; ".join(via)
-    for level, test in (
-        ("format", lambda f: f == fmt),
-        ("compute", lambda f: get_precision(f).compute == get_precision(fmt).compute),
-    ):
-        near = [v for (vd, _, f), v in fitted.items() if vd == vendor and test(f)]
-        if near:
-            return _mean(near), f"mean of {vendor}'s groups at the same {level}"
-    return None
-
-
-def wanted_groups(pub: Published) -> list[Group]:
-    """Every (vendor, engine, format) a published point or ratio needs."""
-    wanted = {p.group for p in pub.scored}
-    for r in pub.ratios:
+def points_per_parameter(points: list[Point], ratios: list[Ratio]) -> dict[str, int]:
+    """Scored observations (points and GPU ratios) each free parameter moves."""
+    obs = [(_engine_family(p.engine), p.vendor, get_precision(p.precision).compute) for p in points]
+    for r in ratios:
         for side, engine in ((r.num, r.num_engine or r.engine), (r.den, r.engine)):
-            vendor = get_gpu(side["gpu"]).vendor
-            wanted.add((vendor, _engine_family(engine), weight_format(side["precision"])))
-    return sorted(wanted)
+            g = get_gpu(side["gpu"])
+            obs.append((_engine_family(engine), g.vendor, get_precision(side["precision"]).compute))
+    counts = {}
+    for prm in fit_params():
+        if "." in prm.name:
+            counts[prm.name] = sum(e == prm.name.split(".")[1] for e, _, _ in obs)
+        elif prm.name == "fp4_mfu_ratio":
+            counts[prm.name] = sum(c == "fp4" for _, _, c in obs)
+        elif prm.name == "amd_ratio":
+            counts[prm.name] = sum(v == "amd" for _, v, _ in obs)
+        else:
+            counts[prm.name] = len(obs)
+    return counts
 
 
 def _residuals(results: list[Result]) -> np.ndarray:
@@ -565,101 +518,80 @@ def _hand_profiles() -> list[dict]:
     return list(_efficiency_file(EFFICIENCY_YAML).get("profiles") or [])
 
 
-def fit(points: list[Point]) -> tuple[list[dict], list[Group]]:
-    """Fit global and per-group parameters on `points` (formula clock); returns the profiles.
+def fit(points: list[Point], ratios: list[Ratio] | None = None) -> tuple[list[dict], dict]:
+    """Fit the few bounded parameters on `points` and GPU `ratios` (formula clock).
 
-    A point depends on the global parameters and on its own group's only, so the Jacobian is
-    sparse and every group's columns are estimated in the same evaluations.
+    Least squares on log(simulated / published) with a soft-L1 loss, in log-parameter space
+    inside each parameter's physical range (efficiency.yaml `fit`), with a weak pull toward the
+    initial values. Returns the profiles and the fitted values by name.
     """
     from scipy.optimize import least_squares
 
-    groups = sorted({p.group for p in points})
-    specs = list(GLOBAL.values()) + [s for _ in groups for s in GROUP.values()]
-    x0 = np.log([s[0] for s in specs])
-    lo, hi = np.log([s[1] for s in specs]), np.log([s[2] for s in specs])
-    x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
+    params = fit_params()
+    names = [q.name for q in params]
+    lo = np.log([q.low if q.low > 0 else q.high * LOG_FLOOR for q in params])
+    hi = np.log([q.high for q in params])
+    x0 = np.clip(np.log([q.initial for q in params]), lo + 1e-9, hi - 1e-9)
     pub = load_published()
+    ratios = pub.ratios if ratios is None else ratios
     hand = _hand_profiles()
 
     def resid(z: np.ndarray) -> np.ndarray:
-        sim = Sim(hand + _profiles_from(np.exp(z), groups), "formula", pub)
-        fit_terms = _residuals([sim.reproduce(p) for p in points])
-        return np.concatenate([fit_terms, PRIOR_WEIGHT * (z - x0)])  # pull toward defaults
+        x = dict(zip(names, np.exp(z), strict=True))
+        sim = Sim(hand + _profiles_from(x), "formula", pub)
+        terms = _residuals([sim.reproduce(p) for p in points])
+        rterms = [math.log(max(sim.ratio(r), 1e-9) / r.measured) for r in ratios]
+        return np.concatenate([terms, rterms, PRIOR_WEIGHT * (z - x0)])
 
-    # columns that touch disjoint points are differenced together: each global alone, then
-    # parameter k of every group at once (the prior rows are diagonal, so they never collide)
-    n_glob = len(GLOBAL)
-    colours = [[i] for i in range(n_glob)] + [
-        [n_glob + j * len(GROUP) + k for j in range(len(groups))] for k in range(len(GROUP))
-    ]
-
-    def jac(z: np.ndarray) -> np.ndarray:
-        f0 = resid(z)
-        J = np.zeros((len(f0), len(z)))
-        for cols in colours:
-            h = np.zeros_like(z)
-            h[cols] = 0.02 * np.maximum(1.0, np.abs(z[cols])) * np.where(z[cols] >= 0, 1, -1)
-            step = np.where(z + h > hi, -h, h)  # stay inside the bounds
-            df = resid(z + step) - f0
-            for c in cols:
-                rows = np.zeros(len(f0), dtype=bool)
-                rows[len(points) + c] = True
-                if c < n_glob:
-                    rows[: len(points)] = True
-                else:
-                    grp = groups[(c - n_glob) // len(GROUP)]
-                    rows[: len(points)] = [p.group == grp for p in points]
-                J[rows, c] = df[rows] / step[c]
-        return J
-
-    # x_scale="jac": the parameters move the residuals by orders of magnitude apart (a global
-    # overhead touches 60 points, an AMD efficiency three), and unscaled the trust region
-    # collapsed after 18 evaluations at 3.8x the cost reached with scaling
     sol = least_squares(
-        resid, x0, jac=jac, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, max_nfev=FIT_NFEV,
+        resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, max_nfev=FIT_NFEV,
         x_scale="jac",
     )  # fmt: skip
-    return hand + _profiles_from(np.exp(sol.x), groups, wanted_groups(pub)), groups
+    values = dict(zip(names, (float(v) for v in np.exp(sol.x)), strict=True))
+    return hand + _profiles_from(values), values
 
 
 def leave_one_source_out(points: list[Point]) -> list[Result]:
-    """For each source, fit on every other source's points and reproduce this source's.
-
-    A held-out point whose (vendor, engine, format) group no other source measures is marked
-    group_fitted=False: its efficiency is the prior (`_prior`), not a fit, so it tests the
-    prior's physics rather than the fit's transfer. summary() reports both figures.
-    """
+    """For each source, fit on every other source's points and ratios, and reproduce this
+    source's points. group_fitted is False where the training set has no point of the held-out
+    point's engine (or, for AMD, no AMD observation): then only the parameters' initial values
+    and ranges reach it."""
+    pub = load_published()
     out: list[Result] = []
     for src in sorted({p.source for p in points}):
         train = [p for p in points if p.source != src]
-        profiles, groups = fit(train)
+        ratios = [r for r in pub.ratios if r.source != src]
+        profiles, _ = fit(train, ratios)
+        engines = {_engine_family(p.engine) for p in train}
+        amd = any(p.vendor == "amd" for p in train) or any(
+            get_gpu(s["gpu"]).vendor == "amd" for r in ratios for s in (r.num, r.den)
+        )
         for r in validate(profiles, points=[p for p in points if p.source == src]):
-            r.group_fitted = r.point.group in groups
+            p = r.point
+            r.group_fitted = _engine_family(p.engine) in engines and (p.vendor != "amd" or amd)
             out.append(r)
     return out
 
 
-def write_fit(profiles: list[dict], points: list[Point], path: Path = EFFICIENCY_YAML) -> None:
-    """Store fitted profiles in efficiency.yaml's `fitted` list, each naming its points."""
+def write_fit(values: dict[str, float], points: list[Point], path: Path = EFFICIENCY_YAML) -> None:
+    """Store the fitted values in efficiency.yaml: `fitted_values` (each with its range and the
+    observations that move it) and the `fitted` profiles they expand to."""
     data = yaml.safe_load(path.read_text())
-    ids_by_group: dict[tuple, list[str]] = {}
-    for p in points:
-        ids_by_group.setdefault(p.group, []).append(p.id)
+    pub = load_published()
+    counts = points_per_parameter(points, pub.ratios)
     srcs = sorted({p.source for p in points})
-    hand = _hand_profiles()
-    profiles = [dict(prof) for prof in profiles if prof not in hand]
-    for prof in profiles:
-        m = prof["match"]
-        key = (m.get("vendor"), m.get("engine"), m.get("precision"))
-        ids = ids_by_group.get(key)
+    ranges = {q.name: [q.low, q.high] for q in fit_params(path)}
+    data["fitted_values"] = {
+        k: {"value": float(f"{v:.4g}"), "range": ranges[k], "observations": counts[k]}
+        for k, v in values.items()
+    }
+    fitted = _profiles_from(values)
+    for prof in fitted:
         prof["set"] = {k: float(f"{v:.4g}") for k, v in prof["set"].items()}
-        if not m:
-            prof["source"] = f"fitted (global) on {len(points)} points of {', '.join(srcs)}"
-        elif ids:
-            prof["source"] = f"fitted on {len(ids)} points: {', '.join(ids)}"
-        elif not prof.get("source"):
-            prof["source"] = "fallback: mean of this vendor's fitted groups it matches"
-    data["fitted"] = profiles
+        prof["source"] = (
+            f"fitted on {len(points)} points and {len(pub.ratios)} ratios of {', '.join(srcs)}"
+        )
+    data["fitted"] = fitted
     header = path.read_text().split("schema_version")[0]
     path.write_text(header + yaml.safe_dump(data, sort_keys=False, width=100))
     _efficiency_file.cache_clear()
@@ -683,6 +615,39 @@ def table(results: list[Result], loso: list[Result] | None = None) -> str:
             f"{r.error:+7.0%}{extra}  {r.config}"
         )
     return "\n".join(lines)
+
+
+def error_row(name: str, results: list[Result]) -> str:
+    """One row of the validation table: points, mean and worst |error|, share within 25%."""
+    if not results:
+        return f"| {name} | 0 | - | - | - |"
+    errs = [abs(r.error) for r in results]
+    worst = max(results, key=lambda r: abs(r.error))
+    within = sum(e <= 0.25 for e in errs) / len(errs)
+    return (
+        f"| {name} | {len(errs)} | {np.mean(errs):.1%} | {worst.error:+.0%} ({worst.point.id}) "
+        f"| {within:.0%} |"
+    )
+
+
+def validation_table(
+    in_sample: list[Result],
+    loso: list[Result] | None,
+    after: list[Result],
+    engine: list[Result] | None = None,
+) -> str:
+    """The one validation table (benchmarks/simulator.py prints it; the README carries it)."""
+    rows = [
+        "| set | points | mean abs. error | worst | within ±25% |",
+        "|---|---|---|---|---|",
+        error_row("in sample (formula clock, the fit's)", in_sample),
+    ]
+    if engine is not None:
+        rows.append(error_row("in sample (engine clock: what `sim run` executes)", engine))
+    if loso is not None:
+        rows.append(error_row("leave-one-source-out (each source held out of the fit)", loso))
+    rows.append(error_row("points added after the fit", after))
+    return "\n".join(rows)
 
 
 def summary(results: list[Result], loso: list[Result] | None = None) -> dict[str, float]:
@@ -710,12 +675,14 @@ def main() -> None:
     args = ap.parse_args()
     pts = load_published().scored
     if args.fit:
-        profiles, _ = fit(pts)
-        write_fit(profiles, pts)
+        _, values = fit(pts)
+        write_fit(values, pts)
     sim = Sim(clock=args.clock)
     results = validate(sim=sim)
+    after = validate(sim=sim, points=load_published().after_fit)
     loso = leave_one_source_out(pts) if args.loso else None
-    print(table(results, loso))
+    print(table(results + after, loso))
+    print(validation_table(results, loso, after))
     print(
         {k: round(v, 3) if isinstance(v, float) else v for k, v in summary(results, loso).items()}
     )

@@ -21,31 +21,45 @@ import contextlib
 from collections import deque
 from dataclasses import dataclass, field
 
-from bench.sim.profiles import serving_defaults
+from bench.sim.profiles import engine_defaults
 from bench.sim.roofline import Deployment
 
 WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
 
 
 @dataclass(frozen=True)
+class ServeOptions:
+    """The engine knobs `sim run` and `sim serve` take and the validation uses; None = the
+    engine's own default (engines.yaml, efficiency.yaml). Limits are per engine instance."""
+
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    kv_precision: str | None = None
+    mtp: int | None = None  # draft tokens per step
+    mtp_acceptance: float | None = None
+    memory_fraction: float | None = None
+
+
+@dataclass(frozen=True)
 class EngineConfig:
-    """vLLM's knobs that shape scheduling; defaults come from the profile files."""
+    """The scheduler's knobs over the whole deployment (per-rank limits x data-parallel ranks);
+    memory_fraction None = the engine's own default (engines.yaml)."""
 
     max_num_seqs: int
     max_num_batched_tokens: int
     block_size: int
-    gpu_memory_utilization: float
+    memory_fraction: float | None
     watermark: float
 
     @classmethod
-    def default(cls, **overrides: float | int | None) -> EngineConfig:
-        d = serving_defaults()
+    def default(cls, engine: str = "vllm", **overrides: float | int | None) -> EngineConfig:
+        d = engine_defaults(engine)
         base = {
             "max_num_seqs": d.max_num_seqs,
             "max_num_batched_tokens": d.max_num_batched_tokens,
-            "block_size": d.kv_block_size,
-            "gpu_memory_utilization": d.gpu_memory_utilization,
-            "watermark": d.kv_watermark,
+            "block_size": d.block_size,
+            "memory_fraction": d.memory_fraction,
+            "watermark": d.watermark,
         }
         base.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**base)
@@ -124,9 +138,13 @@ class Engine:
 
     def __init__(self, dep: Deployment, config: EngineConfig | None = None) -> None:
         self.dep = dep
-        self.cfg = config or EngineConfig.default()
+        self.cfg = config or EngineConfig.default(dep.engine)
         bs = self.cfg.block_size
-        self.capacity_tokens = dep.kv_capacity_tokens(self.cfg.gpu_memory_utilization)
+        self.capacity_tokens = dep.kv_capacity_tokens(
+            self.cfg.memory_fraction,
+            self.cfg.max_num_seqs // dep.dp,
+            self.cfg.max_num_batched_tokens // dep.dp,
+        )
         self.total_blocks = self.capacity_tokens // bs
         self.free_blocks = self.total_blocks
         self.watermark_blocks = int(self.cfg.watermark * self.total_blocks)
@@ -143,6 +161,18 @@ class Engine:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.max_model_len = dep.model.context
+
+    def knobs(self) -> dict[str, float | int | str]:
+        """The engine's effective settings, per engine instance, to store beside its results."""
+        dep, dp = self.dep, self.dep.dp
+        return {
+            "max_num_seqs": self.cfg.max_num_seqs // dp,
+            "max_num_batched_tokens": self.cfg.max_num_batched_tokens // dp,
+            "kv_precision": dep.kv_precision.name,
+            "kv_capacity_tokens": self.capacity_tokens,
+            "mtp_tokens": int(dep.eff.mtp_tokens),
+            "mtp_acceptance": dep.eff.mtp_acceptance,
+        }
 
     # -- driver API -------------------------------------------------------------------------
 
@@ -337,3 +367,24 @@ class Engine:
         self._evict(seq, step)
         seq.status = FINISHED
         res.finished.append(seq)
+
+
+def engine_for(
+    dep: Deployment,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    memory_fraction: float | None = None,
+) -> Engine:
+    """The engine `sim run`, `sim serve` and the validation all build for a deployment.
+
+    Limits are one engine instance's (the engine's own defaults when None); each data-parallel
+    rank is its own instance in a real server, so the one simulated scheduler gets them x dp.
+    """
+    d = engine_defaults(dep.engine)
+    cfg = EngineConfig.default(
+        dep.engine,
+        max_num_seqs=(max_num_seqs or d.max_num_seqs) * dep.dp,
+        max_num_batched_tokens=(max_num_batched_tokens or d.max_num_batched_tokens) * dep.dp,
+        memory_fraction=memory_fraction,
+    )
+    return Engine(dep, cfg)

@@ -11,8 +11,10 @@ MTP) + prefill tokens:
     t_dense  = max(2 N_dense n_tok / (tp F MFU), dense weight bytes / tp / (BW MBU))
     t_expert = max(2 N_expert_active n_tok_e imbalance / (G F MFU moe_mfu_ratio),
                    bytes of the experts some token routes to / G / (BW MBU))   G = ep or tp
-    t_attnD  = max(KV bytes read / (BW MBU), decode attention FLOPs / (F_attn MFU_attn))
+    t_attnD  = max(KV bytes read / (BW MBU kv_bw_ratio), decode attention FLOPs / (F_attn MFU_attn))
     t_attnP  = prefill attention FLOPs / (F_attn MFU_prefill)
+    (sliding-window layers attend at most `sliding_window` tokens: their KV reads and attention
+    FLOPs count each query's context capped at the window)
     t_comm   = (tp > 1) 2 L (alpha_ar + all-reduce bytes / (BW_link eta))
              + (ep > 1) L_moe (2 alpha_a2a + all-to-all bytes / (BW_link eta))
     t_over   = t_fix + n_tok (t_tok + L_moe t_moe_tok)
@@ -96,10 +98,12 @@ class Deployment:
         """Resolve names to profiles and check the GPU can run the precision and parallelism.
 
         mtp: None = the engine profile's default; False/True turns MTP off/on where the model
-        has an MTP module. profiles: efficiency profiles to resolve against instead of
-        efficiency.yaml's (the calibration fit passes its trial values here). resolved: the
-        efficiency already resolved for this GPU, precision, engine and model (a caller building
-        many parallelisms of one deployment resolves it once); MTP is still applied.
+        has an MTP module; an int N drafts N tokens per step (the model's MTP module, or for a
+        model without one an EAGLE-style one-layer draft: the cost model is the same).
+        profiles: efficiency profiles to resolve against instead of efficiency.yaml's (the
+        calibration fit passes its trial values here). resolved: the efficiency already
+        resolved for this GPU, precision, engine and model (a caller building many
+        parallelisms of one deployment resolves it once); MTP is still applied.
         """
         g = get_gpu(gpu) if isinstance(gpu, str) else gpu
         m = get_model(model) if isinstance(model, str) else model
@@ -119,12 +123,16 @@ class Deployment:
             )
         kv = get_precision(kv_precision or p.kv_default)
         eff = resolved or efficiency_for(g, p, engine, m.name, profiles, **efficiency)
-        if mtp is False or mtp == 0 or not m.mtp_layers:
+        if mtp is False or mtp == 0 or (mtp in (None, True) and not m.mtp_layers):
             eff = eff.model_copy(update={"mtp_tokens": 0})
         elif mtp is True and not eff.mtp_tokens:
             eff = eff.model_copy(update={"mtp_tokens": eff.mtp_draft_tokens})
         elif mtp is not None and mtp is not True:
+            if int(mtp) < 0:
+                raise ValueError(f"--mtp {mtp}: draft tokens per step must be 0 or more")
             eff = eff.model_copy(update={"mtp_tokens": int(mtp)})
+        if not 0 < eff.mtp_acceptance <= 1:
+            raise ValueError(f"MTP acceptance {eff.mtp_acceptance} must be in (0, 1]")
         return cls(g, m, p, tp, kv, eff, dp, ep, engine)
 
     def with_efficiency(self, eff: Efficiency) -> Deployment:
@@ -218,17 +226,31 @@ class Deployment:
             m.attn_pair_flops(decode=False),
         )
 
-    def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.90) -> int:
-        """Tokens of KV cache over the deployment: per GPU, HBM x utilisation - its weights."""
-        free = self.gpu.hbm_bytes * gpu_memory_utilization - self.weight_bytes_per_gpu
-        if free <= 0:
+    def kv_capacity_tokens(
+        self,
+        memory_fraction: float | None = None,
+        max_num_seqs: int | None = None,
+        max_num_batched_tokens: int | None = None,
+    ) -> int:
+        """Tokens of KV cache over the deployment, by the engine's own memory arithmetic
+        (bench.sim.memory) on the memory the device reports; limits are per engine instance
+        (data-parallel rank); None = the engine's defaults."""
+        from bench.sim.memory import memory_plan
+        from bench.sim.profiles import engine_defaults
+
+        plan = memory_plan(self, memory_fraction, max_num_seqs, max_num_batched_tokens)
+        if plan.kv <= 0:
+            gib = 1 << 30
             raise ValueError(
                 f"{self.model.name} in {self.precision.name} ({self.weight_bytes / 1e9:.0f} GB) "
-                f"does not fit on {self.gpus}x {self.gpu.name} {self.parallel.upper()} at "
-                f"{gpu_memory_utilization:.0%} of {self.gpu.hbm_gb:g} GB; "
-                f"raise --tp or lower the precision"
+                f"does not fit on {self.gpus}x {self.gpu.name} {self.parallel.upper()}: per GPU "
+                f"{plan.weights / gib:.1f} GiB of weights, {plan.activations / gib:.1f} GiB of "
+                f"activations and {plan.non_torch / gib:.1f} GiB other against "
+                f"{plan.total / gib:.1f} GiB x {plan.fraction:.2f} ({self.engine}'s "
+                f"{engine_defaults(self.engine).memory_flag}); raise --tp, lower the precision "
+                f"or set --memory-fraction"
             )
-        per_rank = free * self.kv_shards  # a token puts 1/kv_shards of its KV on each
+        per_rank = plan.kv * self.kv_shards  # a token puts 1/kv_shards of its KV on each
         return int(self.dp * per_rank // self.kv_bytes_per_token)
 
     def experts_touched(self, n_tok: float) -> float:
@@ -282,10 +304,29 @@ class Deployment:
             t += self._expert_time(n_tok, work)
         kv_read = decode_ctx / dp * self.kv_bytes_per_token / self.kv_shards
         attn_d = decode_ctx / dp * q * pair_d / tp
-        t += max(kv_read / self._bw, attn_d / (self.attn_flops * e.mfu_attn))
-        t += prefill_ctx / dp * pair_p / (tp * self.attn_flops * e.mfu_prefill)
+        attn_p = prefill_ctx / dp * pair_p / tp
+        if m.sliding_window_layers:  # each query sees at most `sliding_window` tokens there
+            d_sw, p_sw = (
+                self._windowed(n_decode, decode_ctx),
+                self._windowed(n_prefill, prefill_ctx),
+            )
+            kv_read += d_sw / dp * self._sliding_kv_bytes / self.kv_shards
+            attn_d += d_sw / dp * q * m.sliding_attn_pair_flops() / tp
+            attn_p += p_sw / dp * m.sliding_attn_pair_flops() / tp
+        t += max(kv_read / (self._bw * e.kv_bw_ratio), attn_d / (self.attn_flops * e.mfu_attn))
+        t += attn_p / (self.attn_flops * e.mfu_prefill)
         t += self._comm_time(n_tok)
         return t + e.t_fix_s + n_tok * (e.t_tok_s + m.moe_layers * e.t_moe_tok_s)
+
+    @cached_property
+    def _sliding_kv_bytes(self) -> float:
+        m = self.model
+        return m.sliding_kv_elements_per_token() * self.kv_precision.bytes_per_param
+
+    def _windowed(self, n: float, ctx: float) -> float:
+        """Context summed over n queries, each capped at the sliding window (mean context
+        capped: the step only knows the sum)."""
+        return n * min(ctx / n, self.model.sliding_window or 0) if n else 0.0
 
     def _expert_time(self, n_tok: float, work: float) -> float:
         """Routed experts on the busiest GPU: FLOPs with imbalance vs bytes of touched experts."""
@@ -322,15 +363,15 @@ def steady_state(
 
     Every step decodes C tokens of mean context ISL + OSL/2; prompts arrive at C/OSL per step
     and are prefilled whole, up to `chunk_tokens` per step (vLLM's max_num_batched_tokens, per
-    data-parallel rank; default from the serving defaults). So a fraction f of steps carries P
+    data-parallel rank; default: the engine's own). So a fraction f of steps carries P
     prefill tokens and the rest decode only, which matters at low concurrency, where a whole
     prompt in one step is compute-bound while spreading it over steps would hide it under the
     weight reads. Returns TPOT (s), interactivity (tok/s/user), output and total tok/s per GPU.
     """
-    from bench.sim.profiles import serving_defaults
+    from bench.sim.profiles import engine_defaults
 
     c = concurrency
-    budget = (chunk_tokens or serving_defaults().max_num_batched_tokens) * dep.dp
+    budget = (chunk_tokens or engine_defaults(dep.engine).max_num_batched_tokens) * dep.dp
     demand = c * isl / osl  # prefill tokens per step on average
     per_step = min(max(isl, demand), max(budget - c, isl))
     f = demand / per_step

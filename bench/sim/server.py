@@ -134,6 +134,7 @@ class SimServer:
             "precision": dep.precision.name,
             "parallel": dep.parallel,
             "engine": dep.engine,
+            **self.engine.knobs(),
         }
 
     def start(self) -> None:

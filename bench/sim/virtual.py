@@ -17,9 +17,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.executor import StoredAs
-from bench.records import COUNT_TOKENIZER, ERR_HTTP_4XX, FAILED, RequestRecord
-from bench.sim.engine import Engine, EngineConfig
+from bench.executor import Progress, RunPlan, RunResult, StoredAs
+from bench.records import (
+    CANCELLED,
+    COUNT_TOKENIZER,
+    ERR_CANCELLED,
+    ERR_HTTP_4XX,
+    FAILED,
+    RequestRecord,
+)
+from bench.sim.engine import Engine, ServeOptions, engine_for
 from bench.sim.roofline import Deployment
 
 VIRTUAL_URL = "http://sim.virtual"  # a plan's target in virtual time; nothing calls it
@@ -29,12 +36,13 @@ MAX_STEPS = 50_000_000  # engine steps a virtual run may take before it is calle
 class _Track:
     """Per-request bookkeeping: emission step ranges."""
 
-    __slots__ = ("index", "segments", "start")
+    __slots__ = ("done", "index", "segments", "start")
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.segments: list[tuple[int, int]] = []
         self.start = -1
+        self.done = False  # its last token was emitted (False: the run was stopped first)
 
 
 def build_engine(
@@ -48,9 +56,11 @@ def build_engine(
     *,
     parallel: str | None = None,
     engine: str = "vllm",
-    mtp: bool | None = None,
+    mtp: bool | int | None = None,
+    mtp_acceptance: float | None = None,
+    memory_fraction: float | None = None,
 ) -> Engine:
-    """An engine for a deployment, with vLLM defaults for anything not given.
+    """An engine for a deployment, with the engine's own defaults for anything not given.
 
     parallel ("tp4", "dep8", "tep8") overrides tp. Each data-parallel rank is its own engine
     instance in a real server, so the per-instance limits (max_num_seqs,
@@ -59,15 +69,12 @@ def build_engine(
     from bench.sim.roofline import parse_parallel
 
     tp, dp, ep = parse_parallel(parallel) if parallel else (tp, 1, 1)
+    acceptance = {"mtp_acceptance": mtp_acceptance} if mtp_acceptance is not None else {}
     dep = Deployment.build(
-        gpu, model, precision, tp, kv_precision, dp=dp, ep=ep, engine=engine, mtp=mtp
-    )
-    d = EngineConfig.default()
-    cfg = EngineConfig.default(
-        max_num_seqs=(max_num_seqs or d.max_num_seqs) * dp,
-        max_num_batched_tokens=(max_num_batched_tokens or d.max_num_batched_tokens) * dp,
-    )
-    return Engine(dep, cfg)
+        gpu, model, precision, tp, kv_precision, dp=dp, ep=ep, engine=engine, mtp=mtp,
+        **acceptance,
+    )  # fmt: skip
+    return engine_for(dep, max_num_seqs, max_num_batched_tokens, memory_fraction)
 
 
 def run_virtual(
@@ -75,15 +82,20 @@ def run_virtual(
     requests: Iterable[tuple[float, int, int]],
     load_point: int = 0,
     max_steps: int = MAX_STEPS,
+    stop: threading.Event | None = None,
 ) -> list[RequestRecord]:
-    """Simulate (send offset s, input tokens, output tokens) requests; one record per request."""
+    """Simulate (send offset s, input tokens, output tokens) requests; one record per request
+    sent. Setting `stop` ends the run at the next engine step: requests in flight then are
+    recorded cancelled, as a stopped HTTP run records them."""
     reqs = np.asarray(list(requests), dtype=float).reshape(-1, 3)
     lengths = reqs[:, 1:].astype(np.int64)
     arrivals = [(float(off), k) for k, off in enumerate(reqs[:, 0])]
-    return _records(_drive(engine, lengths, arrivals, max_steps), lengths, load_point)
+    return _records(_drive(engine, lengths, arrivals, max_steps, stop=stop), lengths, load_point)
 
 
-def _closed(engine, lengths, users, think_time_s, ramp_up_s, duration_s, max_steps) -> _Trace:
+def _closed(
+    engine, lengths, users, think_time_s, ramp_up_s, duration_s, max_steps, stop=None
+) -> _Trace:
     """A closed loop of `users` in virtual time: each user sends the next of the (input,
     output) `lengths` the moment its last request ends (plus think time), as the HTTP
     runner's closed loop does; starts are spread over ramp_up_s; no request is started
@@ -99,7 +111,7 @@ def _closed(engine, lengths, users, think_time_s, ramp_up_s, duration_s, max_ste
         upcoming[0] += 1
         return at, k
 
-    return _drive(engine, lengths, first, max_steps, then)
+    return _drive(engine, lengths, first, max_steps, then, stop)
 
 
 @dataclass
@@ -124,10 +136,12 @@ def _drive(
     arrivals: list[tuple[float, int]],
     max_steps: int,
     then: Callable[[float], tuple[float, int] | None] | None = None,
+    stop: threading.Event | None = None,
 ) -> _Trace:
     """The event loop of virtual time. `lengths` is (input, output) per request; `arrivals`
     (time s, request) are sent when due; `then(t)`, called when a request ends at t, may
-    give the next arrival (a closed loop's user)."""
+    give the next arrival (a closed loop's user). Setting `stop` ends it before the next
+    step (a cancelled run)."""
     heapq.heapify(arrivals)
     n = len(lengths)
     trace = _Trace(np.full(n, np.nan), [None] * n, {}, np.zeros(0))
@@ -140,6 +154,8 @@ def _drive(
             heapq.heappush(arrivals, nxt)
 
     for _ in range(max_steps):
+        if stop is not None and stop.is_set():
+            break
         if not engine.has_work():
             if not arrivals:
                 break
@@ -168,6 +184,7 @@ def _drive(
         for seq in res.finished:
             tr = seq.tag
             tr.segments.append((tr.start, s + 1))
+            tr.done = True
             ended()
     else:
         raise RuntimeError(f"virtual run did not finish within {max_steps} steps")
@@ -202,6 +219,17 @@ def _records(trace: _Trace, lengths: np.ndarray, load_point: int) -> list[Reques
                     state=FAILED,
                     error_kind=ERR_HTTP_4XX,
                     error_message=trace.refused[k],
+                )
+            )
+            continue
+        if not trace.tracks[k].done:  # in flight when the run was stopped
+            records.append(
+                RequestRecord(
+                    **request,
+                    output_tokens=0,
+                    state=CANCELLED,
+                    error_kind=ERR_CANCELLED,
+                    error_message="run stopped",
                 )
             )
             continue
@@ -272,11 +300,15 @@ class VirtualExecutor:
     tp: int = 1
     parallel: str | None = None
     engine: str = "vllm"
+    options: ServeOptions = ServeOptions()
 
     def build(self) -> Engine:
+        o = self.options
         return build_engine(
-            self.gpu, self.model, self.precision, self.tp, parallel=self.parallel,
-            engine=self.engine,
+            self.gpu, self.model, self.precision, self.tp, o.max_num_seqs,
+            o.max_num_batched_tokens, o.kv_precision, parallel=self.parallel,
+            engine=self.engine, mtp=o.mtp, mtp_acceptance=o.mtp_acceptance,
+            memory_fraction=o.memory_fraction,
         )  # fmt: skip
 
     def adopt(self, scenario):
@@ -294,13 +326,11 @@ class VirtualExecutor:
 
     def run(
         self,
-        plan,
+        plan: RunPlan,
         sink: Callable[[RequestRecord], None],
         stop: threading.Event | None = None,
-        on_tick: Callable | None = None,
-    ):
-        from bench.runner import Progress, RunResult
-
+        on_tick: Callable[[Progress], None] | None = None,
+    ) -> RunResult:
         _single_turn(plan)
         records: list[RequestRecord] = []
         if stop is None or not stop.is_set():
@@ -309,12 +339,12 @@ class VirtualExecutor:
                 lengths = lengths.reshape(-1, 2)
                 trace = _closed(
                     self.build(), lengths, plan.concurrency or 1, plan.think_time_s,
-                    plan.ramp_up_s, plan.duration_s, MAX_STEPS,
+                    plan.ramp_up_s, plan.duration_s, MAX_STEPS, stop,
                 )  # fmt: skip
                 records = _records(trace, lengths, plan.load_point)
             else:
                 records = run_virtual(
-                    self.build(), virtual_requests(plan), load_point=plan.load_point
+                    self.build(), virtual_requests(plan), load_point=plan.load_point, stop=stop
                 )
         for rec in records:
             sink(rec)
@@ -328,7 +358,8 @@ class VirtualExecutor:
         )  # fmt: skip
 
     def stored_as(self) -> StoredAs:
-        dep = self.build().dep
+        engine = self.build()
+        dep = engine.dep
         hw = {
             "gpu": dep.gpu.name,
             "gpu_count": dep.gpus,
@@ -338,6 +369,7 @@ class VirtualExecutor:
             "parallel": dep.parallel,
             "engine": self.engine,
             "clock": "virtual",
+            **engine.knobs(),
         }
         return StoredAs(
             sim=hw, endpoint="sim://virtual", backend="sim", scrapes=False, exact_lengths=True

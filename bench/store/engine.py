@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, NoSuchModuleError
 
-from bench.store.errors import DamagedDatabaseError, StoreError
+from bench.store.errors import DamagedDatabaseError, StoreError, describe
 
 ENV_VAR = "TOKENBENCH_DB"
 DEFAULT_PATH = Path("results") / "tokenbench.db"
@@ -66,14 +66,6 @@ def missing_sqlite_file(url: URL) -> Path | None:
         return None
     path = Path(database)
     return None if path.exists() else path
-
-
-def describe(engine: Engine) -> str:
-    """How error messages name a database: the SQLite file path or the redacted URL."""
-    url = engine.url
-    if url.get_backend_name() == "sqlite":
-        return f"SQLite database {url.database}"
-    return f"database {safe_url_text(url)}"
 
 
 def make_engine(

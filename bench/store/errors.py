@@ -2,6 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+
+def describe(engine: Engine) -> str:
+    """How error messages name a database: the SQLite file path or the URL without its
+    password."""
+    url = engine.url
+    if url.get_backend_name() == "sqlite":
+        return f"SQLite database {url.database}"
+    return f"database {url.render_as_string(hide_password=True)}"
+
 
 class StoreError(RuntimeError):
     """A database problem the user can act on: locked, read-only, full, unreachable, too new."""

@@ -4,9 +4,12 @@ Client latency says that P99 TTFT jumped; the server's own counters say why (req
 waiting, KV cache full, preemptions), and board power says what a token costs in energy.
 
     prometheus.py  the Prometheus text format -> Samples
-    names.py       one vocabulary for every engine (KNOWN_METRICS: vLLM, SGLang, TRT-LLM,
-                   llama.cpp, DCGM); unknown series are kept raw under their own names
-    scrapers.py    the sources (server /metrics, DCGM exporter, NVML) and the Scraper thread
+    engines/       each engine's vocabulary, a kind of ENGINES (vLLM, SGLang, TRT-LLM,
+                   llama.cpp, DCGM)
+    names.py       one vocabulary for every engine (known_metrics()); unknown series are
+                   kept raw under their own names
+    sources/       the kinds of source (server /metrics, DCGM exporter, NVML): SOURCES
+    scrapers.py    the sources' readers and the Scraper thread
                    that polls them while a load point runs, never failing the run
     recording.py   what a Scraper collected (Recording) and its stored artifact, one per
                    load point
@@ -21,13 +24,8 @@ every RequestRecord, so server samples line up exactly with bench.metrics.time_s
 """
 
 from bench.telemetry.energy import ENERGY_COLUMNS, energy_per_output_token, mean_power
-from bench.telemetry.names import (
-    ENGINE_PREFIXES,
-    KNOWN_METRICS,
-    Point,
-    canonicalize,
-    engine_of,
-)
+from bench.telemetry.engines import ENGINES, engine_prefixes, known_metrics
+from bench.telemetry.names import Point, canonicalize, engine_of
 from bench.telemetry.prometheus import Sample, labels_text, parse_labels_text, parse_prometheus
 from bench.telemetry.readers import (
     COLUMNS,
@@ -76,10 +74,9 @@ __all__ = [
     "COLUMNS",
     "DEFAULT_INTERVAL_S",
     "ENERGY_COLUMNS",
-    "ENGINE_PREFIXES",
+    "ENGINES",
     "FORMAT",
     "GIVE_UP_AFTER",
-    "KNOWN_METRICS",
     "MAX_BODY_BYTES",
     "MAX_SERIES",
     "MAX_VALUES",
@@ -102,7 +99,9 @@ __all__ = [
     "encode",
     "energy_per_output_token",
     "engine_of",
+    "engine_prefixes",
     "frame_from_payloads",
+    "known_metrics",
     "kv_cache_usage",
     "labels_text",
     "load_payloads",

@@ -79,9 +79,9 @@ def load_telemetry(run_id: str, db: Any = None, load_point: int | None = None) -
     """A run's telemetry (or one load point's) as a long DataFrame.
 
     Columns: load_point, t_s (seconds since that load point's start, the clock of its
-    RequestRecords), source ("server", "dcgm", "nvml"), metric (canonical name from
-    KNOWN_METRICS, else the exposed name), labels (`k="v",...`), value, name (the exposed
-    name), type (counter, gauge, histogram, ...). Empty (with these columns) when the run
+    RequestRecords), source ("server", "dcgm", "nvml"), metric (canonical name from an
+    engine's vocabulary, bench.telemetry.engines, else the exposed name), labels
+    (`k="v",...`), value, name (the exposed name), type (counter, gauge, histogram, ...). Empty (with these columns) when the run
     has none. `run_id` may be an id prefix or a run name.
     """
     from bench.store import resolve_run

@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Protocol
 
-from bench.backends.openai import METRICS_PATHS
-from bench.telemetry.names import ENGINE_PREFIXES, Point, canonicalize, engine_of
+from bench.telemetry.engines import engine_prefixes
+from bench.telemetry.names import Point, canonicalize, engine_of
 from bench.telemetry.prometheus import labels_text, parse_prometheus
 from bench.telemetry.recording import Recording, SeriesLog, SourceLog
+from bench.telemetry.sources import SOURCES
 
 log = logging.getLogger("tokenbench.telemetry")
 
@@ -193,23 +194,19 @@ class TelemetryConfig:
 
     @property
     def enabled(self) -> bool:
-        return self.scrape_metrics or bool(self.dcgm_url) or self.nvml
+        return any(kind.obj.wanted(self) for kind in SOURCES.kinds())
 
     def sources(self, base_url: str, warn: Callable[[str], None]) -> list[Source]:
-        """The sources to poll; one that cannot even start (no NVML) is a warning."""
+        """The sources to poll (bench.telemetry.sources); one that cannot even start (no
+        NVML) is a warning."""
         timeout = min(max(self.interval_s, 0.5), 2.0)
         out: list[Source] = []
-        if self.scrape_metrics:
-            base = base_url.rstrip("/")
-            urls = [self.metrics_url] if self.metrics_url else [base + p for p in METRICS_PATHS]
-            out.append(PrometheusSource("server", urls, timeout))
-        if self.dcgm_url:
-            out.append(PrometheusSource("dcgm", [self.dcgm_url], timeout))
-        if self.nvml:
-            try:
-                out.append(NvmlSource())
-            except TelemetryError as exc:
-                warn(str(exc))
+        for kind in SOURCES.kinds():
+            if kind.obj.wanted(self):
+                try:
+                    out.append(kind.obj.make(self, base_url, timeout))
+                except TelemetryError as exc:
+                    warn(str(exc))
         return out
 
 
@@ -274,7 +271,7 @@ class Scraper:
         then queue depth, KV-cache and prompt-cache figures cannot be read from it."""
         slog.engine = engine_of(p.name for p in points)
         if slog.engine is None:
-            known = ", ".join(ENGINE_PREFIXES)
+            known = ", ".join(engine_prefixes())
             self._warn(
                 f"telemetry (server): {slog.where} answers with {len(points)} samples but none "
                 f"from an engine tokenbench knows ({known}); they are stored raw, and queue "

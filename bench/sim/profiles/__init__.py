@@ -1,6 +1,7 @@
-"""Hardware and model profiles for the simulated endpoint, read from the YAML files beside this.
+"""Model, engine and efficiency profiles for the simulated endpoint, read from the YAML files
+beside this; GPUs come from the hardware catalogue (bench.hardware, re-exported here).
 
-The YAML files are the single source of truth for every GPU and model figure (each entry
+The YAML files are the single source of truth for every model and engine figure (each entry
 carries its source); this module only parses and validates them and derives the quantities
 the engine needs (weight bytes, KV bytes per token, expert bytes), so no number is typed twice.
 Users extend the catalogue by passing their own YAML file with the same layout.
@@ -12,69 +13,20 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
+
+from bench import hardware
+from bench.hardware import COMPUTE_PRECISIONS, GPUProfile, ProfileError, get_gpu, load_gpus
 
 HERE = Path(__file__).parent
-GPUS_YAML = HERE / "gpus.yaml"
 MODELS_YAML = HERE / "models.yaml"
 EFFICIENCY_YAML = HERE / "efficiency.yaml"
-
-COMPUTE_PRECISIONS = ("bf16", "fp8", "fp4")
-
-
-class ProfileError(ValueError):
-    """A profile name is unknown or a profile file is malformed."""
+ENGINES_YAML = HERE / "engines.yaml"
+GPUS_YAML = hardware.GPUS_YAML
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class GPUProfile(_Frozen):
-    """One accelerator: memory, bandwidth, dense peak per precision, power, scale-up link."""
-
-    name: str
-    vendor: str
-    hbm_gb: float
-    hbm_bw_tbs: float
-    tflops: dict[str, float | None]
-    tdp_w: float
-    scale_up_gbps: float
-    scale_up_tech: str = ""
-    world_size: int = 8
-    rack_gpus: int = 0
-    aliases: tuple[str, ...] = ()
-    notes: str = ""
-    source: str
-    efficiency: dict[str, float] = Field(default_factory=dict)
-
-    @property
-    def hbm_bytes(self) -> float:
-        return self.hbm_gb * 1e9
-
-    @property
-    def hbm_bw_bytes_s(self) -> float:
-        return self.hbm_bw_tbs * 1e12
-
-    @property
-    def scale_up_bytes_s(self) -> float:
-        return self.scale_up_gbps * 1e9
-
-    @property
-    def supported_precisions(self) -> list[str]:
-        """Compute precisions this GPU has tensor-core peak figures for."""
-        return [p for p in COMPUTE_PRECISIONS if self.tflops.get(p)]
-
-    def peak_flops(self, compute: str) -> float:
-        """Dense peak FLOP/s at a compute precision; ValueError when the GPU has no such unit."""
-        tf = self.tflops.get(compute)
-        if not tf:
-            raise ValueError(
-                f"{self.name} has no {compute.upper()} tensor cores; "
-                f"it supports {', '.join(self.supported_precisions)}"
-            )
-        return tf * 1e12
 
 
 class Precision(_Frozen):
@@ -134,6 +86,19 @@ class ModelProfile(_Frozen):
             return self.kv_layers * (self.kv_lora_rank + self.qk_rope_head_dim)
         return 2 * self.kv_layers * self.kv_heads * self.head_dim
 
+    def sliding_kv_elements_per_token(self) -> int:
+        """KV elements per token of the sliding-window layers (kept for `sliding_window`
+        tokens per sequence only)."""
+        if not self.sliding_window_layers or self.attention == "mla":
+            return 0
+        return 2 * self.sliding_window_layers * self.kv_heads * self.head_dim
+
+    def sliding_attn_pair_flops(self) -> float:
+        """Attention FLOPs per (query, context token) pair over the sliding-window layers."""
+        if not self.sliding_window_layers or self.attention == "mla":
+            return 0.0
+        return 4 * self.q_heads * self.head_dim * self.sliding_window_layers
+
     def kv_bytes_per_token(self, kv_precision: str) -> float:
         return self.kv_elements_per_token() * get_precision(kv_precision).bytes_per_param
 
@@ -186,6 +151,7 @@ class Efficiency(_Frozen):
     """Step-time model efficiency parameters; values and sources live in efficiency.yaml."""
 
     mbu: float
+    kv_bw_ratio: float
     mfu: float
     mfu_prefill: float
     mfu_attn: float
@@ -202,42 +168,22 @@ class Efficiency(_Frozen):
     mtp_acceptance: float
 
 
-class ServingDefaults(_Frozen):
-    """vLLM's serving defaults used when the caller does not override them."""
+class EngineDefaults(_Frozen):
+    """One serving engine's own defaults and how it sizes its KV cache (engines.yaml)."""
 
-    gpu_memory_utilization: float
-    kv_block_size: int
+    name: str
+    memory: Literal["total_fraction", "sglang_static", "free_fraction"]
+    memory_fraction: float | None
+    memory_flag: str
     max_num_seqs: int
     max_num_batched_tokens: int
-    kv_watermark: float
+    block_size: int
+    watermark: float
+    source: str
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ProfileError(f"cannot read profile file {path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ProfileError(f"profile file {path} must be a mapping at the top level")
-    return data
-
-
-def _parse(cls: type[BaseModel], name: str, body: Any, path: Path) -> Any:
-    if not isinstance(body, dict):
-        raise ProfileError(f"{path}: entry {name!r} must be a mapping")
-    try:
-        return cls(name=name, **body)
-    except Exception as exc:  # pydantic.ValidationError: point at the file and entry
-        raise ProfileError(f"{path}: entry {name!r} is invalid: {exc}") from exc
-
-
-@lru_cache(maxsize=8)
-def _load_gpus_cached(extra: Path | None) -> dict[str, GPUProfile]:
-    gpus: dict[str, GPUProfile] = {}
-    for path in [GPUS_YAML] + ([extra] if extra else []):
-        for name, body in (_read_yaml(path).get("gpus") or {}).items():
-            gpus[name] = _parse(GPUProfile, name, body, path)
-    return gpus
+_read_yaml = hardware.read_yaml
+_parse = hardware.parse_entry
 
 
 @lru_cache(maxsize=8)
@@ -249,33 +195,32 @@ def _load_models_cached(extra: Path | None) -> dict[str, ModelProfile]:
     return models
 
 
-def load_gpus(extra_path: Path | None = None) -> dict[str, GPUProfile]:
-    """All GPU profiles by canonical name; entries in extra_path add to or replace shipped ones."""
-    return dict(_load_gpus_cached(Path(extra_path) if extra_path else None))
-
-
 def load_models(extra_path: Path | None = None) -> dict[str, ModelProfile]:
     """All model profiles by canonical name; entries in extra_path add to or replace shipped ones."""
     return dict(_load_models_cached(Path(extra_path) if extra_path else None))
 
 
-def _lookup(kind: str, name: str, table: dict[str, Any]) -> Any:
-    key = name.strip().lower()
-    for canonical, prof in table.items():
-        if key == canonical.lower() or key in (a.lower() for a in prof.aliases):
-            return prof
-    known = ", ".join(f"{c} ({'/'.join(p.aliases)})" if p.aliases else c for c, p in table.items())
-    raise ProfileError(f"unknown {kind} {name!r}; known {kind}s: {known}")
-
-
-def get_gpu(name: str, extra_path: Path | None = None) -> GPUProfile:
-    """A GPU by canonical name or alias, case-insensitive ("b200" -> B200-SXM, "h100" -> H100-SXM)."""
-    return _lookup("GPU", name, load_gpus(extra_path))
-
-
 def get_model(name: str, extra_path: Path | None = None) -> ModelProfile:
-    """A model by canonical name, alias or Hugging Face id, case-insensitive."""
-    return _lookup("model", name, load_models(extra_path))
+    """A model by canonical name, alias or Hugging Face id, case-insensitive, or from a Hugging
+    Face config.json (a path to the file or the directory holding it)."""
+    from bench.sim.profiles.hf_config import config_path
+
+    path = config_path(name)
+    if path is not None:
+        return _model_from_config(path.resolve())
+    try:
+        return hardware.lookup("model", name, load_models(extra_path))
+    except ProfileError as exc:
+        raise ProfileError(
+            f"{exc}; or give a path to the model's Hugging Face config.json"
+        ) from None
+
+
+@lru_cache(maxsize=16)
+def _model_from_config(path: Path) -> ModelProfile:
+    from bench.sim.profiles.hf_config import model_name, profile_fields
+
+    return _parse(ModelProfile, model_name(path), profile_fields(path), path)
 
 
 @lru_cache(maxsize=1)
@@ -293,21 +238,20 @@ def get_precision(name: str) -> Precision:
     return prec
 
 
-@lru_cache(maxsize=1)
-def _section_values(section: str) -> dict[str, Any]:
-    raw = _read_yaml(GPUS_YAML).get(section) or {}
-    return {k: v["value"] for k, v in raw.items()}
-
-
 @lru_cache(maxsize=4)
 def _efficiency_file(path: Path) -> dict[str, Any]:
     return _read_yaml(path)
 
 
-def efficiency_sources() -> dict[str, str]:
-    """Where each efficiency parameter's default comes from (for docs and `sim gpus`)."""
-    raw = _efficiency_file(EFFICIENCY_YAML).get("parameters") or {}
-    return {k: v["source"] for k, v in raw.items()}
+def fitted_parameters() -> list[tuple[str, float, list[float], str]]:
+    """(name, fitted value, physical range, range source) of each fitted parameter."""
+    data = _efficiency_file(EFFICIENCY_YAML)
+    specs = data.get("fit") or {}
+    out = []
+    for name, v in (data.get("fitted_values") or {}).items():
+        spec = specs.get(name.split(".")[0], {})
+        out.append((name, v["value"], v["range"], spec.get("source", "")))
+    return out
 
 
 def efficiency_profiles(path: Path = EFFICIENCY_YAML) -> list[dict[str, Any]]:
@@ -354,28 +298,53 @@ def efficiency_for(
     return Efficiency(**values)
 
 
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+def engine_family(engine: str) -> str:
+    """The engine whose kernels and scheduler run: dynamo-sglang is SGLang's, "trt" TensorRT-LLM."""
+    name = engine.strip().lower().split("-")[-1]
+    return {"trt": "trtllm", "tensorrt": "trtllm", "tensorrt_llm": "trtllm"}.get(name, name)
+
+
+@lru_cache(maxsize=8)
+def engine_defaults(engine: str = "vllm") -> EngineDefaults:
+    """An engine's own defaults (frozen, shared: the calibration asks ~100,000 times)."""
+    family = engine_family(engine)
+    raw = _read_yaml(ENGINES_YAML).get("engines") or {}
+    if family not in raw:
+        raise ProfileError(f"unknown engine {engine!r}; known engines: {', '.join(raw)}")
+    return _parse(EngineDefaults, family, raw[family], ENGINES_YAML)
+
+
 @lru_cache(maxsize=1)
-def serving_defaults() -> ServingDefaults:
-    """vLLM serving defaults (gpu_memory_utilization, block size, batch limits); frozen, so one
-    instance is shared (the calibration fit asks for it ~100,000 times)."""
-    return ServingDefaults(**_section_values("serving"))
+def memory_constants() -> dict[str, Any]:
+    """engines.yaml's non-torch memory and activation constants, by name (values only)."""
+    data = _read_yaml(ENGINES_YAML)
+    out: dict[str, Any] = {}
+    for section in ("non_torch", "activations"):
+        out.update({k: v["value"] for k, v in (data.get(section) or {}).items()})
+    return out
 
 
 __all__ = [
+    "COMPUTE_PRECISIONS",
     "Efficiency",
     "GPUProfile",
     "ModelProfile",
     "Precision",
     "ProfileError",
-    "ServingDefaults",
+    "EngineDefaults",
     "efficiency_for",
     "efficiency_profiles",
     "resolve_efficiency",
-    "efficiency_sources",
+    "fitted_parameters",
     "get_gpu",
     "get_model",
     "get_precision",
     "load_gpus",
     "load_models",
-    "serving_defaults",
+    "engine_defaults",
+    "engine_family",
+    "memory_constants",
 ]

@@ -1,6 +1,6 @@
 """Alembic migrations shipped inside the package, driven from Python (no alembic.ini).
 
-`upgrade(db)` brings a database to this code's head revision (`tokenbench db upgrade`).
+`upgrade(engine)` brings a database to this code's head revision (`tokenbench db upgrade`).
 `ensure_schema(engine)` runs whenever a store opens a database: it creates the schema in an
 empty database, and refuses, with a message saying what to do, a database stamped with a
 revision this code does not know (made by a newer tokenbench) or an older one.
@@ -19,7 +19,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from bench.store.errors import SchemaOutdatedError, SchemaTooNewError, StoreError
+from bench.store.errors import SchemaOutdatedError, SchemaTooNewError, StoreError, describe
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -78,13 +78,14 @@ def current_revision(engine: Engine) -> str | None:
         return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
-def upgrade(db: str | Engine | None = None) -> str:
-    """Migrate db to the head revision and return it; refuses a newer database."""
+def upgrade(engine: Engine) -> str:
+    """Migrate the database to the head revision and return it; refuses a newer database.
+
+    It takes an Engine (bench.store.make_engine) rather than a URL: the engine factory
+    checks schemas with this module, so this module does not import it back.
+    """
     from alembic import command
 
-    from bench.store.engine import describe, make_engine
-
-    engine = db if isinstance(db, Engine) else make_engine(db)
     _refuse_newer(engine)
     config = alembic_config()
     try:
@@ -99,8 +100,6 @@ def upgrade(db: str | Engine | None = None) -> str:
 
 
 def _refuse_newer(engine: Engine) -> str | None:
-    from bench.store.engine import describe
-
     try:
         rev = current_revision(engine)
     except SQLAlchemyError as exc:
@@ -116,8 +115,6 @@ def _refuse_newer(engine: Engine) -> str | None:
 
 def ensure_schema(engine: Engine) -> None:
     """Create the schema in an empty database; check the revision of an existing one."""
-    from bench.store.engine import describe
-
     with _lock:
         if engine in _checked:
             return

@@ -17,6 +17,9 @@ chat scenario. Two parts:
 
 Both parts are stored (labelled simulated); the comparison, the buying answer for an
 example demand and the next commands are printed.
+
+An application of the library, not part of it: it sits above the sweep, the simulator, the
+store and the console, and only the CLI imports it (tests/test_layering.py).
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.curves import SIM_LATE_MS
-from bench.sweep import PointSpec, SweepPlan, run_sweep
+from bench.drive import choose_executor, measure
+from bench.sweep import PointSpec, SweepPlan
 
-SCENARIOS_DIR = Path(__file__).resolve().parents[2] / "scenarios"
+SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 DEMO_SCENARIO = SCENARIOS_DIR / "chat-bursty.yaml"
 DEMO_MODEL = "llama-3.3-70b"
 DEMO_PRECISION = "fp8"
@@ -81,7 +85,6 @@ def virtual_sweep(target: DemoTarget, rates, point_s: float, slo: str, db: str |
     """A rate sweep in virtual time, stored like `tokenbench sweep` stores one (SLO included,
     so `compare`, the dashboard and the exports use it by default). Returns the run id."""
     from bench.metrics import parse_slo
-    from bench.sim.virtual import VirtualExecutor
 
     sc = demo_scenario(target)
     sc.label += " (virtual time)"
@@ -98,9 +101,11 @@ def virtual_sweep(target: DemoTarget, rates, point_s: float, slo: str, db: str |
         specs=[PointSpec("rate", rate) for rate in rates], thresholds=parse_slo(slo),
         point_duration_s=point_s,
     )  # fmt: skip
-    result = run_sweep(
-        sc, plan, executor=VirtualExecutor(target.gpu, DEMO_MODEL, DEMO_PRECISION, target.tp),
-        base_dir=DEMO_SCENARIO.parent, db=db, show_progress=False, extra={"demand": demand},
+    deployment = {"gpu": target.gpu, "model": DEMO_MODEL, "precision": DEMO_PRECISION,
+                  "tp": target.tp}  # fmt: skip
+    result = measure(
+        sc, plan, executor=choose_executor(virtual=deployment), base_dir=DEMO_SCENARIO.parent,
+        db=db, extra={"demand": demand},
     )  # fmt: skip
     return result.run_id
 
@@ -180,8 +185,8 @@ def real_time_check(target: DemoTarget, rate: float, check_s: float, db: str | N
     """One point through the real load generator and the HTTP endpoint, and the same
     requests in virtual time: (run id, one line comparing their P99s)."""
     from bench.console import sweep_progress
+    from bench.executor import plan_from_scenario
     from bench.metrics import parse_slo, summarize
-    from bench.runner import plan_from_scenario
     from bench.sim.server import start_sim_server_in_thread
     from bench.sim.virtual import simulate, virtual_requests
     from bench.sweep import scenario_at
@@ -196,7 +201,7 @@ def real_time_check(target: DemoTarget, rate: float, check_s: float, db: str | N
         sc = demo_scenario(target, url)
         sc.label += " (real-time check)"
         spec = PointSpec("rate", rate)
-        result = run_sweep(
+        result = measure(
             sc,
             SweepPlan(
                 specs=[spec], thresholds=parse_slo(DEMO_SLO), slo_iterations=0,
@@ -205,7 +210,6 @@ def real_time_check(target: DemoTarget, rate: float, check_s: float, db: str | N
             base_dir=DEMO_SCENARIO.parent,
             db=db,
             simulated=True,
-            show_progress=False,
             on_point=sweep_progress,
         )  # fmt: skip
         note, late = emission_note(url)

@@ -1,0 +1,113 @@
+"""Device truth: memory as each GPU reports it, and each engine's own KV-cache arithmetic.
+
+The expected figures are written out here the way each engine computes them (vLLM's
+gpu_memory_utilization of total memory, SGLang's mem_fraction_static, TensorRT-LLM's
+free_gpu_memory_fraction of what is left after weights), from the device's reported memory.
+"""
+
+import pytest
+
+from bench.hardware import get_gpu, load_gpus
+from bench.sim.memory import memory_plan, sglang_mem_fraction_static
+from bench.sim.roofline import Deployment
+
+MIB = 1 << 20
+OTHER = 551 * MIB  # CUDA context + cuBLAS workspace, measured (aiconfigurator other_mem note)
+
+# nvidia-smi memory.total / rocm-smi VRAM Total of each GPU, MiB (sources in gpus.yaml)
+REPORTED_MIB = {
+    "A100-SXM": 81920,
+    "L40S": 46068,
+    "H100-SXM": 81559,
+    "H200-SXM": 143771,
+    "B200-SXM": 183359,
+    "B200-SXM-192": 183359,
+    "B300-SXM": 275040,
+    "MI300X": 205822885888 / MIB,
+    "MI325X": 262144,  # assumed 256 GiB: no public rocm-smi output (gpus.yaml says so)
+    "MI355X": 309220868096 / MIB,
+    "GB200-NVL72": 189471,
+    "GB300-NVL72": 284208,
+}
+
+
+def test_every_gpu_has_its_reported_memory_with_a_source() -> None:
+    gpus = load_gpus()
+    assert set(gpus) == set(REPORTED_MIB)
+    for name, gpu in gpus.items():
+        assert gpu.memory_mib == REPORTED_MIB[name] and gpu.memory_source, name
+        assert gpu.hbm_bytes == REPORTED_MIB[name] * MIB
+
+
+def test_an_80gb_h100_is_85_5e9_bytes() -> None:
+    assert get_gpu("h100").hbm_bytes == pytest.approx(85.52e9, rel=1e-3)
+
+
+def _vllm_kv_8b(total: float, weights: float) -> float:
+    """vLLM: total x 0.9 - weights - profile-run peak - non-torch (Llama-3.1-8B, TP1)."""
+    hidden, ffn, vocab = 4096, 14336, 128256
+    activations = 8192 * (4 * hidden + 2 * ffn) * 2 + 256 * vocab * 4
+    return total * 0.90 - weights - activations - OTHER
+
+
+@pytest.mark.parametrize("gpu", sorted(REPORTED_MIB))
+def test_vllm_kv_room_per_gpu_is_vllms_arithmetic(gpu: str) -> None:
+    precision = "fp8" if get_gpu(gpu).tflops.get("fp8") else "bf16"
+    dep = Deployment.build(gpu, "llama-3.1-8b", precision, engine="vllm")
+    total = REPORTED_MIB[gpu] * MIB
+    weights = 8.03e9 * (1.0 if precision == "fp8" else 2.0)
+    kv = _vllm_kv_8b(total, weights)
+    assert memory_plan(dep).kv == pytest.approx(kv, rel=1e-9)
+    per_token = 2 * 32 * 8 * 128 * (1 if precision == "fp8" else 2)
+    assert dep.kv_capacity_tokens() == int(kv // per_token)
+
+
+def test_70b_fp8_on_one_h100_holds_about_a_dozen_2k_sequences() -> None:
+    # issue 25: at 80e9 bytes the KV room was ~4 sequences; at 81,559 MiB vLLM leaves ~25.8k
+    # tokens after weights (70.55 GB), activations and non-torch memory
+    dep = Deployment.build("h100", "llama-3.3-70b", "fp8", engine="vllm")
+    tokens = dep.kv_capacity_tokens()
+    assert 25_000 < tokens < 27_000
+    assert 12 <= tokens // 2048 <= 13
+
+
+def test_sglang_mem_fraction_static_as_sglang_derives_it() -> None:
+    # reserved = 512 MB + 1.5 MB x chunked prefill + tp/8 GiB + 2 MB x graph batch, >= 10 GiB
+    h100 = 81559
+    assert sglang_mem_fraction_static(h100 * MIB, 1, 1) == round(
+        (h100 - (512 + 1.5 * 8192 + 128 + 256 * 2)) / h100, 3
+    )
+    b200 = 183359  # above 160 GiB: chunked prefill 16384, graph batch 512
+    assert sglang_mem_fraction_static(b200 * MIB, 8, 1) == round(
+        (b200 - (512 + 1.5 * 16384 + 1024 + 512 * 2)) / b200, 3
+    )
+    l40s = 46068  # below 60 GB: no 10 GiB floor
+    assert sglang_mem_fraction_static(l40s * MIB, 1, 1) == round(
+        (l40s - (512 + 1.5 * 4096 + 128 + 32 * 2)) / l40s, 3
+    )
+
+
+def test_sglang_kv_pool_is_fraction_of_total_minus_weights() -> None:
+    dep = Deployment.build("h200", "llama-3.3-70b", "fp8", engine="sglang")
+    total = 143771 * MIB
+    kv = total * sglang_mem_fraction_static(total, 1, 1) - 70.55e9
+    assert memory_plan(dep).kv == pytest.approx(kv, rel=1e-9)
+
+
+def test_trtllm_takes_its_fraction_of_what_is_left_after_weights() -> None:
+    dep = Deployment.build("h200", "llama-3.3-70b", "fp8", engine="trtllm")
+    total = 143771 * MIB
+    activations = 8192 * (4 * 8192 + 2 * 28672) * 2 + 2048 * 128256 * 4
+    kv = (total - 70.55e9 - activations - OTHER) * 0.90
+    assert memory_plan(dep).kv == pytest.approx(kv, rel=1e-9)
+    # TP2 shards weights and the MLP activations, and adds NCCL's buffers (342 MB)
+    tp2 = Deployment.build("h200", "llama-3.3-70b", "fp8", 2, engine="trtllm")
+    act2 = 8192 * (4 * 8192 + 2 * 28672 / 2) * 2 + 2048 * 128256 * 4
+    kv2 = (total - 70.55e9 / 2 - act2 - OTHER - 358612992) * 0.90
+    assert memory_plan(tp2).kv == pytest.approx(kv2, rel=1e-9)
+
+
+def test_a_model_that_does_not_fit_says_what_took_the_memory() -> None:
+    dep = Deployment.build("l40s", "llama-3.3-70b", "fp8")
+    with pytest.raises(ValueError, match=r"GiB of weights.*raise --tp"):
+        dep.kv_capacity_tokens()

@@ -637,13 +637,14 @@ def capacity_at_slo(
                 found.append(_tps_at(sub, _boundary(sub, slo, "value")[0]))
         if found:
             parts[DRAWS if role == "draw" else LONG] = (min(found + [at[0]]), max(found + [at[0]]))
-    # Never below a load that passed with nothing failing beneath it (its throughput was
-    # served within the SLO), whatever the fit between noisy neighbours says.
-    floor_point = max(pts[:first], key=lambda p: p.output_tps_per_gpu)
-    value = max(at[0], floor_point.output_tps_per_gpu)
-    point = _point_at(a, b, value) if value > floor_point.output_tps_per_gpu else None
-    if point is None or point.output_tps_per_gpu < floor_point.output_tps_per_gpu:
-        point = floor_point
+    # Never below a load that passed, every time it was measured, with nothing failing
+    # beneath it (its throughput was served within the SLO), whatever the fit says.
+    floor_point = _floor(groups, slo)
+    floor = floor_point.output_tps_per_gpu if floor_point is not None else -math.inf
+    value = max(at[0], floor)
+    point = _point_at(a, b, value) if value > floor else None
+    if point is None or point.output_tps_per_gpu < floor:
+        point = floor_point or point or a
     value = point.output_tps_per_gpu
     flags += _late_flag(a) + _late_flag(b)
     again = [p for p in pts[first + 1 :] if p.meets(slo)]
@@ -704,6 +705,21 @@ def _groups(
     for p in same:
         groups.setdefault(_x(p, by_offered), []).append(p)
     return sorted(groups.items(), key=lambda kv: kv[0])
+
+
+def _floor(
+    groups: list[tuple[float, list[CurvePoint]]], slo: Sequence[Threshold]
+) -> CurvePoint | None:
+    """The highest-throughput load below the first load with any failing measurement
+    (grid, search, fresh draw or longer point): a capacity is never below it."""
+    best = None
+    for group in groups:
+        if not all(p.meets(slo) for p in group[1]):
+            break
+        rep = _rep(group)
+        if best is None or rep.output_tps_per_gpu > best.output_tps_per_gpu:
+            best = rep
+    return best
 
 
 def _rep(group: tuple[float, list[CurvePoint]]) -> CurvePoint:

@@ -38,19 +38,21 @@ def _curve(points, run_id="r", simulated=False) -> RunCurve:
 
 
 def _consistent(cap, curve) -> None:
-    """lower <= estimate <= upper, and never below a load that passed with no failing load
-    beneath it."""
+    """lower <= estimate <= upper, and never below a load that passed (every time it was
+    measured: grid, fresh draws, longer points) with no failing load beneath it."""
     if cap.kind != "interpolated":
         return
     if cap.low is not None:
         assert cap.low <= cap.value <= cap.high
+    by_load: dict[float, list] = {}
+    for p in curve.points:
+        by_load.setdefault(p.offered, []).append(p)
     floor = 0.0
-    for p in sorted(
-        (p for p in curve.points if p.role == "grid"), key=lambda p: (p.offered, p.output_tps)
-    ):
-        if not p.meets(SLO):
+    for load in sorted(by_load):
+        if not all(p.meets(SLO) for p in by_load[load]):
             break
-        floor = max(floor, p.output_tps_per_gpu)
+        grid = [p for p in by_load[load] if p.role == "grid"] or by_load[load]
+        floor = max(floor, grid[0].output_tps_per_gpu)
     assert cap.value >= floor
 
 

@@ -242,11 +242,15 @@ METHODOLOGY: tuple[tuple[str, str], ...] = (
     ("Interactivity (tok/s per user)", "1000 / median TPOT in ms: the speed one user sees."),
     (
         "Capacity at the SLO",
-        "The highest load meeting every SLO threshold, interpolated between the last load "
-        "point meeting it and the first breaking it, on the metric that breaks first; 'at "
-        "least' when every load met it (a lower bound), 'below' when none did. Its 95% "
-        "interval repeats the interpolation through the ends of each percentile's interval. "
-        "Without an SLO, the peak-throughput point.",
+        "The highest load meeting every SLO threshold: where a monotone fit of each SLO "
+        "metric against load (over every measurement: grid, search, fresh prompt draws, "
+        "longer points) crosses its limit, interpolated between the two loads around it, on "
+        "the metric that crosses first; never below a load that passed every time with "
+        "nothing failing beneath it; 'at least' when every load met it (a lower bound), "
+        "'below' when none did. Its range is the hull of named parts, each shown with its "
+        "span: the bracket between the two loads, the percentiles' 95% intervals, fresh "
+        "draws and points twice as long at those loads, and for simulated runs the "
+        "simulator's held-out error. Without an SLO, the peak-throughput point.",
     ),
     (
         "95% interval of a percentile",
@@ -332,8 +336,10 @@ def _summary_table(comparisons, slo, utilisation) -> Table:
     row("Capacity", lambda c: c.at_slo.text() if c.at_slo else "—")
     row("Load point at capacity", _capacity_label)
     row("Output tok/s per GPU", at_cap(lambda c, p: p.output_tps_per_gpu, 0))
-    row("Capacity 95% low (tok/s per GPU)", lambda c: Num(c.at_slo.low if c.at_slo else None, 0))
-    row("Capacity 95% high (tok/s per GPU)", lambda c: Num(c.at_slo.high if c.at_slo else None, 0))
+    row("Capacity range low (tok/s per GPU)", lambda c: Num(c.at_slo.low if c.at_slo else None, 0))
+    row(
+        "Capacity range high (tok/s per GPU)", lambda c: Num(c.at_slo.high if c.at_slo else None, 0)
+    )
     row(
         "Last load meeting the SLO",
         lambda c: c.at_slo.last_pass.title if c.at_slo and c.at_slo.last_pass else "—",
@@ -1072,6 +1078,8 @@ def _caveats(comparisons: Sequence[RunComparison]) -> list[str]:
             out.append(f"{who}: every load tested met the SLO, so its capacity is a lower bound.")
         elif cap.kind == "below":
             out.append(f"{who}: no load tested met the SLO; its capacity is below the lowest.")
+        if cap.covers():  # what the capacity's range includes, each part with its span
+            out.append(f"{who}: {cap.covers()}.")
         out += [f"{who}: {flag}." for flag in cap.flags]
     if any(c.curve.simulated for c in comparisons):
         out.append(

@@ -255,7 +255,10 @@ def sweep_progress(point, remaining) -> None:
 
 
 def cost_rows_table(rows, *, title: str) -> Table:
-    """$/Mtok per pricing tier (output and total tokens) at one throughput."""
+    """$/Mtok per pricing tier (output and total tokens) at one throughput; a price shows
+    the decimals it has (bench.cost.price_decimals: $1.5456, not $1.55)."""
+    from bench.cost import price_decimals
+
     t = Table(title=title, title_justify="left")
     for col in ("tier", "kind", "$/GPU-h", "$/Mtok output", "$/Mtok total"):
         t.add_column(col, justify="left" if col in ("tier", "kind") else "right")
@@ -263,7 +266,8 @@ def cost_rows_table(rows, *, title: str) -> Table:
     if utilised:
         t.add_column(f"$/Mtok output at {rows[0].utilisation:.0%} use", justify="right")
     for r in rows:
-        cells = [r.tier, r.kind, _fmt(r.price_usd_per_gpu_hr), _fmt(r.output_usd_per_mtok, 3),
+        price = r.price_usd_per_gpu_hr
+        cells = [r.tier, r.kind, _fmt(price, price_decimals(price)), _fmt(r.output_usd_per_mtok, 3),
                  _fmt(r.total_usd_per_mtok, 3)]  # fmt: skip
         if utilised:
             cells.append(_fmt(r.output_usd_per_mtok_at_utilisation, 3))

@@ -488,6 +488,40 @@ def price_per_gpu_hour(tier: Tier, catalogue: Catalogue | None = None) -> float:
 _SHIPPED: Catalogue | None = None
 
 
+def price_basis(tier: Tier) -> str:
+    """How a tier's price was arrived at, in words: 'quoted', 'derived: 2 x
+    neocloud-on-demand', or 'computed: owned TCO ...'. A derived or computed price decides a
+    verdict as much as a quoted one, so every headline that uses it says so."""
+    if tier.derived is not None:
+        return f"derived: {tier.derived.factor:g} x {tier.derived.from_tier}, not quoted"
+    if tier.tco is not None:
+        return (
+            "computed: owned TCO (capex over its life + power x PUE x electricity + hosting + "
+            "operations)"
+        )
+    return "quoted"
+
+
+def price_decimals(usd_per_gpu_hr: float | None, most: int = 4) -> int:
+    """Decimals to show a $/GPU-hour price with, so GPUs x shown price x hours gives the
+    $/month shown beside it: 2 for a quoted $2.25, 4 for a derived $1.5456 (shown as $1.55,
+    20 GPUs x 730 h read $22,630 against the $22,565 computed). Money is carried at full
+    precision everywhere; only its display is rounded."""
+    if usd_per_gpu_hr is None:
+        return 2
+    for d in range(2, most + 1):
+        if abs(round(usd_per_gpu_hr, d) - usd_per_gpu_hr) < 5e-7:
+            return d
+    return most
+
+
+def price_text(usd_per_gpu_hr: float | None) -> str:
+    """'$1.5456', '$12.00': a price per GPU-hour as `price_decimals` shows it."""
+    if usd_per_gpu_hr is None:
+        return "—"
+    return f"${usd_per_gpu_hr:,.{price_decimals(usd_per_gpu_hr)}f}"
+
+
 def _shipped() -> Catalogue:
     global _SHIPPED
     if _SHIPPED is None:

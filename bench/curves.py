@@ -76,6 +76,10 @@ class CurvePoint:
     partial: bool = False  # the point was interrupted: never a capacity or a knee
     offered_kind: str | None = None  # "rate" (req/s) or "concurrency" (users)
     late_ms: float | None = None  # worst lateness of a simulated endpoint during the point
+    # Why the sweep measured it (bench.sweep roles): "draw" and "long" points re-measure
+    # the bracketing rates (fresh prompts, longer points) for the capacity's interval only.
+    role: str = "grid"
+    draw: int | None = None  # which fresh draw of prompts and arrivals ("draw" points)
 
     def latency(self, metric: str, stat: str = "p99") -> float | None:
         return self.metrics.get(f"{metric}_ms", {}).get(stat)
@@ -135,6 +139,7 @@ class RunCurve:
     status: str
     points: list[CurvePoint] = field(default_factory=list)
     colour: str = "#1f77b4"
+    shape: str | None = None  # the request shape it was measured with (scenario.workload_shape)
 
     @property
     def legend(self) -> str:
@@ -197,6 +202,9 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
         status=run.status,
         colour=gpu_colour(run.gpu_type, index),
     )
+    from bench.scenario import stored_shape
+
+    curve.shape = stored_shape(run.scenario_text)
     lps = run.load_points or []
     for lp in lps:
         cols = load_columns(run.id, lp.load_point, db)
@@ -214,6 +222,8 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
         point.offered_kind = (
             "rate" if lp.target_rate is not None else "concurrency" if offered else None
         )
+        params = lp.params_json or {}
+        point.role, point.draw = str(params.get("role") or "grid"), params.get("draw")
         # The stored summary knows whether the point was cut short; a recomputed one does not.
         point.partial = point.partial or bool((lp.summary_json or {}).get("interrupted"))
         curve.points.append(point)
@@ -308,6 +318,10 @@ def cost_curve(
 
 CapacityKind = Literal["interpolated", "at_least", "below", "peak", "none"]
 
+# Sweep roles whose points re-measure the bracketing loads: they widen the capacity's range
+# (what a rerun, fresh prompts or longer points would move) and never place the bracket.
+SPREAD_ROLES = ("draw", "long")
+
 
 @dataclass
 class Capacity:
@@ -320,9 +334,11 @@ class Capacity:
       below         no load met it: capacity is below `first_fail`, the lowest load tested
       peak          no SLO given: `point` is the peak-throughput load, not a capacity
       none          no complete load point
-    `low`/`high` bound the capacity (output tok/s per GPU) from the 95% intervals of the
-    percentiles the SLO reads, within the bracket (None = open or unknown); `flags` say why
-    the figure might be wrong.
+    `low`/`high` bound the capacity (output tok/s per GPU; None = open or unknown): the
+    hull of every part in `parts` (each a (low, high) in tok/s per GPU: the percentiles'
+    95% intervals, the bracket between the two loads, fresh prompt draws and longer points
+    at those loads), widened by the simulator's held-out error for simulated runs.
+    Always low <= value <= high. `flags` say why the figure might be wrong.
     """
 
     kind: CapacityKind
@@ -334,6 +350,9 @@ class Capacity:
     first_fail: CurvePoint | None = None
     deciding: str | None = None  # "p99_tpot_ms<=50 (50.3 at rate 6 req/s)"
     flags: list[str] = field(default_factory=list)
+    parts: dict[str, tuple[float, float]] = field(default_factory=dict)
+    sim_error: float | None = None  # relative error folded in (simulated runs)
+    sim_basis: str | None = None  # where that error comes from, in words
 
     @property
     def value(self) -> float | None:
@@ -345,8 +364,45 @@ class Capacity:
         """'at least' or 'below' when the figure is a bound, else None."""
         return {"at_least": "at least", "below": "below"}.get(self.kind)
 
+    @property
+    def spread_width(self) -> float | None:
+        """Width of what a rerun moves (fresh draws and longer points; the percentiles'
+        sampling when those were not measured; None when unknown): what the SLO search
+        narrows the bracket below, so where the grid's points fall is not what decides."""
+        spans = [self.parts[k] for k in (DRAWS, LONG) if k in self.parts]
+        spans = spans or [self.parts[k] for k in (SAMPLING,) if k in self.parts]
+        if not spans:
+            return None
+        return max(h for _, h in spans) - min(lo for lo, _ in spans)
+
+    @property
+    def bracket_width(self) -> float | None:
+        span = self.parts.get(BRACKET)
+        return None if span is None else span[1] - span[0]
+
+    def includes(self) -> list[str]:
+        """What the range covers, in words, one phrase per part."""
+        words = [PART_WORDS.get(name, name) for name in self.parts]
+        if self.sim_error:
+            words.append(f"the simulator's {self.sim_basis} (±{self.sim_error:.0%})")
+        return words
+
+    def covers(self) -> str:
+        """What the range covers, each part with its span: 'the range covers the
+        percentiles' 95% sampling intervals (1,011-1,031), ...'; '' without a range."""
+        if self.low is None or self.high is None or not self.parts:
+            return ""
+        words = [
+            f"{PART_WORDS.get(name, name)} ({_n(lo)}-{_n(hi)})"
+            for name, (lo, hi) in self.parts.items()
+        ]
+        if self.sim_error:
+            words.append(f"the simulator's {self.sim_basis} (±{self.sim_error:.0%})")
+        return "the range covers " + ", ".join(words)
+
     def text(self, unit: str = "output tok/s per GPU") -> str:
-        """One phrase: '1,234 output tok/s per GPU (95%: 1,100-1,300)', 'at least 900 ...'."""
+        """One phrase: '1,234 output tok/s per GPU (range 1,100-1,300)', 'at least 900 ...';
+        what the range covers is `includes()`."""
         if self.kind == "none":
             return "no complete load points"
         if self.kind == "below":
@@ -359,7 +415,17 @@ class Capacity:
             return f"{head} (peak throughput: no SLO)"
         if self.low is None or self.high is None:
             return f"{head} (interval unknown: no per-request data)"
-        return f"{head} (95% interval {_n(self.low)}-{_n(self.high)})"
+        return f"{head} (range {_n(self.low)}-{_n(self.high)})"
+
+
+# The parts of a capacity's range, by name, and what each covers in words.
+SAMPLING, BRACKET, DRAWS, LONG = "sampling", "bracket", "draws", "long"
+PART_WORDS = {
+    SAMPLING: "the percentiles' 95% sampling intervals",
+    BRACKET: "the whole bracket between the last passing and first failing load",
+    DRAWS: "fresh prompt and arrival draws at those two loads",
+    LONG: "points twice as long at those two loads",
+}
 
 
 def _n(x: float | None) -> str:
@@ -373,7 +439,9 @@ def _complete(curve: RunCurve) -> tuple[list[CurvePoint], list[str]]:
         for p in curve.points
         if p.partial
     ]
-    pts = [p for p in curve.points if not p.partial and p.completed > 0]
+    pts = [
+        p for p in curve.points if not p.partial and p.completed > 0 and p.role not in SPREAD_ROLES
+    ]
     one_kind = len({p.offered_kind for p in pts}) == 1
     if one_kind and all(p.offered is not None for p in pts):
         pts.sort(key=lambda p: (p.offered, p.output_tps_per_gpu))
@@ -487,14 +555,21 @@ def _late_flag(p: CurvePoint | None) -> list[str]:
     ]
 
 
-def capacity_at_slo(curve: RunCurve, slo: Sequence[Threshold]) -> Capacity:
+def capacity_at_slo(
+    curve: RunCurve, slo: Sequence[Threshold], sim_error: tuple[float, str] | None = None
+) -> Capacity:
     """The highest load meeting every SLO threshold, interpolated to the boundary.
 
     Loads are walked in order of offered load; the first failing load and the passing one
     below it bracket the boundary, and the capacity is where the failing metric crosses its
-    limit on the straight line between them (the metric crossing first decides). The
-    interval comes from the same interpolation through the ends of each percentile's 95%
-    interval. Interrupted (partial) points never count.
+    limit on the straight line between them (the metric crossing first decides). Points the
+    sweep measured again at the two bracketing loads (fresh draws: role "draw"; longer:
+    "long") give more estimates of the same crossing: the capacity is the mean of the
+    bracket's estimates, and the range spans all of them. It can never contradict itself:
+    low <= value <= high, and value is never below a load that passed with no failing load
+    beneath it. Interrupted (partial) points never count. `sim_error` (relative error,
+    where it comes from) widens a simulated run's range; None reads it from the simulator
+    (bench.sim.profiles.accuracy) for simulated curves.
     """
     slo = list(slo)
     pts, notes = _complete(curve)
@@ -521,43 +596,216 @@ def capacity_at_slo(curve: RunCurve, slo: Sequence[Threshold]) -> Capacity:
             "below", slo, None, None, b.output_tps_per_gpu, None, b, _deciding(deciding_t, b),
             flags,
         )  # fmt: skip
-    a = pts[first - 1]
-    crossings = {t: _crossing(t, a.value(t.metric), b.value(t.metric)) for t in slo}
-    deciding_t = min(broken, key=lambda t: crossings[t])
-    f = min(crossings.values())
-    # Pessimistic: every percentile at the top of its interval; optimistic: at the bottom.
-    f_low = min(_crossing(t, _ci_end(a, t, 1), _ci_end(b, t, 1)) for t in slo)
-    f_high = min(_crossing(t, _ci_end(a, t, 0), _ci_end(b, t, 0)) for t in slo)
+    # Every complete measurement (grid, search, fresh draws, longer points) informs one
+    # monotone fit of each SLO metric against load (pool adjacent violators): a single noisy
+    # point on a flat stretch cannot decide alone. The capacity is where the fit crosses.
+    groups = _groups(curve, pts)
+    pos, deciding_fit = _boundary(groups, slo, "value")
+    at = [_tps_at(groups, pos)] + [
+        _tps_at(groups, _boundary(groups, slo, side)[0]) for side in ("pessimistic", "optimistic")
+    ]
+    k = min(int(pos), len(groups) - 1)
+    a, b = _rep(groups[k]), _rep(groups[min(k + 1, len(groups) - 1)])
+    if deciding_fit is not None and b is not a:
+        deciding_t = deciding_fit
     x0, x1 = a.output_tps_per_gpu, b.output_tps_per_gpu
-    low, high = x0 + (x1 - x0) * min(f_low, f), x0 + (x1 - x0) * max(f_high, f)
-    flags = notes + _confidence_flags(a, slo, True) + _confidence_flags(b, slo, False)
+    parts: dict[str, tuple[float, float]] = {BRACKET: (min(x0, x1), max(x0, x1))}
+    flags = notes + _confidence_flags(a, slo, a.meets(slo))
+    flags += _confidence_flags(b, slo, b.meets(slo)) if b is not a else []
+    if b is a:
+        flags.append(
+            f"the failures among the loads tested were outweighed by passes around them: "
+            f"the fitted boundary is at or above {a.title}"
+        )
     known = all(
         p.ci(*which) is not None
         for t in slo
         if (which := _percentile_of(t)) is not None
         for p in (a, b)
     )
-    if not known:  # e.g. an imported run: summaries without per-request data
-        low = high = None
+    if known:  # within the bracket: the loads beyond it were judged on their own values
+        lo, hi = parts[BRACKET]
+        sampled = [min(max(x, lo), hi) for x in at]
+        parts[SAMPLING] = (min(sampled), max(sampled))
+    else:  # e.g. an imported run: summaries without per-request data
         flags.append("no percentile intervals stored, so the capacity's uncertainty is unknown")
+    for role, subsets in _spread_subsets(curve, pts).items():
+        found = []
+        for subset in subsets:
+            sub = _groups(None, subset)
+            if len(sub) >= 2:
+                found.append(_tps_at(sub, _boundary(sub, slo, "value")[0]))
+        if found:
+            parts[DRAWS if role == "draw" else LONG] = (min(found + [at[0]]), max(found + [at[0]]))
+    # Never below a load that passed, every time it was measured, with nothing failing
+    # beneath it (its throughput was served within the SLO), whatever the fit says.
+    floor_point = _floor(groups, slo)
+    floor = floor_point.output_tps_per_gpu if floor_point is not None else -math.inf
+    value = max(at[0], floor)
+    point = _point_at(a, b, value) if value > floor else None
+    if point is None or point.output_tps_per_gpu < floor:
+        point = floor_point or point or a
+    value = point.output_tps_per_gpu
     flags += _late_flag(a) + _late_flag(b)
     again = [p for p in pts[first + 1 :] if p.meets(slo)]
     if again:
         flags.append(
-            f"{again[-1].title} met the SLO again above the first failure at {b.title}: "
+            f"{again[-1].title} met the SLO again above the first failure at {pts[first].title}: "
             "the boundary is noisy there"
         )
+    if sim_error is None and curve.simulated:
+        from bench.sim.profiles.accuracy import expected_error
+
+        sim_error = expected_error(curve.gpu_type, curve.model)
+    low = high = None
+    if known:
+        low = min([value] + [lo for lo, _ in parts.values()])
+        high = max([value] + [hi for _, hi in parts.values()])
+        if sim_error is not None:
+            low, high = low * (1 - sim_error[0]), high * (1 + sim_error[0])
     return Capacity(
         "interpolated",
         slo,
-        _interpolate(a, b, f),
+        point,
         low=low,
         high=high,
         last_pass=a,
         first_fail=b,
         deciding=_deciding(deciding_t, b),
         flags=flags,
+        parts=parts,
+        sim_error=sim_error[0] if sim_error else None,
+        sim_basis=sim_error[1] if sim_error else None,
     )
+
+
+def _x(p: CurvePoint, by_offered: bool) -> float:
+    return p.offered if by_offered else p.requests_per_s
+
+
+def _groups(
+    curve: RunCurve | None, pts: Sequence[CurvePoint]
+) -> list[tuple[float, list[CurvePoint]]]:
+    """`pts` grouped by load in load order (offered load when all have one, else what was
+    served), with the curve's re-measurements (fresh draws, longer points) of the same
+    kind when a curve is given."""
+    same = list(pts)
+    if curve is not None:
+        kinds, ids = {p.offered_kind for p in pts}, {id(p) for p in pts}
+        same += [
+            p
+            for p in curve.points
+            if p.role in SPREAD_ROLES and id(p) not in ids and not p.partial
+            and p.completed > 0 and p.offered_kind in kinds
+        ]  # fmt: skip
+    by_offered = len({p.offered_kind for p in same}) == 1 and all(
+        p.offered is not None for p in same
+    )
+    groups: dict[float, list[CurvePoint]] = {}
+    for p in same:
+        groups.setdefault(_x(p, by_offered), []).append(p)
+    return sorted(groups.items(), key=lambda kv: kv[0])
+
+
+def _floor(
+    groups: list[tuple[float, list[CurvePoint]]], slo: Sequence[Threshold]
+) -> CurvePoint | None:
+    """The highest-throughput load below the first load with any failing measurement
+    (grid, search, fresh draw or longer point): a capacity is never below it."""
+    best = None
+    for group in groups:
+        if not all(p.meets(slo) for p in group[1]):
+            break
+        rep = _rep(group)
+        if best is None or rep.output_tps_per_gpu > best.output_tps_per_gpu:
+            best = rep
+    return best
+
+
+def _rep(group: tuple[float, list[CurvePoint]]) -> CurvePoint:
+    """The point that stands for a load: its grid or search point, else its first."""
+    pts = group[1]
+    return next((p for p in pts if p.role not in SPREAD_ROLES), pts[0])
+
+
+def _pav(ys: list[float], ws: list[float]) -> list[float]:
+    """The non-decreasing least-squares fit of ys (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [weighted sum, weight, members]
+    for y, w in zip(ys, ws, strict=True):
+        blocks.append([y * w, w, 1])
+        while len(blocks) > 1 and _mean(blocks[-2]) > _mean(blocks[-1]):
+            last = blocks.pop()
+            blocks[-1] = [blocks[-1][0] + last[0], blocks[-1][1] + last[1], blocks[-1][2] + last[2]]
+    return [_mean(b) for b in blocks for _ in range(int(b[2]))]
+
+
+def _mean(block: list[float]) -> float:
+    return math.inf if math.isinf(block[0]) else block[0] / block[1]
+
+
+def _boundary(
+    groups: list[tuple[float, list[CurvePoint]]], slo: Sequence[Threshold], side: str
+) -> tuple[float, Threshold | None]:
+    """Where the monotone fit of the SLO's metrics first crosses a limit, as a position in
+    `groups` (j + f: a fraction f of the way from load j to load j + 1), and the threshold
+    that crosses first; (last index, None) when the fit never crosses. `side`: "value",
+    or every percentile at the "pessimistic" or "optimistic" end of its 95% interval."""
+    best: tuple[float, Threshold | None] = (float(len(groups) - 1), None)
+    for t in with_error_bound(slo):
+        sign = 1.0 if t.op in ("<", "<=") else -1.0
+        end = None if side == "value" else int((side == "pessimistic") == (sign > 0))
+        ys, ws = [], []
+        for _, pts in groups:
+            vals = [_ci_end(p, t, end) if end is not None else p.value(t.metric) for p in pts]
+            known = [v for v in vals if v is not None]
+            # no value (nothing completed for that metric) counts as failing
+            ys.append(sign * sum(known) / len(known) if known else math.inf)
+            ws.append(float(len(pts)))
+        fit, limit = _pav(ys, ws), sign * t.limit
+        fails = [j for j, g in enumerate(fit) if not (g < limit if t.op in "<>" else g <= limit)]
+        if not fails:
+            continue
+        j = fails[0]
+        pos = 0.0
+        if j > 0:
+            g0, g1 = fit[j - 1], fit[j]
+            f = 0.0 if math.isinf(g1) or g1 == g0 else (limit - g0) / (g1 - g0)
+            pos = j - 1 + min(1.0, max(0.0, f))
+        if pos < best[0] or best[1] is None:
+            best = (pos, t)
+    return best
+
+
+def _tps_at(groups: list[tuple[float, list[CurvePoint]]], pos: float) -> float:
+    """Output tok/s per GPU at a position in `groups`, between their standing points."""
+    j = min(int(pos), len(groups) - 1)
+    a, b = _rep(groups[j]), _rep(groups[min(j + 1, len(groups) - 1)])
+    return a.output_tps_per_gpu + (b.output_tps_per_gpu - a.output_tps_per_gpu) * (pos - j)
+
+
+def _spread_subsets(
+    curve: RunCurve, pts: Sequence[CurvePoint]
+) -> dict[str, list[list[CurvePoint]]]:
+    """Per spread role, the points measured together (one fresh draw; the longer points)."""
+    kinds = {p.offered_kind for p in pts}
+    out: dict[str, list[list[CurvePoint]]] = {}
+    for role in SPREAD_ROLES:
+        sets: dict[object, list[CurvePoint]] = {}
+        for p in curve.points:
+            if p.role == role and not p.partial and p.completed > 0 and p.offered_kind in kinds:
+                sets.setdefault(p.draw, []).append(p)
+        if sets:
+            out[role] = list(sets.values())
+    return out
+
+
+def _point_at(a: CurvePoint, b: CurvePoint, value: float) -> CurvePoint | None:
+    """The point between a and b whose output tok/s per GPU is `value`; None when no point
+    on the segment has it."""
+    x0, x1 = a.output_tps_per_gpu, b.output_tps_per_gpu
+    if not min(x0, x1) <= value <= max(x0, x1):
+        return None
+    return a if x1 == x0 else _interpolate(a, b, (value - x0) / (x1 - x0))
 
 
 def _deciding(t: Threshold, p: CurvePoint) -> str:
@@ -584,14 +832,27 @@ def cost_rows_at(curve: RunCurve, point: CurvePoint | None, catalogue, utilisati
         return []
 
 
-def matched_load(curves: Sequence[RunCurve]) -> list[CurvePoint | None]:
-    """For each run, its point at the highest throughput per GPU that every run reaches."""
+def matched_load(curves: Sequence[RunCurve], level: float | None = None) -> list[CurvePoint | None]:
+    """Each run at one and the same output throughput per GPU: `level`, by default the
+    highest every run reaches; each run's point there is interpolated between its two
+    loads around it, so the latencies compared are at equal load (None for a run that
+    never reaches it)."""
     tops = [max((p.output_tps_per_gpu for p in c.points), default=0.0) for c in curves]
-    level = min(tops) if tops else 0.0
-    out = []
+    if level is None:
+        level = min(tops) if tops else 0.0
+    out: list[CurvePoint | None] = []
     for c in curves:
-        reach = [p for p in c.points if p.output_tps_per_gpu <= level * 1.0001]
-        out.append(max(reach, key=lambda p: p.output_tps_per_gpu) if reach else None)
+        pts = sorted(
+            (p for p in c.points if not p.partial and p.completed > 0 and p.role == "grid"),
+            key=lambda p: p.output_tps_per_gpu,
+        ) or sorted(c.points, key=lambda p: p.output_tps_per_gpu)
+        below = [p for p in pts if p.output_tps_per_gpu <= level]
+        above = [p for p in pts if p.output_tps_per_gpu >= level]
+        if not below or not above:
+            out.append(None)
+            continue
+        a, b = below[-1], above[0]
+        out.append(a if b.output_tps_per_gpu == a.output_tps_per_gpu else _point_at(a, b, level))
     return out
 
 
@@ -609,10 +870,13 @@ def compare_runs(
     curves: Sequence[RunCurve], slo: Sequence[Threshold], catalogue, utilisation: float = 1.0
 ) -> list[RunComparison]:
     """The side-by-side facts `compare`, the dashboard and the deck all show."""
-    matched = matched_load(curves)
+    caps = [capacity_at_slo(curve, slo) for curve in curves]
+    # Equal load: the lower of the SLO capacities (where both still serve), else the
+    # highest throughput every run reaches.
+    values = [c.value for c in caps if c.value]
+    matched = matched_load(curves, min(values) if slo and len(values) == len(caps) else None)
     out = []
-    for curve, at_match in zip(curves, matched, strict=True):
-        cap = capacity_at_slo(curve, slo)
+    for curve, at_match, cap in zip(curves, matched, caps, strict=True):
         basis = "SLO capacity" if slo else "peak throughput"
         out.append(
             RunComparison(
@@ -651,7 +915,7 @@ class Ratio:
         head = f"{self.bound} {self.value:.2f}x" if self.bound else f"{self.value:.2f}x"
         if self.low is None and self.high is None:
             return head
-        return f"{head} (95% range {_r(self.low)}-{_r(self.high)})"
+        return f"{head} (range {_r(self.low)}-{_r(self.high)})"
 
 
 def _r(x: float | None) -> str:
@@ -714,16 +978,48 @@ def ratio_sentence(comparisons: Sequence[RunComparison]) -> str | None:
         if ua and ub:
             how = f"{ub / ua:.2f}x less" if ua <= ub else f"{ua / ub:.2f}x more"
             text += (
-                f"; on the cheapest tiers (${ua:.3f} vs ${ub:.3f} per million output tokens) "
+                f"; on each one's cheapest tier ({ca.tier} ${ua:.3f} vs {cb.tier} ${ub:.3f} "
+                "per million output tokens) "
                 f"it costs {how}"
             )
+            text += _tier_flips(a, b, ua <= ub)
     text += "."
+    covers = range_words(a.at_slo, b.at_slo)
+    if covers and (ratio.low is not None or ratio.high is not None):
+        text += f" The range covers {covers}."
     if ratio.flips:
         text += (
-            " Which is larger is within the measurements' 95% confidence: the verdict could "
-            "flip with more requests per point."
+            " Which is larger is within that range: the verdict could flip (a denser grid, "
+            "more draws or more requests per point narrow it)."
         )
     return text
+
+
+def _tier_flips(a: RunComparison, b: RunComparison, a_cheaper: bool) -> str:
+    """', but more on hyperscaler-on-demand': the tiers both GPUs have on which the
+    comparison of A's $/Mtok with B's turns the other way, since the tier can decide it."""
+    theirs = {r.tier: r.output_usd_per_mtok_at_utilisation for r in b.cost_rows}
+    flipped = [
+        r.tier
+        for r in a.cost_rows
+        if r.output_usd_per_mtok_at_utilisation and theirs.get(r.tier)
+        and (r.output_usd_per_mtok_at_utilisation > theirs[r.tier]) == a_cheaper
+    ]  # fmt: skip
+    if not flipped:
+        return ""
+    return f", but {'more' if a_cheaper else 'less'} on {', '.join(flipped)}"
+
+
+def range_words(*caps: Capacity | None) -> str:
+    """What the capacities' ranges cover, in words, once for all of them."""
+    seen: list[str] = []
+    for cap in caps:
+        if cap is None:
+            continue
+        for part in cap.includes() if cap.parts else []:
+            if part not in seen:
+                seen.append(part)
+    return ", ".join(seen)
 
 
 # ---------------------------------------------------------------- which SLO

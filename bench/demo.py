@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.curves import SIM_LATE_MS
 from bench.drive import choose_executor, measure
 from bench.sweep import PointSpec, SweepPlan
 
@@ -59,6 +60,8 @@ TARGETS = (DemoTarget("B200-SXM", 1), DemoTarget("H100-SXM", 2))
 
 
 DEMO_SEED = 0
+# A check within this fraction of a limit in virtual time is at the capacity's edge.
+EDGE = 0.05
 
 
 def demo_scenario(target: DemoTarget, base_url: str | None = None):
@@ -91,9 +94,12 @@ def virtual_sweep(target: DemoTarget, rates, point_s: float, slo: str, db: str |
         "peak_factor": DEMO_PEAK_FACTOR,
         "source": "the demo's example demand",
     }
+    # The library's SLO search follows the grid (bench.sweep.Sweep.slo_search): fresh draws
+    # and longer points at the bracketing rates, then bisection until the bracket is
+    # narrower than that spread, so a coarse and a dense grid give the same answer.
     plan = SweepPlan(
         specs=[PointSpec("rate", rate) for rate in rates], thresholds=parse_slo(slo),
-        slo_iterations=0, point_duration_s=point_s,
+        point_duration_s=point_s,
     )  # fmt: skip
     deployment = {"gpu": target.gpu, "model": DEMO_MODEL, "precision": DEMO_PRECISION,
                   "tp": target.tp}  # fmt: skip
@@ -206,7 +212,7 @@ def real_time_check(target: DemoTarget, rate: float, check_s: float, db: str | N
             simulated=True,
             on_point=sweep_progress,
         )  # fmt: skip
-        note = emission_note(url)
+        note, late = emission_note(url)
     finally:
         stop()
     plan = plan_from_scenario(
@@ -227,11 +233,39 @@ def real_time_check(target: DemoTarget, rate: float, check_s: float, db: str | N
         f"{target.gpu} x{target.tp} at {spec.title}, {real.completed} requests: "
         f"{pair('ttft')}, {pair('tpot')}. {note}"
     )
+    slo = parse_slo(DEMO_SLO)
+    missed = [t for t in slo if not t.holds(real)]
+    if missed:
+        line += " " + slo_miss_reason(missed, real, virtual, late)
     return result.run_id, line
 
 
-def emission_note(url: str) -> str:
-    """How far the simulated endpoint's token emission strayed from its schedule."""
+def slo_miss_reason(missed, real, virtual, late_s: float | None) -> str:
+    """Why the real-time check missed the SLO at a rate the sweep found passing: the
+    simulated endpoint running late on a busy machine, or the rate sitting at the capacity's
+    edge, where the same requests in virtual time miss too, or pass by a hair."""
+    what = ", ".join(f"{t} ({real.value(t.metric):,.1f})" for t in missed)
+    why = []
+    if late_s is not None and late_s * 1e3 > SIM_LATE_MS:
+        why.append(
+            f"the endpoint ran up to {late_s * 1e3:,.0f} ms behind its schedule on this busy "
+            "machine, which adds to the latencies measured"
+        )
+    if any(not t.holds(virtual) for t in missed) or any(
+        abs((virtual.value(t.metric) or 0) / t.limit - 1) < EDGE for t in missed
+    ):
+        why.append(
+            "this rate is at the edge of the capacity (virtual time on the same requests: "
+            + ", ".join(f"{virtual.value(t.metric):,.1f}" for t in missed)
+            + f"), and a short check of {real.completed} requests moves the P99 either way"
+        )
+    reason = "; ".join(why) or "no cause found: rerun the check with `tokenbench sim run`"
+    return f"It misses the SLO: {what}. Why: {reason}."
+
+
+def emission_note(url: str) -> tuple[str, float | None]:
+    """How far the simulated endpoint's token emission strayed from its schedule: a
+    sentence, and the worst lateness in seconds (None when it could not be read)."""
     import httpx
 
     from bench.backends.openai import METRICS_PATHS
@@ -240,14 +274,15 @@ def emission_note(url: str) -> str:
     try:
         samples = parse_prometheus(httpx.get(url + METRICS_PATHS[0], timeout=5).text)
     except httpx.HTTPError as exc:
-        return f"simulated endpoint: could not read its /metrics ({exc})"
+        return f"simulated endpoint: could not read its /metrics ({exc})", None
     worst = next(
         (s.value for s in samples if s.name == "tokenbench_sim_emission_lateness_max_seconds"),
         None,
     )
     if worst is None:
-        return "simulated endpoint: no emission-lateness gauge"
+        return "simulated endpoint: no emission-lateness gauge", None
     verdict = "on schedule" if worst <= 0.001 else "behind schedule at times (busy machine)"
     return (
-        f"Simulated endpoint: worst token {worst * 1e3:.1f} ms off its simulated time, {verdict}."
+        f"Simulated endpoint: worst token {worst * 1e3:.1f} ms off its simulated time, {verdict}.",
+        worst,
     )

@@ -180,7 +180,7 @@ def _sweep(
             sweep.auto(plan.auto)
         else:
             sweep.grid(plan.specs)
-        sweep.slo_search(plan.slo_iterations)
+        sweep.slo_search(plan.slo_iterations, plan.slo_draws)
         result = sweep.conclude()
         status = "interrupted" if result.interrupted else "completed"
     finally:

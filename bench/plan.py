@@ -30,7 +30,9 @@ from bench.cost import (
     Catalogue,
     PriceCatalogueError,
     dollars_per_mtok,
+    price_basis,
     price_per_gpu_hour,
+    price_text,
 )
 from bench.curves import RunComparison
 from bench.metrics import Threshold, slo_text
@@ -52,6 +54,7 @@ class Demand:
     output_tokens_per_day: float | None = None
     peak_factor: float = 1.0
     source: str = "given"
+    shape: str | None = None  # the request shape (workload_shape) when the demand has one
 
     def __post_init__(self) -> None:
         given = [v for v in (self.requests_per_s, self.output_tokens_per_day) if v is not None]
@@ -88,6 +91,7 @@ class TierCost:
     usd_per_month: float | None
     usd_per_mtok: float | None  # at the mean demand, idle capacity included
     busy_usd_per_mtok: float | None  # at capacity, every GPU busy (InferenceX's figure)
+    basis: str = "quoted"  # bench.cost.price_basis: quoted, derived (how), computed
 
 
 @dataclass
@@ -103,7 +107,7 @@ class SystemPlan:
     replica_capacity: float | None  # per replica, in the demand's unit per second
     replicas: int | None
     gpus: int | None
-    gpus_range: tuple[int | None, int | None]  # from the capacity's 95% interval
+    gpus_range: tuple[int | None, int | None]  # from the capacity's range (Capacity.covers)
     nodes: int | None
     tiers: list[TierCost] = field(default_factory=list)
     cheapest: TierCost | None = None
@@ -164,7 +168,7 @@ def scenario_demand(scenario_text: str | None) -> Demand | None:
     a sweep of that shape already measured its bursts). None for closed loops."""
     import yaml
 
-    from bench.scenario import ScenarioError, mean_rate, parse_scenario
+    from bench.scenario import ScenarioError, mean_rate, parse_scenario, workload_shape
 
     if not scenario_text:
         return None
@@ -176,7 +180,10 @@ def scenario_demand(scenario_text: str | None) -> Demand | None:
     rate = mean_rate(sc)
     if rate is None or not math.isfinite(rate) or rate <= 0:
         return None
-    return Demand(requests_per_s=rate, source=f"the mean rate of scenario {sc.name!r}")
+    return Demand(
+        requests_per_s=rate, source=f"the mean rate of scenario {sc.name!r}",
+        shape=workload_shape(sc),
+    )  # fmt: skip
 
 
 def default_demand(infos) -> Demand | None:
@@ -200,6 +207,22 @@ def default_demand(infos) -> Demand | None:
     return scenario_demand(infos[0].scenario_text)
 
 
+def resolve_demand(
+    infos, requests_per_s: float | None = None, peak_factor: float | None = None
+) -> Demand | None:
+    """The demand a view sizes: the mean rate given (its peak factor, else 1), else
+    default_demand with a given peak factor replacing its own. The dashboard page and every
+    download from it call this with the page's values, so they size the same fleet."""
+    from dataclasses import replace
+
+    if requests_per_s is not None:
+        return Demand(requests_per_s=requests_per_s, peak_factor=peak_factor or 1.0)
+    demand = default_demand(infos)
+    if demand is not None and peak_factor is not None:
+        demand = replace(demand, peak_factor=peak_factor)
+    return demand
+
+
 def plan_capacity(
     comparisons: Sequence[RunComparison],
     demand: Demand,
@@ -220,7 +243,7 @@ def plan_capacity(
         best, tier = min(options, key=lambda o: o[1].usd_per_month)
         rec = Recommendation(
             best.legend, best.gpu_type or "?", best.gpus, best.nodes, tier,
-            _sentence(best, tier, demand, slo),
+            _sentence(best, tier, demand, slo) + _flips(best, systems),
         )  # fmt: skip
     return Plan(
         demand=demand,
@@ -332,6 +355,7 @@ def _tiers(comp: RunComparison, gpus: int, mean_tokens_per_s, catalogue: Catalog
                 usd_per_month=month,
                 usd_per_mtok=per_mtok,
                 busy_usd_per_mtok=busy.get(tier.name),
+                basis=price_basis(tier),
             )
         )
     return out
@@ -342,16 +366,72 @@ def _sentence(s: SystemPlan, tier: TierCost, demand: Demand, slo) -> str:
     rng = ""
     lo, hi = s.gpus_range
     if s.capacity_kind == "interpolated" and lo is not None and hi is not None and lo != hi:
-        rng = f" (95% range {lo}-{hi} GPUs)"
+        rng = f" (range {lo}-{hi} GPUs)"
     elif s.capacity_kind == "interpolated" and hi is None:
         rng = " (the capacity's interval is open: more GPUs may be needed)"
     bound = " at most" if s.capacity_kind == "at_least" else ""
     per_mtok = f", ${tier.usd_per_mtok:,.3f}/Mtok output" if tier.usd_per_mtok else ""
+    derived = f", {tier.basis}" if tier.basis != "quoted" else ""
     return (
         f"Cheapest option {held} for {demand.text()}:{bound} {s.gpus} x {s.gpu_type} "
         f"({s.nodes} node{'s' if s.nodes != 1 else ''}){rng}, {s.legend}, on {tier.tier} "
-        f"(${tier.price_usd_per_gpu_hr:,.2f}/GPU-hour): ${tier.usd_per_month:,.0f}/month{per_mtok}."
+        f"({price_text(tier.price_usd_per_gpu_hr)}/GPU-hour{derived}): "
+        f"${tier.usd_per_month:,.0f}/month{per_mtok}."
     )
+
+
+def _flips(best: SystemPlan, systems: Sequence[SystemPlan]) -> str:
+    """The tiers on which another system would cost less per month than `best`: the
+    answer depends on how the GPUs are paid for, and the headline says where it flips."""
+    others = [s for s in systems if s is not best and s.gpus is not None]
+    flips = []
+    for mine in best.tiers:
+        if mine.usd_per_month is None:
+            continue
+        for other in others:
+            theirs = next((t for t in other.tiers if t.tier == mine.tier), None)
+            if theirs is None or theirs.usd_per_month is None:
+                continue
+            if theirs.usd_per_month < mine.usd_per_month:
+                prices = "; ".join(
+                    f"{s.gpu_type} {price_text(t.price_usd_per_gpu_hr)}/GPU-hour"
+                    + (f" ({t.basis})" if t.basis != "quoted" else "")
+                    for s, t in ((best, mine), (other, theirs))
+                )
+                flips.append(
+                    f"on {mine.tier} {other.legend} costs less "
+                    f"(${theirs.usd_per_month:,.0f} vs ${mine.usd_per_month:,.0f}/month; "
+                    f"{prices})"
+                )
+    return (" The answer flips: " + "; ".join(flips) + ".") if flips else ""
+
+
+def _basis(demand: Demand, comparisons: Sequence[RunComparison]) -> list[str]:
+    """What the capacities were measured with, and a warning where the demand's shape (or
+    another run's) differs: a capacity holds for the request shape it was measured with."""
+    shapes = {c.curve.legend: c.curve.shape for c in comparisons}
+    known = {s for s in shapes.values() if s}
+    if not known:
+        return [
+            "Workload: not stored with the runs, so the shape these capacities hold for is unknown."
+        ]
+    if len(known) == 1:
+        (shape,) = known
+        out = [f"Workload the capacities were measured with: {shape}."]
+    else:
+        out = [f"Workload of {who}: {shape or 'not stored'}." for who, shape in shapes.items()]
+        out.append(
+            "WARNING: the runs were measured with different workloads, so their capacities "
+            "are not like for like."
+        )
+    if demand.shape and demand.shape not in known:
+        out.append(
+            f"WARNING: the demand's shape ({demand.shape}) differs from the one measured: "
+            "measure that shape before buying for it."
+        )
+    elif not demand.shape:
+        out.append("The demand is assumed to have the measured shape.")
+    return out
 
 
 def _assumptions(demand, slo, slo_source, per_node, comparisons) -> list[str]:
@@ -371,6 +451,7 @@ def _assumptions(demand, slo, slo_source, per_node, comparisons) -> list[str]:
         out.append(
             "Tokens per request: as measured at each run's capacity (for $/Mtok at the demand)."
         )
+    out += _basis(demand, comparisons)
     if any(c.curve.simulated for c in comparisons):
         out.append("Simulated runs: capacities come from the roofline simulator, not hardware.")
     return out

@@ -424,3 +424,36 @@ def _line_of(node: Any, loc: list) -> int | None:
             break
         best = node.start_mark.line + 1
     return best
+
+
+def workload_shape(sc: Scenario) -> str:
+    """The request shape a capacity holds for, in words: 'input 1,024 tokens (fixed),
+    output 256 (lognormal, at most 384), poisson arrivals'. A capacity measured with one
+    shape says little about another (longer outputs, burstier arrivals)."""
+    w = sc.workload
+
+    def lengths(name: str, spec) -> str:
+        most = f", at most {spec.max:,}" if spec.max < 1_000_000 else ""
+        return f"{name} {spec.mean:,} tokens ({spec.dist}{most})"
+
+    source = "" if w.dataset == "random" else f"{w.dataset} prompts; "
+    turns = f", {w.turns} turns" if w.turns > 1 else ""
+    prefix = f", {w.prefix_ratio:.0%} shared prefix" if w.prefix_ratio else ""
+    arrivals = {"on_off": "on/off bursty", "closed": "closed-loop"}.get(
+        sc.load.shape, sc.load.shape
+    )
+    return (
+        f"{source}{lengths('input', w.input)}, {lengths('output', w.output)}{turns}{prefix}, "
+        f"{arrivals} arrivals"
+    )
+
+
+def stored_shape(scenario_text: str | None) -> str | None:
+    """workload_shape of a stored scenario (None when it cannot be read)."""
+    if not scenario_text:
+        return None
+    try:
+        sc = parse_scenario(yaml.safe_dump(yaml.safe_load(scenario_text)), source="stored")
+    except (yaml.YAMLError, ScenarioError, ValueError):
+        return None
+    return workload_shape(sc)

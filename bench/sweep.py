@@ -12,11 +12,20 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from bench.curves import Capacity, capacity_at_slo, point_from_summary
+import numpy as np
+
+from bench.curves import SPREAD_ROLES, Capacity, capacity_at_slo, point_from_summary
 from bench.executor import RunPlan, RunResult, plan_from_scenario
 from bench.metrics import Summary, Threshold, meets_slo
 from bench.scenario import Scenario, mean_rate
 from bench.shapes import SHAPES
+
+# The SLO search stops narrowing a bracket of rates narrower than this fraction of its top.
+MIN_BRACKET = 0.005
+# The bracketing loads are re-measured (fresh draws, longer points) at most this often:
+# when first bracketed, at the narrowed bracket, and once more if that spread was smaller.
+MAX_SPREADS = 3
+SPREAD_AT = 0.10
 
 # Stop rule defaults: half the requests failing, or a latency SLO broken tenfold.
 STOP_ERROR_RATE = 0.5
@@ -40,9 +49,10 @@ class PointResult:
     index: int
     spec: PointSpec
     summary: Summary
-    role: str = "grid"  # grid, synchronous, throughput, auto, slo-search; run: one point
+    role: str = "grid"  # grid, synchronous, throughput, auto, slo-search, draw, long
     meets_slo: bool | None = None
     run: RunResult | None = None  # what the executor returned (records, served models)
+    draw: int | None = None  # "draw" points: which fresh draw of prompts and arrivals
 
 
 @dataclass
@@ -109,6 +119,20 @@ def scenario_at(scenario, spec: PointSpec, *, point_duration_s: float | None = N
     return sc
 
 
+def draw_seed(run_seed: int, draw: int) -> int:
+    """The seed of fresh draw `draw` of a run: derived, so a rerun draws the same again."""
+    return int(np.random.SeedSequence([run_seed, 7919, draw]).generate_state(1)[0])
+
+
+def _lengthen(sc, factor: float) -> None:
+    """A point `factor` times as long, when its length is a prompt count or a duration."""
+    load = sc.load
+    if load.num_prompts:
+        load.num_prompts = max(1, math.ceil(load.num_prompts * factor))
+    elif load.duration_s:
+        load.duration_s *= factor
+
+
 def knee(points: Sequence[PointResult], metric: str = "p99_e2el_ms") -> PointResult | None:
     """The point after which more offered load adds little throughput but much latency.
 
@@ -116,7 +140,11 @@ def knee(points: Sequence[PointResult], metric: str = "p99_e2el_ms") -> PointRes
     output throughput grows by less than 10% while `metric` grows by more than 50%.
     """
     pts = sorted(
-        (p for p in points if p.summary.completed and not p.summary.interrupted),
+        (
+            p
+            for p in points
+            if p.summary.completed and not p.summary.interrupted and p.role not in SPREAD_ROLES
+        ),
         key=lambda p: (p.spec.value, p.summary.output_tokens_per_s),
     )
     pts = [p for p in pts if p.spec.kind == (pts[0].spec.kind if pts else "rate")]
@@ -172,9 +200,22 @@ class Sweep:
         self.result = SweepResult(run_id=session.run_id)
 
     def measure(
-        self, spec: PointSpec, role: str = "grid", remaining: int | None = None
+        self,
+        spec: PointSpec,
+        role: str = "grid",
+        remaining: int | None = None,
+        *,
+        draw: int | None = None,
+        length: float = 1.0,
     ) -> PointResult:
-        sc = scenario_at(self.scenario, spec, point_duration_s=self.sweep_plan.point_duration_s)
+        """One point; `draw` k sends fresh prompts and arrivals (a seed of its own, derived
+        from the run's, so a rerun repeats it); `length` scales the point's duration."""
+        duration = self.sweep_plan.point_duration_s
+        sc = scenario_at(self.scenario, spec, point_duration_s=duration and duration * length)
+        if length != 1.0 and not duration:
+            _lengthen(sc, length)
+        if draw is not None:
+            sc.seed = draw_seed(self.scenario.run_seed(), draw)
         plan = self.plan_for(sc, load_point=len(self.result.points))
         index = plan.load_point
         run, summary = self.session.point(
@@ -185,10 +226,20 @@ class Sweep:
             concurrency=int(spec.value) if spec.kind == "concurrency" else sc.load.max_concurrency,
             warmup_s=self.sweep_plan.warmup_s,
             cooldown_s=self.sweep_plan.cooldown_s,
-            params={"role": role, "kind": spec.kind, "value": spec.value},
-        )
+            params={
+                "role": role, "kind": spec.kind, "value": spec.value,
+                **({"draw": draw} if draw is not None else {}),
+                **({"length": length} if length != 1.0 else {}),
+            },
+        )  # fmt: skip
         point = PointResult(
-            index, spec, summary, role, meets(summary, self.slo) if self.slo else None, run
+            index,
+            spec,
+            summary,
+            role,
+            meets(summary, self.slo) if self.slo else None,
+            run,
+            draw,
         )
         self.result.points.append(point)
         if run.interrupted:
@@ -225,65 +276,126 @@ class Sweep:
         rates = [lo + (hi - lo) * (i + 1) / (n_points + 1) for i in range(n_points)]
         self.grid([PointSpec("rate", round(r, 4)) for r in rates])
 
-    def slo_search(self, iterations: int) -> None:
-        """Bracket the SLO boundary, then bisect it: `iterations` extra points at most.
+    def slo_search(self, iterations: int, draws: int = 0) -> None:
+        """Bracket the SLO boundary, narrow it, then measure what moves it.
 
         While no load failed, the highest load is doubled; while none passed, the lowest is
         halved; then each point halves the gap between the highest passing and the lowest
-        failing load. Interrupted points count as neither.
+        failing load, until the bracket is narrower than the capacity's measured range (so
+        where the grid's points fall does not decide the answer) or `iterations` points are
+        spent. Once the bracket is within SPREAD_AT of the capacity, and again where the
+        bisection ends, the two bracketing loads are measured again: `draws` times with
+        fresh prompts and arrivals, and once each at twice the point length; that spread is
+        the range the bracket must become narrower than. Interrupted points count as neither.
         """
         if not self.slo:
             return
         kind = self.result.points[0].spec.kind if self.result.points else "rate"
-        for _ in range(iterations):
+        budget, spread_rel, measured, spreads = iterations, 0.0, None, 0
+        while not self.result.interrupted:
+            cap = self.capacity(with_sim_error=False)
+            # The spread is measured once the bracket is within SPREAD_AT of the capacity
+            # (a wide bracket's spread says more about the bracket than about reruns), so
+            # the bisection then knows when the bracket is narrower than what a rerun moves.
+            nxt = self._next_search_load(kind, spread_rel) if budget > 0 else None
+            near = (
+                cap.kind == "interpolated"
+                and cap.value
+                and (cap.bracket_width or 0.0) <= SPREAD_AT * cap.value
+            )
+            fresh = nxt is None or (measured is None and near)
+            if draws > 0 and cap.kind == "interpolated" and fresh:
+                bracket = (cap.last_pass.offered, cap.first_fail.offered)
+                if bracket == measured or spreads >= MAX_SPREADS:
+                    return
+                measured, spreads = bracket, spreads + 1
+                self._measure_spread(kind, bracket, draws)
+                cap = self.capacity(with_sim_error=False)
+                if cap.value and cap.spread_width is not None:  # at the latest bracket
+                    spread_rel = cap.spread_width / cap.value
+                continue
+            if nxt is None:
+                return
+            budget -= 1
+            self.measure(PointSpec(kind, nxt), role="slo-search")
+
+    def _measure_spread(self, kind: str, bracket: tuple[float, float], draws: int) -> None:
+        """The bracketing loads again: fresh draws, then once at twice the length (a load
+        already re-measured so is not measured again: its draw would repeat exactly)."""
+        done = {(p.role, p.draw, p.spec.value) for p in self.result.points}
+        todo = [("draw", k, v) for k in range(1, draws + 1) for v in bracket]
+        todo += [("long", None, v) for v in bracket]
+        for role, k, value in todo:
             if self.result.interrupted:
                 return
-            done = [
-                p for p in self.result.points if p.spec.kind == kind and not p.summary.interrupted
-            ]
-            passing = [p for p in done if p.meets_slo]
-            failing = [p for p in done if p.meets_slo is False]
-            if not done:
-                break
-            if not failing:
-                top = max(p.spec.value for p in done)
-                if math.isinf(top):
-                    break
-                self.measure(PointSpec(kind, top * 2), role="slo-search")
-                continue
-            if not passing:
-                low = min(p.spec.value for p in done)
-                if math.isinf(low):
-                    low = max(p.summary.requests_per_s for p in done) or 1.0
-                nxt = math.floor(low / 2) if kind == "concurrency" else low / 2
-                if nxt <= 0 or (kind == "rate" and nxt < 1e-3):
-                    break
-                self.measure(PointSpec(kind, nxt), role="slo-search")
-                continue
-            lowest_fail = min(failing, key=lambda p: p.spec.value)
-            below = [p for p in passing if p.spec.value < lowest_fail.spec.value]
-            best = max(below, key=lambda p: p.spec.value) if below else None
-            hi = lowest_fail.spec.value
-            if math.isinf(hi):
-                hi = max(p.summary.requests_per_s for p in self.result.points) * 1.2
-            lo = best.spec.value if best else 0.0
-            mid = (lo + hi) / 2
-            if kind == "concurrency":
-                mid = math.floor(mid)
-                if mid <= lo or mid >= hi:
-                    break
-            elif hi - lo < max(0.02 * hi, 1e-3):
-                break
-            self.measure(PointSpec(kind, mid), role="slo-search")
+            if (role, k, value) not in done:
+                length = 2.0 if role == "long" else 1.0
+                self.measure(PointSpec(kind, value), role=role, draw=k, length=length)
+
+    def _next_search_load(self, kind: str, spread_rel: float) -> float | None:
+        """The next load the search measures, or None when the bracket is narrow enough."""
+        done = [
+            p
+            for p in self.result.points
+            if p.spec.kind == kind and not p.summary.interrupted and p.role not in SPREAD_ROLES
+        ]
+        passing = [p for p in done if p.meets_slo]
+        failing = [p for p in done if p.meets_slo is False]
+        if not done:
+            return None
+        if not failing:
+            top = max(p.spec.value for p in done)
+            return None if math.isinf(top) else top * 2
+        if not passing:
+            low = min(p.spec.value for p in done)
+            if math.isinf(low):
+                low = max(p.summary.requests_per_s for p in done) or 1.0
+            nxt = math.floor(low / 2) if kind == "concurrency" else low / 2
+            if nxt <= 0 or (kind == "rate" and nxt < 1e-3):
+                return None
+            return nxt
+        lowest_fail = min(failing, key=lambda p: p.spec.value)
+        below = [p for p in passing if p.spec.value < lowest_fail.spec.value]
+        best = max(below, key=lambda p: p.spec.value) if below else None
+        lo, hi = (best.spec.value if best else 0.0), lowest_fail.spec.value
+        cap = self.capacity(with_sim_error=False)
+        if cap.kind == "interpolated" and cap.last_pass is not cap.first_fail:
+            # the bracket of the fitted boundary: one noisy failure does not steer the search
+            lo, hi = cap.last_pass.offered, cap.first_fail.offered
+        if math.isinf(hi):
+            hi = max(p.summary.requests_per_s for p in self.result.points) * 1.2
+        mid = (lo + hi) / 2
+        if kind == "concurrency":
+            mid = math.floor(mid)
+            return None if mid <= lo or mid >= hi else mid
+        if hi - lo < max(MIN_BRACKET * hi, 1e-3):
+            return None
+        if cap.kind == "interpolated" and cap.value and cap.bracket_width is not None:
+            spread = max(cap.spread_width or 0.0, spread_rel * cap.value)
+            if cap.bracket_width <= spread:
+                return None  # narrower than the range: interpolation no longer decides
+        return mid
+
+    def capacity(self, with_sim_error: bool = True) -> Capacity:
+        """The capacity of the points so far (bench.curves.capacity_at_slo, the one every
+        view uses); without the simulator's error, for deciding where to measure next."""
+        curve = sweep_curve(self.result.points, self._gpus())
+        if with_sim_error and self.session is not None and getattr(self.session, "simulated", 0):
+            from bench.sim.profiles.accuracy import expected_error
+
+            err = expected_error(self.scenario.gpu.type, self.scenario.target.model)
+            return capacity_at_slo(curve, self.slo, err)
+        return capacity_at_slo(curve, self.slo)
+
+    def _gpus(self) -> int:
+        return max(1, getattr(getattr(self.scenario, "gpu", None), "count", 1) or 1)
 
     def conclude(self) -> SweepResult:
         """Capacity (bench.curves.capacity_at_slo, the one every view uses) and the knee;
         an interrupted point is neither."""
         res = self.result
         if self.slo:
-            gpus = max(1, getattr(getattr(self.scenario, "gpu", None), "count", 1) or 1)
-            res.at_slo = capacity_at_slo(sweep_curve(res.points, gpus), self.slo)
-            cap = res.at_slo
+            res.at_slo = cap = self.capacity()
             measured = cap.last_pass or (cap.point if cap.kind == "at_least" else None)
             res.capacity = next(
                 (p for p in res.points if measured and p.index == measured.load_point), None
@@ -309,6 +421,7 @@ def sweep_curve(points: Sequence[PointResult], gpus: int = 1):
             gpus=gpus,
         )  # fmt: skip
         point.offered_kind = p.spec.kind
+        point.role, point.draw = p.role, p.draw
         curve.points.append(point)
     return curve
 
@@ -320,7 +433,10 @@ class SweepPlan:
     specs: list[PointSpec] = field(default_factory=list)
     auto: int | None = None  # guidellm-style: N rates between synchronous and saturated
     thresholds: list[Threshold] = field(default_factory=list)
-    slo_iterations: int = 4
+    slo_iterations: int = 8
+    # Fresh draws of prompts and arrivals at the two loads bracketing the SLO boundary (and
+    # one pair of points twice as long): what a rerun would move, measured (0: not measured).
+    slo_draws: int = 2
     point_duration_s: float | None = None
     warmup_s: float = 0.0
     cooldown_s: float = 0.0
@@ -328,7 +444,8 @@ class SweepPlan:
 
     def planned_points(self) -> int:
         base = len(self.specs) if self.auto is None else self.auto + 2
-        return base + (self.slo_iterations if self.thresholds else 0)
+        spread = 2 * (self.slo_draws + 1) if self.slo_draws else 0
+        return base + (self.slo_iterations + spread if self.thresholds else 0)
 
 
 def sweep_extra(result: SweepResult) -> dict:
@@ -354,4 +471,7 @@ def _capacity_json(cap: Capacity | None) -> dict | None:
         "high": cap.high,
         "deciding": cap.deciding,
         "flags": cap.flags,
+        "parts": {name: list(span) for name, span in cap.parts.items()},
+        "simulator_error": cap.sim_error,
+        "covers": cap.covers(),
     }

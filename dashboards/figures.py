@@ -794,7 +794,7 @@ def compare_figures(
     """
     if comparisons is None:
         comparisons = compare_runs(curves, slo, catalogue, utilisation)
-    return {
+    figs = {
         "interactivity": throughput_vs_interactivity(curves, at=interactivity),
         "cost_interactivity": cost_vs_interactivity(
             curves, catalogue, utilisation=utilisation, tier=tier, menu=tier_menu
@@ -805,6 +805,28 @@ def compare_figures(
             curves, catalogue, slo=slo, utilisation=utilisation, comparisons=comparisons
         ),
     }
+    for fig in figs.values():
+        legend_room(fig)
+    return figs
+
+
+LEGEND_ROW_PX = 22  # one legend entry's row, at the page's font size
+
+
+def legend_room(fig: go.Figure) -> go.Figure:
+    """The legend below everything (axis titles included), with a row of room per entry:
+    six runs' names, each with its GPU, model and '(simulated)', wrap one per row on a
+    390 px screen, and a legend placed in the plot's own coordinates then covered the
+    x-axis title. The figure grows by the legend's height, so the plot keeps its size."""
+    entries = sum(1 for t in fig.data if t.showlegend is not False and t.name)
+    room = LEGEND_ROW_PX * entries
+    margin = fig.layout.margin
+    fig.update_layout(
+        legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0},
+        margin={"b": (margin.b or 60) + room},
+        height=(fig.layout.height or HEIGHT) + room,
+    )
+    return fig
 
 
 def shade_load_points(fig: go.Figure, spans) -> None:

@@ -347,18 +347,26 @@ def export(
     format: Annotated[ExportName, Query()] = "pptx",
     slo: Slo = None,
     utilisation: Utilisation = 1.0,
+    tier: Annotated[str | None, Query(max_length=100, description="tier of the cost view")] = None,
+    demand_rps: Annotated[float | None, Query(gt=0, le=1e7, description="mean req/s")] = None,
+    peak: Annotated[float | None, Query(ge=1, le=100, description="peak / mean")] = None,
 ) -> Response:
-    """The compare page's download: the same report `tokenbench export` writes (csv as a zip)."""
+    """The compare page's download: the same report `tokenbench export` writes (csv as a
+    zip), for the page's SLO, utilisation, tier and demand (its links carry them)."""
     import tempfile
     from pathlib import Path as FilePath
 
     from bench.export.formats import write
     from bench.export.report import build_report
+    from bench.plan import resolve_demand
 
     state = tb(request)
     slo_t = thresholds(slo, ["query", "slo"]) if slo else None
     refs = [resolve_run(r, state.db_url) for r in run]
-    report = build_report(refs, state.db_url, slo_t, state.catalogue, utilisation)
+    demand = resolve_demand([get_run(r, state.db_url) for r in refs], demand_rps, peak)
+    report = build_report(
+        refs, state.db_url, slo_t, state.catalogue, utilisation, demand=demand, tier=tier
+    )
     suffix = EXPORT_FORMATS.get(format).download_suffix
     with tempfile.TemporaryDirectory() as tmp:
         written = write(report, format, FilePath(tmp) / f"report.{suffix}")

@@ -19,6 +19,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Resp
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
+from bench.cost import price_text
 from bench.curves import compare_runs, ratio_sentence, stored_slo
 from bench.frontier import cost_view_tier, default_interactivity
 from bench.metrics import parse_thresholds, slo_text
@@ -69,6 +70,7 @@ def _pct(value) -> str:
 
 _env.filters["num"] = _num
 _env.filters["pct"] = _pct
+_env.filters["price"] = price_text  # $/GPU-hour at the precision its $/month needs
 
 
 def render(name: str, status: int = 200, **context) -> HTMLResponse:
@@ -297,6 +299,11 @@ def compare_page(
     plan = _plan(comps, curves, state, demand_rps, peak, "given" if slo_t else "none")
     readout = figures.interactivity_readout(curves, chosen_at) if chosen_at else []
     ref_value = next((v for c, v in readout if c is reference), None)
+    # runs read faster than their SLO capacity: the read-out is then another question
+    caps = {c.curve.run_id: c.at_slo.value for c in comps if c.at_slo and c.at_slo.value}
+    past_slo = [
+        c.legend for c, v in readout if v and c.run_id in caps and v > caps[c.run_id] * 1.0001
+    ]
     keep = {"slo": slo or None, "utilisation": utilisation if utilisation != 1.0 else None}
     return render(
         "compare.html",
@@ -316,10 +323,27 @@ def compare_page(
         peak=peak,
         readout=readout,
         ref_value=ref_value,
+        past_slo=past_slo,
         error=error,
         figures_json=charts[0],
         chart_names=charts[1],
         run_query=_query(curves),
+        # every download and JSON link carries the page's SLO, utilisation, tier and demand,
+        # so each renders the report this page shows (bench.export.report.build_report)
+        download_query=_query(
+            curves,
+            slo=slo or None,
+            utilisation=utilisation,
+            tier=chosen_tier,
+            demand_rps=demand_rps,
+            peak=peak,
+        ),
+        plan_query=_query(
+            curves,
+            slo=slo or None,
+            requests_per_s=demand_rps,
+            peak_factor=peak if demand_rps is not None or peak is not None else None,
+        ),
         ref_query=lambda c: _query(curves, ref=c.run_id, at=at, tier=tier, **keep),
         cheapest=_cheapest,
         unavailable=unavailable_downloads(),
@@ -353,16 +377,9 @@ def _plan(comps, curves, state, demand_rps: float | None, peak: float, slo_sourc
     """The buying answer (bench.plan) for the demand given, else bench.plan.default_demand
     (the one the CLI's plan, the API and the exports use); None when there is none. A peak
     factor given replaces the default's."""
-    from dataclasses import replace
+    from bench.plan import plan_capacity, resolve_demand
 
-    from bench.plan import Demand, default_demand, plan_capacity
-
-    if demand_rps is not None:
-        demand = Demand(requests_per_s=demand_rps, peak_factor=peak or 1.0, source="given")
-    else:
-        demand = default_demand([get_run(c.run_id, state.db_url) for c in curves])
-        if demand is not None and peak is not None:
-            demand = replace(demand, peak_factor=peak)
+    demand = resolve_demand([get_run(c.run_id, state.db_url) for c in curves], demand_rps, peak)
     if demand is None:
         return None
     return plan_capacity(comps, demand, state.catalogue, slo_source=slo_source)

@@ -91,10 +91,15 @@ def test_capacity_interpolates_on_the_failing_metric():
     assert cap.point.requests_per_s == pytest.approx(2.8)
     assert cap.last_pass.offered == 2 and cap.first_fail.offered == 4
     assert cap.deciding.startswith("p99_tpot_ms<=50 (59")
-    # Interval: TPOT at the top of its ±2% interval (44.88, 60.18) crosses at 0.3379,
+    # Sampling: TPOT at the top of its ±2% interval (44.88, 60.18) crosses at 0.3379,
     # at the bottom (43.12, 57.82) at 0.4686.
-    assert cap.low == pytest.approx(1000 + 800 * (50 - 44.88) / (60.18 - 44.88), rel=1e-6)
-    assert cap.high == pytest.approx(1000 + 800 * (50 - 43.12) / (57.82 - 43.12), rel=1e-6)
+    low, high = cap.parts["sampling"]
+    assert low == pytest.approx(1000 + 800 * (50 - 44.88) / (60.18 - 44.88), rel=1e-6)
+    assert high == pytest.approx(1000 + 800 * (50 - 43.12) / (57.82 - 43.12), rel=1e-6)
+    # The range covers the whole bracket too: the boundary is somewhere between the loads.
+    assert cap.parts["bracket"] == (1000, 1800)
+    assert (cap.low, cap.high) == (1000, 1800)
+    assert any("bracket" in w for w in cap.includes())
     assert cap.flags == []
 
 
@@ -148,12 +153,19 @@ def _comparisons(a: RunCurve, b: RunCurve):
 
 
 def test_ratio_of_interpolated_capacities_with_its_range():
-    a = _curve([_point(1, 1000, 300, 30), _point(2, 3000, 500, 70)], "B200-SXM", run_id="a")
-    b = _curve([_point(1, 500, 300, 30), _point(2, 1500, 500, 70)], run_id="b")
+    a = _curve([_point(1, 2000, 300, 30), _point(2, 2200, 500, 70)], "B200-SXM", run_id="a")
+    b = _curve([_point(1, 1000, 300, 30), _point(2, 1100, 500, 70)], run_id="b")
     comps = _comparisons(a, b)
     ratio, why = capacity_ratio(comps[0].at_slo, comps[1].at_slo)
     assert why is None and ratio.value == pytest.approx(2.0) and ratio.bound is None
-    assert ratio.low < 2.0 < ratio.high and not ratio.flips
+    # each capacity's range is its whole bracket: 2000/1100 to 2200/1000
+    assert ratio.low == pytest.approx(2000 / 1100) and ratio.high == pytest.approx(2.2)
+    assert not ratio.flips
+    # a coarse bracket is an honest wide range: 1000-3000 against 500-1500 could flip
+    a = _curve([_point(1, 1000, 300, 30), _point(2, 3000, 500, 70)], "B200-SXM", run_id="a")
+    b = _curve([_point(1, 500, 300, 30), _point(2, 1500, 500, 70)], run_id="b")
+    ratio, _ = capacity_ratio(*(c.at_slo for c in _comparisons(a, b)))
+    assert ratio.value == pytest.approx(2.0) and ratio.flips
     assert "serves 2.00x" in ratio_sentence(comps)
 
 
@@ -438,7 +450,7 @@ def test_compare_uses_the_stored_slo_and_says_so(swept):
     assert "SLO used: p99_ttft_ms<=2000,p99_tpot_ms<=50 (stored with the runs)" in out
     comps = compare_runs(run_curves(ids, db), SLO, load_catalogue())
     assert ratio_sentence(comps) in out  # the same sentence as the library (and the exports)
-    assert f"{comps[0].at_slo.value:,.0f} tok/s/GPU (95% interval" in out
+    assert f"{comps[0].at_slo.value:,.0f} tok/s/GPU (range" in out
     given = _invoke("compare", *ids, "--db", db, "--slo", "ttft:1000")
     assert "SLO used: p99_ttft_ms<=1000 (given)" in given
 
@@ -489,3 +501,41 @@ def test_show_prints_a_sweeps_capacity_at_its_stored_slo(swept):
     cap = capacity_at_slo(run_curve(ids[1], db), SLO)
     assert "SLO used: p99_ttft_ms<=2000,p99_tpot_ms<=50 (stored with the runs)" in out
     assert f"Capacity: {cap.text()}" in out and "INTERRUPTED" not in out
+
+
+def test_plan_shows_prices_whose_products_add_up_names_flips_and_states_its_basis():
+    import re
+
+    from bench.cost import price_decimals, price_text
+
+    assert (price_decimals(2.25), price_decimals(1.5456), price_decimals(12.0)) == (2, 4, 2)
+    assert price_text(1.5456) == "$1.5456"
+    a = _curve([_point(10, 2600, 900, 45), _point(12, 2800, 1500, 55)], "B200-SXM", run_id="a")
+    # the same 260 output tokens per request as a's (2 GPUs x 950 tok/s at 7.3 req/s)
+    b = _curve(
+        [_point(7.3, 950, 900, 45, gpus=2), _point(8.1, 1050, 1500, 55, gpus=2)],
+        "H100-SXM", 2, run_id="b",
+    )  # fmt: skip
+    a.shape = b.shape = (
+        "input 512 tokens (lognormal), output 256 tokens (lognormal), poisson arrivals"
+    )
+    comps = compare_runs([a, b], SLO, load_catalogue())
+    plan = plan_capacity(comps, Demand(requests_per_s=100, peak_factor=2), load_catalogue())
+    text = plan.sentence
+    # the shown price x GPUs x 730 h is the shown $/month, to the dollar
+    gpus = int(re.search(r"(\d+) x B200-SXM", text).group(1))
+    price = float(re.search(r"\(\$([\d.]+)/GPU-hour", text).group(1))
+    month = float(re.search(r"\$([\d,]+)/month", text).group(1).replace(",", ""))
+    assert abs(gpus * price * 730 - month) <= 1
+    assert "owned-tco" in text and "computed: owned TCO" in text  # how the price was arrived at
+    # B200's hyperscaler price is derived, not quoted, and there H100 costs less per month
+    assert "The answer flips: on hyperscaler-on-demand" in text
+    assert "derived: 2 x neocloud-on-demand, not quoted" in text
+    assert any(a.shape in line for line in plan.assumptions)
+    # the verdict's sentence names the tiers it priced and where the comparison turns
+    verdict = ratio_sentence(comps)
+    assert "on each one's cheapest tier (owned-tco $" in verdict
+    assert "but more on hyperscaler-on-demand" in verdict
+    other = Demand(requests_per_s=100, shape="input 8,000 tokens (fixed), output 1,000 tokens")
+    warned = plan_capacity(comps, other, load_catalogue()).assumptions
+    assert any(line.startswith("WARNING: the demand's shape") for line in warned)

@@ -262,3 +262,52 @@ def test_api_docs_render_offline_from_vendored_swagger_ui(live):
     assert outside == [] and errors == []
     assert "/api/runs" in [p.replace("\u200b", "") for p in paths]
     assert title and "tokenbench" in title
+
+
+LEGEND_BOXES = """() => Array.from(document.querySelectorAll('.chart')).map(div => {
+  const legend = div.querySelector('.legend');
+  const titles = Array.from(div.querySelectorAll('.xtitle, .ytitle'));
+  const l = legend ? legend.getBoundingClientRect() : null;
+  const overlaps = !l ? [] : titles.map(t => t.getBoundingClientRect()).filter(t =>
+    t.left < l.right && l.left < t.right && t.top < l.bottom && l.top < t.bottom);
+  const box = div.getBoundingClientRect();
+  return {id: div.id, overlaps: overlaps.length,
+          inside: !l || (l.bottom <= box.bottom + 1 && l.right <= box.right + 1)};
+})"""
+
+
+def test_six_runs_keep_their_legends_off_the_axis_titles(tmp_path):
+    """Six labelled runs on the compare page at 1440 and 390 px: every legend sits below
+    its chart's axis titles and inside its box (screenshots kept for a human look)."""
+    from server.app import create_app
+    from tests.helpers import store_sweep
+
+    db = f"sqlite:///{tmp_path / 'six.db'}"
+    gpus = ("B200-SXM", "H100-SXM", "H200-SXM", "B200-SXM", "H100-SXM", "MI300X")
+    ids = [
+        store_sweep(db, gpu=g, rates=(1, 2, 4, 8), seed=i, label=f"run {i + 1}: {g} tuned stack")
+        for i, g in enumerate(gpus)
+    ]
+    server = LiveServer(create_app(db, api_token=TOKEN, allow_hosts=[], open_reads=True))
+    results = {}
+    try:
+        with sync_playwright() as p:
+            browser = launch(p)
+            try:
+                for width in (1440, 390):
+                    page = browser.new_page(viewport={"width": width, "height": 1000})
+                    page.goto(f"{server.url}/compare?" + "&".join(f"run={i}" for i in ids))
+                    page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+                    results[width] = page.evaluate(LEGEND_BOXES)
+                    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+                    page.screenshot(path=str(SCREENSHOTS / f"compare-6-runs-{width}.png"),
+                                    full_page=True)  # fmt: skip
+                    page.close()
+            finally:
+                browser.close()
+    finally:
+        server.stop()
+    for width, boxes in results.items():
+        assert boxes, width
+        for b in boxes:
+            assert b["overlaps"] == 0 and b["inside"], (width, b)

@@ -34,7 +34,11 @@ def test_demo_stores_two_simulated_runs_and_compares_them(tmp_path, capsys):
     for ref, gpu, count in ((b200, "B200-SXM", 1), (h100, "H100-SXM", 2)):
         run = get_run(ref, db)
         assert run.simulated and run.gpu_type == gpu and run.gpu_count == count
-        assert run.status == "completed" and len(run.load_points) == 4
+        assert run.status == "completed"
+        # the four grid rates, then the SLO search's points (fresh draws, longer points,
+        # bisection) at the rates around the boundary
+        roles = [(lp.params_json or {}).get("role") for lp in run.load_points]
+        assert roles[:4] == ["grid"] * 4 and "draw" in roles and "long" in roles
         assert run.extra_json["sweep"]["slo"] == DEMO_SLO.split(",")  # every view's default
         # Both capacities bracketed: a passing and a failing rate on either side.
         cap = capacity_at_slo(run_curve(ref, db), parse_slo(DEMO_SLO))
@@ -72,7 +76,7 @@ def test_demo_verdict_agrees_with_a_dense_virtual_grid(tmp_path):
     demo = ratio(DEMO_RATES, DEMO_POINT_S)
     assert ratio(DEMO_RATES, DEMO_POINT_S) == demo  # rerun: the same requests, the same answer
     dense = ratio(tuple(r / 2 for r in range(8, 33)), 300.0)
-    assert demo == pytest.approx(dense, rel=0.15)
+    assert demo == pytest.approx(dense, rel=0.05)  # issue 27's target: within 5%
 
 
 def test_sim_run_cli_virtual_time(tmp_path):

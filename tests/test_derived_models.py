@@ -33,7 +33,7 @@ def test_a_ratio_answer_reads_its_text():
     ratio = Ratio(2.0, 1.5, None, None, False)
     assert RatioOut.of(ratio).model_dump() == {
         "value": 2.0, "low": 1.5, "high": None, "bound": None, "flips": False,
-        "text": "2.00x (95% range 1.50x-open)",
+        "text": "2.00x (range 1.50x-open)",
     }  # fmt: skip
 
 

@@ -267,8 +267,16 @@ def test_xlsx_recalculates_in_libreoffice_when_a_price_changes(demo_db, tmp_path
     old = {(r[0], r[2]): r for r in _rows(before["cost"]) if r[2]}
     new = {(r[0], r[2]): r for r in _rows(after["cost"]) if r[2]}
     b200 = next(c.curve.legend for c in report.comparisons if c.curve.gpu_type == "B200-SXM")
+    # the neocloud price and the tiers derived from it (their cells are formulas over it)
+    follows = {
+        t.name
+        for t in report.catalogue.tiers("B200-SXM")
+        if t.name == "neocloud-on-demand"
+        or (t.derived is not None and t.derived.from_tier == "neocloud-on-demand")
+    }
+    assert len(follows) > 1
     for key, row in new.items():
-        doubled = key == (b200, "neocloud-on-demand")
+        doubled = key[0] == b200 and key[1] in follows
         assert row[3] == pytest.approx(old[key][3] * (2 if doubled else 1))
         assert row[7] == pytest.approx(old[key][7] * (2 if doubled else 1))  # busy $/Mtok
         # at 50% utilisation instead of the report's: every $/Mtok moves
@@ -286,6 +294,31 @@ def test_xlsx_recalculates_in_libreoffice_when_a_price_changes(demo_db, tmp_path
     summary = {r[0]: r for r in _rows(after["summary_cost"])}
     col = 1 + [c.curve.legend for c in report.comparisons].index(b200)
     assert summary["neocloud-on-demand"][col] == pytest.approx(new[(b200, "neocloud-on-demand")][9])
+
+    # Electricity, PUE and the demand doubled: the owned-TCO price (a formula over them)
+    # rises by three times its power term, the GPU count is the one bench.plan sizes for
+    # twice the demand, and the plan's $/month on that tier is their product.
+    from bench.cost import price_per_gpu_hour, tco_breakdown
+    from bench.plan import plan_capacity
+
+    wb = load_workbook(path)
+    for name in ("UsdPerKwh", "FacilityPUE", "DemandRps"):
+        sheet, ref = wb.defined_names[name].attr_text.split("!")
+        cell = wb[sheet.strip("'")][ref.replace("$", "")]
+        cell.value = cell.value * 2
+    wb.save(path)
+    powered = _recalculated(path, tmp_path / "powered")
+    power = tco_breakdown(report.catalogue.tier("B200-SXM", "owned-tco")).power_usd_per_gpu_hr
+    month_pow = {(r[0], r[2]): r[5] for r in _rows(powered["plan"]) if r[2] and r[3] is not None}
+    owned = price_per_gpu_hour(report.catalogue.tier("B200-SXM", "owned-tco"), report.catalogue)
+    twice = plan_capacity(
+        report.comparisons, Demand(requests_per_s=6, peak_factor=1.5), report.catalogue
+    )
+    gpus = next(s.gpus for s in twice.systems if s.legend == b200)
+    assert gpus > system.gpus
+    assert month_pow[(b200, "owned-tco")] == pytest.approx(
+        gpus * (owned + 3 * power) * HOURS_PER_MONTH
+    )
 
 
 def test_report_carries_capacity_confidence_caveats_and_the_plan(demo_db):
@@ -312,3 +345,63 @@ def test_report_carries_capacity_confidence_caveats_and_the_plan(demo_db):
     assert row[n_col].value == first.count("ttft") == 24
     assert (row[lo_col].value, row[hi_col].value) == first.ci("ttft", "p99")
     assert row[hi_col].value is None  # 24 requests cannot bound a P99 from above
+
+
+def _evaluate(formula: str, wb) -> float:
+    """A price formula's value: named inputs and inputs!$C$n cells substituted, then the
+    arithmetic (+ - * / and parentheses only) evaluated."""
+    import re
+
+    expr = formula.lstrip("=")
+    for name in sorted(wb.defined_names, key=len, reverse=True):
+        if not re.search(rf"\b{name}\b", expr):
+            continue
+        sheet, ref = wb.defined_names[name].attr_text.split("!")
+        value = wb[sheet.strip("'")][ref.replace("$", "")].value
+        expr = re.sub(rf"\b{name}\b", repr(float(value)), expr)
+
+    def cell(m):
+        value = wb["inputs"][f"C{m.group(1)}"].value
+        return f"({_evaluate(value, wb)})" if str(value).startswith("=") else repr(float(value))
+
+    expr = re.sub(r"inputs!\$C\$(\d+)", cell, expr)
+    assert re.fullmatch(r"[\d.e+\-*/() ]+", expr), expr
+    return eval(expr)  # noqa: S307 - digits and arithmetic only (checked above)
+
+
+def test_xlsx_prices_that_are_not_quoted_are_formulas_over_the_inputs(report, tmp_path):
+    """Electricity and PUE drive the owned-TCO price the answer uses; a derived price
+    follows its base tier: the workbook is the model, not a copy of its results."""
+    from bench.cost import price_per_gpu_hour
+
+    wb = load_workbook(write(report, "xlsx", tmp_path / "m.xlsx"))
+    inputs = wb["inputs"]
+    rows = {(r[0].value, r[1].value): r[2] for r in inputs.iter_rows() if r[2].value is not None}
+    cat = report.catalogue
+    owned = derived = 0
+    for (gpu, name), cell in rows.items():
+        try:
+            tier = cat.tier(gpu, name)
+        except Exception:  # noqa: BLE001 - the inputs sheet's other rows
+            continue
+        if tier.tco is not None:
+            owned += 1
+            assert "FacilityPUE" in cell.value and "UsdPerKwh" in cell.value
+        if tier.derived is not None:
+            derived += 1
+            assert cell.value.startswith(f"={tier.derived.factor!r}*inputs!$C$")
+        if tier.tco is not None or tier.derived is not None:
+            # as exported, the formula gives the catalogue's price
+            assert _evaluate(cell.value, wb) == pytest.approx(price_per_gpu_hour(tier, cat))
+    assert owned and derived
+    # doubling the electricity price and PUE moves the owned price by its power term
+    b200 = rows[("B200-SXM", "owned-tco")]
+    before = _evaluate(b200.value, wb)
+    kwh = wb.defined_names["UsdPerKwh"].attr_text.split("!")[1].replace("$", "")
+    pue = wb.defined_names["FacilityPUE"].attr_text.split("!")[1].replace("$", "")
+    k0, p0 = inputs[kwh].value, inputs[pue].value
+    inputs[kwh], inputs[pue] = k0 * 2, p0 * 2
+    from bench.cost import tco_breakdown
+
+    power = tco_breakdown(cat.tier("B200-SXM", "owned-tco")).power_usd_per_gpu_hr
+    assert _evaluate(b200.value, wb) == pytest.approx(before + 3 * power)

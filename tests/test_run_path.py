@@ -48,19 +48,31 @@ def test_virtual_sweep_searches_the_slo_and_is_stored_simulated(tmp_path):
     slo = parse_thresholds("p99_ttft_ms<=1000", flag="--slo")
     specs = [PointSpec("rate", r) for r in (1, 32)]
     result, db = virtual_sweep(
-        tmp_path, specs, thresholds=slo, slo_iterations=4, point_duration_s=60
+        tmp_path, specs, thresholds=slo, slo_iterations=4, slo_draws=1, point_duration_s=60
     )
     roles = [p.role for p in result.points]
-    assert roles == ["grid", "grid"] + ["slo-search"] * 4  # bisected between 1 and 32
+    # bisected from the grid's bracket (1-32), then the spread where the bisection ends:
+    # one fresh draw at both bracketing rates, and both twice as long
+    assert roles[:3] == ["grid", "grid", "slo-search"] and roles.count("slo-search") <= 4
     assert result.at_slo is not None and result.at_slo.kind == "interpolated"
     first_fail, last_pass = result.at_slo.first_fail.offered, result.at_slo.last_pass.offered
-    assert 1 <= last_pass < first_fail <= 32 and first_fail - last_pass <= 31 / 2**4
+    assert 1 <= last_pass < first_fail <= 32
+    cap = result.at_slo
+    # narrowed until the bracket (in tok/s per GPU) is within the measured spread, or the
+    # four bisection steps were spent
+    narrow = cap.bracket_width <= cap.spread_width
+    assert narrow or first_fail - last_pass <= 31 / 2**4
+    spread = {(p.role, p.spec.value) for p in result.points if p.role in ("draw", "long")}
+    assert {(r, v) for r in ("draw", "long") for v in (last_pass, first_fail)} <= spread
+    assert set(cap.parts) == {"bracket", "sampling", "draws", "long"}
+    assert cap.low <= cap.value <= cap.high and cap.sim_error > 0  # simulated: folded in
     run = get_run(result.run_id, db)
     assert run.simulated and run.endpoint == "sim://virtual" and run.backend == "sim"
     assert (run.gpu_type, run.gpu_count) == ("H100-SXM", 2)
     assert run.extra_json["sim"]["clock"] == "virtual"
     assert run.extra_json["sweep"]["slo"] == ["p99_ttft_ms<=1000"]
-    assert run.summary_json["sweep"]["capacity"]["kind"] == "interpolated"
+    stored = run.summary_json["sweep"]["capacity"]
+    assert stored["kind"] == "interpolated" and stored["covers"] == cap.covers()
     assert len(run.load_points) == len(result.points)
 
 
@@ -342,16 +354,21 @@ def test_sim_run_finds_a_capacity_at_the_slo_stored_simulated(tmp_path):
     db, out = f"sqlite:///{tmp_path / 'v.db'}", tmp_path / "sum.json"
     proc = tokenbench(
         "sim", "run", "--gpu", "h100", "--tp", "2", "--request-rates", "1,32",
-        "--slo", "p99_ttft_ms<=1000", "--slo-iterations", "3", "--point-duration", "60",
-        "--warmup", "5", "--db", db, "--summary-json", str(out),
+        "--slo", "p99_ttft_ms<=1000", "--slo-iterations", "3", "--slo-draws", "0",
+        "--point-duration", "60", "--warmup", "5", "--label", "H100 pair", "--db", db,
+        "--summary-json", str(out),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "SIMULATED (virtual time)" in proc.stdout and "SLO capacity" in proc.stdout
     doc = json.loads(out.read_text())
-    assert [p["role"] for p in doc["points"]] == ["grid", "grid"] + ["slo-search"] * 3
+    roles = [p["role"] for p in doc["points"]]  # no draws: only the bisection's points
+    assert roles[:3] == ["grid", "grid", "slo-search"] and set(roles[2:]) == {"slo-search"}
+    assert len(roles) <= 5
     run = get_run(doc["run_id"], db)
-    assert run.simulated and run.endpoint == "sim://virtual"
-    assert run.summary_json["sweep"]["capacity"]["kind"] == "interpolated"
+    assert run.simulated and run.endpoint == "sim://virtual" and run.label == "H100 pair"
+    stored = run.summary_json["sweep"]["capacity"]
+    assert stored["kind"] == "interpolated" and "draws" not in stored["parts"]
+    assert "the simulator's held-out" in stored["covers"]
     assert all(lp.warmup_s == 5 for lp in run.load_points)
 
 

@@ -164,7 +164,23 @@ SloOpt = Annotated[
     typer.Option("--slo", help="e.g. 'p99_ttft_ms<=500,p99_tpot_ms<=50': find the capacity"),
 ]
 SloIterationsOpt = Annotated[
-    int, typer.Option("--slo-iterations", min=0, help="Bisection steps for the SLO capacity")
+    int | None,
+    typer.Option(
+        "--slo-iterations",
+        min=0,
+        help="Most points the SLO search adds to bracket and narrow the boundary "
+        "(it stops once the bracket is narrower than the capacity's range) [default: 8]",
+    ),
+]
+SloDrawsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--slo-draws",
+        min=0,
+        help="Fresh prompt draws measured at the two loads bracketing the SLO boundary, "
+        "plus one pair twice as long: the spread a rerun would show, in the capacity's "
+        "range (0: not measured) [default: 2]",
+    ),
 ]
 PointDurationOpt = Annotated[
     float | None, typer.Option("--point-duration", help="Seconds of load per point")

@@ -94,7 +94,7 @@ def plan_command(
     console.print(slo_line(thresholds, source))
     console.print(f"Demand: {demand.text()}")
     head = Table(title="GPUs needed", title_justify="left")
-    for col in ("system", "capacity at the SLO", "replicas", "GPUs", "95% range", "nodes",
+    for col in ("system", "capacity at the SLO", "replicas", "GPUs", "range", "nodes",
                 "cheapest tier", "$/month", "$/Mtok"):  # fmt: skip
         head.add_column(col, justify="left" if col in ("system", "cheapest tier") else "right")
     for s in plan.systems:

@@ -20,6 +20,7 @@ from bench.cli.options import (
     CooldownOpt,
     DbOption,
     InputLenOpt,
+    LabelOpt,
     MaxErrorRateOpt,
     NumPromptsOpt,
     OutputLenOpt,
@@ -27,6 +28,7 @@ from bench.cli.options import (
     RequestRatesOpt,
     ScenarioOpt,
     SeedOpt,
+    SloDrawsOpt,
     SloIterationsOpt,
     SloOpt,
     SummaryJsonOpt,
@@ -227,7 +229,9 @@ def run(
     concurrency: ConcurrencyPointsOpt = None,
     auto: AutoOpt = None,
     slo: SloOpt = None,
-    slo_iterations: SloIterationsOpt = 4,
+    slo_iterations: SloIterationsOpt = None,
+    slo_draws: SloDrawsOpt = None,
+    label: LabelOpt = None,
     num_prompts: NumPromptsOpt = None,
     point_duration: PointDurationOpt = None,
     warmup: WarmupOpt = 0.0,
@@ -253,7 +257,7 @@ def run(
         raise fail("give at most one of --request-rates, --concurrency or --auto N")
     overrides = flag_overrides(
         num_prompts=num_prompts, random_input_len=random_input_len,
-        random_output_len=random_output_len, seed=seed,
+        random_output_len=random_output_len, seed=seed, label=label,
     )  # fmt: skip
     sc = resolve_scenario(scenario, overrides, "run", {"load": {"request_rate": 4}})
     options = serve_options(
@@ -267,7 +271,7 @@ def run(
         raise fail(str(exc)) from None
     plan, gates = sweep_plan(
         sc, request_rates, concurrency, auto, slo, slo_iterations, point_duration, warmup,
-        cooldown, max_error_rate, fail_on,
+        cooldown, max_error_rate, fail_on, slo_draws=slo_draws,
     )  # fmt: skip
     if not plan.specs and plan.auto is None:  # one point: the scenario's own load
         if sc.load.shape == "closed":

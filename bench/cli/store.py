@@ -220,6 +220,8 @@ def _print_capacity(info, db) -> None:
     out.print(f"Capacity: {cap.text()}", highlight=False)
     if cap.deciding:
         out.print(f"  decided by {cap.deciding}", highlight=False)
+    if cap.covers():
+        out.print(f"  {cap.covers()}", highlight=False)
     for flag in cap.flags:
         out.print(f"  [yellow]caution:[/] {flag}", highlight=False)
 

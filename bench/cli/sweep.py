@@ -49,6 +49,7 @@ from bench.cli.options import (
     ScenarioOpt,
     ScrapeOpt,
     SeedOpt,
+    SloDrawsOpt,
     SloIterationsOpt,
     SloOpt,
     SummaryJsonOpt,
@@ -73,7 +74,8 @@ def sweep_command(
     concurrency: ConcurrencyPointsOpt = None,
     auto: AutoOpt = None,
     slo: SloOpt = None,
-    slo_iterations: SloIterationsOpt = 4,
+    slo_iterations: SloIterationsOpt = None,
+    slo_draws: SloDrawsOpt = None,
     num_prompts: NumPromptsOpt = None,
     point_duration: PointDurationOpt = None,
     warmup: WarmupOpt = 0.0,
@@ -129,7 +131,7 @@ def sweep_command(
     sc = resolve_scenario(scenario, overrides, "sweep")
     plan, gates = sweep_plan(
         sc, request_rates, concurrency, auto, slo, slo_iterations, point_duration, warmup,
-        cooldown, max_error_rate, fail_on,
+        cooldown, max_error_rate, fail_on, slo_draws=slo_draws,
     )  # fmt: skip
     key = resolve_target(sc, api_key)
     catalogue = _catalogue(prices_file, price)
@@ -149,7 +151,7 @@ def sweep_command(
 
 def sweep_plan(
     sc, request_rates, concurrency, auto, slo, slo_iterations, point_duration, warmup,
-    cooldown, max_error_rate, fail_on,
+    cooldown, max_error_rate, fail_on, *, slo_draws=None,
 ):  # fmt: skip
     """The sweep flags as (bench.sweep.SweepPlan, --fail-on thresholds); a bad flag is one
     line naming it. No --slo: the scenario file's SLO, same grammar."""
@@ -172,10 +174,14 @@ def sweep_plan(
     except ValueError as exc:
         raise fail(str(exc)) from None
     plan = SweepPlan(
-        specs=specs, auto=auto, thresholds=thresholds, slo_iterations=slo_iterations,
+        specs=specs, auto=auto, thresholds=thresholds,
         point_duration_s=point_duration, warmup_s=warmup, cooldown_s=cooldown,
         max_error_rate=STOP_ERROR_RATE if max_error_rate is None else max_error_rate,
     )  # fmt: skip
+    if slo_iterations is not None:  # else the library's default
+        plan.slo_iterations = slo_iterations
+    if slo_draws is not None:
+        plan.slo_draws = slo_draws
     return plan, gates
 
 
@@ -286,6 +292,8 @@ def print_sweep_result(result, sc, catalogue, utilisation: float, title: str = "
             console.print(
                 f"  bracket: {between}" + (f"; decided by {cap.deciding}" if cap.deciding else "")
             )
+        if cap.covers():
+            console.print(f"  {cap.covers()}")
         for flag in cap.flags:
             console.print(f"  [yellow]caution:[/] {flag}")
     at_point = cap.point if cap is not None and cap.point is not None else None

@@ -70,12 +70,10 @@ def render_html(report: Report) -> str:
             '<p class="sim">Includes SIMULATED results: from tokenbench\'s roofline-modelled '
             "endpoint, not measured on hardware.</p>"
         )
-    from bench.export.pptx import plan_table
-
     body.append("<h2>The answer</h2>")
     if report.plan is not None:
         body.append(f'<p class="sentence" id="plan-sentence">{escape(report.plan.sentence)}</p>')
-        body.append(table_html(plan_table(report), heading=False))
+        body.append(table_html(report.plan_table, heading=False))
         body.append('<ul class="note">' + "".join(
             f"<li>{escape(a)}</li>" for a in report.plan.assumptions) + "</ul>")  # fmt: skip
     else:

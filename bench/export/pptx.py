@@ -583,42 +583,6 @@ def _money(v: float | None, decimals: int = 0) -> str:
     return "—" if v is None else f"${v:,.{decimals}f}"
 
 
-def plan_table(report: Report) -> Table:
-    """The buying answer per system, as the answer slide lays it out (no new numbers: every
-    cell is a field of report.plan, formatted)."""
-    from bench.export.report import Num
-
-    plan = report.plan
-    headers = ["System", "Capacity at the SLO", "GPUs (95% range)", "Nodes", "Cheapest tier",
-               "$/GPU-hour", "$/month", "$/Mtok output at the demand",
-               "$/Mtok at capacity (busy)"]  # fmt: skip
-    rows: list[list] = []
-    for s in plan.systems if plan else []:
-        lo, hi = s.gpus_range
-        if s.gpus is None:
-            gpus = "cannot be sized"
-        elif s.capacity_kind == "at_least":
-            gpus = f"at most {s.gpus}"
-        elif lo is not None and hi is not None and lo != hi:
-            gpus = f"{s.gpus} ({lo}-{hi})"
-        elif s.capacity_kind == "interpolated" and hi is None:
-            gpus = f"{s.gpus} (open above)"
-        else:
-            gpus = f"{s.gpus}"
-        t = s.cheapest
-        rows.append([
-            s.legend, s.capacity_text, gpus, Num(s.nodes, 0),
-            t.tier if t else "—",
-            Num(t.price_usd_per_gpu_hr if t else None, 2, prefix="$"),
-            Num(t.usd_per_month if t else None, 0, prefix="$"),
-            Num(t.usd_per_mtok if t else None, 3, prefix="$"),
-            Num(t.busy_usd_per_mtok if t else None, 3, prefix="$"),
-        ])  # fmt: skip
-    return Table("plan", "The answer", headers, rows,
-                 empty_text="No plan: no demand was given and the runs' scenario has no mean "
-                 "rate (export with a demand, e.g. --demand-rps).")  # fmt: skip
-
-
 def _answer_slide(prs, report: Report) -> None:
     """The first content slide: which system, how many GPUs, $/month and $/Mtok at the SLO."""
     plan = report.plan
@@ -651,7 +615,7 @@ def _answer_slide(prs, report: Report) -> None:
     if report.sentence and plan is not None:
         _text(slide, MARGIN, top, CONTENT_W, 0.6, report.sentence, max_pt=13, colour=INK)
         top += 0.65
-    table = plan_table(report)
+    table = report.plan_table
     if table.rows:
         table_slides(prs, report, table, title=title, top=top, max_pt=13, one_page_pt=10,
                      first_slide=slide)  # fmt: skip

@@ -22,7 +22,13 @@ from typing import Any, Literal
 
 import yaml
 
-from bench.cost import Catalogue, PriceCatalogueError, load_catalogue, price_per_gpu_hour
+from bench.cost import (
+    Catalogue,
+    PriceCatalogueError,
+    load_catalogue,
+    price_decimals,
+    price_per_gpu_hour,
+)
 from bench.curves import (
     CurvePoint,
     RunComparison,
@@ -172,6 +178,12 @@ class Report:
     tier_note: str | None = None  # which tiers some GPUs lack, when they differ
 
     @property
+    def plan_table(self) -> Table:
+        """The buying answer per system (GPUs, nodes, cheapest tier, $/month): the answer
+        slide, the HTML report, the CSV files and the workbook's values all lay this out."""
+        return _plan_table(self.plan)
+
+    @property
     def any_simulated(self) -> bool:
         return any(c.simulated for c in self.curves)
 
@@ -179,6 +191,7 @@ class Report:
     def tables(self) -> list[Table]:
         """Every table, in the order Excel sheets and CSV files use."""
         return [
+            self.plan_table,
             self.summary,
             self.summary_cost,
             self.cost,
@@ -229,11 +242,15 @@ METHODOLOGY: tuple[tuple[str, str], ...] = (
     ("Interactivity (tok/s per user)", "1000 / median TPOT in ms: the speed one user sees."),
     (
         "Capacity at the SLO",
-        "The highest load meeting every SLO threshold, interpolated between the last load "
-        "point meeting it and the first breaking it, on the metric that breaks first; 'at "
-        "least' when every load met it (a lower bound), 'below' when none did. Its 95% "
-        "interval repeats the interpolation through the ends of each percentile's interval. "
-        "Without an SLO, the peak-throughput point.",
+        "The highest load meeting every SLO threshold: where a monotone fit of each SLO "
+        "metric against load (over every measurement: grid, search, fresh prompt draws, "
+        "longer points) crosses its limit, interpolated between the two loads around it, on "
+        "the metric that crosses first; never below a load that passed every time with "
+        "nothing failing beneath it; 'at least' when every load met it (a lower bound), "
+        "'below' when none did. Its range is the hull of named parts, each shown with its "
+        "span: the bracket between the two loads, the percentiles' 95% intervals, fresh "
+        "draws and points twice as long at those loads, and for simulated runs the "
+        "simulator's held-out error. Without an SLO, the peak-throughput point.",
     ),
     (
         "95% interval of a percentile",
@@ -319,8 +336,10 @@ def _summary_table(comparisons, slo, utilisation) -> Table:
     row("Capacity", lambda c: c.at_slo.text() if c.at_slo else "—")
     row("Load point at capacity", _capacity_label)
     row("Output tok/s per GPU", at_cap(lambda c, p: p.output_tps_per_gpu, 0))
-    row("Capacity 95% low (tok/s per GPU)", lambda c: Num(c.at_slo.low if c.at_slo else None, 0))
-    row("Capacity 95% high (tok/s per GPU)", lambda c: Num(c.at_slo.high if c.at_slo else None, 0))
+    row("Capacity range low (tok/s per GPU)", lambda c: Num(c.at_slo.low if c.at_slo else None, 0))
+    row(
+        "Capacity range high (tok/s per GPU)", lambda c: Num(c.at_slo.high if c.at_slo else None, 0)
+    )
     row(
         "Last load meeting the SLO",
         lambda c: c.at_slo.last_pass.title if c.at_slo and c.at_slo.last_pass else "—",
@@ -385,7 +404,7 @@ def _cost_table(comparisons, utilisation) -> Table:
                     r.tier,
                     r.kind,
                     r.provider,
-                    Num(r.price_usd_per_gpu_hr, 2, prefix="$"),
+                    Num(r.price_usd_per_gpu_hr, price_decimals(r.price_usd_per_gpu_hr), prefix="$"),
                     Num(r.output_usd_per_mtok, 3, prefix="$"),
                     Num(r.total_usd_per_mtok, 3, prefix="$"),
                     Num(r.output_usd_per_mtok_at_utilisation, 3, prefix="$"),
@@ -578,7 +597,7 @@ def _prices_table(curves, catalogue: Catalogue) -> Table:
                     tier.name,
                     tier.kind,
                     tier.provider,
-                    Num(price, 2, prefix="$"),
+                    Num(price, price_decimals(price), prefix="$"),
                     tier.source,
                     tier.date,
                 ]
@@ -822,13 +841,14 @@ def _interactivity_chart(curves) -> Chart:
     )
 
 
-def _cost_interactivity_chart(curves, catalogue, utilisation) -> Chart:
+def _cost_interactivity_chart(curves, catalogue, utilisation, tier: str | None = None) -> Chart:
     """$/Mtok against interactivity along each run's front, on the tier the dashboard's view
     opens on (bench.frontier.cost_view_tier: the cheapest on-demand tier all GPUs have)."""
     from bench.cost import cost_at_utilisation, dollars_per_mtok
     from bench.frontier import cost_view_tier, pareto_front
 
-    tier = cost_view_tier(curves, catalogue)
+    if tier is None or not _tier_everywhere(curves, catalogue, tier):
+        tier = cost_view_tier(curves, catalogue)
     series = []
     for i, curve in enumerate(curves):
         if tier is None or not curve.gpu_type:
@@ -871,6 +891,18 @@ def _cost_interactivity_chart(curves, catalogue, utilisation) -> Chart:
     )
 
 
+def _tier_everywhere(curves, catalogue, tier: str) -> bool:
+    """Whether every run's GPU has a price on `tier` (else the default view's tier)."""
+    try:
+        return all(
+            c.gpu_type
+            and tier in [t.name for t in catalogue.tiers(catalogue.resolve_gpu(c.gpu_type))]
+            for c in curves
+        )
+    except PriceCatalogueError:
+        return False
+
+
 def _cost_chart(comparisons, utilisation) -> Chart:
     tiers = _tiers(comparisons)
     series = []
@@ -904,6 +936,43 @@ def _cost_chart(comparisons, utilisation) -> Chart:
             + "."
         ),
     )
+
+
+def _plan_table(plan: Plan | None) -> Table:
+    """The buying answer per system, as the answer slide lays it out (no new numbers: every
+    cell is a field of report.plan, formatted)."""
+    headers = ["System", "Capacity at the SLO", "GPUs (range)", "Nodes", "Cheapest tier",
+               "$/GPU-hour", "$/month", "$/Mtok output at the demand",
+               "$/Mtok at capacity (busy)"]  # fmt: skip
+    rows: list[list] = []
+    for s in plan.systems if plan else []:
+        lo, hi = s.gpus_range
+        if s.gpus is None:
+            gpus = "cannot be sized"
+        elif s.capacity_kind == "at_least":
+            gpus = f"at most {s.gpus}"
+        elif lo is not None and hi is not None and lo != hi:
+            gpus = f"{s.gpus} ({lo}-{hi})"
+        elif s.capacity_kind == "interpolated" and hi is None:
+            gpus = f"{s.gpus} (open above)"
+        else:
+            gpus = f"{s.gpus}"
+        t = s.cheapest
+        rows.append([
+            s.legend, s.capacity_text, gpus, Num(s.nodes, 0),
+            t.tier if t else "—",
+            Num(
+                t.price_usd_per_gpu_hr if t else None,
+                price_decimals(t.price_usd_per_gpu_hr if t else None),
+                prefix="$",
+            ),
+            Num(t.usd_per_month if t else None, 0, prefix="$"),
+            Num(t.usd_per_mtok if t else None, 3, prefix="$"),
+            Num(t.busy_usd_per_mtok if t else None, 3, prefix="$"),
+        ])  # fmt: skip
+    return Table("plan", "The answer", headers, rows,
+                 empty_text="No plan: no demand was given and the runs' scenario has no mean "
+                 "rate (export with a demand, e.g. --demand-rps).")  # fmt: skip
 
 
 def _tier_note(curves, catalogue) -> str | None:
@@ -1009,6 +1078,8 @@ def _caveats(comparisons: Sequence[RunComparison]) -> list[str]:
             out.append(f"{who}: every load tested met the SLO, so its capacity is a lower bound.")
         elif cap.kind == "below":
             out.append(f"{who}: no load tested met the SLO; its capacity is below the lowest.")
+        if cap.covers():  # what the capacity's range includes, each part with its span
+            out.append(f"{who}: {cap.covers()}.")
         out += [f"{who}: {flag}." for flag in cap.flags]
     if any(c.curve.simulated for c in comparisons):
         out.append(
@@ -1028,6 +1099,7 @@ def build_report(
     title: str | None = None,
     demand: Demand | None = None,
     gpus_per_node: int = 8,
+    tier: str | None = None,
 ) -> Report:
     """Read the runs and compute everything any export shows.
 
@@ -1108,7 +1180,7 @@ def build_report(
         ),
         charts=[
             _interactivity_chart(curves),
-            _cost_interactivity_chart(curves, catalogue, utilisation),
+            _cost_interactivity_chart(curves, catalogue, utilisation, tier),
             _latency_chart(curves, "ttft", thresholds, comparisons),
             _latency_chart(curves, "tpot", thresholds, comparisons),
             _cost_chart(comparisons, utilisation),

@@ -38,7 +38,7 @@ USD3 = '"$"#,##0.000'
 USD0 = '"$"#,##0'
 
 # Sheets the formula sheets replace, and assumption rows that live on `inputs` instead.
-REPLACED = {"summary_cost", "cost", "prices", "energy"}
+REPLACED = {"plan", "summary_cost", "cost", "prices", "energy"}
 ON_INPUTS = {"Fleet utilisation", "Electricity price", "Facility PUE"}
 
 
@@ -156,6 +156,7 @@ def _inputs(wb: Workbook, report: Report) -> dict[tuple[str, str], str]:
             xlsx_text(ws.cell(r, j, cell_value(v)))
         prices[(gpu, tier)] = f"inputs!$C${r}"
         r += 1
+    _price_formulas(ws, report, prices)
     if report.tier_note:
         xlsx_text(ws.cell(r, 1, report.tier_note)).font = Font(italic=True)
         r += 1
@@ -164,6 +165,47 @@ def _inputs(wb: Workbook, report: Report) -> dict[tuple[str, str], str]:
     _widths(ws, [34, 26, 14, 14, 12, 90, 10])
     ws.freeze_panes = "A4"
     return prices
+
+
+def _price_formulas(ws, report: Report, prices: dict[tuple[str, str], str]) -> None:
+    """Prices that are not quoted become formulas over the inputs, so the workbook is the
+    model: a derived tier is its factor x its base tier's cell (change the base, it
+    follows); an owned tier is its TCO, capex / (life x 8760 h) + power x FacilityPUE / 1000
+    x UsdPerKwh + hosting + operations (change electricity or PUE, the price follows)."""
+    from bench.cost import HOURS_PER_YEAR, PriceCatalogueError, tco_breakdown
+
+    cat = report.catalogue
+    for (gpu, name), ref in prices.items():
+        try:
+            tier = cat.tier(gpu, name)
+        except PriceCatalogueError:
+            continue
+        cell = ws[ref.split("!")[1].replace("$", "")]
+        if tier.derived is not None and (gpu, tier.derived.from_tier) in prices:
+            cell.value = f"={tier.derived.factor!r}*{prices[(gpu, tier.derived.from_tier)]}"
+            cell.font = Font(color="000000")  # a formula, not a typed input
+        elif tier.tco is not None:
+            try:
+                t = tco_breakdown(tier)
+            except PriceCatalogueError:
+                continue
+            inputs = cat.tco_defaults
+            pue = "FacilityPUE" if _same(t.pue, inputs, "pue") else repr(t.pue)
+            kwh = (
+                "UsdPerKwh" if _same(t.usd_per_kwh, inputs, "usd_per_kwh") else repr(t.usd_per_kwh)
+            )
+            cell.value = (
+                f"={t.capex_usd_per_gpu!r}/({t.life_years!r}*{HOURS_PER_YEAR:g})"
+                f"+{t.power_w!r}*{pue}/1000*{kwh}"
+                f"+{t.hosting_usd_per_gpu_hr!r}+{t.operations_usd_per_gpu_hr!r}"
+            )
+            cell.font = Font(color="000000")
+
+
+def _same(value: float, defaults, field: str) -> bool:
+    """Whether a tier uses the catalogue's default for `field` (the inputs sheet's cell)."""
+    d = getattr(defaults, field, None) if defaults is not None else None
+    return d is not None and d.value == value
 
 
 # ---------------------------------------------------------------- measured at capacity

@@ -295,6 +295,12 @@ class Scenario(_Strict):
         blocks = None
         fmt = DATASETS.get(w.dataset).trace_format
         if fmt is not None:
+            if self.load.shape != "trace":  # a sweep's rate point replaced the trace
+                raise ScenarioError(
+                    f"workload.dataset {w.dataset!r} replays its own timestamps, so it cannot "
+                    f"run as load.shape {self.load.shape!r} (a sweep over rates); run it with "
+                    "`tokenbench run --request-rate R` once per rate"
+                )
             path = _resolve(w.dataset_path or "", base_dir)
             try:
                 rows = TRACE_FORMATS.get(fmt).rows(path)[: self.load.num_prompts]

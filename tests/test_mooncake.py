@@ -195,3 +195,14 @@ def test_cli_run_reports_intended_beside_measured(fake_server, tmp_path):
     intended = summary["prompt_cache"]["intended"]
     assert (intended["cached_tokens"], intended["prompt_tokens"]) == (8192, 11157)
     assert "trace reuses (intended" in proc.stdout
+
+
+def test_a_sweep_rate_point_says_to_run_once_per_rate(tmp_path):
+    from bench.sweep import PointSpec, scenario_at
+
+    text = json.dumps(
+        {"workload": {"dataset": "mooncake", "dataset_path": str(write(tmp_path, ROWS))}}
+    )
+    point = scenario_at(parse_scenario(text, source="t.yaml"), PointSpec("rate", 2.0))
+    with pytest.raises(ScenarioError, match="--request-rate R` once per rate"):
+        point.workload_plan()

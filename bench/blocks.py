@@ -92,28 +92,35 @@ class BlockPrompts:
         return "".join(" " + w for w in words)
 
     def intended_reuse(self, count: int | None = None) -> dict:
-        """The hit rate the first `count` requests imply, with a cache that keeps every
-        block: prompt tokens (and blocks) whose hash id an earlier block had."""
-        seen: set[int] = set()
-        hit_tokens = total_tokens = hit_blocks = blocks = 0
-        for ids, n in zip(self.hash_ids[:count], self.input_lens[:count], strict=True):
-            for k, h in enumerate(ids):
-                size = min(self.block_size, n - k * self.block_size)
-                blocks += 1
-                total_tokens += size
-                if h in seen:
-                    hit_blocks += 1
-                    hit_tokens += size
-                seen.add(h)
-        return {
-            "cache": "infinite",
-            "block_size": self.block_size,
-            "blocks": blocks,
-            "blocks_seen_before": hit_blocks,
-            "cached_tokens": hit_tokens,
-            "prompt_tokens": total_tokens,
-            "share": hit_tokens / total_tokens if total_tokens else None,
-        }
+        """The hit rate the first `count` requests imply (bench.blocks.intended_reuse)."""
+        return intended_reuse(self.hash_ids[:count], self.input_lens[:count], self.block_size)
+
+
+def intended_reuse(
+    hash_ids: Sequence[Sequence[int]], input_lens: Sequence[int], block_size: int
+) -> dict:
+    """The hit rate requests in this order imply, with a cache that keeps every block:
+    prompt tokens (and blocks) whose hash id an earlier block had."""
+    seen: set[int] = set()
+    hit_tokens = total_tokens = hit_blocks = blocks = 0
+    for ids, n in zip(hash_ids, input_lens, strict=True):
+        for k, h in enumerate(ids):
+            size = min(block_size, n - k * block_size)
+            blocks += 1
+            total_tokens += size
+            if h in seen:
+                hit_blocks += 1
+                hit_tokens += size
+            seen.add(h)
+    return {
+        "cache": "infinite",
+        "block_size": block_size,
+        "blocks": blocks,
+        "blocks_seen_before": hit_blocks,
+        "cached_tokens": hit_tokens,
+        "prompt_tokens": total_tokens,
+        "share": hit_tokens / total_tokens if total_tokens else None,
+    }
 
 
 def _fillers(words: list[str], costs: list[int]) -> list[list[str]]:

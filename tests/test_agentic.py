@@ -13,7 +13,7 @@ import pytest
 
 from bench.agentic import SOURCES, SessionStats, describe, generate, write_trace
 from bench.blocks import BlockPrompts
-from bench.traces.mooncake import mooncake_rows
+from bench.traces import TRACE_FORMATS
 from bench.workload import _WORDS
 
 
@@ -25,7 +25,9 @@ def test_the_trace_is_valid_mooncake_and_reproducible(tmp_path):
     rows = generate(SessionStats(block_size=64, first_input_median=300), 40, seed=5)
     path = tmp_path / "t.jsonl"
     write_trace(rows, path)
-    read = mooncake_rows(path)  # every line checked: lengths, ids, timestamps in order
+    read = TRACE_FORMATS.get("mooncake").rows(
+        path
+    )  # every line checked: lengths, ids, timestamps in order
     assert len(read) == len(rows) > 40
     BlockPrompts(read, block_size=64, seed=0, vocabulary=_WORDS, path=path)  # ids fit
     assert generate(SessionStats(block_size=64, first_input_median=300), 40, seed=5) == rows

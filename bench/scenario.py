@@ -298,8 +298,8 @@ class Scenario(_Strict):
             if self.load.shape != "trace":  # a sweep's rate point replaced the trace
                 raise ScenarioError(
                     f"workload.dataset {w.dataset!r} replays its own timestamps, so it cannot "
-                    f"run as load.shape {self.load.shape!r} (a sweep over rates); run it with "
-                    "`tokenbench run --request-rate R` once per rate"
+                    f"run as load.shape {self.load.shape!r} (a sweep over concurrency); sweep "
+                    "it over --request-rates instead"
                 )
             path = _resolve(w.dataset_path or "", base_dir)
             try:

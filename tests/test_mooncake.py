@@ -197,12 +197,23 @@ def test_cli_run_reports_intended_beside_measured(fake_server, tmp_path):
     assert "trace reuses (intended" in proc.stdout
 
 
-def test_a_sweep_rate_point_says_to_run_once_per_rate(tmp_path):
+def test_a_sweep_keeps_the_trace_at_each_rate_and_refuses_concurrency(tmp_path):
     from bench.sweep import PointSpec, scenario_at
 
     text = json.dumps(
-        {"workload": {"dataset": "mooncake", "dataset_path": str(write(tmp_path, ROWS))}}
+        {
+            "target": {"base_url": "http://127.0.0.1:9"},
+            "workload": {
+                "dataset": "mooncake",
+                "dataset_path": str(write(tmp_path, ROWS)),
+                "block_size": 16,
+            },
+        }
     )
-    point = scenario_at(parse_scenario(text, source="t.yaml"), PointSpec("rate", 2.0))
-    with pytest.raises(ScenarioError, match="--request-rate R` once per rate"):
+    sc = parse_scenario(text, source="t.yaml")
+    plan = plan_from_scenario(scenario_at(sc, PointSpec("rate", 0.75)))
+    assert plan.offsets_s[-1] == pytest.approx(4.0)  # 3 gaps at 0.75 req/s: the trace's own
+    assert [s.input_len for s in plan.specs] == [40, 48, 20, 16]
+    point = scenario_at(sc, PointSpec("concurrency", 2))
+    with pytest.raises(ScenarioError, match="sweep it over --request-rates"):
         point.workload_plan()

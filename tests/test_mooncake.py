@@ -217,3 +217,30 @@ def test_a_sweep_keeps_the_trace_at_each_rate_and_refuses_concurrency(tmp_path):
     point = scenario_at(sc, PointSpec("concurrency", 2))
     with pytest.raises(ScenarioError, match="sweep it over --request-rates"):
         point.workload_plan()
+
+
+@pytest.mark.parametrize("style", ["metaspace-first", "metaspace-always", "bytelevel-prefix"])
+def test_exact_with_sentencepiece_style_tokenizers_too(tmp_path, style):
+    """Llama-2/Mistral tokenizers mark word starts with a metaspace; others add a prefix
+    space: each block is still exact and equal ids still equal tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from bench.workload import _WORDS
+
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    if style.startswith("metaspace"):
+        scheme = style.split("-")[1]
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme=scheme)
+        tok.decoder = decoders.Metaspace(prepend_scheme=scheme)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+        tok.decoder = decoders.ByteLevel()
+    corpus = [" ".join(_WORDS[i : i + 12]) for i in range(0, len(_WORDS), 3)]
+    tok.train_from_iterator(corpus * 4, trainers.BpeTrainer(vocab_size=400))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    plan = plan_for(write(tmp_path, ROWS), tmp_path)
+    enc = PromptTokenizer(tmp_path)._tok
+    ids = [enc.encode(plan.workload.render(s)[0], add_special_tokens=False).ids
+           for s in plan.specs]  # fmt: skip
+    assert [len(i) for i in ids] == [40, 48, 20, 16]
+    assert ids[0][:32] == ids[1][:32]

@@ -255,6 +255,16 @@ def load_trace(
     return Trace(times, lens(icol), lens(ocol))
 
 
+def scaled_to_rate(offsets_s: np.ndarray, rate: float) -> np.ndarray:
+    """A trace's offsets stretched or squeezed so its mean rate, (n - 1) / span, is `rate`
+    req/s; the order and the relative gaps stay. inf (or a trace of one instant) sends all
+    at once."""
+    span = float(offsets_s[-1] - offsets_s[0]) if len(offsets_s) else 0.0
+    if not math.isfinite(rate) or span <= 0 or len(offsets_s) < 2:
+        return np.zeros_like(offsets_s)
+    return (offsets_s - offsets_s[0]) * ((len(offsets_s) - 1) / span / rate)
+
+
 def _pick(columns: dict[str, str], names: Sequence[str]) -> str | None:
     for name in names:
         if name in columns:

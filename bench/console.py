@@ -86,6 +86,11 @@ def summary_tables(
             "Wait for a concurrency slot p50 / p99 / max (ms)",
             f"{_fmt(wait['p50'])} / {_fmt(wait['p99'])} / {_fmt(wait['max'])}",
         )
+    intended = summary.prompt_cache.get("intended")
+    if intended and intended.get("share") is not None:
+        head.add_row(
+            "Prompt tokens the trace reuses (intended, infinite cache)", f"{intended['share']:.1%}"
+        )
     usage = summary.prompt_cache.get("usage")
     if usage and usage.get("share") is not None:
         head.add_row("Prompt tokens served from cache (usage)", f"{usage['share']:.1%}")

@@ -27,13 +27,14 @@ from pydantic import (
 from bench import arrivals
 from bench.backends.openai import COMPLETIONS, ENDPOINTS
 from bench.backends.urls import normalize_base_url
+from bench.blocks import DEFAULT_BLOCK_SIZE, BlockPrompts
 from bench.datasets import DATASETS
 from bench.lengths import LENGTHS
 from bench.metrics import DEFAULT_PERCENTILES, LATENCY_METRICS, parse_goodput, parse_slo
 from bench.shapes import SHAPES
 from bench.tokenizer import TokenizerError, load_tokenizer
 from bench.traces import TRACE_FORMATS
-from bench.workload import LengthDist, Workload
+from bench.workload import _WORDS, LengthDist, Workload
 
 
 class ScenarioError(ValueError):
@@ -85,6 +86,9 @@ class TraceSpec(_Strict):
     format: TRACE_FORMATS.name_type() | None = None  # bench.traces; None: by the suffix
     time_scale: float = Field(default=1.0, gt=0)
     use_lengths: bool = True
+    # Replay at this mean rate (req/s) instead: the timestamps scaled to it (--request-rate
+    # with a trace dataset); inf sends every request at once.
+    request_rate: float | None = Field(default=None, gt=0)
 
 
 # Load shapes as scenario files, the CLI and the API name them: the kinds of
@@ -151,6 +155,8 @@ class WorkloadSpec(_Strict):
     # A local Hugging Face tokenizer (a folder with tokenizer.json, or the file): prompts of
     # exactly input.mean tokens, and output tokens counted when a server sends no usage.
     tokenizer: str | None = None
+    # Tokens per hash id of a block-hashed trace (workload.dataset mooncake).
+    block_size: int = Field(default=DEFAULT_BLOCK_SIZE, gt=0)
 
 
 class GPUInfo(_Strict):
@@ -178,6 +184,30 @@ class Scenario(_Strict):
     gpu: GPUInfo = Field(default_factory=GPUInfo)
     label: str | None = None
     _drawn_seed: int | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _dataset_trace(self) -> Scenario:
+        """A dataset that is a timed trace (mooncake) is also the load: its timestamps are
+        replayed (scaled to load.request_rate when one is given)."""
+        fmt = DATASETS.get(self.workload.dataset).trace_format
+        if fmt is None:
+            return self
+        name, path, load = self.workload.dataset, self.workload.dataset_path, self.load
+        if not path:
+            raise ValueError(f"workload.dataset {name!r} needs workload.dataset_path")
+        if self.workload.prompt_format != "text":
+            raise ValueError(f"workload.dataset {name!r} sends text prompts (prompt_format)")
+        if load.shape == "trace":
+            return self
+        if load.shape != "poisson":
+            raise ValueError(
+                f"workload.dataset {name!r} replays its own timestamps; load.shape "
+                f"{load.shape!r} cannot go with it (give a rate to scale them instead)"
+            )
+        rate = load.request_rate if "request_rate" in load.model_fields_set else None
+        load.shape = "trace"
+        load.trace = TraceSpec(path=path, format=fmt, request_rate=rate)
+        return self
 
     @field_validator("goodput")
     @classmethod
@@ -238,12 +268,15 @@ class Scenario(_Strict):
     def trace(self, base_dir: Path | None = None) -> arrivals.Trace:
         spec = self.load.trace
         path = _resolve(spec.path, base_dir)
-        return arrivals.load_trace(
+        trace = arrivals.load_trace(
             path,
             time_scale=spec.time_scale,
             max_requests=self.load.num_prompts,
             format=spec.format,
         )
+        if spec.request_rate is not None:
+            trace.offsets_s = arrivals.scaled_to_rate(trace.offsets_s, spec.request_rate)
+        return trace
 
     def workload_plan(self, base_dir: Path | None = None, load_point: int = 0) -> Workload:
         w = self.workload
@@ -259,7 +292,30 @@ class Scenario(_Strict):
                 tokenizer = load_tokenizer(_resolve(w.tokenizer, base_dir))
             except TokenizerError as exc:
                 raise ScenarioError(str(exc)) from None
+        blocks = None
+        fmt = DATASETS.get(w.dataset).trace_format
+        if fmt is not None:
+            if self.load.shape != "trace":  # a sweep's rate point replaced the trace
+                raise ScenarioError(
+                    f"workload.dataset {w.dataset!r} replays its own timestamps, so it cannot "
+                    f"run as load.shape {self.load.shape!r} (a sweep over concurrency); sweep "
+                    "it over --request-rates instead"
+                )
+            path = _resolve(w.dataset_path or "", base_dir)
+            try:
+                rows = TRACE_FORMATS.get(fmt).rows(path)[: self.load.num_prompts]
+                blocks = BlockPrompts(
+                    rows,
+                    block_size=w.block_size,
+                    seed=self.point_seed(load_point),
+                    vocabulary=_WORDS,
+                    tokenizer=tokenizer,
+                    path=path,
+                )
+            except ValueError as exc:
+                raise ScenarioError(str(exc)) from None
         return Workload(
+            blocks=blocks,
             tokenizer=tokenizer,
             seed=self.point_seed(load_point),
             input=w.input.to_dist(),

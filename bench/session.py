@@ -126,6 +126,9 @@ def annotate(
     prompt-cache counters, a fixed seed, approximate prompt lengths."""
     if server_cache is not None:
         summary.prompt_cache["server"] = server_cache
+    blocks = getattr(plan.workload, "blocks", None)
+    if blocks is not None:  # a block-hashed trace: the reuse it implies, beside the above
+        summary.prompt_cache["intended"] = blocks.intended_reuse(len(plan.specs))
     if scenario.seed_fixed:
         summary.notes.append(
             f"--seed {scenario.seed} is fixed: this run sends the same prompts as every run "

@@ -107,7 +107,9 @@ def scenario_at(scenario, spec: PointSpec, *, point_duration_s: float | None = N
     rate = spec.value
     base = mean_rate(sc)
     shape = SHAPES.get(load.shape)
-    if shape.rate_shape or shape.scale is None or base is None or math.isinf(rate):
+    if shape.at_rate is not None:  # a trace: its own pattern and lengths, at this mean rate
+        shape.at_rate(load, rate)
+    elif shape.rate_shape or shape.scale is None or base is None or math.isinf(rate):
         if not shape.rate_shape:
             load.shape = "poisson"
         load.request_rate = rate

@@ -420,7 +420,7 @@ class Ranking:
         ends = [x for x in (ratio.low, ratio.high) if x is not None]
         flips = ratio.flips or (len(ends) == 2 and min(ends) <= 1.0 <= max(ends))
         close = (
-            "; the two are within the measurements' 95% intervals, so the order could flip"
+            "; the two are within each other's ranges, so the order could flip"
             if flips
             else ""
         )

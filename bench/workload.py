@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.blocks import BlockPrompts
 from bench.lengths import LENGTHS
 from bench.tokenizer import PromptTokenizer, words_for
 
@@ -87,6 +88,8 @@ class Workload:
     prompt_format: str = "text"  # or "token_ids" (completions only)
     dataset: list[tuple[str | list[dict], int | None]] | None = None  # (prompt, output_len)
     tokenizer: PromptTokenizer | None = None  # exact lengths; None: words ~ one token each
+    # A block-hashed trace's prompts (bench.blocks): request i is line i's blocks.
+    blocks: BlockPrompts | None = None
 
     @property
     def tokenizer_path(self) -> str | None:
@@ -136,6 +139,9 @@ class Workload:
         if spec.text is not None:
             messages = spec.messages or [{"role": "user", "content": spec.text}]
             return spec.text, messages
+        if self.blocks is not None:
+            text = self.blocks.prompt(spec.index, spec.input_len)
+            return text, [{"role": "user", "content": text}]
         rng = np.random.default_rng([self.seed, 2, spec.index])
         history: list[dict] = []
         for turn in range(spec.turn):

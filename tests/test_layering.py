@@ -29,7 +29,8 @@ LAYERS: dict[str, list[str]] = {
              "bench.workload", "bench.tokenizer", "bench.backends", "bench.extras",
              "bench.vllm_compat", "bench.vllm_result", "bench.data", "bench.hardware",
              "bench.sim.profiles", "bench.registry", "bench.datasets", "bench.lengths",
-             "bench.shapes", "bench.traces", "bench.formulas"],
+             "bench.shapes", "bench.traces", "bench.formulas", "bench.blocks",
+             "bench.agentic"],
     # where runs are kept and what they cost
     "storage": ["bench.store", "bench.telemetry", "bench.cost"],
     # stored runs read back: curves, plans, reports, figures

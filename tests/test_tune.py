@@ -382,7 +382,7 @@ def test_the_verdict_names_the_winner_and_its_margin():
         _capacity("interpolated", 900, 880, 920), _capacity("interpolated", 600, 590, 610)
     )
     assert clear.startswith("Best: parallel=1: 900 output tok/s per GPU")
-    assert "1.50x (95% range 1.44x-1.56x) the runner-up (parallel=2)" in clear
+    assert "1.50x (range 1.44x-1.56x) the runner-up (parallel=2)" in clear
     assert "could flip" not in clear
     close = verdict(
         _capacity("interpolated", 620, 560, 680), _capacity("interpolated", 600, 550, 650)

@@ -28,6 +28,7 @@ from bench.cli import (
     sim,
     store,
     sweep,
+    synth,
     tune,
 )
 from bench.vllm_compat import VllmCommand
@@ -96,6 +97,9 @@ sim_app.command("gpus", short_help="GPU profiles and efficiency sources.")(sim.g
 sim_app.command("models", short_help="Model profiles: weights and KV sizes.")(sim.models)
 app.add_typer(sim_app, name="sim", help="The simulated GPU endpoint (no GPU needed).")
 
+app.command("synth-trace", short_help="A synthetic multi-turn trace in Mooncake's format.")(
+    synth.synth_trace_command
+)
 app.command("demo", short_help="B200 beside H100, simulated (about 40 s).")(demo.demo_command)
 app.command("export", help=f"Export runs as {export.EXPORT_FORMATS.help()}.")(export.export_command)
 app.command(

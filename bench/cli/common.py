@@ -64,6 +64,7 @@ def flag_overrides(
     random_range_ratio=None,
     dataset_name=None,
     dataset_path=None,
+    block_size=None,
     tokenizer=None,
     percentile_metrics=None,
     metric_percentiles=None,
@@ -132,6 +133,7 @@ def flag_overrides(
             put(f"workload.{side}.range_ratio", random_range_ratio)
     put("workload.dataset", dataset_name)
     put("workload.dataset_path", dataset_path)
+    put("workload.block_size", block_size)
     put("workload.tokenizer", tokenizer)
     if percentile_metrics is not None:
         put("percentile_metrics", [m.strip() for m in percentile_metrics.split(",") if m.strip()])

@@ -77,7 +77,18 @@ DatasetNameOpt = Annotated[
 ]
 DatasetPathOpt = Annotated[
     str | None,
-    typer.Option("--dataset-path", help="ShareGPT JSON or JSONL prompts file (--dataset-name)"),
+    typer.Option(
+        "--dataset-path",
+        help="ShareGPT JSON, JSONL prompts or Mooncake trace file (--dataset-name)",
+    ),
+]
+BlockSizeOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--block-size",
+        min=1,
+        help="Tokens per hash id of a block-hashed trace (--dataset-name mooncake; default 512)",
+    ),
 ]
 PercentileMetricsOpt = Annotated[
     str | None,

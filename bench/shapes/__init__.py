@@ -36,6 +36,9 @@ class LoadShape:
     scale: Callable[[Any, float], None] | None = None
     # One rate that a sweep sets directly (load.request_rate), as `vllm bench serve` does.
     rate_shape: bool = False
+    # Set the shape to a mean rate where its own mean is not known without reading a file
+    # (a replayed trace scales its timestamps); a sweep's rate point calls it.
+    at_rate: Callable[[Any, float], None] | None = None
     # (input lengths, output lengths) per session, read from the shape's source (a trace);
     # None where the shape has none. Called as (scenario, base_dir).
     session_lengths: Callable[[Any, Path | None], tuple | None] | None = None

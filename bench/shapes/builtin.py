@@ -129,6 +129,10 @@ SHAPES.register(
 )
 
 
+def _trace_at_rate(load, rate: float) -> None:
+    load.trace.request_rate = rate
+
+
 def _trace_lengths(scenario, base_dir):
     if not scenario.load.trace.use_lengths:
         return None
@@ -143,6 +147,7 @@ SHAPES.register(
         lambda scenario, rng, base_dir: scenario.trace(base_dir).offsets_s,
         needs=("trace",),
         session_lengths=_trace_lengths,
+        at_rate=_trace_at_rate,
     ),
 )
 SHAPES.register(

@@ -571,6 +571,9 @@ def fit(points: list[Point]) -> tuple[list[dict], list[Group]]:
     A point depends on the global parameters and on its own group's only, so the Jacobian is
     sparse and every group's columns are estimated in the same evaluations.
     """
+    from bench.extras import require
+
+    require("scipy", "Fitting the simulator")  # one line naming the extra, not a traceback
     from scipy.optimize import least_squares
 
     groups = sorted({p.group for p in points})

@@ -324,8 +324,13 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def parse_scenario(
-    text: str, *, source: str = "<scenario>", overrides: dict | None = None
+    text: str,
+    *,
+    source: str = "<scenario>",
+    overrides: dict | None = None,
+    defaults: dict | None = None,
 ) -> Scenario:
+    """YAML text -> Scenario: `defaults` < the text's values < `overrides` (partial trees)."""
     try:
         aliases = sum(isinstance(e, yaml.AliasEvent) for e in yaml.parse(text))
         if aliases > MAX_YAML_ALIASES:
@@ -349,6 +354,8 @@ def parse_scenario(
         raise ScenarioError(
             f"{source}: a scenario must be a mapping of fields, got {type(data).__name__}"
         )
+    if defaults:
+        data = deep_merge(defaults, data)
     if overrides:
         data = deep_merge(data, overrides)
     try:

@@ -443,31 +443,52 @@ class _Conversation:
 
 
 class _User:
-    """A closed-loop user: takes the next session from the shared queue when one ends."""
+    """A closed-loop user: takes the next session from the shared queue when one ends.
 
-    __slots__ = ("engine", "upcoming", "deadline", "after_cb")
+    Its next request is due when the last response arrived (the kernel's stamp of its last
+    bytes) plus the think time, not when the event loop got round to it: a client too busy
+    to send on time shows as send lag, which the self-check judges (issue 23)."""
+
+    __slots__ = ("engine", "upcoming", "deadline", "after_cb", "due_ns")
 
     def __init__(self, engine: _Engine, upcoming: _Upcoming, deadline: int | None) -> None:
         self.engine, self.upcoming, self.deadline = engine, upcoming, deadline
         self.after_cb = self.after  # bound once, not once per request
+        self.due_ns: int | None = None
 
     def next(self) -> None:
         engine = self.engine
-        if engine.stop.is_set() or (self.deadline and perf_counter_ns() >= self.deadline):
+        now = perf_counter_ns()
+        if engine.stop.is_set() or (self.deadline and now >= self.deadline):
             engine.end_flow()
             return
         turns = self.upcoming.take()
         if turns is None:
             engine.end_flow()
             return
-        engine.begin_session(turns, perf_counter_ns(), self.after_cb)
+        due, self.due_ns = (now if self.due_ns is None else min(self.due_ns, now)), None
+        engine.begin_session(turns, due, self.after_cb)
 
-    def after(self, _cap: Capture | None) -> None:
+    def after(self, cap: Capture | None) -> None:
         think = self.engine.plan.think_time_s
+        if cap is not None:
+            self.due_ns = _arrived_ns(cap) + int(think * 1e9)
         if think and not self.engine.stop.is_set():
             self.engine.later(think, self.next)
         else:
             self.next()
+
+
+def _arrived_ns(cap: Capture) -> int:
+    """When a response's last bytes arrived on the perf_counter_ns clock: the kernel's stamp
+    of the last read where there is one (bench.backends.capture.arrival_times), else when
+    it was read."""
+    now = perf_counter_ns()
+    read = cap.end_ns or now
+    if len(cap.reads) < 4 or cap.reads[-2] == 0:
+        return read
+    arrived = cap.reads[-2] * 1_000_000_000 + cap.reads[-1] - (time.time_ns() - now)
+    return max(cap.sent_ns, min(arrived, read))
 
 
 class _Upcoming:

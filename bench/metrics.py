@@ -40,6 +40,10 @@ FLAT_METRICS: tuple[str, ...] = (
 )
 # Send lag (actual send - intended send, minus any wait for a --max-concurrency slot) below
 # this is scheduler jitter on any busy host and never a verdict by itself.
+# `run` and `sweep` exit 1 when more than this share of their requests failed and no
+# --fail-on was given (--fail-on sets the gates instead): a server that went away mid-run
+# must not pass for a result (README "A tour").
+DEFAULT_MAX_FAILED_SHARE = 0.05
 CLIENT_LIMIT_SEND_LAG_MS = 5.0
 # Above the floor, lag is judged by what it does to the figures: the schedule's spacing
 # (lag p99 over this share of the median gap between scheduled sends means the offered

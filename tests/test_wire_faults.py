@@ -166,11 +166,32 @@ def test_bad_responses_are_stored_and_do_not_fail_the_run(server_factory, tmp_pa
     db = f"sqlite:///{tmp_path / 'tb.db'}"
     out = tmp_path / "s.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "run", "--base-url", server.url, "--concurrency", "2",
-         "--num-prompts", "20", "--random-input-len", "8", "--random-output-len", "4",
-         "--db", db, "--summary-json", str(out)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "run",
+            "--base-url",
+            server.url,
+            "--concurrency",
+            "2",
+            "--num-prompts",
+            "20",
+            "--random-input-len",
+            "8",
+            "--random-output-len",
+            "4",
+            "--db",
+            db,
+            "--summary-json",
+            str(out),
+            "--fail-on",
+            "error_rate<1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip  (--fail-on: these failures are injected; without it >5% failed exits 1)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(out.read_text())
     assert summary["completed"] + summary["failed"] == 20
@@ -245,7 +266,7 @@ def test_no_success_exits_1_with_the_servers_message(server_factory, tmp_path):
     proc = tokenbench("--base-url", server.url, "--db", db)
     assert proc.returncode == 1
     text = " ".join(proc.stderr.split())
-    assert "First failure (http_4xx; 3 of 3 failed): HTTP 400:" in text, text
+    assert "First failure (http_4xx; 3 of 3 failed, after 0 succeeded): HTTP 400:" in text, text
     assert "injected http_400" in text and "No request succeeded" in text
     (run,) = list_runs(db)
     assert run.status == "failed"
@@ -465,3 +486,43 @@ def test_a_stream_padded_with_comments_decodes_without_holding_the_loop():
     assert list(reads) == [len(ends) - 1] * 10  # the events all came in the last read
     rec = to_record(cap, index=0, intended_ns=0, t0_ns=0)
     assert rec.ok and len(rec.chunk_times_ns) == 10
+
+
+def tokenbench_sweep(url: str, db: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bench", "sweep", "--base-url", url, "--request-rates", "5",
+         "--num-prompts", "6", "--random-input-len", "8", "--random-output-len", "4",
+         "--db", db, "--no-scrape-metrics"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_sweep_where_nothing_succeeded_prints_the_first_failure_and_exits_1(
+    server_factory, tmp_path
+):
+    server = server_factory("--fault", "1:http_400")
+    proc = tokenbench_sweep(server.url, f"sqlite:///{tmp_path / 'tb.db'}")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    text = " ".join(proc.stderr.split())
+    said = "point 1 (rate 5 req/s): First failure (http_4xx; 6 of 6 failed, after 0 succeeded)"
+    assert said in text and "injected http_400" in text, text
+    assert "No request succeeded" in text
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_failures_over_the_default_share_fail_a_run_unless_fail_on_says_otherwise(server_factory):
+    from bench.metrics import DEFAULT_MAX_FAILED_SHARE
+
+    server = server_factory("--fault", "4:http_500")  # every 4th request: 25% fail
+    assert DEFAULT_MAX_FAILED_SHARE < 0.25
+    proc = tokenbench("--base-url", server.url, "--num-prompts", "8", "--no-store")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "2 of 8 requests failed (25%), over the 5% a run may lose" in " ".join(
+        proc.stderr.split()
+    )
+    allowed = tokenbench(
+        "--base-url", server.url, "--num-prompts", "8", "--no-store", "--fail-on", "error_rate<0.5"
+    )
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr

@@ -209,15 +209,29 @@ def run_command(
         write_json(summary_json, {**summary_document(summary, sc, result.records, run_id), **said})
     if vllm_options is not None:
         save_vllm_result(vllm_options, sc, plan, summary, result.records, run_id)
-    broken = broken_thresholds(summary, thresholds)
+    broken = broken_thresholds(summary, thresholds) if thresholds else []
+    if not thresholds:
+        broken = failed_share_broken(summary.failed, summary.completed + summary.failed)
     for line in broken:
-        err_console.print(f"[bold red]FAIL[/] {line}")
+        err_console.print(f"[bold red]FAIL[/] {line}", highlight=False, soft_wrap=True)
     if broken:
         raise typer.Exit(1)
     if summary.interrupted:
         raise typer.Exit(interrupted_exit_code())
     if summary.completed == 0 and summary.failed:
         raise typer.Exit(1)  # nothing measured: a script must not take this for a result
+
+
+def failed_share_broken(failed: int, total: int) -> list[str]:
+    """Without --fail-on: one FAIL line when more than DEFAULT_MAX_FAILED_SHARE failed."""
+    from bench.metrics import DEFAULT_MAX_FAILED_SHARE
+
+    if not total or failed / total <= DEFAULT_MAX_FAILED_SHARE:
+        return []
+    return [
+        f"{failed:,} of {total:,} requests failed ({failed / total:.0%}), over the "
+        f"{DEFAULT_MAX_FAILED_SHARE:.0%} a run may lose (--fail-on sets your own gates)"
+    ]
 
 
 def vllm_result_options(

@@ -189,9 +189,18 @@ def measure_sweep(sc, plan, **kw):
 
 def conclude_sweep(result, sc, db: str | None, gates, summary_json) -> None:
     """--summary-json, the --fail-on verdict and the exit code of a finished sweep."""
+    from bench.cli.run import failed_share_broken
     from bench.runner import interrupted_exit_code
 
-    broken = sweep_gates(result, gates)
+    completed = sum(p.summary.completed for p in result.points)
+    failed = sum(p.summary.failed for p in result.points)
+    if failed:
+        print_first_failure(result, db, failed, completed + failed)
+    if completed == 0 and failed:
+        err_console.print("[bold red]No request succeeded.[/]")
+    broken = (
+        sweep_gates(result, gates) if gates else failed_share_broken(failed, completed + failed)
+    )
     if summary_json is not None:
         write_json(summary_json, sweep_document(result, sc, db, broken))
     for line in broken:
@@ -200,6 +209,29 @@ def conclude_sweep(result, sc, db: str | None, gates, summary_json) -> None:
         raise typer.Exit(1)
     if result.interrupted:
         raise typer.Exit(interrupted_exit_code())
+    if completed == 0 and failed:
+        raise typer.Exit(1)  # nothing measured: a script must not take this for a result
+
+
+def print_first_failure(result, db: str | None, failed: int, total: int) -> None:
+    """The sweep's first failure in one line (read back from the store), with how many
+    requests had succeeded before it over the whole sweep."""
+    from rich.markup import escape
+
+    from bench.console import failure_line, outcome
+
+    point = next(p for p in result.points if p.summary.failed)
+    earlier = sum(p.summary.completed for p in result.points if p.index < point.index)
+    records = _stored_records(result.run_id, point.index, db)
+    first = outcome(records, point.summary, None, [])["first_failure"]
+    if first is None:  # not stored (--no-store): the kinds are all that is known
+        kinds = ", ".join(f"{k} x{n}" for k, n in point.summary.errors.items())
+        first = {"error_kind": kinds, "message": "", "succeeded_before": 0}
+    first["succeeded_before"] += earlier
+    later = sum(p.summary.completed for p in result.points if p.index > point.index)
+    first["succeeded_after"] = first.get("succeeded_after", 0) + later
+    line = f"point {point.index + 1} ({point.spec.title}): " + failure_line(first, failed, total)
+    err_console.print(f"[bold red]{escape(line)}[/]", highlight=False, soft_wrap=True)
 
 
 def sweep_gates(result, gates) -> list[str]:
@@ -240,12 +272,16 @@ def sweep_document(result, sc, db: str | None, broken: list[str]) -> dict:
 
 
 def _stored_failures(run_id: str | None, load_point: int, db: str | None) -> list:
+    return [r for r in _stored_records(run_id, load_point, db) if r.state != "ok"]
+
+
+def _stored_records(run_id: str | None, load_point: int, db: str | None) -> list:
     if run_id is None:
         return []
     from bench.store import StoreError, load_records
 
     try:
-        return [r for r in load_records(run_id, load_point, db) if r.state != "ok"]
+        return load_records(run_id, load_point, db)
     except StoreError:
         return []
 

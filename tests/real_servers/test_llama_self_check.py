@@ -1,5 +1,6 @@
 """The self-check against a real llama-server: a closed loop is judged by what the client
-controls, and a starved client is still caught (issue 23).
+controls, and a starved client is still caught; a server killed mid-run is said in one
+line and fails the command (issue 23).
 
 A closed loop on a batching server: the users' requests end together, so their next ones
 are due within a millisecond of each other. Read as an open-loop schedule, 10-35 ms of
@@ -12,13 +13,17 @@ tokens it predicted.
 from __future__ import annotations
 
 import json
+import re
 import time
+
+import pytest
 
 from bench.scenario import parse_scenario
 from bench.session import window_summary
 from tests.helpers import cpu_pressure, plan
-from tests.real_servers.llama_server import LlamaServer
+from tests.real_servers.llama_server import LlamaServer, start_llama_server
 from tests.real_servers.test_llama_wire import (
+    OUT,
     ServerWindow,
     check_against_server,
     run_args,
@@ -32,20 +37,20 @@ GAP_RULE = "between scheduled sends"  # the open-loop rule, which a closed loop 
 def test_a_closed_loop_on_a_batching_server_is_not_client_limited(
     llama_server: LlamaServer, tmp_path
 ):
-    """16 users on 8 slots: requests wait for a slot, so TTFT is about one request's time,
+    """24 users on 8 slots: most requests wait for a slot, so TTFT is about a request's time,
     and users end and restart together."""
     window = ServerWindow(llama_server)
     out = tmp_path / "s.json"
     with cpu_pressure() as pressure:
         proc = tokenbench(
-            "run", *run_args(llama_server, tmp_path, "--concurrency", "16", "--num-prompts", "64"),
+            "run", *run_args(llama_server, tmp_path, "--concurrency", "24", "--num-prompts", "72"),
             "--random-output-len", "128", "--ignore-eos", "--summary-json", str(out),
         )  # fmt: skip
     window.close()
     assert proc.returncode == 0, proc.stderr
     _run, records = stored_records(tmp_path)
     # the server finished exactly what we counted, with the tokens we counted
-    assert all(r.ok for r in records) and len(records) == window.finished == 64
+    assert all(r.ok for r in records) and len(records) == window.finished == 72
     assert sum(r.output_tokens for r in records) == window.delta["llamacpp:tokens_predicted_total"]
     summary = json.loads(out.read_text())
     reasons = summary["client_limited_reasons"]
@@ -84,3 +89,51 @@ def test_a_starved_client_in_a_closed_loop_is_still_caught(llama_server: LlamaSe
     assert any("median TTFT" in r for r in summary.client_limited_reasons), (
         summary.client_limited_reasons
     )
+
+
+# ---------------------------------------------------------------- the server goes away
+
+
+def _kill_when(server: LlamaServer, tokens: float, deadline_s: float = 120) -> float:
+    """Kill the server once it has predicted `tokens` more tokens; returns what it had."""
+    start = server.metrics().get("llamacpp:tokens_predicted_total", 0.0)
+    deadline = time.monotonic() + deadline_s
+    done = 0.0
+    while time.monotonic() < deadline and done < tokens:
+        done = server.metrics().get("llamacpp:tokens_predicted_total", 0.0) - start
+        time.sleep(0.05)
+    server.proc.kill()
+    server.proc.wait(timeout=30)
+    return done
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_a_server_killed_mid_run_is_said_in_one_line_and_exits_1(llama_binary, tmp_path, command):
+    import subprocess
+    import sys
+
+    server = start_llama_server(tmp_path)
+    try:
+        load = (
+            ["--request-rate", "20", "--num-prompts", "200"]
+            if command == "run"
+            else ["--request-rates", "20,40", "--point-duration", "10"]
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bench", command, *run_args(server, tmp_path, *load),
+             "--request-timeout", "30"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert _kill_when(server, tokens=20 * OUT) >= 20 * OUT, "the server never got going"
+        out, err = proc.communicate(timeout=300)
+    finally:
+        server.stop()
+    assert proc.returncode == 1, out + err
+    _run, records = stored_records(tmp_path)
+    ok = sum(r.ok for r in records)
+    assert ok >= 20 and ok < len(records), (ok, len(records))
+    text = " ".join(err.split())
+    said = re.search(r"The server stopped answering after ([\d,]+) requests succeeded", text)
+    assert said is not None, text
+    assert int(said[1].replace(",", "")) == ok  # every success came before the first failure
+    assert "Traceback" not in err and "FAIL" in text and "requests failed" in text

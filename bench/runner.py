@@ -123,8 +123,8 @@ def check_reachable(base_url: str, timeout_s: float = 3.0) -> None:
     try:
         with socket.create_connection((host, port), timeout=timeout_s):
             pass
-    except OSError as exc:
-        reason = exc.strerror or str(exc) or type(exc).__name__
+    except (OSError, UnicodeError, ValueError) as exc:  # UnicodeError: an unencodable name
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         raise UnreachableError(
             f"cannot reach {parts.scheme}://{host}:{port} ({reason}): is the server running and "
             "is --base-url right?"

@@ -241,6 +241,33 @@ def test_base_url_forms():
             normalize_base_url(bad)
 
 
+BAD_URLS = (
+    "...", "…", "", "http://...", "http://", "http://:8000", "ftp://h/", "http:/h:8000",
+    "http://h:port", "http://h:99999", "http://h:0", "http://[::1", "http://a b:8000",
+    "http://a..b:8000", "http://h:1/?x=1", "http://h:1/#frag", "http://hö.example:80",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("url", BAD_URLS)
+def test_every_bad_base_url_is_one_line_naming_it(url):
+    """Each form a user may paste is refused in one line, before any socket is opened."""
+    from bench.scenario import ScenarioError, parse_scenario
+
+    with pytest.raises(ValueError, match="base URL") as err:
+        normalize_base_url(url)
+    assert "\n" not in str(err.value) and "http" in str(err.value)
+    with pytest.raises(ScenarioError, match="base URL"):  # a scenario file or --base-url
+        parse_scenario("", overrides={"target": {"base_url": url}})
+
+
+@pytest.mark.slow
+def test_the_readmes_placeholder_url_is_one_line():
+    proc = tokenbench("--base-url", "...")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "base URL '...' is not a URL" in lines[0], lines
+
+
 def tokenbench(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "bench", "run", "--num-prompts", "3", "--random-input-len", "8",

@@ -26,6 +26,7 @@ import pytest
 
 from bench.scenario import load_scenario
 from tests.conftest import start_fake_server
+from tests.helpers import suggested_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,6 +77,7 @@ def test_every_tour_command_runs(tour_server, tmp_path):
     env = {**os.environ, "TOKENBENCH_DB": str(tmp_path / "tour.db"), "COLUMNS": "120",
            "PYTHONPATH": str(ROOT)}  # fmt: skip
     ids: dict[str, str] = {}
+    tried: set[tuple[str, str]] = set()
     sweeps: list[str] = []
     for words in tour_commands():
         args = [fake_server.url if w in ("http://127.0.0.1:8000", "...") else w for w in words]
@@ -93,6 +95,14 @@ def test_every_tour_command_runs(tour_server, tmp_path):
         said = f"tokenbench {shlex.join(args)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         assert proc.returncode == 0, said
         assert "Traceback" not in proc.stderr, said
+        for suggested in suggested_commands(proc.stdout + proc.stderr):
+            if (kind, suggested[0]) not in tried:  # what the CLI told the user to run next
+                tried.add((kind, suggested[0]))
+                again = subprocess.run(
+                    [sys.executable, "-m", "bench", *suggested], cwd=tmp_path, env=env,
+                    capture_output=True, text=True, timeout=120,
+                )  # fmt: skip
+                assert again.returncode == 0, f"{suggested}\n{again.stdout}\n{again.stderr}"
         if kind == "run":
             ids.setdefault("RUN", re.search(r"Stored as run ([0-9a-f]{32})", proc.stdout)[1])
         if kind == "run" and args[-2:] == ["--scenario", "scenarios/chat-bursty.yaml"]:
@@ -111,6 +121,7 @@ def test_every_tour_command_runs(tour_server, tmp_path):
     assert (tmp_path / "out.json").is_file() and (tmp_path / "vllm-result.json").is_file()
     assert len(list((tmp_path / "vllm-results").glob("vllm-20.0qps-concurrency64-*.json"))) == 1
     assert (tmp_path / "run.parquet").is_file() and (tmp_path / "sweep.json").is_file()
+    assert ("run", "show") in tried and ("sim run", "show") in tried
 
 
 def check_sim_serve(args: list[str], env: dict, cwd: Path) -> None:

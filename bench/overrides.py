@@ -54,6 +54,8 @@ class Overrides:
     gpu: str | None = None
     num_gpus: int | None = None
     label: str | None = None
+    extra_body: dict | None = None  # added to every request body
+    headers: dict[str, str] | None = None  # sent with every request
 
     def given(self) -> dict[str, object]:
         """The fields given (not None), by name."""
@@ -94,6 +96,8 @@ _PLAIN = {
     "gpu": "gpu.type",
     "num_gpus": "gpu.count",
     "label": "label",
+    "extra_body": "target.extra_body",
+    "headers": "target.headers",
 }
 
 

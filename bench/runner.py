@@ -69,6 +69,8 @@ class RunPlan:
     api_key: str | None = None
     transport: str = "raw"
     load_point: int = 0
+    extra_body: dict | None = None  # added to every body (sampling flags, --extra-body)
+    headers: dict | None = None  # sent with every request (--header)
 
 
 @dataclass
@@ -191,6 +193,7 @@ class _Engine:
             plan.base_url,
             api_key=plan.api_key,
             max_connections=plan.max_concurrency or plan.concurrency or 0,
+            headers=plan.headers,
         )
         self.limit = plan.max_concurrency or 0
         self.waiting: deque[Capture] = deque()  # held back by --max-concurrency
@@ -222,6 +225,7 @@ class _Engine:
             messages=messages if plan.endpoint == CHAT else None,
             max_tokens=spec.output_len,
             ignore_eos=plan.ignore_eos,
+            extra=plan.extra_body,
         )
         return self.transport.prepare(plan.endpoint, body)
 
@@ -842,7 +846,9 @@ def plan_from_scenario(
         ramp_up_s=load.ramp_up_s,
         duration_s=load.duration_s if offsets is None else None,
         request_timeout_s=scenario.request_timeout_s,
-        ignore_eos=scenario.workload.ignore_eos,
+        ignore_eos=scenario.workload.forces_length(),
+        extra_body=dict(target.extra_body) or None,
+        headers=dict(target.headers) or None,
         api_key=api_key,
         transport=transport,
         load_point=load_point,

@@ -58,11 +58,14 @@ def flag_overrides(
     random_range_ratio=None,
     dataset_name=None,
     request_timeout=None,
+    vllm: dict | None = None,
     **same_name,
 ):
-    """Flags -> bench.overrides.Overrides (what was given); the flags' text read here."""
+    """Flags -> bench.overrides.Overrides (what was given); the flags' text read here.
+    `vllm`: vLLM's request flags (vllm_request_flags), folded in as vLLM applies them."""
     from bench.overrides import Overrides
 
+    same_name.update(vllm_request_overrides(same_name, **(vllm or {})))
     metrics = None
     if percentile_metrics is not None:
         metrics = [m.strip() for m in percentile_metrics.split(",") if m.strip()]
@@ -80,6 +83,68 @@ def flag_overrides(
         request_timeout_s=request_timeout,
         **same_name,
     )
+
+
+def vllm_request_overrides(
+    given: dict,
+    *,
+    temperature=None,
+    top_p=None,
+    top_k=None,
+    min_p=None,
+    extra_body: str | None = None,
+    header: list[str] | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    skip_tokenizer_init: bool = False,
+) -> dict:
+    """vLLM's request flags as Overrides fields, meaning what they mean in `vllm bench serve`:
+    sampling values and --extra-body go into every body (--extra-body wins), --header
+    KEY=VALUE into every request, --host/--port name the server when --base-url does not,
+    and --backend openai-chat is the chat endpoint."""
+    import json
+
+    out: dict = {}
+    body = {
+        k: v
+        for k, v in (("temperature", temperature), ("top_p", top_p), ("top_k", top_k),
+                     ("min_p", min_p))
+        if v is not None
+    }  # fmt: skip
+    if extra_body is not None:
+        try:
+            extra = json.loads(extra_body)
+        except json.JSONDecodeError as exc:
+            raise fail(f"--extra-body {extra_body!r}: not JSON ({exc.msg})") from None
+        if not isinstance(extra, dict):
+            raise fail(
+                f"--extra-body {extra_body!r}: expected a JSON object, e.g. '{{\"seed\": 1}}'"
+            )
+        body.update(extra)
+    if body:
+        out["extra_body"] = body
+    if header:
+        headers = {}
+        for item in header:
+            name, sep, value = item.partition("=")
+            if not sep or not name.strip():
+                raise fail(f"--header {item!r}: expected KEY=VALUE")
+            headers[name.strip()] = value.strip()
+        out["headers"] = headers
+    if (host is not None or port is not None) and given.get("base_url") is None:
+        out["base_url"] = f"http://{host or '127.0.0.1'}:{port or 8000}"  # vLLM's defaults
+    if given.get("backend") == "openai-chat":  # vLLM's chat backend
+        from bench.backends.openai import CHAT
+
+        out["backend"] = "vllm"
+        out["endpoint"] = given.get("endpoint") or CHAT
+    if skip_tokenizer_init:
+        err_console.print(
+            "note: --skip-tokenizer-init has nothing to skip: tokenbench loads a tokenizer "
+            "only when --tokenizer is given",
+            highlight=False,
+        )
+    return out
 
 
 def resolve_scenario(

@@ -25,14 +25,18 @@ from bench.cli.options import (
     DbOpt,
     DcgmUrlOpt,
     EndpointOpt,
+    ExtraBodyOpt,
     GoodputOpt,
     GpuOpt,
+    HeaderOpt,
+    HostOpt,
     IgnoreEosOpt,
     InputLenOpt,
     LabelOpt,
     MetricPercentilesOpt,
     MetricsIntervalOpt,
     MetricsUrlOpt,
+    MinPOpt,
     ModelOpt,
     NoStoreOpt,
     NumGpusOpt,
@@ -40,14 +44,19 @@ from bench.cli.options import (
     NvmlOpt,
     OutputLenOpt,
     PercentileMetricsOpt,
+    PortOpt,
     RangeRatioOpt,
     RayOpt,
     RequestTimeoutOpt,
     ScenarioOpt,
     ScrapeOpt,
     SeedOpt,
+    SkipTokenizerInitOpt,
     SummaryJsonOpt,
+    TemperatureOpt,
     TokenizerOpt,
+    TopKOpt,
+    TopPOpt,
     TransportOpt,
     WorkersOpt,
 )
@@ -145,6 +154,15 @@ def run_command(
     metrics_interval: MetricsIntervalOpt = 1.0,
     dcgm_url: DcgmUrlOpt = None,
     nvml: NvmlOpt = False,
+    temperature: TemperatureOpt = None,
+    top_p: TopPOpt = None,
+    top_k: TopKOpt = None,
+    min_p: MinPOpt = None,
+    extra_body: ExtraBodyOpt = None,
+    header: HeaderOpt = None,
+    host: HostOpt = None,
+    port: PortOpt = None,
+    skip_tokenizer_init: SkipTokenizerInitOpt = False,
 ) -> None:
     """Benchmark one endpoint at one load point (like `vllm bench serve`)."""
     from bench.metrics import broken_thresholds, parse_thresholds
@@ -170,6 +188,9 @@ def run_command(
         percentile_metrics=percentile_metrics, metric_percentiles=metric_percentiles,
         goodput=goodput, seed=seed, ignore_eos=ignore_eos, request_timeout=request_timeout,
         gpu=gpu, num_gpus=num_gpus, label=label,
+        vllm=dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+                  extra_body=extra_body, header=header, host=host, port=port,
+                  skip_tokenizer_init=skip_tokenizer_init),
     )  # fmt: skip
     sc = resolve_scenario(scenario, overrides, "run")
     key = resolve_target(sc, api_key)
@@ -203,6 +224,8 @@ def run_command(
     )
     said = outcome(result.records, summary, sc.target.model, getattr(result, "served_models", []))
     print_outcome(said, summary)
+    if not sc.seed_fixed:  # fresh prompts: the seed that repeats them (also stored)
+        console.print(f"Prompts: fresh, seed {sc.run_seed()} (--seed {sc.run_seed()} repeats them)")
     if run_id:
         console.print(f"Stored as run [bold]{run_id}[/]  (tokenbench show {run_id})")
     if summary_json is not None:

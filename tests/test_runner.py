@@ -205,7 +205,8 @@ def test_max_concurrency_queues_and_shows_in_ttft_from_schedule(fake_server):
     )
     s = summarize(result.records)
     assert s.completed == 12
-    assert s.metrics["ttft"].percentiles["p50"] == pytest.approx(TTFT_MS, abs=5)
+    # the server's TTFT at least (a loaded machine only makes it later)
+    assert TTFT_MS - 1 <= s.metrics["ttft"].percentiles["p50"] < TTFT_MS + 100
     # 4 waves of 50 + 4 * 10 = 90 ms: the last wave waited ~270 ms before it was sent.
     assert s.ttft_from_intended.percentiles["p99"] > 250
     # That wait is the cap working, reported as the wait for a slot, not as send lag.

@@ -67,15 +67,16 @@ def test_a_vllm_command_line_writes_a_vllm_result_json(fake_server, tmp_path):
     assert r["total_output_tokens"] == 20 * 8 and r["output_lens"] == [8] * 20
     assert r["max_concurrent_requests"] <= 4
     # units: summaries in ms, per-request lists in seconds (the fake server: TTFT 50, ITL 10).
-    # The server is never early; a loaded machine (two busy loops) makes it late, so the
-    # figures are held to the server's floor and to each other, not to a tight window.
+    # A loaded machine (two busy loops) makes the server late, and it then catches up to
+    # its schedule (a 6 ms gap after a 14 ms one), so the figures are held to each other
+    # and to the right order of magnitude, not to a window around 10 ms.
     gaps = sorted(g for per_request in r["itls"] for g in per_request)
     assert r["median_itl_ms"] == pytest.approx(statistics.median(gaps) * 1000, rel=1e-6)
-    assert 8.5 <= r["median_itl_ms"] < 100 and 8.5 <= r["mean_tpot_ms"] < 100
+    assert 5 <= r["median_itl_ms"] < 100 and 5 <= r["mean_tpot_ms"] < 100
     assert r["p90_ttft_ms"] >= r["median_ttft_ms"] >= 45
     assert all(0.045 < t < 5 for t in r["ttfts"])
     assert all(len(gaps) == 7 for gaps in r["itls"])
-    assert 0.0085 <= sorted(r["itls"][0])[3] < 0.1
+    assert 0.001 <= sorted(r["itls"][0])[3] < 0.1  # seconds
     assert r["latencies"][0] == pytest.approx(r["ttfts"][0] + sum(r["itls"][0]), abs=0.002)
     assert r["request_goodput"] == pytest.approx(r["request_throughput"])  # all meet the SLOs
     assert r["errors"] == [""] * 20

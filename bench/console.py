@@ -6,14 +6,32 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from rich import table as rich_table
 from rich.console import Console
 from rich.markup import escape
 from rich.measure import Measurement
-from rich.table import Table
 
 if TYPE_CHECKING:
     from bench.executor import Progress
     from bench.metrics import Summary
+
+
+class Table(rich_table.Table):
+    """rich's Table, except that a row must have one cell per column.
+
+    rich pads a short row with empty cells, which shifted a row's values one column left
+    under the wrong headers ("TTFT from schedule" showed p99.9 under p99). Every console
+    table in tokenbench is this one (tests/test_console_tables.py checks the imports), so a
+    row that does not fit its header is an error in any test that prints it.
+    """
+
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+        if len(renderables) != len(self.columns):
+            raise ValueError(
+                f"table {self.title!r}: a row of {len(renderables)} cells under "
+                f"{len(self.columns)} columns ({[c.header for c in self.columns]})"
+            )
+        super().add_row(*renderables, **kwargs)
 
 
 class PipeSafeConsole(Console):
@@ -25,7 +43,7 @@ class PipeSafeConsole(Console):
     """
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
-        tables = [o for o in objects if isinstance(o, Table)]
+        tables = [o for o in objects if isinstance(o, rich_table.Table)]
         if not self.is_terminal and not tables:
             kwargs.setdefault("soft_wrap", True)  # a line stays one line: ids are never split
         if self.is_terminal or not tables or "width" in kwargs:
@@ -129,6 +147,7 @@ def summary_tables(
     queued = summary.ttft_from_intended
     lat.add_row(
         "TTFT from schedule",
+        f"{queued.count:,}",
         _fmt(queued.mean),
         _fmt(queued.std),
         *(_fmt(queued.percentiles.get(k)) for k in keys),
@@ -363,7 +382,8 @@ def outcome(records, summary: Summary, model: str | None, served_models: list[st
     """What went wrong, in words a user can act on: the first failure with the server's own
     message, and a model name the server did not answer with. Also kept in --summary-json
     and the stored run (issue 15)."""
-    first = next((r for r in records if r.state == "failed"), None)
+    failed = [r for r in records if r.state == "failed"]
+    first = min(failed, key=_ended, default=None)
     out: dict = {
         "served_models": list(served_models),
         "first_failure": None,
@@ -372,10 +392,15 @@ def outcome(records, summary: Summary, model: str | None, served_models: list[st
         "resent": sum(1 for r in records if r.retries),
     }
     if first is not None:
+        ok = [r for r in records if r.state == "ok"]
         out["first_failure"] = {
             "error_kind": first.error_kind,
             "http_status": first.http_status,
             "message": (first.error_message or "")[:500],
+            # how many requests had succeeded when it came, and whether any did after it:
+            # none after is a server that went away mid-run, not a few bad requests
+            "succeeded_before": sum(1 for r in ok if _ended(r) <= _ended(first)),
+            "succeeded_after": sum(1 for r in ok if _ended(r) > _ended(first)),
         }
     if model and served_models and model not in served_models:
         out["model_warning"] = (
@@ -384,15 +409,36 @@ def outcome(records, summary: Summary, model: str | None, served_models: list[st
     return out
 
 
+def _ended(record) -> float:
+    """When a request ended (or, never answered, was sent), for ordering failures in time."""
+    for t in (record.end_ns, record.sent_ns, record.intended_ns):
+        if t is not None and t == t:  # not None, not NaN
+            return float(t)
+    return 0.0
+
+
+def failure_line(first: dict, failed: int, total: int) -> str:
+    """One line on a run's failures: how many succeeded before the first, and what it said.
+    When none succeeded after it, the server stopped answering, and the line says so."""
+    kind, before = first["error_kind"], first.get("succeeded_before", 0)
+    said = f": {first['message']}" if first.get("message") else ""
+    if failed and not first.get("succeeded_after") and before:
+        return (
+            f"The server stopped answering after {before:,} requests succeeded: {failed:,} "
+            f"of {total:,} failed, the first ({kind}){said}"
+        )
+    return (
+        f"First failure ({kind}; {failed:,} of {total:,} failed, after {before:,} succeeded){said}"
+    )
+
+
 def print_outcome(out: dict, summary: Summary) -> None:
     from rich.markup import escape
 
     first = out.get("first_failure")
     if first is not None:
-        err_console.print(
-            f"[bold red]First failure[/] ({first['error_kind']}; {summary.failed:,} of "
-            f"{summary.completed + summary.failed:,} failed): {escape(first['message'])}"
-        )
+        line = failure_line(first, summary.failed, summary.completed + summary.failed)
+        err_console.print(f"[bold red]{escape(line)}[/]", soft_wrap=True, highlight=False)
     if out.get("resent"):
         err_console.print(
             f"note: {out['resent']:,} requests were resent once on a new connection: the "

@@ -449,7 +449,10 @@ class _Driver:
                 st.send_lag_p99_ms = float(np.percentile(lags, 99) / 1e6)
             reads = {key: getattr(st, key) for key in _READ_STATS}
             if any(r.ok for r in self.by_worker[k]):
-                st.client_limited_reasons = client_limited_reasons(self.by_worker[k], **reads)
+                closed = self.shares[k].plan.offsets_s is None
+                st.client_limited_reasons = client_limited_reasons(
+                    self.by_worker[k], **reads, closed_loop=closed
+                )
             where = f"worker {k} ({st.host or '?'} pid {st.pid})"
             if not st.alive:
                 warnings.append(

@@ -44,6 +44,8 @@ class RunPlan:
     api_key: str | None = None
     transport: str = "raw"
     load_point: int = 0
+    extra_body: dict | None = None  # added to every body (sampling flags, --extra-body)
+    headers: dict | None = None  # sent with every request (--header)
 
 
 @dataclass
@@ -197,7 +199,9 @@ def plan_from_scenario(
         ramp_up_s=load.ramp_up_s,
         duration_s=load.duration_s if offsets is None else None,
         request_timeout_s=scenario.request_timeout_s,
-        ignore_eos=scenario.workload.ignore_eos,
+        ignore_eos=scenario.workload.forces_length(),
+        extra_body=dict(target.extra_body) or None,
+        headers=dict(target.headers) or None,
         api_key=api_key,
         transport=transport,
         load_point=load_point,

@@ -2,7 +2,8 @@
 
 The base install (`pip install tokenbench`) runs, stores, sweeps, compares and serves the
 dashboard. PowerPoint, Excel, Parquet and images need `tokenbench[export]`, PostgreSQL needs
-`tokenbench[pg]`, Ray `tokenbench[ray]`, NVML `tokenbench[gpu]`. A feature whose extra is
+`tokenbench[pg]`, Ray `tokenbench[ray]`, NVML `tokenbench[gpu]`, fitting the simulator to
+measured points (scipy) `tokenbench[calibrate]`. A feature whose extra is
 missing fails with one line naming the pip command, never a ModuleNotFoundError traceback.
 """
 
@@ -21,6 +22,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "psycopg": ("pg", "psycopg"),
     "ray": ("ray", "ray"),
     "pynvml": ("gpu", "nvidia-ml-py"),
+    "scipy": ("calibrate", "scipy"),
 }
 
 

@@ -60,8 +60,8 @@ def check_reachable(base_url: str, timeout_s: float = 3.0) -> None:
     try:
         with socket.create_connection((host, port), timeout=timeout_s):
             pass
-    except OSError as exc:
-        reason = exc.strerror or str(exc) or type(exc).__name__
+    except (OSError, UnicodeError, ValueError) as exc:  # UnicodeError: an unencodable name
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         raise UnreachableError(
             f"cannot reach {parts.scheme}://{host}:{port} ({reason}): is the server running and "
             "is --base-url right?"
@@ -129,6 +129,7 @@ class _Engine:
             plan.base_url,
             api_key=plan.api_key,
             max_connections=plan.max_concurrency or plan.concurrency or 0,
+            headers=plan.headers,
         )
         self.limit = plan.max_concurrency or 0
         self.waiting: deque[Capture] = deque()  # held back by --max-concurrency
@@ -160,6 +161,7 @@ class _Engine:
             messages=messages if plan.endpoint == CHAT else None,
             max_tokens=spec.output_len,
             ignore_eos=plan.ignore_eos,
+            extra=plan.extra_body,
         )
         return self.transport.prepare(plan.endpoint, body)
 
@@ -383,31 +385,52 @@ class _Conversation:
 
 
 class _User:
-    """A closed-loop user: takes the next session from the shared queue when one ends."""
+    """A closed-loop user: takes the next session from the shared queue when one ends.
 
-    __slots__ = ("engine", "upcoming", "deadline", "after_cb")
+    Its next request is due when the last response arrived (the kernel's stamp of its last
+    bytes) plus the think time, not when the event loop got round to it: a client too busy
+    to send on time shows as send lag, which the self-check judges (issue 23)."""
+
+    __slots__ = ("engine", "upcoming", "deadline", "after_cb", "due_ns")
 
     def __init__(self, engine: _Engine, upcoming: _Upcoming, deadline: int | None) -> None:
         self.engine, self.upcoming, self.deadline = engine, upcoming, deadline
         self.after_cb = self.after  # bound once, not once per request
+        self.due_ns: int | None = None
 
     def next(self) -> None:
         engine = self.engine
-        if engine.stop.is_set() or (self.deadline and perf_counter_ns() >= self.deadline):
+        now = perf_counter_ns()
+        if engine.stop.is_set() or (self.deadline and now >= self.deadline):
             engine.end_flow()
             return
         turns = self.upcoming.take()
         if turns is None:
             engine.end_flow()
             return
-        engine.begin_session(turns, perf_counter_ns(), self.after_cb)
+        due, self.due_ns = (now if self.due_ns is None else min(self.due_ns, now)), None
+        engine.begin_session(turns, due, self.after_cb)
 
-    def after(self, _cap: Capture | None) -> None:
+    def after(self, cap: Capture | None) -> None:
         think = self.engine.plan.think_time_s
+        if cap is not None:
+            self.due_ns = _arrived_ns(cap) + int(think * 1e9)
         if think and not self.engine.stop.is_set():
             self.engine.later(think, self.next)
         else:
             self.next()
+
+
+def _arrived_ns(cap: Capture) -> int:
+    """When a response's last bytes arrived on the perf_counter_ns clock: the kernel's stamp
+    of the last read where there is one (bench.backends.capture.arrival_times), else when
+    it was read."""
+    now = perf_counter_ns()
+    read = cap.end_ns or now
+    if len(cap.reads) < 4 or cap.reads[-2] == 0:
+        return read
+    arrived = cap.reads[-2] * 1_000_000_000 + cap.reads[-1] - (time.time_ns() - now)
+    return max(cap.sent_ns, min(arrived, read))
 
 
 class _Upcoming:

@@ -56,6 +56,22 @@ class Target(_Strict):
     backend: str = "vllm"
     model: str | None = None
     api_key_env: str = API_KEY_ENV
+    # Fields added to every request body (vLLM's sampling flags and --extra-body), and
+    # headers sent with every request (--header KEY=VALUE), as `vllm bench serve` sends them.
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if not name or any(c in name for c in " :\r\n\t") or any(c in value for c in "\r\n"):
+                raise ValueError(
+                    f"header {name!r}: a name without spaces or ':' and a one-line value"
+                )
+            if name.lower() in ("host", "content-length", "content-type", "transfer-encoding"):
+                raise ValueError(f"header {name!r} is set by tokenbench itself")
+        return v
 
     @field_validator("base_url")
     @classmethod
@@ -151,7 +167,14 @@ class WorkloadSpec(_Strict):
     num_prefixes: int = Field(default=1, ge=1)
     turns: int = Field(default=1, ge=1)
     prompt_format: Literal["text", "token_ids"] = "text"
-    ignore_eos: bool = True
+    # None: vLLM's rule, ignore_eos for synthetic (random) prompts only; a dataset's prompts
+    # end where the model ends them.
+    ignore_eos: bool | None = None
+
+    def forces_length(self) -> bool:
+        """Whether requests ask for exactly their output length (ignore_eos)."""
+        return self.dataset == "random" if self.ignore_eos is None else self.ignore_eos
+
     # A local Hugging Face tokenizer (a folder with tokenizer.json, or the file): prompts of
     # exactly input.mean tokens, and output tokens counted when a server sends no usage.
     tokenizer: str | None = None
@@ -361,8 +384,13 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def parse_scenario(
-    text: str, *, source: str = "<scenario>", overrides: dict | None = None
+    text: str,
+    *,
+    source: str = "<scenario>",
+    overrides: dict | None = None,
+    defaults: dict | None = None,
 ) -> Scenario:
+    """YAML text -> Scenario: `defaults` < the text's values < `overrides` (partial trees)."""
     try:
         aliases = sum(isinstance(e, yaml.AliasEvent) for e in yaml.parse(text))
         if aliases > MAX_YAML_ALIASES:
@@ -386,6 +414,8 @@ def parse_scenario(
         raise ScenarioError(
             f"{source}: a scenario must be a mapping of fields, got {type(data).__name__}"
         )
+    if defaults:
+        data = deep_merge(defaults, data)
     if overrides:
         data = deep_merge(data, overrides)
     try:

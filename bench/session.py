@@ -88,6 +88,7 @@ def window_summary(
         late_read_share=result.late_read_share,
         merged_token_share=result.merged_token_share,
         interrupted=result.interrupted,
+        closed_loop=scenario.load.shape == "closed",
     )
 
 

@@ -419,11 +419,7 @@ class Ranking:
         # interval can come back with its ends swapped)
         ends = [x for x in (ratio.low, ratio.high) if x is not None]
         flips = ratio.flips or (len(ends) == 2 and min(ends) <= 1.0 <= max(ends))
-        close = (
-            "; the two are within each other's ranges, so the order could flip"
-            if flips
-            else ""
-        )
+        close = "; the two are within each other's ranges, so the order could flip" if flips else ""
         return f"{head}; {ratio.text()} the runner-up ({settings_text(second.settings)}){close}"
 
 

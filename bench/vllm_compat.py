@@ -16,12 +16,10 @@ except ImportError:  # pragma: no cover - depends on the installed typer
     import click.exceptions as click_errors
 
 # Flags that take every following word up to the next flag, as vLLM's do.
-MULTI_VALUE_FLAGS = ("--goodput", "--metadata")
+MULTI_VALUE_FLAGS = ("--goodput", "--metadata", "--header")
 
 # vLLM flags that tokenbench spells differently or does not have, and what to use instead.
 VLLM_EQUIVALENTS: dict[str, str] = {
-    "--host": "give --base-url http://HOST:PORT (vLLM's --base-url; its default port is 8000)",
-    "--port": "give --base-url http://HOST:PORT (vLLM's --base-url; its default port is 8000)",
     "--served-model-name": "--model is the name sent in each request (as the server serves it)",
     "--endpoint-type": "--backend (vllm, sglang, trtllm, openai) with --endpoint",
     "--dataset": "--dataset-name with --dataset-path",
@@ -35,13 +33,6 @@ VLLM_EQUIVALENTS: dict[str, str] = {
     "running remote code",
     "--tokenizer-mode": "not needed: --tokenizer loads a Hugging Face tokenizer",
     "--request-id-prefix": "not supported: requests are numbered in the stored run",
-    "--header": "--api-key sends Authorization: Bearer; other headers are not supported",
-    "--extra-body": "not supported: request bodies follow --backend",
-    "--temperature": "not sent: lengths are forced with --ignore-eos (sampling settings are "
-    "the server's)",
-    "--top-p": "not sent: sampling settings are the server's",
-    "--top-k": "not sent: sampling settings are the server's",
-    "--min-p": "not sent: sampling settings are the server's",
     "--sharegpt-output-len": "--random-output-len sets every request's output length",
     "--sonnet-input-len": "--random-input-len (or --dataset-name jsonl with --dataset-path)",
     "--sonnet-output-len": "--random-output-len",

@@ -25,7 +25,8 @@ from bench.curves import (
 )
 from bench.export.formats import EXPORT_FORMATS, downloads
 from bench.metrics import parse_thresholds
-from bench.scenario import API_KEY_ENV, DEFAULT_NUM_PROMPTS, ScenarioError, parse_scenario
+from bench.overrides import Overrides, canonical_gpu, resolve_scenario
+from bench.scenario import API_KEY_ENV, ScenarioError
 from bench.store import (
     RunBusyError,
     delete_run,
@@ -628,13 +629,10 @@ def build_plan(body: JobIn, state) -> JobPlan:
         text, source, base_dir = path.read_text(), path.name, SCENARIOS_DIR
     else:
         text, source = body.scenario or "", "scenario"
-    overrides = _overrides(body)
     try:
-        sc = parse_scenario(text, source=source, overrides=overrides)
-    except ScenarioError as exc:
+        sc, _notes = resolve_scenario(text, source, _overrides(body), body.kind)
+    except ValueError as exc:  # ScenarioError too
         raise invalid(["body", "scenario"], str(exc)) from None
-    if sc.load.num_prompts is None and sc.load.duration_s is None:
-        sc.load.num_prompts = DEFAULT_NUM_PROMPTS[body.kind]
     files = _confine_files(sc, state.data, (SCENARIOS_DIR,) if base_dir else ())
     if sc.target.api_key_env != API_KEY_ENV:
         raise invalid(
@@ -647,7 +645,7 @@ def build_plan(body: JobIn, state) -> JobPlan:
         simulate = _check_simulate(body)
         sc.target.base_url = None
         sc.target.model = sc.target.model or body.simulate.model
-        sc.gpu.type = sc.gpu.type if body.gpu else body.simulate.gpu
+        sc.gpu.type = sc.gpu.type if body.gpu else canonical_gpu(body.simulate.gpu)[0]
         sc.gpu.count = body.num_gpus or body.simulate.tp
         sc.label = (
             body.label
@@ -733,28 +731,18 @@ def _confine_files(sc, data, extra_roots: tuple) -> list:
     return files
 
 
-def _overrides(body: JobIn) -> dict:
-    """The body's fields as scenario overrides, as the CLI's flags are (bench/cli/common.py)."""
-    out: dict = {}
-    if body.target is not None:
-        target = {k: v for k, v in body.target.model_dump().items() if v is not None}
-        if target:
-            out["target"] = target
-    gpu = {k: v for k, v in (("type", body.gpu), ("count", body.num_gpus)) if v is not None}
-    if gpu:
-        out["gpu"] = gpu
-    load = {}
-    if body.num_prompts is not None:
-        load["num_prompts"] = body.num_prompts
-    if body.request_rate is not None:
-        load["request_rate"] = body.request_rate
-    if load:
-        out["load"] = load
-    if body.label is not None:
-        out["label"] = body.label
-    if body.request_timeout_s is not None:
-        out["request_timeout_s"] = body.request_timeout_s
-    return out
+def _overrides(body: JobIn) -> Overrides:
+    """The body's fields as overrides of its scenario, applied as the CLI's flags are."""
+    target = body.target.model_dump() if body.target is not None else {}
+    return Overrides(
+        **target,
+        gpu=body.gpu,
+        num_gpus=body.num_gpus,
+        num_prompts=body.num_prompts,
+        request_rate=body.request_rate,
+        label=body.label,
+        request_timeout_s=body.request_timeout_s,
+    )
 
 
 def _check_simulate(body: JobIn) -> dict:

@@ -424,3 +424,17 @@ def run_scripted(
         return await execute(plan, progress=progress, stop=transport.stop, transport=transport)
 
     return asyncio.run(main())
+
+
+# ---------------------------------------------------------------- what the CLI suggests
+
+
+def suggested_commands(text: str) -> list[list[str]]:
+    """Every `tokenbench ...` command the CLI suggested in `text` (in backticks, or in
+    parentheses: "(tokenbench show ID)"), as argument lists without the program name, so a
+    test can run each exactly as printed."""
+    import re
+    import shlex
+
+    found = re.findall(r"`tokenbench ([^`]+)`", text) + re.findall(r"\(tokenbench ([^)]+)\)", text)
+    return [shlex.split(command) for command in found]

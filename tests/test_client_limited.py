@@ -194,3 +194,15 @@ def test_no_verdict_when_every_request_failed():
     assert s.completed == 0 and not s.client_limited
     assert s.self_check.startswith("not judged") and s.client_limited_reasons == []
     assert s.to_json()["self_check"].startswith("not judged")
+
+
+def test_a_closed_loop_is_judged_by_whether_requests_left_when_due():
+    # llama-server, closed loop (issue 23): users end together on a batching server, so due
+    # times are ~1 ms apart; 20 ms of send lag beside a 2 s TTFT changes no figure.
+    batching = _records(60, gap_ms=1.0, lag_ms=20, ttft_ms=2000)
+    assert summarize(batching).client_limited  # read as an open-loop schedule, it is flagged
+    closed = summarize(batching, closed_loop=True)
+    assert closed.self_check == "ok", closed.client_limited_reasons
+    # a starved client in a closed loop is still caught: its requests leave late beside TTFT
+    starved = summarize(_records(60, gap_ms=1.0, lag_ms=80, ttft_ms=100), closed_loop=True)
+    assert starved.client_limited and "median TTFT" in starved.client_limited_reasons[0]

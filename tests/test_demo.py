@@ -54,6 +54,36 @@ def test_demo_stores_two_simulated_runs_and_compares_them(tmp_path, capsys):
     assert "neocloud-on-demand" in out  # $/Mtok per tier
     assert "serves" in out and "Buying answer: Cheapest option" in out
     assert "`tokenbench serve` for the dashboard" in out  # which prints its own address
+    run_suggestions(out, db, tmp_path)
+
+
+def run_suggestions(out: str, db: str, cwd) -> None:
+    """Every command the demo suggests ("Next: ..."), run exactly as printed (the database
+    they read comes from $TOKENBENCH_DB, as a user's would from the default path)."""
+    import signal
+
+    from tests.helpers import suggested_commands
+
+    commands = suggested_commands(out)
+    assert {c[0] for c in commands} == {"compare", "plan", "show", "export", "serve"}, commands
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "TOKENBENCH_DB": db, "COLUMNS": "200", "PYTHONPATH": root}
+    for args in commands:
+        cmd = [sys.executable, "-m", "bench", *args]
+        if args[0] == "serve":  # runs until stopped: it must answer with its address
+            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)  # fmt: skip
+            try:
+                line = proc.stdout.readline()
+                assert "on http://" in line, line + proc.stderr.read()
+                proc.send_signal(signal.SIGINT)
+                proc.communicate(timeout=60)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+            continue
+        done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"tokenbench {' '.join(args)}\n{done.stdout}\n{done.stderr}"
 
 
 @pytest.mark.slow

@@ -110,3 +110,14 @@ async def test_the_dashboard_download_without_the_extra_is_a_400(stored_run, mon
             assert "Excel export needs openpyxl: pip install" in page.text
     finally:
         app.state.tb.jobs.shutdown()
+
+
+def test_fitting_the_simulator_without_scipy_names_the_extra(monkeypatch):
+    from bench.sim.calibration import fit
+
+    monkeypatch.setitem(sys.modules, "scipy", None)
+    with pytest.raises(MissingExtraError) as err:
+        fit([])
+    assert (
+        str(err.value) == "Fitting the simulator needs scipy: pip install 'tokenbench[calibrate]'"
+    )

@@ -29,7 +29,7 @@ LAYERS: dict[str, list[str]] = {
              "bench.workload", "bench.tokenizer", "bench.backends", "bench.extras",
              "bench.vllm_compat", "bench.vllm_result", "bench.data", "bench.hardware",
              "bench.sim.profiles", "bench.registry", "bench.datasets", "bench.lengths",
-             "bench.shapes", "bench.traces", "bench.formulas", "bench.blocks",
+             "bench.shapes", "bench.traces", "bench.formulas", "bench.blocks", "bench.overrides",
              "bench.agentic"],
     # where runs are kept and what they cost
     "storage": ["bench.store", "bench.telemetry", "bench.cost"],

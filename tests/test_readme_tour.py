@@ -1,14 +1,17 @@
-"""Every command of the README's tour runs, so the README cannot drift from the CLI.
+"""Every command of the README's tour runs exactly as printed, so the README cannot drift
+from the CLI and a flag the test added cannot hide what the command really does (an appended
+--num-prompts once hid that a scenario file's own prompt count was replaced by the default).
 
-The commands are read from README.md's "A tour" block as written. Each runs against the
-test suite's fake OpenAI server (TTFT 50 ms, 10 ms per token) instead of port 8000, with
-smaller sizes appended (the last value of a flag wins) so the whole tour takes about a
-minute; `RUN`, `RUN_A` and `RUN_B` become the ids of runs stored earlier in the tour, and
-`sim serve` gets a free port and is stopped with Ctrl-C once it answers.
+The commands are read from README.md's "A tour" block as written. Only the endpoint changes:
+`http://127.0.0.1:8000` and the README's `...` become a fake OpenAI server's URL (TTFT 10 ms,
+1 ms between tokens, so the tour's sizes run in a few minutes); `RUN`, `RUN_A` and `RUN_B`
+become the ids of runs stored earlier in the tour, and `sim serve` gets a free port and is
+stopped with Ctrl-C once it answers.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -21,22 +24,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.scenario import load_scenario
+from tests.conftest import start_fake_server
+from tests.helpers import suggested_commands
+
 ROOT = Path(__file__).resolve().parents[1]
-# Appended to each kind of command: same flags, smaller sizes.
-SMALLER = {
-    "run": ["--num-prompts", "6", "--random-input-len", "16", "--random-output-len", "4"],
-    "sweep": [
-        "--num-prompts",
-        "6",
-        "--point-duration",
-        "1",
-        "--random-input-len",
-        "16",
-        "--random-output-len",
-        "4",
-    ],  # fmt: skip
-    "sim run": ["--num-prompts", "40"],
-}
 
 
 def tour_commands() -> list[list[str]]:
@@ -72,13 +64,22 @@ def test_the_tour_is_read_whole():
                      "tune"}  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def tour_server():
+    server = start_fake_server("--ttft-ms", "10", "--itl-ms", "1")
+    yield server
+    server.stop()
+
+
 @pytest.mark.slow
-def test_every_tour_command_runs(fake_server, tmp_path):
+def test_every_tour_command_runs(tour_server, tmp_path):
+    fake_server = tour_server
     (tmp_path / "scenarios").symlink_to(ROOT / "scenarios")
     (tmp_path / "experiments").symlink_to(ROOT / "experiments")
     env = {**os.environ, "TOKENBENCH_DB": str(tmp_path / "tour.db"), "COLUMNS": "120",
            "PYTHONPATH": str(ROOT)}  # fmt: skip
     ids: dict[str, str] = {}
+    tried: set[tuple[str, str]] = set()
     sweeps: list[str] = []
     for words in tour_commands():
         args = [fake_server.url if w in ("http://127.0.0.1:8000", "...") else w for w in words]
@@ -91,24 +92,42 @@ def test_every_tour_command_runs(fake_server, tmp_path):
             args = tune_on_llama_server(args)
             if args is None:
                 continue  # no llama-server here (never under CI): the rest of the tour runs
-        args += SMALLER.get(kind, [])
-        if kind == "run" and "--ramp-up" in args:
-            args += ["--ramp-up", "0.2"]
+        started = time.monotonic()
         proc = subprocess.run(
             [sys.executable, "-m", "bench", *args], cwd=tmp_path, env=env, input="y\n",
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
+        print(f"{time.monotonic() - started:6.1f} s  tokenbench {shlex.join(args)}")
         said = f"tokenbench {shlex.join(args)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         assert proc.returncode == 0, said
         assert "Traceback" not in proc.stderr, said
+        for suggested in suggested_commands(proc.stdout + proc.stderr):
+            if (kind, suggested[0]) not in tried:  # what the CLI told the user to run next
+                tried.add((kind, suggested[0]))
+                again = subprocess.run(
+                    [sys.executable, "-m", "bench", *suggested], cwd=tmp_path, env=env,
+                    capture_output=True, text=True, timeout=120,
+                )  # fmt: skip
+                assert again.returncode == 0, f"{suggested}\n{again.stdout}\n{again.stderr}"
         if kind == "run":
             ids.setdefault("RUN", re.search(r"Stored as run ([0-9a-f]{32})", proc.stdout)[1])
+        if kind == "run" and args[-2:] == ["--scenario", "scenarios/chat-bursty.yaml"]:
+            run_id = re.search(r"Stored as run ([0-9a-f]{32})", proc.stdout)[1]
+            shown = subprocess.run(
+                [sys.executable, "-m", "bench", "show", run_id, "--json"], cwd=tmp_path,
+                env=env, capture_output=True, text=True, timeout=120, check=True,
+            )  # fmt: skip
+            summary = json.loads(shown.stdout)["summaries"]["run"]
+            sent = summary["completed"] + summary["failed"]
+            # the file's own count stands: no flag gave another
+            assert sent == load_scenario(ROOT / "scenarios/chat-bursty.yaml").load.num_prompts
         if kind == "sweep":
             sweeps.append(re.search(r"\(run ([0-9a-f]{32})\)", proc.stdout)[1])
             ids.update(RUN_A=sweeps[0], RUN_B=sweeps[-1])
     assert (tmp_path / "out.json").is_file() and (tmp_path / "vllm-result.json").is_file()
-    assert len(list((tmp_path / "vllm-results").glob("vllm-10.0qps-concurrency64-*.json"))) == 1
+    assert len(list((tmp_path / "vllm-results").glob("vllm-20.0qps-concurrency64-*.json"))) == 1
     assert (tmp_path / "run.parquet").is_file() and (tmp_path / "sweep.json").is_file()
+    assert ("run", "show") in tried and ("sim run", "show") in tried
 
 
 def check_sim_serve(args: list[str], env: dict, cwd: Path) -> None:

@@ -124,3 +124,15 @@ def test_full_database_never_drops_records_silently(db):
         writer.finish()
     assert writer.written + len(writer.unsaved_records()) == 5000
     assert writer.written < 5000
+
+
+def test_a_missing_folder_is_created_only_for_the_default_results_folder(tmp_path, monkeypatch):
+    missing = tmp_path / "nonexistent" / "dir"
+    with pytest.raises(StoreError, match=f"the folder {missing} does not exist"):
+        make_engine(f"sqlite:///{missing / 'x.db'}")
+    assert not missing.parent.exists()  # nothing created for a mistyped path
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TOKENBENCH_DB", raising=False)
+    make_engine(None)  # the default, results/tokenbench.db under the current folder
+    assert (tmp_path / "results").is_dir()
+    dispose_all()

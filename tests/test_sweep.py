@@ -135,8 +135,9 @@ def test_sweep_stop_rule_ends_early_against_failing_server(server_factory, tmp_p
         "sweep", "--base-url", server.url, "--request-rates", "5,10,20,40", "--num-prompts", "5",
         "--db", f"sqlite:///{tmp_path / 'x.db'}",
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # nothing succeeded: not a result (issue 23)
     assert "stopped after rate 5 req/s: error rate 100%" in proc.stdout
+    assert "No request succeeded" in proc.stderr
 
 
 def test_slo_bisection_narrows_capacity(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 
 import numpy as np
 import pytest
@@ -65,13 +66,17 @@ def test_a_vllm_command_line_writes_a_vllm_result_json(fake_server, tmp_path):
     assert r["completed"] == 20 and r["failed"] == 0
     assert r["total_output_tokens"] == 20 * 8 and r["output_lens"] == [8] * 20
     assert r["max_concurrent_requests"] <= 4
-    # units: summaries in ms, per-request lists in seconds (the fake server: TTFT 50, ITL 10)
-    assert r["mean_tpot_ms"] == pytest.approx(10, abs=1.5)
-    assert r["median_itl_ms"] == pytest.approx(10, abs=1.5)
+    # units: summaries in ms, per-request lists in seconds (the fake server: TTFT 50, ITL 10).
+    # A loaded machine (two busy loops) makes the server late, and it then catches up to
+    # its schedule (a 6 ms gap after a 14 ms one), so the figures are held to each other
+    # and to the right order of magnitude, not to a window around 10 ms.
+    gaps = sorted(g for per_request in r["itls"] for g in per_request)
+    assert r["median_itl_ms"] == pytest.approx(statistics.median(gaps) * 1000, rel=1e-6)
+    assert 5 <= r["median_itl_ms"] < 100 and 5 <= r["mean_tpot_ms"] < 100
     assert r["p90_ttft_ms"] >= r["median_ttft_ms"] >= 45
     assert all(0.045 < t < 5 for t in r["ttfts"])
     assert all(len(gaps) == 7 for gaps in r["itls"])
-    assert sorted(r["itls"][0])[3] == pytest.approx(0.010, abs=0.0015)
+    assert 0.001 <= sorted(r["itls"][0])[3] < 0.1  # seconds
     assert r["latencies"][0] == pytest.approx(r["ttfts"][0] + sum(r["itls"][0]), abs=0.002)
     assert r["request_goodput"] == pytest.approx(r["request_throughput"])  # all meet the SLOs
     assert r["errors"] == [""] * 20
@@ -100,7 +105,6 @@ def test_vllm_result_default_name_and_summary_only_without_save_detailed(fake_se
 @pytest.mark.parametrize(
     "flag, hint",
     [
-        (["--host", "127.0.0.1"], "--base-url http://HOST:PORT"),
         (["--num-warmups", "3"], "--warmup"),
         (["--ramp-up-strategy", "linear"], "load.shape: ramp"),
         (["--trust-remote-code"], "--tokenizer"),
@@ -173,8 +177,8 @@ def test_failure_examples_name_each_kind_once(server_factory, tmp_path):
         "run", "--base-url", server.url, "--num-prompts", "9", "--request-rate", "inf",
         "--random-output-len", "3", "--summary-json", str(out), "--no-store",
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    s = json.loads(out.read_text())
+    assert proc.returncode == 1, proc.stderr  # a third failed: over the default share
+    s = json.loads(out.read_text())  # written all the same
     assert s["errors"] == {"http_5xx": 3}
     assert set(s["failure_examples"]) == {"http_5xx"}
     assert "500" in s["failure_examples"]["http_5xx"]

@@ -167,11 +167,32 @@ def test_bad_responses_are_stored_and_do_not_fail_the_run(server_factory, tmp_pa
     db = f"sqlite:///{tmp_path / 'tb.db'}"
     out = tmp_path / "s.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "run", "--base-url", server.url, "--concurrency", "2",
-         "--num-prompts", "20", "--random-input-len", "8", "--random-output-len", "4",
-         "--db", db, "--summary-json", str(out)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "run",
+            "--base-url",
+            server.url,
+            "--concurrency",
+            "2",
+            "--num-prompts",
+            "20",
+            "--random-input-len",
+            "8",
+            "--random-output-len",
+            "4",
+            "--db",
+            db,
+            "--summary-json",
+            str(out),
+            "--fail-on",
+            "error_rate<1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip  (--fail-on: these failures are injected; without it >5% failed exits 1)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(out.read_text())
     assert summary["completed"] + summary["failed"] == 20
@@ -221,6 +242,33 @@ def test_base_url_forms():
             normalize_base_url(bad)
 
 
+BAD_URLS = (
+    "...", "…", "", "http://...", "http://", "http://:8000", "ftp://h/", "http:/h:8000",
+    "http://h:port", "http://h:99999", "http://h:0", "http://[::1", "http://a b:8000",
+    "http://a..b:8000", "http://h:1/?x=1", "http://h:1/#frag", "http://hö.example:80",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("url", BAD_URLS)
+def test_every_bad_base_url_is_one_line_naming_it(url):
+    """Each form a user may paste is refused in one line, before any socket is opened."""
+    from bench.scenario import ScenarioError, parse_scenario
+
+    with pytest.raises(ValueError, match="base URL") as err:
+        normalize_base_url(url)
+    assert "\n" not in str(err.value) and "http" in str(err.value)
+    with pytest.raises(ScenarioError, match="base URL"):  # a scenario file or --base-url
+        parse_scenario("", overrides={"target": {"base_url": url}})
+
+
+@pytest.mark.slow
+def test_the_readmes_placeholder_url_is_one_line():
+    proc = tokenbench("--base-url", "...")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "base URL '...' is not a URL" in lines[0], lines
+
+
 def tokenbench(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "bench", "run", "--num-prompts", "3", "--random-input-len", "8",
@@ -246,7 +294,7 @@ def test_no_success_exits_1_with_the_servers_message(server_factory, tmp_path):
     proc = tokenbench("--base-url", server.url, "--db", db)
     assert proc.returncode == 1
     text = " ".join(proc.stderr.split())
-    assert "First failure (http_4xx; 3 of 3 failed): HTTP 400:" in text, text
+    assert "First failure (http_4xx; 3 of 3 failed, after 0 succeeded): HTTP 400:" in text, text
     assert "injected http_400" in text and "No request succeeded" in text
     (run,) = list_runs(db)
     assert run.status == "failed"
@@ -466,3 +514,43 @@ def test_a_stream_padded_with_comments_decodes_without_holding_the_loop():
     assert list(reads) == [len(ends) - 1] * 10  # the events all came in the last read
     rec = to_record(cap, index=0, intended_ns=0, t0_ns=0)
     assert rec.ok and len(rec.chunk_times_ns) == 10
+
+
+def tokenbench_sweep(url: str, db: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bench", "sweep", "--base-url", url, "--request-rates", "5",
+         "--num-prompts", "6", "--random-input-len", "8", "--random-output-len", "4",
+         "--db", db, "--no-scrape-metrics"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_sweep_where_nothing_succeeded_prints_the_first_failure_and_exits_1(
+    server_factory, tmp_path
+):
+    server = server_factory("--fault", "1:http_400")
+    proc = tokenbench_sweep(server.url, f"sqlite:///{tmp_path / 'tb.db'}")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    text = " ".join(proc.stderr.split())
+    said = "point 1 (rate 5 req/s): First failure (http_4xx; 6 of 6 failed, after 0 succeeded)"
+    assert said in text and "injected http_400" in text, text
+    assert "No request succeeded" in text
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_failures_over_the_default_share_fail_a_run_unless_fail_on_says_otherwise(server_factory):
+    from bench.metrics import DEFAULT_MAX_FAILED_SHARE
+
+    server = server_factory("--fault", "4:http_500")  # every 4th request: 25% fail
+    assert DEFAULT_MAX_FAILED_SHARE < 0.25
+    proc = tokenbench("--base-url", server.url, "--num-prompts", "8", "--no-store")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "2 of 8 requests failed (25%), over the 5% a run may lose" in " ".join(
+        proc.stderr.split()
+    )
+    allowed = tokenbench(
+        "--base-url", server.url, "--num-prompts", "8", "--no-store", "--fail-on", "error_rate<0.5"
+    )
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr

@@ -63,8 +63,8 @@ class OpenAIDialect:
 
 
 # The OpenAI-format server families; bench.backends.dialects.openai_family registers them.
-# vLLM: SamplingParams extras ignore_eos and min_tokens on both APIs.
-VLLM = OpenAIDialect("vllm", ignore_eos=True, min_tokens=True, include_usage=True)
+# vLLM: ignore_eos alone forces the length, and is all `vllm bench serve` sends for it.
+VLLM = OpenAIDialect("vllm", ignore_eos=True, min_tokens=False, include_usage=True)
 # SGLang's OpenAI server accepts ignore_eos and min_tokens as sampling extras.
 SGLANG = OpenAIDialect("sglang", ignore_eos=True, min_tokens=True, include_usage=True)
 # trtllm-serve: ignore_eos and min_tokens on its OpenAI protocol models.
@@ -90,8 +90,11 @@ def build_body(
     ignore_eos: bool,
     extra: dict | None = None,
 ) -> bytes:
-    """Encode one request body; done before the run so the hot path only writes bytes."""
-    body: dict = {"model": model, "stream": True, "temperature": 0.0}
+    """Encode one request body; done before the run so the hot path only writes bytes.
+
+    As `vllm bench serve` does, no sampling setting is sent unless asked for (`extra`:
+    --temperature, --top-p, ..., --extra-body): the server's own defaults apply."""
+    body: dict = {"model": model, "stream": True}
     if endpoint == CHAT:
         body["messages"] = (
             messages

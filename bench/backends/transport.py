@@ -61,12 +61,20 @@ class Transport(Protocol):
 
 
 def make_transport(
-    name: str, base_url: str, *, api_key: str | None = None, max_connections: int = 0
+    name: str,
+    base_url: str,
+    *,
+    api_key: str | None = None,
+    max_connections: int = 0,
+    headers: dict[str, str] | None = None,
 ) -> Transport:
+    """`headers`: sent with every request (--header KEY=VALUE, checked by bench.scenario)."""
     if name == "raw":
-        return RawTransport(base_url, api_key=api_key)
+        return RawTransport(base_url, api_key=api_key, headers=headers)
     if name == "httpx":
-        return HttpxTransport(base_url, api_key=api_key, max_connections=max_connections)
+        return HttpxTransport(
+            base_url, api_key=api_key, max_connections=max_connections, headers=headers
+        )
     raise ValueError(f"unknown --transport {name!r}: choose one of {', '.join(TRANSPORTS)}")
 
 
@@ -597,12 +605,16 @@ class _Readers:
 class RawTransport:
     """HTTP/1.1 client on non-blocking sockets with a pool of idle keep-alive connections."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None) -> None:
+    def __init__(
+        self, base_url: str, *, api_key: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         self.host, self.port, scheme = _host_port(base_url)
         self.ssl_context = ssl.create_default_context() if scheme == "https" else None
         self.prefix = urlsplit(base_url).path.rstrip("/")
         host_header = self.host if self.port in (80, 443) else f"{self.host}:{self.port}"
         auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
+        auth += "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        auth = auth.replace("{", "{{").replace("}", "}}")  # literal in the format string
         self._head_fmt = (
             "POST {path} HTTP/1.1\r\n"
             f"Host: {host_header}\r\n"
@@ -889,8 +901,17 @@ class HttpxTransport:
     when httpx hands them over, so they carry the loop's delays that the raw transport's
     kernel stamps do not."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, max_connections: int = 0):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        max_connections: int = 0,
+        headers: dict[str, str] | None = None,
+    ):
         import httpx
+
+        extra_headers = headers
 
         self._httpx = httpx
         limits = httpx.Limits(
@@ -900,6 +921,7 @@ class HttpxTransport:
         headers = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
+        headers.update(extra_headers or {})
         self.client = httpx.AsyncClient(
             base_url=base_url.rstrip("/"), headers=headers, limits=limits, timeout=None
         )

@@ -47,15 +47,9 @@ def _csv_floats(value: str | None, flag: str) -> list[float] | None:
 
 def flag_overrides(
     *,
-    base_url=None,
-    endpoint=None,
-    backend=None,
-    model=None,
-    num_prompts=None,
-    request_rate=None,
-    burstiness=None,
-    max_concurrency=None,
-    concurrency=None,
+    request_rate: str | None = None,
+    percentile_metrics: str | None = None,
+    metric_percentiles: str | None = None,
     think_time=None,
     duration=None,
     ramp_up=None,
@@ -63,104 +57,102 @@ def flag_overrides(
     random_output_len=None,
     random_range_ratio=None,
     dataset_name=None,
-    dataset_path=None,
-    block_size=None,
-    tokenizer=None,
-    percentile_metrics=None,
-    metric_percentiles=None,
-    goodput=None,
-    seed=None,
-    ignore_eos=None,
     request_timeout=None,
-    gpu=None,
-    num_gpus=None,
-    label=None,
-) -> dict:
-    """Flags -> a partial scenario dict; only flags the user gave are present."""
-    o: dict = {}
+    vllm: dict | None = None,
+    **same_name,
+):
+    """Flags -> bench.overrides.Overrides (what was given); the flags' text read here.
+    `vllm`: vLLM's request flags (vllm_request_flags), folded in as vLLM applies them."""
+    from bench.overrides import Overrides
 
-    def put(path: str, value) -> None:
-        if value is None:
-            return
-        node = o
-        *parents, leaf = path.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-
-    put("target.base_url", base_url)
-    put("target.endpoint", endpoint)
-    put("target.backend", backend)
-    put("target.model", model)
-    put("load.num_prompts", num_prompts)
-    rate = _rate(request_rate)
-    if rate is not None:
-        put("load.request_rate", rate)
-        put("load.shape", "gamma" if burstiness not in (None, 1.0) else "poisson")
-    put("load.burstiness", burstiness)
-    if burstiness is not None and rate is None:
-        put("load.shape", "gamma")
-    put("load.max_concurrency", max_concurrency)
-    if concurrency is not None and rate is not None:
-        # aiperf's meaning of both: requests at the rate, at most `concurrency` in flight.
-        if max_concurrency is not None and max_concurrency != concurrency:
-            raise fail(
-                f"--concurrency {concurrency} with --request-rate caps in-flight requests, as "
-                f"--max-concurrency {max_concurrency} does: give one of them"
-            )
-        put("load.max_concurrency", concurrency)
-        err_console.print(
-            f"note: --request-rate {request_rate} with --concurrency {concurrency}: an open "
-            f"loop at that rate with at most {concurrency} requests in flight (aiperf's "
-            "meaning; vLLM's --max-concurrency)",
-            highlight=False,
-            soft_wrap=True,
-        )
-    elif concurrency is not None:
-        put("load.shape", "closed")
-        put("load.concurrency", concurrency)
-    put("load.think_time_s", think_time)
-    put("load.ramp_up_s", ramp_up)
-    put("load.duration_s", duration)
-    if random_input_len is not None or random_range_ratio is not None:
-        put("workload.input.mean", random_input_len)
-    if random_output_len is not None:
-        put("workload.output.mean", random_output_len)
-    if random_range_ratio is not None:
-        dist = "uniform" if random_range_ratio > 0 else "fixed"
-        for side in ("input", "output"):
-            put(f"workload.{side}.dist", dist)
-            put(f"workload.{side}.range_ratio", random_range_ratio)
-    put("workload.dataset", dataset_name)
-    put("workload.dataset_path", dataset_path)
-    put("workload.block_size", block_size)
-    put("workload.tokenizer", tokenizer)
+    same_name.update(vllm_request_overrides(same_name, **(vllm or {})))
+    metrics = None
     if percentile_metrics is not None:
-        put("percentile_metrics", [m.strip() for m in percentile_metrics.split(",") if m.strip()])
-    put("percentiles", _csv_floats(metric_percentiles, "--metric-percentiles"))
-    if goodput:
-        from bench.metrics import parse_goodput
+        metrics = [m.strip() for m in percentile_metrics.split(",") if m.strip()]
+    return Overrides(
+        request_rate=_rate(request_rate),
+        percentile_metrics=metrics,
+        percentiles=_csv_floats(metric_percentiles, "--metric-percentiles"),
+        think_time_s=think_time,
+        duration_s=duration,
+        ramp_up_s=ramp_up,
+        input_len=random_input_len,
+        output_len=random_output_len,
+        range_ratio=random_range_ratio,
+        dataset=dataset_name,
+        request_timeout_s=request_timeout,
+        **same_name,
+    )
 
+
+def vllm_request_overrides(
+    given: dict,
+    *,
+    temperature=None,
+    top_p=None,
+    top_k=None,
+    min_p=None,
+    extra_body: str | None = None,
+    header: list[str] | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    skip_tokenizer_init: bool = False,
+) -> dict:
+    """vLLM's request flags as Overrides fields, meaning what they mean in `vllm bench serve`:
+    sampling values and --extra-body go into every body (--extra-body wins), --header
+    KEY=VALUE into every request, --host/--port name the server when --base-url does not,
+    and --backend openai-chat is the chat endpoint."""
+    import json
+
+    out: dict = {}
+    body = {
+        k: v
+        for k, v in (("temperature", temperature), ("top_p", top_p), ("top_k", top_k),
+                     ("min_p", min_p))
+        if v is not None
+    }  # fmt: skip
+    if extra_body is not None:
         try:
-            parse_goodput(goodput)
-        except ValueError as exc:
-            raise fail(str(exc)) from None
-        put("goodput", " ".join(goodput))
-    put("seed", seed)
-    put("workload.ignore_eos", ignore_eos)
-    put("request_timeout_s", request_timeout)
-    put("gpu.type", gpu)
-    put("gpu.count", num_gpus)
-    put("label", label)
-    return o
+            extra = json.loads(extra_body)
+        except json.JSONDecodeError as exc:
+            raise fail(f"--extra-body {extra_body!r}: not JSON ({exc.msg})") from None
+        if not isinstance(extra, dict):
+            raise fail(
+                f"--extra-body {extra_body!r}: expected a JSON object, e.g. '{{\"seed\": 1}}'"
+            )
+        body.update(extra)
+    if body:
+        out["extra_body"] = body
+    if header:
+        headers = {}
+        for item in header:
+            name, sep, value = item.partition("=")
+            if not sep or not name.strip():
+                raise fail(f"--header {item!r}: expected KEY=VALUE")
+            headers[name.strip()] = value.strip()
+        out["headers"] = headers
+    if (host is not None or port is not None) and given.get("base_url") is None:
+        out["base_url"] = f"http://{host or '127.0.0.1'}:{port or 8000}"  # vLLM's defaults
+    if given.get("backend") == "openai-chat":  # vLLM's chat backend
+        from bench.backends.openai import CHAT
+
+        out["backend"] = "vllm"
+        out["endpoint"] = given.get("endpoint") or CHAT
+    if skip_tokenizer_init:
+        err_console.print(
+            "note: --skip-tokenizer-init has nothing to skip: tokenbench loads a tokenizer "
+            "only when --tokenizer is given",
+            highlight=False,
+        )
+    return out
 
 
 def resolve_scenario(
-    scenario_file: Path | None, overrides: dict, kind: str, defaults: dict | None = None
+    scenario_file: Path | None, overrides, kind: str, defaults: dict | None = None
 ):
-    """Scenario file (if any) < flags. `kind` ("run" or "sweep") picks the default prompt
-    count (bench.scenario.DEFAULT_NUM_PROMPTS). Errors name the file line or the flag."""
-    from bench.scenario import DEFAULT_NUM_PROMPTS, ScenarioError, deep_merge, parse_scenario
+    """Scenario file (if any) < flags, through bench.overrides.resolve_scenario (the API's
+    jobs use the same function). Errors are one line naming the file line or the flag."""
+    from bench.overrides import resolve_scenario as resolve
 
     text, source = "", "<flags>"
     if scenario_file is not None:
@@ -169,27 +161,13 @@ def resolve_scenario(
         except OSError as exc:
             raise fail(f"--scenario {scenario_file}: {exc.strerror or exc}") from None
         source = str(scenario_file)
-    defaults = deep_merge({"load": {"num_prompts": DEFAULT_NUM_PROMPTS[kind]}}, defaults or {})
-    merged = deep_merge(defaults, overrides)
     try:
-        sc = parse_scenario(text, source=source, overrides=merged)
-    except ScenarioError as exc:
+        sc, notes = resolve(text, source, overrides, kind, defaults)
+    except ValueError as exc:  # ScenarioError too
         raise fail(str(exc)) from None
-    if sc.gpu.type:
-        sc.gpu.type = canonical_gpu(sc.gpu.type)
+    for note in notes:
+        err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
     return sc
-
-
-def canonical_gpu(name: str) -> str:
-    """The profile name for a GPU alias ("b200" -> "B200-SXM"); unknown names pass through,
-    so a GPU without a profile can still be benchmarked (it just has no prices)."""
-    from bench.hardware import ProfileError, get_gpu
-
-    try:
-        return get_gpu(name).name
-    except ProfileError:
-        err_console.print(f"[yellow]note:[/] GPU {name!r} has no profile; no prices for it")
-        return name
 
 
 def telemetry_config(scrape: bool, url: str | None, interval: float, dcgm: str | None,

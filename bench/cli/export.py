@@ -26,9 +26,14 @@ def _fail(message: str) -> typer.Exit:
 
 
 def export_command(
+    run_ids: Annotated[
+        list[str] | None,
+        typer.Argument(help="Run ids (or unique prefixes or names), as `compare` takes them"),
+    ] = None,
     runs: Annotated[
-        str, typer.Option("--runs", help="Comma-separated run ids (or unique prefixes or names)")
-    ],
+        str | None,
+        typer.Option("--runs", help="Comma-separated run ids (the same as the arguments)"),
+    ] = None,
     format: Annotated[  # noqa: A002 - the flag is --format
         ExportFormat, typer.Option("--format", "-f", help=EXPORT_FORMATS.help())
     ] = ExportFormat.pptx,
@@ -65,9 +70,9 @@ def export_command(
     from bench.export.report import build_report
     from bench.store import StoreError
 
-    refs = [r.strip() for r in runs.split(",") if r.strip()]
+    refs = [r.strip() for r in [*(run_ids or ()), *(runs or "").split(",")] if r.strip()]
     if not refs:
-        raise _fail("--runs: give at least one run id, e.g. --runs 2bbb352d,a3289346")
+        raise _fail("give at least one run id, e.g. tokenbench export 2bbb352d a3289346")
     fmt = format.value if isinstance(format, ExportFormat) else str(format)
     label = "shipped bench/data/prices.yaml"
     if prices_file:

@@ -42,7 +42,8 @@ BackendOpt = Annotated[
     str | None,
     typer.Option(
         "--backend",
-        help=f"{DIALECTS.help()}: the server's wire format and the fields that force the length",
+        help=f"{DIALECTS.help()}: the server's wire format and the fields that force the "
+        "length; openai-chat: vllm on /v1/chat/completions (vLLM's)",
     ),
 ]
 ModelOpt = Annotated[
@@ -213,5 +214,32 @@ SweepFailOnOpt = Annotated[
     typer.Option(
         "--fail-on",
         help="e.g. 'p99_ttft_ms<800,error_rate<0.01': exit 1 if any load point breaks it",
+    ),
+]
+
+
+# vLLM's request-shaping flags (`vllm bench serve`), sent as vLLM sends them: `run`, `sweep`.
+TemperatureOpt = Annotated[
+    float | None, typer.Option("--temperature", help="Sent in every request (default: not sent)")
+]
+TopPOpt = Annotated[float | None, typer.Option("--top-p", help="Sent in every request")]
+TopKOpt = Annotated[int | None, typer.Option("--top-k", help="Sent in every request")]
+MinPOpt = Annotated[float | None, typer.Option("--min-p", help="Sent in every request")]
+ExtraBodyOpt = Annotated[
+    str | None,
+    typer.Option("--extra-body", help="JSON added to every request body, e.g. '{\"seed\": 1}'"),
+]
+HeaderOpt = Annotated[
+    list[str] | None,
+    typer.Option("--header", help="KEY=VALUE ... headers sent with every request"),
+]
+HostOpt = Annotated[
+    str | None, typer.Option("--host", help="vLLM's: with --port, the server when no --base-url")
+]
+PortOpt = Annotated[int | None, typer.Option("--port", help="vLLM's: default 8000", min=1)]
+SkipTokenizerInitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--skip-tokenizer-init", help="Accepted for vLLM: tokenbench loads no tokenizer anyway"
     ),
 ]

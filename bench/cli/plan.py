@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from bench.cli.common import _catalogue, fail
 from bench.cli.options import DbOption
-from bench.console import console
+from bench.console import Table, console
 
 
 def _money(x: float | None, digits: int = 0) -> str:

@@ -6,9 +6,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from bench.console import console
+from bench.console import Table, console
 
 if TYPE_CHECKING:
     from bench.cost import Catalogue

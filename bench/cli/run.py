@@ -25,14 +25,18 @@ from bench.cli.options import (
     DbOpt,
     DcgmUrlOpt,
     EndpointOpt,
+    ExtraBodyOpt,
     GoodputOpt,
     GpuOpt,
+    HeaderOpt,
+    HostOpt,
     IgnoreEosOpt,
     InputLenOpt,
     LabelOpt,
     MetricPercentilesOpt,
     MetricsIntervalOpt,
     MetricsUrlOpt,
+    MinPOpt,
     ModelOpt,
     NoStoreOpt,
     NumGpusOpt,
@@ -40,14 +44,19 @@ from bench.cli.options import (
     NvmlOpt,
     OutputLenOpt,
     PercentileMetricsOpt,
+    PortOpt,
     RangeRatioOpt,
     RayOpt,
     RequestTimeoutOpt,
     ScenarioOpt,
     ScrapeOpt,
     SeedOpt,
+    SkipTokenizerInitOpt,
     SummaryJsonOpt,
+    TemperatureOpt,
     TokenizerOpt,
+    TopKOpt,
+    TopPOpt,
     TransportOpt,
     WorkersOpt,
 )
@@ -146,6 +155,15 @@ def run_command(
     metrics_interval: MetricsIntervalOpt = 1.0,
     dcgm_url: DcgmUrlOpt = None,
     nvml: NvmlOpt = False,
+    temperature: TemperatureOpt = None,
+    top_p: TopPOpt = None,
+    top_k: TopKOpt = None,
+    min_p: MinPOpt = None,
+    extra_body: ExtraBodyOpt = None,
+    header: HeaderOpt = None,
+    host: HostOpt = None,
+    port: PortOpt = None,
+    skip_tokenizer_init: SkipTokenizerInitOpt = False,
 ) -> None:
     """Benchmark one endpoint at one load point (like `vllm bench serve`)."""
     from bench.executor import plan_from_scenario
@@ -173,6 +191,9 @@ def run_command(
         percentile_metrics=percentile_metrics, metric_percentiles=metric_percentiles,
         goodput=goodput, seed=seed, ignore_eos=ignore_eos, request_timeout=request_timeout,
         gpu=gpu, num_gpus=num_gpus, label=label,
+        vllm=dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+                  extra_body=extra_body, header=header, host=host, port=port,
+                  skip_tokenizer_init=skip_tokenizer_init),
     )  # fmt: skip
     sc = resolve_scenario(scenario, overrides, "run")
     key = resolve_target(sc, api_key)
@@ -210,21 +231,37 @@ def run_command(
     )
     said = outcome(result.records, summary, sc.target.model, result.served_models)
     print_outcome(said, summary)
+    if not sc.seed_fixed:  # fresh prompts: the seed that repeats them (also stored)
+        console.print(f"Prompts: fresh, seed {sc.run_seed()} (--seed {sc.run_seed()} repeats them)")
     if run_id:
         console.print(f"Stored as run [bold]{run_id}[/]  (tokenbench show {run_id})")
     if summary_json is not None:
         write_json(summary_json, {**summary_document(summary, sc, result.records, run_id), **said})
     if vllm_options is not None:
         save_vllm_result(vllm_options, sc, plan, summary, result.records, run_id)
-    broken = broken_thresholds(summary, thresholds)
+    broken = broken_thresholds(summary, thresholds) if thresholds else []
+    if not thresholds:
+        broken = failed_share_broken(summary.failed, summary.completed + summary.failed)
     for line in broken:
-        err_console.print(f"[bold red]FAIL[/] {line}")
+        err_console.print(f"[bold red]FAIL[/] {line}", highlight=False, soft_wrap=True)
     if broken:
         raise typer.Exit(1)
     if summary.interrupted:
         raise typer.Exit(interrupted_exit_code())
     if summary.completed == 0 and summary.failed:
         raise typer.Exit(1)  # nothing measured: a script must not take this for a result
+
+
+def failed_share_broken(failed: int, total: int) -> list[str]:
+    """Without --fail-on: one FAIL line when more than DEFAULT_MAX_FAILED_SHARE failed."""
+    from bench.metrics import DEFAULT_MAX_FAILED_SHARE
+
+    if not total or failed / total <= DEFAULT_MAX_FAILED_SHARE:
+        return []
+    return [
+        f"{failed:,} of {total:,} requests failed ({failed / total:.0%}), over the "
+        f"{DEFAULT_MAX_FAILED_SHARE:.0%} a run may lose (--fail-on sets your own gates)"
+    ]
 
 
 def vllm_result_options(

@@ -11,7 +11,6 @@ import time
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from bench.cli.common import fail, flag_overrides, resolve_scenario
 from bench.cli.options import (
@@ -35,7 +34,7 @@ from bench.cli.options import (
     SweepFailOnOpt,
     WarmupOpt,
 )
-from bench.console import console, err_console
+from bench.console import Table, console, err_console
 
 # The simulated deployment, as `sim serve` and `sim run` both take it, and its default.
 SIM_GPU, SIM_MODEL, SIM_PRECISION, SIM_ENGINE = "B200", "llama-3.3-70b", "fp8", "vllm"

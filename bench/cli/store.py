@@ -14,9 +14,10 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.markup import escape
-from rich.table import Column, Table
+from rich.table import Column
 
 from bench.cli.options import DbOption
+from bench.console import Table
 from bench.console import console as out
 from bench.console import err_console as err
 

@@ -24,8 +24,11 @@ from bench.cli.options import (
     DbOpt,
     DcgmUrlOpt,
     EndpointOpt,
+    ExtraBodyOpt,
     GoodputOpt,
     GpuOpt,
+    HeaderOpt,
+    HostOpt,
     IgnoreEosOpt,
     InputLenOpt,
     LabelOpt,
@@ -33,6 +36,7 @@ from bench.cli.options import (
     MetricPercentilesOpt,
     MetricsIntervalOpt,
     MetricsUrlOpt,
+    MinPOpt,
     ModelOpt,
     NoStoreOpt,
     NumGpusOpt,
@@ -40,6 +44,7 @@ from bench.cli.options import (
     NvmlOpt,
     OutputLenOpt,
     PointDurationOpt,
+    PortOpt,
     PriceOpt,
     PricesFileOpt,
     RangeRatioOpt,
@@ -49,12 +54,16 @@ from bench.cli.options import (
     ScenarioOpt,
     ScrapeOpt,
     SeedOpt,
+    SkipTokenizerInitOpt,
     SloDrawsOpt,
     SloIterationsOpt,
     SloOpt,
     SummaryJsonOpt,
     SweepFailOnOpt,
+    TemperatureOpt,
     TokenizerOpt,
+    TopKOpt,
+    TopPOpt,
     TransportOpt,
     UtilisationOpt,
     WarmupOpt,
@@ -111,6 +120,15 @@ def sweep_command(
     metrics_interval: MetricsIntervalOpt = 1.0,
     dcgm_url: DcgmUrlOpt = None,
     nvml: NvmlOpt = False,
+    temperature: TemperatureOpt = None,
+    top_p: TopPOpt = None,
+    top_k: TopKOpt = None,
+    min_p: MinPOpt = None,
+    extra_body: ExtraBodyOpt = None,
+    header: HeaderOpt = None,
+    host: HostOpt = None,
+    port: PortOpt = None,
+    skip_tokenizer_init: SkipTokenizerInitOpt = False,
 ) -> None:
     """Measure the throughput-versus-latency curve: many load points in one stored run."""
     from bench.runner import defer_termination
@@ -127,6 +145,9 @@ def sweep_command(
         metric_percentiles=metric_percentiles, goodput=goodput, seed=seed,
         ignore_eos=ignore_eos, request_timeout=request_timeout, gpu=gpu, num_gpus=num_gpus,
         label=label,
+        vllm=dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+                  extra_body=extra_body, header=header, host=host, port=port,
+                  skip_tokenizer_init=skip_tokenizer_init),
     )  # fmt: skip
     sc = resolve_scenario(scenario, overrides, "sweep")
     plan, gates = sweep_plan(
@@ -199,9 +220,18 @@ def measure_sweep(sc, plan, **kw):
 
 def conclude_sweep(result, sc, db: str | None, gates, summary_json) -> None:
     """--summary-json, the --fail-on verdict and the exit code of a finished sweep."""
+    from bench.cli.run import failed_share_broken
     from bench.runner import interrupted_exit_code
 
-    broken = sweep_gates(result, gates)
+    completed = sum(p.summary.completed for p in result.points)
+    failed = sum(p.summary.failed for p in result.points)
+    if failed:
+        print_first_failure(result, db, failed, completed + failed)
+    if completed == 0 and failed:
+        err_console.print("[bold red]No request succeeded.[/]")
+    broken = (
+        sweep_gates(result, gates) if gates else failed_share_broken(failed, completed + failed)
+    )
     if summary_json is not None:
         write_json(summary_json, sweep_document(result, sc, db, broken))
     for line in broken:
@@ -210,6 +240,29 @@ def conclude_sweep(result, sc, db: str | None, gates, summary_json) -> None:
         raise typer.Exit(1)
     if result.interrupted:
         raise typer.Exit(interrupted_exit_code())
+    if completed == 0 and failed:
+        raise typer.Exit(1)  # nothing measured: a script must not take this for a result
+
+
+def print_first_failure(result, db: str | None, failed: int, total: int) -> None:
+    """The sweep's first failure in one line (read back from the store), with how many
+    requests had succeeded before it over the whole sweep."""
+    from rich.markup import escape
+
+    from bench.console import failure_line, outcome
+
+    point = next(p for p in result.points if p.summary.failed)
+    earlier = sum(p.summary.completed for p in result.points if p.index < point.index)
+    records = _stored_records(result.run_id, point.index, db)
+    first = outcome(records, point.summary, None, [])["first_failure"]
+    if first is None:  # not stored (--no-store): the kinds are all that is known
+        kinds = ", ".join(f"{k} x{n}" for k, n in point.summary.errors.items())
+        first = {"error_kind": kinds, "message": "", "succeeded_before": 0}
+    first["succeeded_before"] += earlier
+    later = sum(p.summary.completed for p in result.points if p.index > point.index)
+    first["succeeded_after"] = first.get("succeeded_after", 0) + later
+    line = f"point {point.index + 1} ({point.spec.title}): " + failure_line(first, failed, total)
+    err_console.print(f"[bold red]{escape(line)}[/]", highlight=False, soft_wrap=True)
 
 
 def sweep_gates(result, gates) -> list[str]:
@@ -250,12 +303,16 @@ def sweep_document(result, sc, db: str | None, broken: list[str]) -> dict:
 
 
 def _stored_failures(run_id: str | None, load_point: int, db: str | None) -> list:
+    return [r for r in _stored_records(run_id, load_point, db) if r.state != "ok"]
+
+
+def _stored_records(run_id: str | None, load_point: int, db: str | None) -> list:
     if run_id is None:
         return []
     from bench.store import StoreError, load_records
 
     try:
-        return [r for r in load_records(run_id, load_point, db) if r.state != "ok"]
+        return load_records(run_id, load_point, db)
     except StoreError:
         return []
 

@@ -90,8 +90,7 @@ def _settings(pairs: list[str]) -> dict:
 
 
 def print_ranking(ranking) -> None:
-    from rich.table import Table
-
+    from bench.console import Table
     from bench.metrics import slo_text
     from bench.tune import settings_text
 

@@ -525,6 +525,9 @@ def fit(points: list[Point], ratios: list[Ratio] | None = None) -> tuple[list[di
     inside each parameter's physical range (efficiency.yaml `fit`), with a weak pull toward the
     initial values. Returns the profiles and the fitted values by name.
     """
+    from bench.extras import require
+
+    require("scipy", "Fitting the simulator")  # one line naming the extra, not a traceback
     from scipy.optimize import least_squares
 
     params = fit_params()

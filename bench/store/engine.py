@@ -99,7 +99,7 @@ def _make_engine(url: URL, busy_timeout_s: float) -> Engine:
             mode = "mode=ro" if has_wal else "mode=ro&immutable=1"
             url = url.set(database=f"file:{database}?{mode}", query={"uri": "true"})
         elif is_file:
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
+            _check_folder(Path(database))
         engine = create_engine(
             url, connect_args={"timeout": busy_timeout_s, "check_same_thread": False}
         )
@@ -109,6 +109,22 @@ def _make_engine(url: URL, busy_timeout_s: float) -> Engine:
         connect_args = {"connect_timeout": 10, "application_name": "tokenbench"}
         return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
     return create_engine(url)
+
+
+def _check_folder(database: Path) -> None:
+    """Create the default results/ folder when missing; any other missing folder is an
+    error naming it: a mistyped --db (sqlite:////nonexistent/dir/x.db) must not quietly
+    create folders and store the run where nobody will look for it."""
+    folder = database.parent
+    if folder.is_dir():
+        return
+    if folder == DEFAULT_PATH.parent.resolve():
+        folder.mkdir(parents=True, exist_ok=True)
+        return
+    raise StoreError(
+        f"database {database}: the folder {folder} does not exist (a mistyped --db or "
+        f"${ENV_VAR}?); create it first, or give a path in an existing folder"
+    )
 
 
 def read_only_place(path: Path) -> bool:

@@ -26,12 +26,17 @@ START_TIMEOUT_S = 120.0
 
 
 def find_or_build_binary() -> Path:
-    """The cached llama-server binary, building it first when missing (minutes)."""
+    """The cached llama-server binary, building it first when missing (minutes).
+
+    The build script's progress goes to this process's stderr as it comes (the
+    `llama_binary` fixture turns pytest's capture off around it, so a user sees a compiler
+    at work, not silence); its stdout is the binary's path.
+    """
     proc = subprocess.run(
-        ["bash", str(BUILD)], capture_output=True, text=True, timeout=3600, check=False
+        ["bash", str(BUILD)], stdout=subprocess.PIPE, text=True, timeout=3600, check=False
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"building llama-server failed:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"building llama-server failed (exit {proc.returncode}): see above")
     return Path(proc.stdout.strip().splitlines()[-1])
 
 

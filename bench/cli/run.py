@@ -203,6 +203,10 @@ def run_command(
     )
     said = outcome(result.records, summary, sc.target.model, getattr(result, "served_models", []))
     print_outcome(said, summary)
+    if getattr(result, "workers", None):  # a distributed run: each worker, named
+        from bench.cli.store import workers_table
+
+        console.print(workers_table("run", [w.to_json() for w in result.workers]))
     if run_id:
         console.print(f"Stored as run [bold]{run_id}[/]  (tokenbench show {run_id})")
     if summary_json is not None:

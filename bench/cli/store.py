@@ -211,7 +211,7 @@ def show_command(
             for note in summary.get("notes") or []:
                 out.print(f"note: {note}", highlight=False, markup=False)
             if title in workers:
-                out.print(_workers_table(title, workers[title]))
+                out.print(workers_table(title, workers[title]))
         else:
             out.print(title)
             out.print_json(json.dumps(summary, default=str))
@@ -235,7 +235,7 @@ def _print_capacity(info, db) -> None:
         out.print(f"  [yellow]caution:[/] {flag}", highlight=False)
 
 
-def _workers_table(title: str, workers: list[dict]) -> Table:
+def workers_table(title: str, workers: list[dict]) -> Table:
     """Each worker of a distributed run (bench.distributed.WorkerStats.to_json): where it
     ran, what it did, how far its start fell from the schedule, and its own self-check, so
     a skewed or overloaded node is named rather than averaged away."""

@@ -89,6 +89,7 @@ class WorkerStats:
     host: str = ""
     pid: int = 0
     node: str = ""  # the Ray node id it ran on ("" for a --workers process: this host)
+    node_ip: str = ""  # that Ray node's address
     planned_sessions: int = 0
     users: int | None = None  # closed loop only
     sent: int = 0
@@ -480,7 +481,7 @@ class _Driver:
             reads = {key: getattr(st, key) for key in _READ_STATS}
             if any(r.ok for r in self.by_worker[k]):
                 st.client_limited_reasons = client_limited_reasons(self.by_worker[k], **reads)
-            node = f" node {st.node[:8]}" if st.node else ""
+            node = f" node {st.node[:8]} {st.node_ip}" if st.node else ""
             where = f"worker {k} ({st.host or '?'}{node} pid {st.pid})"
             if not st.alive:
                 warnings.append(
@@ -675,10 +676,11 @@ def require_ray():
 class _RayWorker(_WorkerCore):
     """The Ray actor: a _WorkerCore (threaded, so stop never waits) that says where it runs."""
 
-    def info(self) -> tuple[str, int, str]:
+    def info(self) -> tuple[str, int, str, str]:
         import ray
 
-        return socket.gethostname(), os.getpid(), ray.get_runtime_context().get_node_id()
+        node = ray.get_runtime_context().get_node_id()
+        return socket.gethostname(), os.getpid(), node, ray.util.get_node_ip_address()
 
 
 def _run_ray(
@@ -708,8 +710,8 @@ def _run_ray(
             ) from None
         except RayError as exc:
             raise DistributedError(f"a Ray worker failed to start: {_first_line(exc)}") from None
-        for st, (host, pid, node) in zip(driver.stats, infos, strict=True):
-            st.host, st.pid, st.node = host, pid, node
+        for st, (host, pid, node, node_ip) in zip(driver.stats, infos, strict=True):
+            st.host, st.pid, st.node, st.node_ip = host, pid, node, node_ip
         # Barrier passed (every actor answered); broadcast the start delay.
         sent_ns = perf_counter_ns()
         driver.t0_ns = sent_ns + int(start_delay_s * 1e9)

@@ -148,6 +148,7 @@ def assert_every_node_ran_its_share(workers: list[dict], nodes: set[str], share:
         # its start: first send within the run, and the start broadcast acknowledged
         assert w["start_error_ms"] is not None and w["start_error_ms"] >= 0
         assert w["start_ack_ms"] is not None and w["start_ack_ms"] > 0
+        assert w["node_ip"] == LOOPBACK
 
 
 @pytest.mark.parametrize("via", ["gcs", "client"])

@@ -244,7 +244,7 @@ def workers_table(title: str, workers: list[dict]) -> Table:
         return "—" if value is None else f"{value:.1f}"
 
     table = Table(
-        "worker", "node", "host", "pid", "sent", "done", "failed", "start err ms",
+        "worker", "node", "node ip", "host", "pid", "sent", "done", "failed", "start err ms",
         "start ack ms", "loop lag p99 ms", "cpu busy", "self-check",
         title=f"{title}: workers",
         caption="start err: its first send minus its scheduled offset, on its own clock; "
@@ -259,7 +259,8 @@ def workers_table(title: str, workers: list[dict]) -> Table:
             verdict = "ok"
         busy = w.get("cpu_busy")
         table.add_row(
-            str(w["worker"]), (w.get("node") or "")[:12] or "this host", w.get("host") or "?",
+            str(w["worker"]), (w.get("node") or "")[:12] or "this host", w.get("node_ip") or "—",
+            w.get("host") or "?",
             str(w.get("pid") or "?"), str(w.get("sent", 0)), str(w.get("completed", 0)),
             str(w.get("failed", 0)), ms(w.get("start_error_ms")), ms(w.get("start_ack_ms")),
             ms(w.get("loop_lag_p99_ms")), "—" if busy is None else f"{busy:.0%}", verdict,

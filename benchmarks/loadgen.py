@@ -19,6 +19,7 @@ benchmarks/.venvs, and run at the same points against the same server in the sam
     python benchmarks/loadgen.py --quick          # a few minutes
     python benchmarks/loadgen.py --json out.json  # the full grid
     python benchmarks/loadgen.py memory           # bytes per in-flight request
+    python benchmarks/loadgen.py short            # requests/s for 1-4-token outputs
 
 Only 127.0.0.1 is contacted; every server and client started here is killed at the end.
 """
@@ -307,8 +308,9 @@ def measure(
         point.cpu_s_per_mtok = sampler.cpu_between(first, last) / max(1, ts["tokens"]) * 1e6
         point.peak_rss_mb = sampler.peak_rss / 2**20
         point.processes = sampler.processes
-        point.ttft_err_ms = (rep["ttft_p50"] - ts["ttft_p50"], rep["ttft_p99"] - ts["ttft_p99"])
-        point.itl_err_ms = (rep["itl_p50"] - ts["itl_p50"], rep["itl_p99"] - ts["itl_p99"])
+        err = lambda key: _num(rep[key]) - ts[key]  # noqa: E731 - None (no ITL: 1 token) -> nan
+        point.ttft_err_ms = (err("ttft_p50"), err("ttft_p99"))
+        point.itl_err_ms = (err("itl_p50"), err("itl_p99"))
         point.send_lag_p99_ms = rep.get("send_lag_p99")
         point.loop_lag_p99_ms = rep.get("loop_lag_p99")
         point.client_limited = rep.get("client_limited")
@@ -363,6 +365,10 @@ def _cpu_pressure_since(start: tuple[int, int] | None) -> float:
     if start is None or end is None or end[0] <= start[0]:
         return float("nan")
     return (end[1] - start[1]) / (end[0] - start[0])
+
+
+def _num(value: float | None) -> float:
+    return float("nan") if value is None else value
 
 
 def _tail(text: str, n: int = 300) -> str:
@@ -999,6 +1005,80 @@ def memory_one(phase: str, mode: str, c: int, loop_kind: str = "closed") -> None
     print(json.dumps(result))
 
 
+# ---------------------------------------------------------------- short requests (issue 31)
+
+
+def short_honest(p: Point, out_len: int) -> bool:
+    """Timing still matches the server's send log: every first token matched request by
+    request within HONEST_TTFT_P99_MS at p99, and (2+ tokens) ITL as honest() asks."""
+    if not p.ok or not p.matched or abs(p.stamp_err_ms[1]) > HONEST_TTFT_P99_MS:
+        return False
+    if out_len < 2:
+        return True
+    return abs(p.itl_err_ms[0]) <= HONEST_ITL_P50_MS and abs(p.itl_err_ms[1]) <= HONEST_ITL_P99_MS
+
+
+def short(args: argparse.Namespace) -> list[dict]:
+    """Requests/s for 1- to 4-token outputs, where per-request cost (connection reuse, request
+    bytes, response headers, the record) dominates and per-token cost does not.
+
+    Closed loop at each C; requests/s is what the server streamed in the middle 60% of the
+    point divided by the tokens per request; "per client core" is 1 / the client's CPU
+    seconds per request (its whole process, from /proc): the rate one fully used core would
+    sustain at that per-request cost. Honest = short_honest.
+    """
+    rows = []
+    server = StreamServer(args.ttft, args.itl)
+    try:
+        for out_len in args.out_lens:
+            for c in args.concurrency:
+                cmd = tokenbench_cmd(server.url, c, args.duration, out_len, "raw")
+                p = measure(server, "tokenbench-raw", c, cmd, timeout_s=args.duration * 4 + 60,
+                            parse=parse_tokenbench)  # fmt: skip
+                cpu_per_request_s = p.cpu_s_per_mtok * out_len / 1e6
+                row = {
+                    "out_len": out_len,
+                    "concurrency": c,
+                    "requests_per_s": p.tokens_per_s / out_len,
+                    "client_cpu_us_per_request": cpu_per_request_s * 1e6,
+                    "requests_per_s_per_core": 1 / cpu_per_request_s if cpu_per_request_s else 0,
+                    "first_token_err_p99_ms": p.stamp_err_ms[1],
+                    "itl_err_p99_ms": p.itl_err_ms[1],
+                    "server_input_delay_p99_ms": p.input_delay_p99_ms,
+                    "peak_rss_mb": p.peak_rss_mb,
+                    "client_limited": p.client_limited,
+                    "honest": short_honest(p, out_len),
+                    "machine_busy": p.machine_busy,
+                    "note": p.note,
+                }
+                rows.append(row)
+                print(
+                    f"out_len={out_len} C={c:<5} {row['requests_per_s']:8.0f} req/s "
+                    f"cpu {row['client_cpu_us_per_request']:6.0f} us/req "
+                    f"({row['requests_per_s_per_core']:6.0f} req/s per core) "
+                    f"1st-token err p99 {p.stamp_err_ms[1]:+.2f} ms itl err p99 "
+                    f"{p.itl_err_ms[1]:+.2f} rss {p.peak_rss_mb:.0f} MB "
+                    f"limited={p.client_limited} honest={row['honest']} {p.note}",
+                    flush=True,
+                )
+    finally:
+        server.stop()
+    for out_len in args.out_lens:
+        mine = [r for r in rows if r["out_len"] == out_len and r["honest"]]
+        best = max(mine, key=lambda r: r["requests_per_s"], default=None)
+        print(
+            f"{out_len}-token outputs: highest honest rate "
+            + (
+                f"{best['requests_per_s']:,.0f} req/s at C={best['concurrency']} "
+                f"({best['client_cpu_us_per_request']:.0f} us of client CPU per request: "
+                f"{best['requests_per_s_per_core']:,.0f} req/s per client core)"
+                if best
+                else "none"
+            )
+        )
+    return rows
+
+
 def _rss_now() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * PAGE
@@ -1022,6 +1102,15 @@ def main(argv: list[str] | None = None) -> None:
     one.add_argument("mode", choices=("trace", "rss"))
     one.add_argument("--concurrency", type=int, default=1024)
     one.add_argument("--loop", choices=("closed", "open"), default="closed")
+    sh = sub.add_parser("short", help="requests/s for 1-4-token outputs, per client core")
+    sh.add_argument("--out-lens", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4])
+    sh.add_argument(
+        "--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[64, 256, 512]
+    )
+    sh.add_argument("--ttft", type=float, default=100.0, help="ms")
+    sh.add_argument("--itl", type=float, default=10.0, help="ms")
+    sh.add_argument("--duration", type=float, default=6.0, help="seconds per point")
+    sh.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--quick", action="store_true", help="a few minutes: fewer points, shorter")
     parser.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--itl", type=lambda s: [float(x) for x in s.split(",")], help="ms")
@@ -1045,6 +1134,13 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.cmd == "memory":
         memory(args)
+        return
+    if args.cmd == "short":
+        rows = short(args)
+        if args.json:
+            args.json.write_text(
+                json.dumps({"machine": describe_machine(), "rows": rows}, indent=1)
+            )
         return
     if args.cmd == "memory-one":
         memory_one(args.phase, args.mode, args.concurrency, args.loop)

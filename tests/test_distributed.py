@@ -309,3 +309,21 @@ def test_a_late_and_overloaded_worker_is_named_with_its_node():
     assert not any("worker 0 " in w for w in result.warnings)
     detail = result.detail_json()["distributed"]["workers"]
     assert [w["node"] for w in detail] == nodes and detail[1]["client_limited"] is True
+
+
+@pytest.mark.parametrize(
+    "address, message",
+    [
+        ("127.0.0.1:9", "nothing answers at 127.0.0.1:9 within"),
+        ("ray://127.0.0.1:9", "nothing answers at 127.0.0.1:9 within"),
+        ("headnode", "expected HOST:PORT, ray://HOST:PORT, auto or local"),
+    ],
+)
+def test_a_ray_address_nobody_answers_at_is_an_error_not_a_wait(address, message):
+    """Issue 31: ray.init retries an unreachable GCS without end; --ray checks first."""
+    if ray is None:
+        pytest.skip(RAY_MISSING)
+    with pytest.raises(DistributedError, match=message):
+        run_distributed(plan(NO_SERVER, 4, rate=10.0), workers=2, ray_address=address,
+                        handle_sigint=False)  # fmt: skip
+    assert not ray.is_initialized()

@@ -68,6 +68,7 @@ HEARTBEAT_TIMEOUT_S = 30.0  # a worker silent this long is declared dead
 STOP_GRACE_S = 15.0  # after a stop, how long workers get to cancel and send their last records
 LOCAL_START_DELAY_S = 0.5  # start delay broadcast to processes on this host
 RAY_START_DELAY_S = 2.0  # start delay broadcast to Ray actors (RPC fan-out across machines)
+RAY_CONNECT_TIMEOUT_S = 10.0  # a Ray address must answer a TCP connect within this
 SETUP_S_PER_SPEC = 2e-6  # the runner's own setup (sessions, gc) after the start: ~0.7 s/500k
 LATE_START_MS = 50.0  # a worker whose first request leaves later than this is reported
 RAY_INSTALL_HINT = install_hint("ray")
@@ -87,6 +88,8 @@ class WorkerStats:
     worker: int
     host: str = ""
     pid: int = 0
+    node: str = ""  # the Ray node id it ran on ("" for a --workers process: this host)
+    node_ip: str = ""  # that Ray node's address
     planned_sessions: int = 0
     users: int | None = None  # closed loop only
     sent: int = 0
@@ -95,6 +98,12 @@ class WorkerStats:
     in_flight: int = 0
     received: int = 0  # records that reached the driver
     first_send_ms: float | None = None  # its first request, after the shared start
+    # How far its first send fell from where the schedule put it, on its own clock: its
+    # setup and an overloaded host show here (bench.metrics judges the rest of its sends).
+    start_error_ms: float | None = None
+    # Driver's clock, broadcast of the start to this worker's acknowledgement (Ray): how
+    # much later than the driver's its start can be (the delivery time, at most this).
+    start_ack_ms: float | None = None
     send_lag_p99_ms: float | None = None
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
@@ -453,7 +462,8 @@ class _Driver:
                 st.client_limited_reasons = client_limited_reasons(
                     self.by_worker[k], **reads, closed_loop=closed
                 )
-            where = f"worker {k} ({st.host or '?'} pid {st.pid})"
+            node = f" node {st.node[:8]} {st.node_ip}" if st.node else ""
+            where = f"worker {k} ({st.host or '?'}{node} pid {st.pid})"
             if not st.alive:
                 warnings.append(
                     f"{where} died after {st.received} records: {st.error}; "
@@ -463,11 +473,13 @@ class _Driver:
             offsets = self.shares[k].plan.offsets_s
             if offsets is not None and len(offsets):
                 planned_first_ms = float(offsets[0]) * 1e3
-            if st.first_send_ms is not None and st.first_send_ms - planned_first_ms > LATE_START_MS:
-                warnings.append(
-                    f"{where}: first request {st.first_send_ms - planned_first_ms:.0f} ms after "
-                    "its scheduled start: it started late (slow setup or an overloaded host)"
-                )
+            if st.first_send_ms is not None:
+                st.start_error_ms = st.first_send_ms - planned_first_ms
+                if st.start_error_ms > LATE_START_MS:
+                    warnings.append(
+                        f"{where}: first request {st.start_error_ms:.0f} ms after its scheduled "
+                        "start: it started late (slow setup or an overloaded host)"
+                    )
             warnings.extend(f"{where}: {reason}" for reason in st.client_limited_reasons)
         partial = any(not st.alive for st in self.stats)
         stopped = self.stop_requested.is_set()
@@ -645,8 +657,11 @@ def require_ray():
 class _RayWorker(_WorkerCore):
     """The Ray actor: a _WorkerCore (threaded, so stop never waits) that says where it runs."""
 
-    def info(self) -> tuple[str, int]:
-        return socket.gethostname(), os.getpid()
+    def info(self) -> tuple[str, int, str, str]:
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()
+        return socket.gethostname(), os.getpid(), node, ray.util.get_node_ip_address()
 
 
 def _run_ray(
@@ -657,17 +672,7 @@ def _run_ray(
 
     started_here = False
     if not ray.is_initialized():
-        try:
-            ray.init(
-                address=None if address == "local" else address,
-                include_dashboard=False if address == "local" else None,
-                log_to_driver=False,
-            )
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise DistributedError(
-                f"cannot connect to the Ray cluster at {address!r}: {exc} (is `ray start "
-                "--head` running there? `--ray local` starts a cluster on this machine)"
-            ) from None
+        _connect_ray(ray, address)
         started_here = True
     actor_cls = ray.remote(num_cpus=1, max_concurrency=4, max_restarts=0)(_RayWorker)
     actors: list = []
@@ -686,11 +691,20 @@ def _run_ray(
             ) from None
         except RayError as exc:
             raise DistributedError(f"a Ray worker failed to start: {_first_line(exc)}") from None
-        for st, (host, pid) in zip(driver.stats, infos, strict=True):
-            st.host, st.pid = host, pid
+        for st, (host, pid, node, node_ip) in zip(driver.stats, infos, strict=True):
+            st.host, st.pid, st.node, st.node_ip = host, pid, node, node_ip
         # Barrier passed (every actor answered); broadcast the start delay.
-        driver.t0_ns = perf_counter_ns() + int(start_delay_s * 1e9)
-        ray.get([a.start.remote(start_delay_s) for a in actors], timeout=READY_TIMEOUT_S)
+        sent_ns = perf_counter_ns()
+        driver.t0_ns = sent_ns + int(start_delay_s * 1e9)
+        acks = {
+            a.start.remote(start_delay_s): st for a, st in zip(actors, driver.stats, strict=True)
+        }
+        waiting, deadline = list(acks), time.monotonic() + READY_TIMEOUT_S
+        while waiting and time.monotonic() < deadline:
+            done, waiting = ray.wait(waiting, num_returns=1, timeout=deadline - time.monotonic())
+            for ref in done:
+                acks[ref].start_ack_ms = (perf_counter_ns() - sent_ns) / 1e6
+        ray.get(list(acks), timeout=READY_TIMEOUT_S)
 
         pending: dict = {}  # one outstanding poll call per running actor
 
@@ -715,6 +729,88 @@ def _run_ray(
                 ray.kill(a)
         if started_here:
             ray.shutdown()
+
+
+def _gcs_address(ray, address: str) -> str | None:
+    """host:port of the cluster a driver joins directly ('auto': from RAY_ADDRESS or the file
+    `ray start` leaves), or None where Ray itself decides ('local', Ray Client's ray://)."""
+    if address == "local" or address.startswith("ray://"):
+        return None
+    if address != "auto":
+        return address
+    found = os.environ.get("RAY_ADDRESS")
+    with contextlib.suppress(Exception):  # Ray's own lookup, private: absent in some versions
+        from ray._private.services import get_ray_address_from_environment
+
+        found = get_ray_address_from_environment("auto", None)
+    return None if not found or found.startswith("ray://") else found
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host.strip("[]"), port), timeout=RAY_CONNECT_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _driver_on_loopback(ray, enabled: bool):
+    """Let this driver join a cluster whose nodes are bound to loopback.
+
+    Ray rewrites a loopback address ("127.0.0.1:6379") to this host's outward IP before
+    connecting (ray-project/ray#59110; on purpose since ray#1556, so that "localhost" means
+    "this node"). A head started with `--node-ip-address 127.0.0.1` is not listening there,
+    and ray.init then retries without end: a run that waits forever. Ray keeps loopback only
+    where multi-node clusters are off (its Windows/macOS default), a switch it reads on each
+    lookup; it is flipped only for this connect, only when the GCS answers on loopback and
+    not on the outward IP."""
+    if not enabled:
+        yield
+        return
+    constants = ray._private.ray_constants
+    before = constants.ENABLE_RAY_CLUSTER
+    constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        constants.ENABLE_RAY_CLUSTER = before
+
+
+def _connect_ray(ray, address: str) -> None:
+    """ray.init for `--ray ADDRESS`, bounded in time: an address nobody answers at is an
+    error within RAY_CONNECT_TIMEOUT_S, never an endless retry."""
+    gcs = _gcs_address(ray, address)
+    client = address.removeprefix("ray://") if address.startswith("ray://") else None
+    loopback = False
+    if gcs or client:
+        host, _, port_text = (gcs or client).rpartition(":")
+        if not port_text.isdigit() or not host:
+            raise DistributedError(
+                f"--ray {address!r}: expected HOST:PORT, ray://HOST:PORT, auto or local"
+            )
+        port = int(port_text)
+        if not _reachable(host, port):
+            raise DistributedError(
+                f"cannot connect to the Ray cluster at {address!r}: nothing answers at "
+                f"{host}:{port} within {RAY_CONNECT_TIMEOUT_S:g} s (is `ray start --head` "
+                "running there? `--ray local` starts a cluster on this machine)"
+            )
+        if gcs and host in ("127.0.0.1", "localhost", "::1", "[::1]"):
+            outward = ray.util.get_node_ip_address()
+            loopback = outward != host and not _reachable(outward, port)
+    try:
+        with _driver_on_loopback(ray, loopback):
+            ray.init(
+                address=None if address == "local" else (gcs or address),
+                include_dashboard=False if address == "local" else None,
+                log_to_driver=False,
+            )
+    except (ConnectionError, RuntimeError, ValueError, AttributeError) as exc:
+        raise DistributedError(
+            f"cannot connect to the Ray cluster at {address!r}: {_first_line(exc)} (is `ray "
+            "start --head` running there? `--ray local` starts a cluster on this machine)"
+        ) from None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -19,6 +19,7 @@ benchmarks/.venvs, and run at the same points against the same server in the sam
     python benchmarks/loadgen.py --quick          # a few minutes
     python benchmarks/loadgen.py --json out.json  # the full grid
     python benchmarks/loadgen.py memory           # bytes per in-flight request
+    python benchmarks/loadgen.py short            # requests/s for 1-4-token outputs
 
 Only 127.0.0.1 is contacted; every server and client started here is killed at the end.
 """
@@ -307,8 +308,9 @@ def measure(
         point.cpu_s_per_mtok = sampler.cpu_between(first, last) / max(1, ts["tokens"]) * 1e6
         point.peak_rss_mb = sampler.peak_rss / 2**20
         point.processes = sampler.processes
-        point.ttft_err_ms = (rep["ttft_p50"] - ts["ttft_p50"], rep["ttft_p99"] - ts["ttft_p99"])
-        point.itl_err_ms = (rep["itl_p50"] - ts["itl_p50"], rep["itl_p99"] - ts["itl_p99"])
+        err = lambda key: _num(rep[key]) - ts[key]  # noqa: E731 - None (no ITL: 1 token) -> nan
+        point.ttft_err_ms = (err("ttft_p50"), err("ttft_p99"))
+        point.itl_err_ms = (err("itl_p50"), err("itl_p99"))
         point.send_lag_p99_ms = rep.get("send_lag_p99")
         point.loop_lag_p99_ms = rep.get("loop_lag_p99")
         point.client_limited = rep.get("client_limited")
@@ -363,6 +365,10 @@ def _cpu_pressure_since(start: tuple[int, int] | None) -> float:
     if start is None or end is None or end[0] <= start[0]:
         return float("nan")
     return (end[1] - start[1]) / (end[0] - start[0])
+
+
+def _num(value: float | None) -> float:
+    return float("nan") if value is None else value
 
 
 def _tail(text: str, n: int = 300) -> str:
@@ -1001,6 +1007,105 @@ def memory_one(phase: str, mode: str, c: int, loop_kind: str = "closed") -> None
     print(json.dumps(result))
 
 
+# ---------------------------------------------------------------- short requests (issue 31)
+
+
+def short_honest(p: Point, out_len: int) -> bool:
+    """Timing still matches the server's send log: tokenbench's first tokens matched request
+    by request within HONEST_TTFT_P99_MS at p99 (a peer's, whose sends are not known: its
+    TTFT p99 minus the server's), and (2+ tokens) ITL as honest() asks."""
+    ttft_p99_err = p.stamp_err_ms[1] if p.matched else p.ttft_err_ms[1]
+    if not p.ok or not abs(ttft_p99_err) <= HONEST_TTFT_P99_MS:
+        return False
+    if out_len < 2:
+        return True
+    return abs(p.itl_err_ms[0]) <= HONEST_ITL_P50_MS and abs(p.itl_err_ms[1]) <= HONEST_ITL_P99_MS
+
+
+def short(args: argparse.Namespace) -> list[dict]:
+    """Requests/s for 1- to 4-token outputs, where per-request cost (connection reuse, request
+    bytes, response headers, the record) dominates and per-token cost does not.
+
+    Closed loop at each C; requests/s is what the server streamed in the middle 60% of the
+    point divided by the tokens per request; "per client core" is 1 / the client's CPU
+    seconds per request (its whole process, from /proc): the rate one fully used core would
+    sustain at that per-request cost. Honest = short_honest.
+    """
+    rows = []
+    peers = {name: venv for name in args.peers if (venv := ensure_peer(name)) is not None}
+    server = StreamServer(args.ttft, args.itl)
+
+    def clients(c: int, out_len: int):
+        yield (
+            "tokenbench",
+            tokenbench_cmd(server.url, c, args.duration, out_len, "raw"),
+            {"parse": parse_tokenbench},
+        )
+        for name, venv in peers.items():
+            with contextlib.suppress(RuntimeError):
+                cmd, prepare, parse = peer_run(name, venv, server.url, c, args.duration, out_len)
+                yield name, cmd, {"parse": parse, "prepare": prepare}
+
+    try:
+        for out_len in args.out_lens:
+            for c in args.concurrency:
+                for client, cmd, how in list(clients(c, out_len)):
+                    p = measure(server, client, c, cmd, timeout_s=args.duration * 4 + 120, **how)
+                    rows.append(short_row(p, out_len))
+    finally:
+        server.stop()
+    for out_len in args.out_lens:
+        for client in ["tokenbench", *peers]:
+            mine = [r for r in rows if (r["out_len"], r["client"]) == (out_len, client)]
+            best = max((r for r in mine if r["honest"]), key=lambda r: r["requests_per_s"],
+                       default=None)  # fmt: skip
+            print(
+                f"{client}, {out_len}-token outputs: highest honest rate "
+                + (
+                    f"{best['requests_per_s']:,.0f} req/s at C={best['concurrency']} "
+                    f"({best['client_cpu_us_per_request']:.0f} us of client CPU per request: "
+                    f"{best['requests_per_s_per_core']:,.0f} req/s per client core)"
+                    if best
+                    else "none"
+                )
+            )
+    return rows
+
+
+def short_row(p: Point, out_len: int) -> dict:
+    """One point of `short`, printed as it comes."""
+    cpu_per_request_s = p.cpu_s_per_mtok * out_len / 1e6
+    ttft_p99_err = p.stamp_err_ms[1] if p.matched else p.ttft_err_ms[1]
+    row = {
+        "client": p.client,
+        "out_len": out_len,
+        "concurrency": p.concurrency,
+        "requests_per_s": p.tokens_per_s / out_len,
+        "client_cpu_us_per_request": cpu_per_request_s * 1e6,
+        "requests_per_s_per_core": 1 / cpu_per_request_s if cpu_per_request_s > 0 else 0.0,
+        "first_token_err_p99_ms": ttft_p99_err,
+        "first_token_err_matched": bool(p.matched),
+        "itl_err_p99_ms": p.itl_err_ms[1],
+        "server_input_delay_p99_ms": p.input_delay_p99_ms,
+        "peak_rss_mb": p.peak_rss_mb,
+        "processes": p.processes,
+        "client_limited": p.client_limited,
+        "honest": short_honest(p, out_len),
+        "machine_busy": p.machine_busy,
+        "note": p.note,
+    }
+    print(
+        f"{p.client:10} out_len={out_len} C={p.concurrency:<5} {row['requests_per_s']:8.0f} req/s "
+        f"cpu {row['client_cpu_us_per_request']:6.0f} us/req "
+        f"({row['requests_per_s_per_core']:6.0f} req/s per core) 1st-token err p99 "
+        f"{ttft_p99_err:+.2f} ms ({'matched' if p.matched else 'p99 - p99'}) itl err p99 "
+        f"{p.itl_err_ms[1]:+.2f} rss {p.peak_rss_mb:.0f} MB limited={p.client_limited} "
+        f"honest={row['honest']} {p.note}",
+        flush=True,
+    )
+    return row
+
+
 def _rss_now() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * PAGE
@@ -1024,6 +1129,16 @@ def main(argv: list[str] | None = None) -> None:
     one.add_argument("mode", choices=("trace", "rss"))
     one.add_argument("--concurrency", type=int, default=1024)
     one.add_argument("--loop", choices=("closed", "open"), default="closed")
+    sh = sub.add_parser("short", help="requests/s for 1-4-token outputs, per client core")
+    sh.add_argument("--out-lens", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4])
+    sh.add_argument(
+        "--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[64, 256, 512]
+    )
+    sh.add_argument("--ttft", type=float, default=100.0, help="ms")
+    sh.add_argument("--itl", type=float, default=10.0, help="ms")
+    sh.add_argument("--duration", type=float, default=6.0, help="seconds per point")
+    sh.add_argument("--json", type=Path, help="write the figures here")
+    sh.add_argument("--peers", type=lambda s: [x for x in s.split(",") if x], default=[])
     parser.add_argument("--quick", action="store_true", help="a few minutes: fewer points, shorter")
     parser.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--itl", type=lambda s: [float(x) for x in s.split(",")], help="ms")
@@ -1047,6 +1162,13 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.cmd == "memory":
         memory(args)
+        return
+    if args.cmd == "short":
+        rows = short(args)
+        if args.json:
+            args.json.write_text(
+                json.dumps({"machine": describe_machine(), "rows": rows}, indent=1)
+            )
         return
     if args.cmd == "memory-one":
         memory_one(args.phase, args.mode, args.concurrency, args.loop)

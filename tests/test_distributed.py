@@ -268,3 +268,62 @@ def test_processes_stop_keeps_what_was_measured_and_is_not_partial(fake_server):
     assert 10 <= len(result.records) < 400
     assert all(w.alive for w in result.workers)
     assert sum(w.sent for w in result.workers) == len(result.records)
+
+
+def test_a_late_and_overloaded_worker_is_named_with_its_node():
+    """Two workers' batches as the driver gets them: worker 1 first sent 120 ms after its
+    scheduled offset and read late; the warnings name it and its node, its stats say why,
+    and worker 0 (on time) is not named."""
+    from bench.distributed import _COUNTERS, _Driver, _shares
+    from bench.records import RequestRecord
+
+    p = plan(NO_SERVER, 20, rate=10.0)  # offsets 0, 0.1, ... : worker k gets k, k+2, ...
+    driver = _Driver(_shares(p, 2), None, None)
+    nodes = ["a" * 56, "b" * 56]
+    for k, late_ms in ((0, 0.4), (1, 120.0)):
+        driver.stats[k].node, driver.stats[k].host = nodes[k], "host"
+        records = []
+        for i in range(k, 20, 2):
+            intended = int(p.offsets_s[i] * 1e9)
+            sent = intended + int(late_ms * 1e6)
+            first = sent + 50_000_000
+            records.append(
+                RequestRecord(index=i, intended_ns=intended, sent_ns=sent, first_token_ns=first,
+                              end_ns=first + 40_000_000, output_tokens=5, http_status=200,
+                              chunk_times_ns=np.arange(5, dtype=np.int64) * 10_000_000 + first)
+            )  # fmt: skip
+        status = {key: 0 for key in _COUNTERS} | {
+            "finished": True, "error": None, "interrupted": False, "cpu_s": 1.0,
+            "loop_lag_p99_ms": 1.0 if k == 0 else 130.0, "loop_lag_max_ms": 140.0,
+            "loop_cpu_share": 0.1 if k == 0 else 0.97, "late_read_share": 0.0,
+            "merged_token_share": 0.0, "duration_s": 2.0,
+        }  # fmt: skip
+        driver.take(k, records, status)
+    result = driver.result("ray")
+    on_time, late = result.workers
+    assert on_time.start_error_ms == pytest.approx(0.4) and not on_time.client_limited_reasons
+    assert late.start_error_ms == pytest.approx(120.0) and late.client_limited_reasons
+    named = [w for w in result.warnings if "worker 1 " in w]
+    assert named and all("node bbbbbbbb" in w for w in named)
+    assert any("120 ms after its scheduled start" in w for w in named)
+    assert not any("worker 0 " in w for w in result.warnings)
+    detail = result.detail_json()["distributed"]["workers"]
+    assert [w["node"] for w in detail] == nodes and detail[1]["client_limited"] is True
+
+
+@pytest.mark.parametrize(
+    "address, message",
+    [
+        ("127.0.0.1:9", "nothing answers at 127.0.0.1:9 within"),
+        ("ray://127.0.0.1:9", "nothing answers at 127.0.0.1:9 within"),
+        ("headnode", "expected HOST:PORT, ray://HOST:PORT, auto or local"),
+    ],
+)
+def test_a_ray_address_nobody_answers_at_is_an_error_not_a_wait(address, message):
+    """Issue 31: ray.init retries an unreachable GCS without end; --ray checks first."""
+    if ray is None:
+        pytest.skip(RAY_MISSING)
+    with pytest.raises(DistributedError, match=message):
+        run_distributed(plan(NO_SERVER, 4, rate=10.0), workers=2, ray_address=address,
+                        handle_sigint=False)  # fmt: skip
+    assert not ray.is_initialized()

@@ -233,6 +233,10 @@ def run_command(
     print_outcome(said, summary)
     if not sc.seed_fixed:  # fresh prompts: the seed that repeats them (also stored)
         console.print(f"Prompts: fresh, seed {sc.run_seed()} (--seed {sc.run_seed()} repeats them)")
+    if result.workers:  # a distributed run: each worker, named
+        from bench.cli.store import workers_table
+
+        console.print(workers_table("run", [w.to_json() for w in result.workers]))
     if run_id:
         console.print(f"Stored as run [bold]{run_id}[/]  (tokenbench show {run_id})")
     if summary_json is not None:

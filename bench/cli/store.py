@@ -144,6 +144,7 @@ def show_command(
     info = get_run(run, db)
     points = info.load_points or []
     sections: list[tuple[str, dict | None]] = []
+    workers: dict[str, list[dict]] = {}  # a distributed run's workers, per section
     if info.request_count:
         targets = [(None, None)] if len(points) <= 1 else [(lp.load_point, lp) for lp in points]
         for index, lp in targets:
@@ -172,6 +173,8 @@ def show_command(
                 else f"load point {index}" + (f" ({lp.label})" if lp and lp.label else "")
             )
             sections.append((title, summary.to_json()))
+            if (stored.get("distributed") or {}).get("workers"):
+                workers[title] = stored["distributed"]["workers"]
     else:
         sections.append(
             (
@@ -182,7 +185,13 @@ def show_command(
     if as_json:
         out.print_json(
             json.dumps(
-                {"run": info.id, "status": info.status, "summaries": dict(sections)}, default=str
+                {
+                    "run": info.id,
+                    "status": info.status,
+                    "summaries": dict(sections),
+                    **({"workers": workers} if workers else {}),
+                },
+                default=str,
             )
         )
         return
@@ -202,6 +211,8 @@ def show_command(
                 out.print("[yellow]CACHED PROMPTS: most prompt tokens came from the server's cache")
             for note in summary.get("notes") or []:
                 out.print(f"note: {note}", highlight=False, markup=False)
+            if title in workers:
+                out.print(workers_table(title, workers[title]))
         else:
             out.print(title)
             out.print_json(json.dumps(summary, default=str))
@@ -225,6 +236,39 @@ def _print_capacity(info, db) -> None:
         out.print(f"  {cap.covers()}", highlight=False)
     for flag in cap.flags:
         out.print(f"  [yellow]caution:[/] {flag}", highlight=False)
+
+
+def workers_table(title: str, workers: list[dict]) -> Table:
+    """Each worker of a distributed run (bench.distributed.WorkerStats.to_json): where it
+    ran, what it did, how far its start fell from the schedule, and its own self-check, so
+    a skewed or overloaded node is named rather than averaged away."""
+
+    def ms(value: float | None) -> str:
+        return "—" if value is None else f"{value:.1f}"
+
+    table = Table(
+        "worker", "node", "node ip", "host", "pid", "sent", "done", "failed", "start err ms",
+        "start ack ms", "loop lag p99 ms", "cpu busy", "self-check",
+        title=f"{title}: workers",
+        caption="start err: its first send minus its scheduled offset, on its own clock; "
+        "start ack: the driver's clock from the start broadcast to the worker's reply",
+    )  # fmt: skip
+    for w in workers:
+        if not w.get("alive", True):
+            verdict = f"DIED: {w.get('error') or '?'}"
+        elif w.get("client_limited_reasons"):
+            verdict = "client-limited: " + "; ".join(w["client_limited_reasons"])
+        else:
+            verdict = "ok"
+        busy = w.get("cpu_busy")
+        table.add_row(
+            str(w["worker"]), (w.get("node") or "")[:12] or "this host", w.get("node_ip") or "—",
+            w.get("host") or "?",
+            str(w.get("pid") or "?"), str(w.get("sent", 0)), str(w.get("completed", 0)),
+            str(w.get("failed", 0)), ms(w.get("start_error_ms")), ms(w.get("start_ack_ms")),
+            ms(w.get("loop_lag_p99_ms")), "—" if busy is None else f"{busy:.0%}", verdict,
+        )  # fmt: skip
+    return table
 
 
 def _summary_table(title: str, summary: dict) -> Table:

@@ -7,6 +7,7 @@ benchmarks/ never imports this (nor any test module): what both need lives in th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -174,6 +175,28 @@ def store_sweep(
         writer.end_load_point(lp, ended_ns=int(per_point / rate * 1e9), summary_json=last_summary)
     writer.finish("completed", last_summary)
     return writer.run_id
+
+
+@contextlib.contextmanager
+def b200_h100_site(db: str):
+    """A service over `db` holding a B200 sweep and an H100 x2 sweep: what the compare page,
+    its downloads and the one-answer checks read. Yields (client, ids)."""
+    from fastapi.testclient import TestClient
+
+    from server.app import create_app
+
+    ids = [
+        store_sweep(db, gpu="B200-SXM", rates=(1, 2, 4, 8, 16)),
+        store_sweep(db, gpu="H100-SXM", gpu_count=2, rates=(1, 2, 4, 8), seed=3),
+    ]
+    app = create_app(
+        db, api_token="t", allow_hosts=[], open_reads=True, server_names=["testserver"]
+    )
+    try:
+        with TestClient(app) as client:
+            yield client, ids
+    finally:
+        app.state.tb.jobs.shutdown()
 
 
 # ---------------------------------------------------------------- plans

@@ -7,33 +7,22 @@ import html
 import re
 
 import pytest
-from fastapi.testclient import TestClient
 
 from bench.cost import load_catalogue
 from bench.curves import compare_runs, ratio_sentence, run_curves
 from bench.frontier import throughput_at_interactivity
 from bench.metrics import parse_slo
 from bench.plan import Demand, plan_capacity
-from tests.helpers import store_sweep
+from tests.helpers import b200_h100_site
 
 SLO = "p99_ttft_ms<=150"
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    from server.app import create_app
-
     db = f"sqlite:///{tmp_path_factory.mktemp('pages') / 'p.db'}"
-    ids = [
-        store_sweep(db, gpu="B200-SXM", rates=(1, 2, 4, 8, 16)),
-        store_sweep(db, gpu="H100-SXM", gpu_count=2, rates=(1, 2, 4, 8), seed=3),
-    ]
-    app = create_app(
-        db, api_token="t", allow_hosts=[], open_reads=True, server_names=["testserver"]
-    )
-    with TestClient(app) as client:
+    with b200_h100_site(db) as (client, ids):
         yield client, db, ids
-    app.state.tb.jobs.shutdown()
 
 
 def _text(page: str, element_id: str) -> str:

@@ -12,9 +12,8 @@ import re
 import zipfile
 
 import pytest
-from fastapi.testclient import TestClient
 
-from tests.helpers import store_sweep
+from tests.helpers import b200_h100_site
 
 SLO = "p99_ttft_ms<=150"
 QUERY = f"slo={SLO}&utilisation=0.6&demand_rps=2000&peak=1.5"
@@ -22,19 +21,9 @@ QUERY = f"slo={SLO}&utilisation=0.6&demand_rps=2000&peak=1.5"
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    from server.app import create_app
-
     db = f"sqlite:///{tmp_path_factory.mktemp('one') / 'o.db'}"
-    ids = [
-        store_sweep(db, gpu="B200-SXM", rates=(1, 2, 4, 8, 16)),
-        store_sweep(db, gpu="H100-SXM", gpu_count=2, rates=(1, 2, 4, 8), seed=3),
-    ]
-    app = create_app(
-        db, api_token="t", allow_hosts=[], open_reads=True, server_names=["testserver"]
-    )
-    with TestClient(app) as client:
+    with b200_h100_site(db) as (client, ids):
         yield client, db, ids
-    app.state.tb.jobs.shutdown()
 
 
 def _links(page: str, path: str) -> list[str]:

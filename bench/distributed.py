@@ -670,9 +670,10 @@ def _run_ray(
     ray = require_ray()
     from ray.exceptions import GetTimeoutError, RayError
 
+    gcs, host, port = _checked_address(ray, address)
     started_here = False
     if not ray.is_initialized():
-        _connect_ray(ray, address)
+        _connect_ray(ray, address, gcs, host, port)
         started_here = True
     actor_cls = ray.remote(num_cpus=1, max_concurrency=4, max_restarts=0)(_RayWorker)
     actors: list = []
@@ -777,28 +778,36 @@ def _driver_on_loopback(ray, enabled: bool):
         constants.ENABLE_RAY_CLUSTER = before
 
 
-def _connect_ray(ray, address: str) -> None:
-    """ray.init for `--ray ADDRESS`, bounded in time: an address nobody answers at is an
-    error within RAY_CONNECT_TIMEOUT_S, never an endless retry."""
+def _checked_address(ray, address: str) -> tuple[str | None, str | None, int | None]:
+    """(the GCS address a driver joins or None, and the host and port that answered) for
+    `--ray ADDRESS`; a malformed address or one nobody answers at is a DistributedError
+    within RAY_CONNECT_TIMEOUT_S, never an endless retry. Checked on every run, also when
+    this process already holds a Ray connection, so a wrong address is never ignored."""
     gcs = _gcs_address(ray, address)
     client = address.removeprefix("ray://") if address.startswith("ray://") else None
+    if not (gcs or client):
+        return None, None, None
+    host, _, port_text = (gcs or client).rpartition(":")
+    if not port_text.isdigit() or not host:
+        raise DistributedError(
+            f"--ray {address!r}: expected HOST:PORT, ray://HOST:PORT, auto or local"
+        )
+    port = int(port_text)
+    if not _reachable(host, port):
+        raise DistributedError(
+            f"cannot connect to the Ray cluster at {address!r}: nothing answers at "
+            f"{host}:{port} within {RAY_CONNECT_TIMEOUT_S:g} s (is `ray start --head` "
+            "running there? `--ray local` starts a cluster on this machine)"
+        )
+    return gcs, host, port
+
+
+def _connect_ray(ray, address: str, gcs: str | None, host: str | None, port: int | None) -> None:
+    """ray.init for `--ray ADDRESS` (checked by _checked_address)."""
     loopback = False
-    if gcs or client:
-        host, _, port_text = (gcs or client).rpartition(":")
-        if not port_text.isdigit() or not host:
-            raise DistributedError(
-                f"--ray {address!r}: expected HOST:PORT, ray://HOST:PORT, auto or local"
-            )
-        port = int(port_text)
-        if not _reachable(host, port):
-            raise DistributedError(
-                f"cannot connect to the Ray cluster at {address!r}: nothing answers at "
-                f"{host}:{port} within {RAY_CONNECT_TIMEOUT_S:g} s (is `ray start --head` "
-                "running there? `--ray local` starts a cluster on this machine)"
-            )
-        if gcs and host in ("127.0.0.1", "localhost", "::1", "[::1]"):
-            outward = ray.util.get_node_ip_address()
-            loopback = outward != host and not _reachable(outward, port)
+    if gcs and host in ("127.0.0.1", "localhost", "::1", "[::1]"):
+        outward = ray.util.get_node_ip_address()
+        loopback = outward != host and not _reachable(outward, port)
     try:
         with _driver_on_loopback(ray, loopback):
             ray.init(

@@ -222,9 +222,6 @@ def test_merged_percentiles_are_those_of_the_union_of_node_records(cluster, fake
         got = summary.metrics[name].percentiles
         for p in (50, 90, 99):
             assert got[f"p{p}"] == pytest.approx(np.percentile(values, p), abs=1e-6), (name, p)
-    # and not what averaging each node's own p99 would give, unless they happen to agree
-    per_node_p99 = [np.percentile([r.ttft_ns / 1e6 for r in b], 99) for b in batches]
-    assert min(per_node_p99) <= summary.metrics["ttft"].percentiles["p99"] <= max(per_node_p99)
 
 
 def test_node_lost_mid_run_is_reported_with_what_it_had_done(cluster, fake_server):

@@ -69,6 +69,11 @@ STOP_GRACE_S = 15.0  # after a stop, how long workers get to cancel and send the
 LOCAL_START_DELAY_S = 0.5  # start delay broadcast to processes on this host
 RAY_START_DELAY_S = 2.0  # start delay broadcast to Ray actors (RPC fan-out across machines)
 RAY_CONNECT_TIMEOUT_S = 10.0  # a Ray address must answer a TCP connect within this
+# Ray Client starts one server process per connection on the head and gives it 30 s to answer
+# (RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S there); on a loaded head that start can miss, and
+# the client is told "Initialization failure from server". A fresh connection starts a fresh
+# server: tried this many times in all.
+RAY_CLIENT_INIT_TRIES = 3
 SETUP_S_PER_SPEC = 2e-6  # the runner's own setup (sessions, gc) after the start: ~0.7 s/500k
 LATE_START_MS = 50.0  # a worker whose first request leaves later than this is reported
 RAY_INSTALL_HINT = install_hint("ray")
@@ -551,6 +556,10 @@ def _drive(
     or (worker, error) when its pipe or actor is gone. A stop is broadcast once; workers
     silent for HEARTBEAT_TIMEOUT_S are killed, those still running STOP_GRACE_S later given up."""
     stop_sent_at: float | None = None
+    # The heartbeat clock starts here: connecting, placing and starting the workers have
+    # their own deadlines (READY_TIMEOUT_S), and on a loaded host they can take longer than
+    # HEARTBEAT_TIMEOUT_S, which then killed every worker before its first batch.
+    driver.last_heard = [time.monotonic()] * len(driver.last_heard)
     while driver.active():
         wanted = (stop is not None and stop.is_set()) or driver.stop_requested.is_set()
         if wanted and stop_sent_at is None:
@@ -808,18 +817,37 @@ def _connect_ray(ray, address: str, gcs: str | None, host: str | None, port: int
     if gcs and host in ("127.0.0.1", "localhost", "::1", "[::1]"):
         outward = ray.util.get_node_ip_address()
         loopback = outward != host and not _reachable(outward, port)
-    try:
-        with _driver_on_loopback(ray, loopback):
-            ray.init(
-                address=None if address == "local" else (gcs or address),
-                include_dashboard=False if address == "local" else None,
-                log_to_driver=False,
-            )
-    except (ConnectionError, RuntimeError, ValueError, AttributeError) as exc:
-        raise DistributedError(
-            f"cannot connect to the Ray cluster at {address!r}: {_first_line(exc)} (is `ray "
-            "start --head` running there? `--ray local` starts a cluster on this machine)"
-        ) from None
+    tries = RAY_CLIENT_INIT_TRIES if address.startswith("ray://") else 1
+    for attempt in range(1, tries + 1):
+        try:
+            with _driver_on_loopback(ray, loopback):
+                ray.init(
+                    address=None if address == "local" else (gcs or address),
+                    include_dashboard=False if address == "local" else None,
+                    log_to_driver=False,
+                )
+            return
+        except ConnectionAbortedError as exc:  # Ray Client: the head's server did not start
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            if attempt == tries:
+                raise DistributedError(
+                    f"cannot connect to the Ray cluster at {address!r}: the head could not "
+                    f"start a Ray Client server for this connection ({tries} tries; its last "
+                    f"words: {_last_line(exc)}). See ray_client_server*.err under "
+                    "/tmp/ray/session_latest/logs on the head"
+                ) from None
+        except (ConnectionError, RuntimeError, ValueError, AttributeError) as exc:
+            raise DistributedError(
+                f"cannot connect to the Ray cluster at {address!r}: {_first_line(exc)} (is `ray "
+                "start --head` running there? `--ray local` starts a cluster on this machine)"
+            ) from None
+
+
+def _last_line(exc: BaseException) -> str:
+    """The message at the bottom of a remote traceback (Ray Client sends the whole one)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
 
 
 def _first_line(exc: BaseException) -> str:

@@ -328,3 +328,58 @@ def test_a_ray_address_nobody_answers_at_is_an_error_not_a_wait(address, message
         run_distributed(plan(NO_SERVER, 4, rate=10.0), workers=2, ray_address=address,
                         handle_sigint=False)  # fmt: skip
     assert ray.is_initialized() == connected  # no connection opened (or closed) by a refusal
+
+
+class _FlakyRayClient:
+    """ray's init/shutdown as Ray Client shows them when the head's per-connection server
+    misses its start: ConnectionAbortedError with the server's traceback, `fails` times."""
+
+    def __init__(self, fails: int) -> None:
+        self.fails, self.inits, self.shutdowns = fails, 0, 0
+
+    def init(self, **kwargs) -> None:
+        self.inits += 1
+        if self.inits <= self.fails:
+            raise ConnectionAbortedError(
+                "Initialization failure from server:\nTraceback (most recent call last):\n"
+                '  File "proxier.py", line 771, in Datapath\n'
+                "RuntimeError: Proxy failed to Connect to backend! Check `ray_client_server.err`"
+            )
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+
+def test_ray_client_retries_a_head_whose_client_server_missed_its_start():
+    """CI once saw "Initialization failure from server" on a loaded head; a new connection
+    starts a new server, so the connect is tried again, a bounded number of times."""
+    from bench.distributed import RAY_CLIENT_INIT_TRIES, _connect_ray
+
+    flaky = _FlakyRayClient(fails=RAY_CLIENT_INIT_TRIES - 1)
+    _connect_ray(flaky, "ray://127.0.0.1:10001", None, None, None)
+    assert flaky.inits == RAY_CLIENT_INIT_TRIES and flaky.shutdowns == RAY_CLIENT_INIT_TRIES - 1
+
+    dead = _FlakyRayClient(fails=99)
+    with pytest.raises(DistributedError, match="Proxy failed to Connect to backend") as info:
+        _connect_ray(dead, "ray://127.0.0.1:10001", None, None, None)
+    assert dead.inits == RAY_CLIENT_INIT_TRIES and "ray_client_server" in str(info.value)
+    # a GCS address is not Ray Client: its failure is not retried
+    once = _FlakyRayClient(fails=1)
+    with pytest.raises(DistributedError):
+        _connect_ray(once, "10.0.0.1:6379", "10.0.0.1:6379", "10.0.0.1", 6379)
+    assert once.inits == 1
+
+
+def test_slow_placement_does_not_count_as_worker_silence():
+    """Connecting and placing workers has its own deadline; on a loaded host it took longer
+    than HEARTBEAT_TIMEOUT_S and every worker was killed before its first batch."""
+    from bench.distributed import _COUNTERS, _SHIPPED, HEARTBEAT_TIMEOUT_S, _drive, _Driver, _shares
+
+    driver = _Driver(_shares(plan(NO_SERVER, 4, rate=10.0), 2), None, None)
+    driver.last_heard = [x - 4 * HEARTBEAT_TIMEOUT_S for x in driver.last_heard]  # placement
+    done = {key: 0 for key in (*_COUNTERS, *_SHIPPED, "cpu_s")}
+    done |= {"finished": True, "error": None, "interrupted": False}
+    killed: list[int] = []
+    polls = iter([[], [], [(0, ([], done)), (1, ([], done))]])  # quiet at first: warming up
+    _drive(driver, None, lambda _t: next(polls), lambda k: None, killed.append)
+    assert killed == [] and all(st.finished and st.error is None for st in driver.stats)

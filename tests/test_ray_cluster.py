@@ -41,7 +41,12 @@ RAY_MISSING = "Ray is not installed: multi-node Ray tests SKIPPED (pip install '
 # Ray's "multi-node clusters off" switch, read by every Ray process at import: set in the
 # head's environment so that Ray Client's per-connection server, which Ray starts on the
 # head, joins the loopback-bound GCS instead of this host's outward IP (ray#59110).
-RAY_LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+# And Ray Client's per-connection server gets 120 s to answer instead of 30: on two loaded
+# cores its start missed 30 s once in CI ("Initialization failure from server").
+RAY_LOOPBACK_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S": "120",
+}
 
 
 def free_port() -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -216,6 +217,27 @@ def test_warmups_reach_the_server_but_no_figure_and_no_stored_request(server_fac
     assert "Warm-up: 3 requests sent" in proc.stdout + proc.stderr
 
 
+def test_a_ramped_run_writes_vllms_result_file(server_factory, tmp_path):
+    """vLLM's result JSON of a ramp: its ramp_up_* keys, request_rate inf, and its name."""
+    server = server_factory("--ttft-ms", "2", "--itl-ms", "1")
+    proc = tokenbench(
+        "run", "--base-url", server.url, "--num-prompts", "5", "--ramp-up-strategy", "linear",
+        "--ramp-up-start-rps", "50", "--ramp-up-end-rps", "100", "--random-output-len", "3",
+        "--save-result", "--result-dir", str(tmp_path / "res"), "--no-store",
+        "--no-scrape-metrics",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (path,) = (tmp_path / "res").iterdir()
+    assert re.fullmatch(
+        r"vllm-ramp-up-linear-50qps-100qps-fake-model-\d{8}-\d{6}\.json", path.name
+    ), path.name
+    doc = json.loads(path.read_text())
+    assert (doc["ramp_up_strategy"], doc["ramp_up_start_rps"], doc["ramp_up_end_rps"]) == (
+        "linear", 50, 100,
+    )  # fmt: skip
+    assert doc["request_rate"] == "inf" and doc["completed"] == 5
+
+
 def test_ramp_sends_at_vllms_times_on_the_wire(server_factory):
     """The runner sends each request at the ramp's offset (intended == formula) and never
     early; lateness is the client's send lag, judged elsewhere."""
@@ -230,6 +252,24 @@ def test_ramp_sends_at_vllms_times_on_the_wire(server_factory):
     np.testing.assert_allclose(intended, expected, atol=2e-9)
     assert all(r.sent_ns >= r.intended_ns for r in records)
     assert len(records) == 12 and server.stats()["requests"] == 14
+
+
+def test_a_sweep_warms_up_and_ramps_at_every_point(server_factory):
+    from bench.sweep import SweepPlan
+
+    server = server_factory("--ttft-ms", "2", "--itl-ms", "1")
+    sc = ramp_scenario("linear", 20, 60, 6, math.inf, num_warmups=2)
+    sc.target.base_url = server.url
+    base = mean_rate(sc)
+    plan = SweepPlan(specs=[PointSpec("rate", base), PointSpec("rate", 2 * base)], slo_draws=0)
+    res = measure(sc, plan, executor=choose_executor(handle_sigint=False), store=False,
+                  probe=None)  # fmt: skip
+    assert server.stats()["requests"] == 2 * (2 + 6)
+    for point, factor in zip(res.points, (1, 2), strict=True):
+        assert point.summary.completed == 6 and point.summary.warmups["sent"] == 2
+        intended = sorted(r.intended_ns / 1e9 for r in point.run.records)
+        want = vllm_send_times("linear", 20 * factor, 60 * factor, 6, math.inf, None)
+        np.testing.assert_allclose(intended, want, atol=2e-9)
 
 
 def test_warmups_in_virtual_time_are_simulated_and_left_out():
@@ -274,3 +314,50 @@ def test_workers_each_send_their_share_of_the_ramp_after_the_warmups(server_fact
     )
     assert [w.planned_sessions for w in run.workers] == [8, 8]
     assert server.stats()["requests"] == 4 + 16 and res.points[0].summary.completed == 16
+
+
+@pytest.fixture
+async def api(tmp_path):
+    import httpx
+
+    from tests.test_server_api import make_app
+
+    db = f"sqlite:///{tmp_path / 'api.db'}"
+    app = make_app(db)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://test"
+    ) as client:
+        client.db = db
+        yield client
+    app.state.tb.jobs.shutdown()
+
+
+async def test_the_api_refuses_a_bad_ramp_naming_it(api):
+    from tests.test_server_api import AUTH
+
+    body = {"kind": "run", "simulate": {}, "ramp_up_strategy": "linear", "ramp_up_start_rps": 5,
+            "ramp_up_end_rps": 1}  # fmt: skip
+    r = await api.post("/api/jobs", json=body, headers=AUTH)
+    assert r.status_code == 422 and "only rises" in r.text
+    r = await api.post("/api/jobs", json={**body, "ramp_up_strategy": "cubic"}, headers=AUTH)
+    assert r.status_code == 422 and "ramp_up_strategy" in r.text
+    r = await api.post("/api/jobs", json={"kind": "run", "num_warmups": -1}, headers=AUTH)
+    assert r.status_code == 422 and "num_warmups" in r.text
+
+
+@pytest.mark.slow
+async def test_an_api_job_ramps_and_warms_up(api):
+    from tests.test_server_api import AUTH, sse_events
+
+    body = {
+        "kind": "run", "simulate": {"gpu": "H100-SXM", "model": "llama-3.1-8b"},
+        "num_prompts": 10, "num_warmups": 3, "ramp_up_strategy": "linear",
+        "ramp_up_start_rps": 2, "ramp_up_end_rps": 20,
+    }  # fmt: skip
+    r = await api.post("/api/jobs", json=body, headers=AUTH)
+    assert r.status_code == 202, r.text
+    final = sse_events((await api.get(f"/api/jobs/{r.json()['id']}/events")).text)[-1][1]
+    assert final["status"] == "completed", final
+    run = get_run(final["run_id"], api.db)
+    assert run.request_count == 10 and run.scenario()["load"]["shape"] == "ramp_up"
+    assert run.load_points[0].summary_json["warmups"] == {"sent": 3, "completed": 3}

@@ -274,7 +274,8 @@ class RunSession:
         server_cache = None
         point_meta["ended_ns"] = int(result.duration_s * 1e9)
         if recording is not None:
-            server_cache = prompt_cache(recording_frame(recording, result.t0_ns))
+            if recording.scrapes:  # (a frame costs pandas' import: none without samples)
+                server_cache = prompt_cache(recording_frame(recording, result.t0_ns))
             self.keep_telemetry(plan.load_point, recording, result.t0_ns, result.duration_s)
         annotate(summary, self.scenario, plan, server_cache, self.exact_lengths)
         if self.writer is not None:

@@ -158,6 +158,54 @@ def ramp(
     )
 
 
+# vLLM's --ramp-up-strategy values: how the rate moves from its start to its end RPS.
+RampStrategy = Literal["linear", "exponential"]
+RAMP_STRATEGIES: tuple[str, ...] = get_args(RampStrategy)
+
+
+def ramp_up_rates(strategy: str, start_rps: float, end_rps: float, n: int) -> np.ndarray:
+    """The rate of each of n requests under vLLM's ramp-up (`vllm bench serve
+    --ramp-up-strategy`): request i's rate is start + (end - start) * p (linear) or
+    start * (end / start) ** p (exponential), p = i / max(n - 1, 1), so the first request
+    is at the start rate and the last at the end rate."""
+    if strategy not in RAMP_STRATEGIES:
+        raise ValueError(
+            f"ramp-up strategy must be {' or '.join(RAMP_STRATEGIES)}, got {strategy!r}"
+        )
+    if start_rps <= 0 or end_rps <= 0:
+        raise ValueError(f"ramp-up rates must be > 0, got {start_rps:g} and {end_rps:g}")
+    progress = np.arange(n, dtype=np.float64) / max(n - 1, 1)
+    if strategy == "linear":
+        return start_rps + (end_rps - start_rps) * progress
+    return start_rps * (end_rps / start_rps) ** progress
+
+
+def ramp_up(
+    strategy: str,
+    start_rps: float,
+    end_rps: float,
+    n: int,
+    rng: np.random.Generator,
+    *,
+    burstiness: float = 1.0,
+) -> np.ndarray:
+    """n send offsets whose rate moves from start_rps to end_rps request by request, as
+    vLLM's get_request computes them: request i waits a gamma gap of shape `burstiness` and
+    mean 1 / rate_i (exactly 1 / rate_i when burstiness is inf) after the one before, the
+    first one too, and the offsets are the running sum of the gaps. Unlike a fixed rate,
+    vLLM does not rescale a ramp's gaps to a target length, and neither does this."""
+    if n <= 0:
+        return np.zeros(0)
+    if burstiness <= 0:
+        raise ValueError(f"burstiness must be > 0, got {burstiness}")
+    rates = ramp_up_rates(strategy, start_rps, end_rps, n)
+    if math.isinf(burstiness):
+        gaps = 1.0 / rates
+    else:
+        gaps = rng.gamma(shape=burstiness, scale=1.0 / (rates * burstiness))
+    return np.cumsum(gaps)
+
+
 def steps(
     levels: Sequence[tuple[float, float]],
     rng: np.random.Generator,

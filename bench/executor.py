@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -46,6 +46,7 @@ class RunPlan:
     load_point: int = 0
     extra_body: dict | None = None  # added to every body (sampling flags, --extra-body)
     headers: dict | None = None  # sent with every request (--header)
+    num_warmups: int = 0  # requests sent before the point, left out of it (warmup_plan)
 
 
 @dataclass
@@ -153,6 +154,33 @@ class Executor(Protocol):
     def stored_as(self) -> StoredAs: ...
 
 
+def warmup_plan(plan: RunPlan) -> RunPlan | None:
+    """The requests sent before a load point and left out of it, as vLLM's --num-warmups:
+    plan.num_warmups requests like the point's first one, all at once, at most
+    --max-concurrency (or a closed loop's users) in flight; None when there are none.
+
+    The one difference from vLLM, on purpose: vLLM repeats its first prompt, which puts the
+    first measured prompt in the server's prefix cache; synthetic prompts here are fresh
+    (indices past the point's own), so no measured request is answered from the warm-up.
+    A dataset's or a block-hashed trace's first prompt is sent as vLLM sends it.
+    """
+    n = plan.num_warmups
+    if n <= 0 or not plan.specs:
+        return None
+    first = plan.specs[0]
+    blocks = plan.workload.blocks is not None  # its prompts are by index: the first's
+    base = max(len(plan.specs), first.session + 1)
+    specs = [
+        replace(first, index=first.index if blocks else base + k, session=base + k, turn=0)
+        for k in range(n)
+    ]
+    cap = plan.max_concurrency if plan.offsets_s is not None else plan.concurrency
+    return replace(
+        plan, specs=specs, offsets_s=np.zeros(n), concurrency=None, max_concurrency=cap,
+        think_time_s=0.0, ramp_up_s=0.0, duration_s=None, num_warmups=0,
+    )  # fmt: skip
+
+
 def plan_from_scenario(
     scenario,
     *,
@@ -202,6 +230,7 @@ def plan_from_scenario(
         ignore_eos=scenario.workload.forces_length(),
         extra_body=dict(target.extra_body) or None,
         headers=dict(target.headers) or None,
+        num_warmups=load.num_warmups,
         api_key=api_key,
         transport=transport,
         load_point=load_point,

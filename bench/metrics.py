@@ -133,6 +133,9 @@ class Summary:
     # Things the reader must know to read the figures right (fixed seed, approximate
     # prompt lengths, cached prompts), said in the console and the JSON.
     notes: list[str] = field(default_factory=list)
+    # vLLM's --num-warmups sent before the point ({"sent", "completed"}): in no figure above
+    # and in no stored request; None when there were none.
+    warmups: dict | None = None
 
     @property
     def cached_share(self) -> float | None:
@@ -202,6 +205,7 @@ class Summary:
             # Added keys (the ones above keep their shape): the samples behind each
             # percentile and its 95% order-statistic interval.
             "confidence": {f"{m}_ms": self.metrics[m].confidence() for m in LATENCY_METRICS},
+            "warmups": self.warmups,
         }
 
 

@@ -18,6 +18,7 @@ reading of two flags together, a GPU without prices) are returned, not printed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 from bench.scenario import DEFAULT_NUM_PROMPTS, Scenario, parse_scenario
@@ -57,6 +58,11 @@ class Overrides:
     label: str | None = None
     extra_body: dict | None = None  # added to every request body
     headers: dict[str, str] | None = None  # sent with every request
+    num_warmups: int | None = None  # vLLM's --num-warmups: sent first, left out
+    # vLLM's --ramp-up-strategy (linear, exponential) with its start and end rates
+    ramp_up_strategy: str | None = None
+    ramp_up_start_rps: float | None = None
+    ramp_up_end_rps: float | None = None
 
     def given(self) -> dict[str, object]:
         """The fields given (not None), by name."""
@@ -100,6 +106,7 @@ _PLAIN = {
     "label": "label",
     "extra_body": "target.extra_body",
     "headers": "target.headers",
+    "num_warmups": "load.num_warmups",
 }
 
 
@@ -119,21 +126,23 @@ def overrides_tree(o: Overrides) -> tuple[dict, list[str]]:
     if burst is not None and rate is None:
         _put(tree, "load.shape", "gamma")
     _put(tree, "load.max_concurrency", o.max_concurrency)
-    if o.concurrency is not None and rate is not None:
+    if o.concurrency is not None and (rate is not None or o.ramp_up_strategy is not None):
         if o.max_concurrency is not None and o.max_concurrency != o.concurrency:
             raise ValueError(
                 f"concurrency {o.concurrency} with a request rate caps in-flight requests, as "
                 f"max_concurrency {o.max_concurrency} does: give one of them"
             )
         _put(tree, "load.max_concurrency", o.concurrency)
+        what = f"request rate {rate:g}" if rate is not None else "a ramp-up"
         notes.append(
-            f"request rate {rate:g} with concurrency {o.concurrency}: an open loop at that "
+            f"{what} with concurrency {o.concurrency}: an open loop at that "
             f"rate with at most {o.concurrency} requests in flight (aiperf's meaning; "
             "vLLM's --max-concurrency)"
         )
     elif o.concurrency is not None:
         _put(tree, "load.shape", "closed")
         _put(tree, "load.concurrency", o.concurrency)
+    _ramp_up(tree, o)
     if o.input_len is not None or o.range_ratio is not None:
         _put(tree, "workload.input.mean", o.input_len)
     if o.range_ratio is not None:
@@ -145,6 +154,46 @@ def overrides_tree(o: Overrides) -> tuple[dict, list[str]]:
         parse_goodput(o.goodput)  # raises ValueError naming the bad term
         _put(tree, "goodput", " ".join(o.goodput))
     return tree, notes
+
+
+def _ramp_up(tree: dict, o: Overrides) -> None:
+    """vLLM's ramp-up flags as load.shape ramp_up, checked by vLLM's own rules (a rate
+    that the ramp sets is not given twice; a strategy needs both rates, they rise)."""
+    rates = (o.ramp_up_start_rps, o.ramp_up_end_rps)
+    if o.ramp_up_strategy is None:
+        if any(r is not None for r in rates):
+            raise ValueError(
+                "--ramp-up-start-rps and --ramp-up-end-rps go with --ramp-up-strategy "
+                "linear or exponential"
+            )
+        return
+    from bench.arrivals import RAMP_STRATEGIES
+
+    start, end = rates
+    if o.ramp_up_strategy not in RAMP_STRATEGIES:
+        raise ValueError(
+            f"--ramp-up-strategy {o.ramp_up_strategy!r}: {' or '.join(RAMP_STRATEGIES)}"
+        )
+    if start is None or end is None:
+        raise ValueError("--ramp-up-strategy needs both --ramp-up-start-rps and --ramp-up-end-rps")
+    if o.request_rate is not None:
+        raise ValueError(
+            "--ramp-up-strategy sets the request rate from --ramp-up-start-rps to "
+            "--ramp-up-end-rps: leave out --request-rate"
+        )
+    if start <= 0 or end <= 0 or not math.isfinite(start) or not math.isfinite(end):
+        raise ValueError(
+            f"--ramp-up-start-rps {start:g} and --ramp-up-end-rps {end:g}: each a finite "
+            "rate above 0"
+        )
+    if start > end:
+        raise ValueError(
+            f"--ramp-up-start-rps {start:g} is above --ramp-up-end-rps {end:g}: vLLM's ramp-up "
+            "only rises"
+        )
+    _put(tree, "load.shape", "ramp_up")
+    _put(tree, "load.ramp_up", {"strategy": o.ramp_up_strategy, "start_rps": start,
+                                "end_rps": end})  # fmt: skip
 
 
 def resolve_scenario(

@@ -97,6 +97,25 @@ class RampSpec(_Strict):
     duration_s: float = Field(gt=0)
 
 
+class RampUpSpec(_Strict):
+    """vLLM's --ramp-up-strategy with its start and end RPS (load.shape ramp_up): request i
+    of n is sent at the rate start + (end - start) * i / (n - 1) (linear) or start *
+    (end / start) ** (i / (n - 1)) (exponential), with load.burstiness's gamma gaps."""
+
+    strategy: arrivals.RampStrategy
+    start_rps: float = Field(gt=0, allow_inf_nan=False)
+    end_rps: float = Field(gt=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _rising(self) -> RampUpSpec:
+        if self.start_rps > self.end_rps:
+            raise ValueError(
+                f"start_rps {self.start_rps:g} is above end_rps {self.end_rps:g}: vLLM's "
+                "ramp-up only rises (a falling rate: load.shape ramp)"
+            )
+        return self
+
+
 class TraceSpec(_Strict):
     path: str
     format: TRACE_FORMATS.name_type() | None = None  # bench.traces; None: by the suffix
@@ -127,12 +146,16 @@ class Load(_Strict):
     burst: Rate | None = None
     quiet: Rate | None = None
     ramp: RampSpec | None = None
+    ramp_up: RampUpSpec | None = None
     steps: list[Rate] | None = None
     trace: TraceSpec | None = None
     concurrency: int | None = Field(default=None, gt=0)
     think_time_s: float = Field(default=0.0, ge=0)
     ramp_up_s: float = Field(default=0.0, ge=0)  # closed loop: spread the users' starts
     process: arrivals.Process = "poisson"
+    # Requests sent before each load point and left out of its figures and its stored
+    # requests, as vLLM's --num-warmups (bench.executor.warmup_plan).
+    num_warmups: int = Field(default=0, ge=0, le=100_000)
 
     @model_validator(mode="after")
     def _shape_fields(self) -> Load:

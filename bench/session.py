@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Protocol
 
-from bench.executor import Executor, Progress, RunPlan, RunResult
+from bench.executor import Executor, Progress, RunPlan, RunResult, warmup_plan
 from bench.metrics import Columns, Summary, parse_goodput, summarize
 from bench.records import RequestRecord
 from bench.runner import LocalExecutor
@@ -256,18 +256,26 @@ class RunSession:
         self.load_points.append(point_meta)  # what the fallback file needs
         if self.writer is not None:
             self.writer.start_load_point(plan.load_point, **point)
-        scraper = None
-        if self.telemetry is not None:  # scraped on the records' clock, around the point
-            scraper = start_scraper(self.telemetry, plan.base_url, self._telemetry_warning)
-        try:
-            result = self._execute(plan, title or self.scenario.name)
-        finally:
-            recording = scraper.stop() if scraper is not None else None
+        warmups = self._warm_up(plan)
+        recording = None
+        if warmups is not None and (warmups.interrupted or self._stopped()):
+            result = RunResult([], 0.0, 0.0, 0.0, interrupted=True, t0_ns=0)  # nothing measured
+        else:
+            scraper = None
+            if self.telemetry is not None:  # scraped on the records' clock, around the point
+                scraper = start_scraper(self.telemetry, plan.base_url, self._telemetry_warning)
+            try:
+                result = self._execute(plan, title or self.scenario.name)
+            finally:
+                recording = scraper.stop() if scraper is not None else None
         summary = window_summary(result, self.scenario, warmup_s=warmup_s, cooldown_s=cooldown_s)
+        if warmups is not None:
+            summary.warmups = warmup_counts(warmups)
         server_cache = None
         point_meta["ended_ns"] = int(result.duration_s * 1e9)
         if recording is not None:
-            server_cache = prompt_cache(recording_frame(recording, result.t0_ns))
+            if recording.scrapes:  # (a frame costs pandas' import: none without samples)
+                server_cache = prompt_cache(recording_frame(recording, result.t0_ns))
             self.keep_telemetry(plan.load_point, recording, result.t0_ns, result.duration_s)
         annotate(summary, self.scenario, plan, server_cache, self.exact_lengths)
         if self.writer is not None:
@@ -277,6 +285,24 @@ class RunSession:
                 summary_json={**summary.to_json(), **result.detail_json()},
             )
         return result, summary
+
+    def _stopped(self) -> bool:
+        return self.stop_event is not None and self.stop_event.is_set()
+
+    def _warm_up(self, plan: RunPlan) -> RunResult | None:
+        """vLLM's --num-warmups: requests sent before the point and waited for, through the
+        point's own executor (so they are simulated, or dealt to the workers, as the point
+        is), and then forgotten: no record of them is stored or summarised."""
+        warm = warmup_plan(plan)
+        if warm is None:
+            return None
+        result = self.executor.run(warm, _discard, self.stop_event, None)
+        counts = warmup_counts(result)
+        self.display.say(
+            f"Warm-up: {counts['sent']} requests sent before the point, {counts['completed']} "
+            "completed; left out of every figure and not stored"
+        )
+        return result
 
     def _execute(self, plan: RunPlan, title: str) -> RunResult:
         """The executor's run, its live counters shown by the display."""
@@ -328,6 +354,15 @@ class RunSession:
                 f"records measured are not in the database. Every one was saved to {path}: "
                 f"`tokenbench import {path}` loads them into a database that works"
             )
+
+
+def _discard(_record: RequestRecord) -> None:
+    """The sink of warm-up requests: nothing of them is kept."""
+
+
+def warmup_counts(result: RunResult) -> dict[str, int]:
+    """What a point keeps of its warm-up: how many were sent and how many completed."""
+    return {"sent": len(result.records), "completed": sum(1 for r in result.records if r.ok)}
 
 
 FALLBACK_HEADER = "tokenbench_unsaved"

@@ -23,7 +23,6 @@ VLLM_EQUIVALENTS: dict[str, str] = {
     "--served-model-name": "--model is the name sent in each request (as the server serves it)",
     "--endpoint-type": "--backend (vllm, sglang, trtllm, openai) with --endpoint",
     "--dataset": "--dataset-name with --dataset-path",
-    "--num-warmups": "`tokenbench sweep --warmup SECONDS` leaves each point's first seconds out",
     "--append-result": "each run writes its own --result-filename and is stored "
     "(`tokenbench runs`); append files with your own script",
     "--profile": "not supported: use the server's own profiler",
@@ -40,10 +39,6 @@ VLLM_EQUIVALENTS: dict[str, str] = {
     "--hf-subset": "--dataset-name jsonl with --dataset-path (a local file)",
     "--hf-split": "--dataset-name jsonl with --dataset-path (a local file)",
     "--random-prefix-len": "a --scenario file's workload.prefix_ratio and workload.num_prefixes",
-    "--ramp-up-strategy": "a --scenario file with load.shape: ramp (load.ramp.start_rate, "
-    "end_rate, duration_s)",
-    "--ramp-up-start-rps": "a --scenario file with load.shape: ramp (load.ramp.start_rate)",
-    "--ramp-up-end-rps": "a --scenario file with load.shape: ramp (load.ramp.end_rate)",
     "--ready-check-timeout-sec": "not needed: tokenbench checks the endpoint answers before "
     "sending load",
     "--lora-modules": "--model names the adapter to request",

@@ -107,6 +107,7 @@ def vllm_result(
     label: str | None = None,
     run_id: str | None = None,
     now: datetime | None = None,
+    ramp_up: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The result dict, key for key as vLLM's main_async() assembles it."""
     metrics = tuple(options.percentile_metrics or VLLM_DEFAULT_PERCENTILE_METRICS)
@@ -128,6 +129,8 @@ def vllm_result(
         "burstiness": burstiness,
         "max_concurrency": max_concurrency,
     }
+    if ramp_up is not None:  # {strategy, start_rps, end_rps}, as vLLM adds them
+        result.update({f"ramp_up_{key}": value for key, value in ramp_up.items()})
     peak_tokens, peak_concurrency = peak_output_and_concurrency(records)
     sent = sorted(records, key=lambda r: r.index)
     t0 = min((r.sent_ns for r in sent), default=0)
@@ -197,10 +200,13 @@ def _s(ns: float | None) -> float:
 
 def default_filename(
     label: str | None, backend: str, request_rate: float, max_concurrency: int | None,
-    model_id: str, date: str,
+    model_id: str, date: str, ramp_up: dict[str, Any] | None = None,
 ) -> str:  # fmt: skip
-    """vLLM's name: {label}-{rate}qps[-concurrency{N}]-{model}-{date}.json."""
+    """vLLM's name: {label}-{rate}qps[-concurrency{N}]-{model}-{date}.json, and with a
+    ramp-up {label}-ramp-up-{strategy}-{start}qps-{end}qps[-concurrency{N}]-{model}-{date}.json."""
     rate = "inf" if not math.isfinite(request_rate) else str(request_rate)
+    if ramp_up is not None:
+        rate = f"ramp-up-{ramp_up['strategy']}-{ramp_up['start_rps']:g}qps-{ramp_up['end_rps']:g}"
     conc = f"-concurrency{max_concurrency}" if max_concurrency is not None else ""
     model = re.sub(r"[^\w.-]", "_", model_id.split("/")[-1])
     return f"{label or backend}-{rate}qps{conc}-{model}-{date}.json"
@@ -210,12 +216,18 @@ def write_vllm_result(result: dict[str, Any], options: VllmResultOptions) -> Pat
     """Write the result where vLLM would: --result-dir / (--result-filename or its default)."""
     name = options.result_filename or default_filename(
         result.get("label"), result["backend"], _rate(result["request_rate"]),
-        result["max_concurrency"], result["model_id"], result["date"],
+        result["max_concurrency"], result["model_id"], result["date"], _ramp_up(result),
     )  # fmt: skip
     path = Path(options.result_dir or ".") / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, default=_plain))
     return path
+
+
+def _ramp_up(result: dict[str, Any]) -> dict[str, Any] | None:
+    if "ramp_up_strategy" not in result:
+        return None
+    return {k: result[f"ramp_up_{k}"] for k in ("strategy", "start_rps", "end_rps")}
 
 
 def _rate(value: Any) -> float:

@@ -742,6 +742,10 @@ def _overrides(body: JobIn) -> Overrides:
         request_rate=body.request_rate,
         label=body.label,
         request_timeout_s=body.request_timeout_s,
+        num_warmups=body.num_warmups,
+        ramp_up_strategy=body.ramp_up_strategy,
+        ramp_up_start_rps=body.ramp_up_start_rps,
+        ramp_up_end_rps=body.ramp_up_end_rps,
     )
 
 

@@ -510,6 +510,11 @@ class JobIn(Strict):
     num_prompts: int | None = Field(default=None, ge=1, le=1_000_000)
     request_rate: float | None = Field(default=None, gt=0, le=1e6)
     request_timeout_s: float | None = Field(default=None, gt=0, le=3600)
+    # vLLM's --num-warmups and --ramp-up-* (load.num_warmups, load.shape ramp_up)
+    num_warmups: int | None = Field(default=None, ge=0, le=10_000)
+    ramp_up_strategy: Literal["linear", "exponential"] | None = None
+    ramp_up_start_rps: float | None = Field(default=None, gt=0, le=1e6)
+    ramp_up_end_rps: float | None = Field(default=None, gt=0, le=1e6)
     sweep: SweepIn | None = None
     deadline_s: float | None = Field(
         default=None, gt=0, le=7 * 86400,

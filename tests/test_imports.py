@@ -53,3 +53,26 @@ def test_benchmarks_compile_and_import_no_test_module():
             if any(n == "tests" or n.startswith("tests.") for n in names):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert found == [], "benchmarks import test modules"
+
+
+def test_a_run_without_telemetry_samples_never_imports_pandas(fake_server, tmp_path):
+    """pandas (~0.6 s of CPU, ~75 MiB) is for telemetry frames and exports: a run whose
+    server exposes no /metrics (scraping is on by default) stores and prints without it."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from bench.cli import app\n"
+        "try:\n    app(prog_name='tokenbench')\nexcept SystemExit as exc:\n    code = exc.code\n"
+        "print('PANDAS', 'pandas' in sys.modules, code, file=sys.stderr)\n"
+    )
+    args = ["run", "--base-url", fake_server.url, "--num-prompts", "3", "--request-rate", "100",
+            "--random-output-len", "3", "--db", f"sqlite:///{tmp_path / 'tb.db'}"]  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert "/metrics answered HTTP 404" in proc.stderr  # scraped, nothing to keep
+    assert "PANDAS False 0" in proc.stderr, proc.stderr

@@ -277,3 +277,19 @@ def test_batches_and_databases_from_before_schema_0002_still_read(tmp_path, monk
     columns = {c["name"] for c in inspect(engine).get_columns("requests")}
     assert {"cached_prompt_tokens", "slot_wait_ns"} <= columns
     engine.dispose()
+
+
+def test_export_raw_csv_quotes_formula_text_of_every_text_column(db, tmp_path):
+    """A server's error message that a spreadsheet would run goes out as text, whatever
+    dtype the column comes back as (categorical, pandas 3's str), with no pandas warning."""
+    import warnings
+
+    import pandas as pd
+
+    records = make_records(5)
+    records[2].error_message = "=1+41"
+    write_run(db, records, name="ex")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = export_raw("ex", "csv", tmp_path / "out.csv", db=db)
+    assert pd.read_csv(path)["error_message"].tolist()[2] == "'=1+41"

@@ -105,8 +105,7 @@ def test_vllm_result_default_name_and_summary_only_without_save_detailed(fake_se
 @pytest.mark.parametrize(
     "flag, hint",
     [
-        (["--num-warmups", "3"], "--warmup"),
-        (["--ramp-up-strategy", "linear"], "load.shape: ramp"),
+        (["--random-prefix-len", "3"], "prefix_ratio"),
         (["--trust-remote-code"], "--tokenizer"),
     ],
 )

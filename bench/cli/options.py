@@ -243,3 +243,29 @@ SkipTokenizerInitOpt = Annotated[
         "--skip-tokenizer-init", help="Accepted for vLLM: tokenbench loads no tokenizer anyway"
     ),
 ]
+
+
+# vLLM's warm-up and ramp-up flags (`vllm bench serve`): `run`, `sweep`, `sim run`.
+NumWarmupsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--num-warmups",
+        min=0,
+        help="Requests sent before each point and waited for, left out of every figure "
+        "and not stored (vLLM's)",
+    ),
+]
+RampUpStrategyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ramp-up-strategy",
+        help="linear or exponential: request by request, the rate goes from "
+        "--ramp-up-start-rps to --ramp-up-end-rps (vLLM's; no --request-rate)",
+    ),
+]
+RampUpStartRpsOpt = Annotated[
+    float | None, typer.Option("--ramp-up-start-rps", help="The ramp-up's first rate (req/s)")
+]
+RampUpEndRpsOpt = Annotated[
+    float | None, typer.Option("--ramp-up-end-rps", help="The ramp-up's last rate (req/s)")
+]

@@ -41,10 +41,14 @@ from bench.cli.options import (
     NoStoreOpt,
     NumGpusOpt,
     NumPromptsOpt,
+    NumWarmupsOpt,
     NvmlOpt,
     OutputLenOpt,
     PercentileMetricsOpt,
     PortOpt,
+    RampUpEndRpsOpt,
+    RampUpStartRpsOpt,
+    RampUpStrategyOpt,
     RangeRatioOpt,
     RayOpt,
     RequestTimeoutOpt,
@@ -164,6 +168,10 @@ def run_command(
     host: HostOpt = None,
     port: PortOpt = None,
     skip_tokenizer_init: SkipTokenizerInitOpt = False,
+    num_warmups: NumWarmupsOpt = None,
+    ramp_up_strategy: RampUpStrategyOpt = None,
+    ramp_up_start_rps: RampUpStartRpsOpt = None,
+    ramp_up_end_rps: RampUpEndRpsOpt = None,
 ) -> None:
     """Benchmark one endpoint at one load point (like `vllm bench serve`)."""
     from bench.executor import plan_from_scenario
@@ -191,6 +199,8 @@ def run_command(
         percentile_metrics=percentile_metrics, metric_percentiles=metric_percentiles,
         goodput=goodput, seed=seed, ignore_eos=ignore_eos, request_timeout=request_timeout,
         gpu=gpu, num_gpus=num_gpus, label=label,
+        num_warmups=num_warmups, ramp_up_strategy=ramp_up_strategy,
+        ramp_up_start_rps=ramp_up_start_rps, ramp_up_end_rps=ramp_up_end_rps,
         vllm=dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                   extra_body=extra_body, header=header, host=host, port=port,
                   skip_tokenizer_init=skip_tokenizer_init),
@@ -304,19 +314,21 @@ def save_vllm_result(options, sc, plan, summary, records, run_id: str | None) ->
 
     load = sc.load
     closed = plan.offsets_s is None
+    ramp = load.ramp_up.model_dump() if load.shape == "ramp_up" and load.ramp_up else None
     doc = vllm_result(
         records=records,
         summary=summary,
         backend=sc.target.backend,
         model_id=sc.target.model or "default",
         num_prompts=len(plan.specs),
-        request_rate=math.inf if closed else load.request_rate,
+        request_rate=math.inf if closed or ramp else load.request_rate,
         burstiness=load.burstiness,
         max_concurrency=plan.concurrency if closed else plan.max_concurrency,
         goodput=parse_goodput(sc.goodput) if sc.goodput else None,
         options=options,
         label=sc.label,
         run_id=run_id,
+        ramp_up=ramp,
     )
     try:
         path = write_vllm_result(doc, options)

@@ -22,8 +22,12 @@ from bench.cli.options import (
     LabelOpt,
     MaxErrorRateOpt,
     NumPromptsOpt,
+    NumWarmupsOpt,
     OutputLenOpt,
     PointDurationOpt,
+    RampUpEndRpsOpt,
+    RampUpStartRpsOpt,
+    RampUpStrategyOpt,
     RequestRatesOpt,
     ScenarioOpt,
     SeedOpt,
@@ -242,6 +246,10 @@ def run(
     summary_json: SummaryJsonOpt = None,
     fail_on: SweepFailOnOpt = None,
     db: DbOption = None,
+    num_warmups: NumWarmupsOpt = None,
+    ramp_up_strategy: RampUpStrategyOpt = None,
+    ramp_up_start_rps: RampUpStartRpsOpt = None,
+    ramp_up_end_rps: RampUpEndRpsOpt = None,
 ) -> None:
     """Run a scenario in virtual time (no HTTP, far faster than real time), stored as
     simulated: one point (the scenario's load), or a sweep with the flags of `sweep`."""
@@ -257,6 +265,8 @@ def run(
     overrides = flag_overrides(
         num_prompts=num_prompts, random_input_len=random_input_len,
         random_output_len=random_output_len, seed=seed, label=label,
+        num_warmups=num_warmups, ramp_up_strategy=ramp_up_strategy,
+        ramp_up_start_rps=ramp_up_start_rps, ramp_up_end_rps=ramp_up_end_rps,
     )  # fmt: skip
     sc = resolve_scenario(scenario, overrides, "run", {"load": {"request_rate": 4}})
     options = serve_options(

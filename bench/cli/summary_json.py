@@ -48,6 +48,8 @@ def summary_document(summary, sc, records, run_id: str | None) -> dict:
             "concurrency": load.concurrency,
             "num_prompts": load.num_prompts,
             "duration_s": load.duration_s,
+            "num_warmups": load.num_warmups,
+            "ramp_up": load.ramp_up.model_dump() if load.shape == "ramp_up" else None,
         },
         "total_input_tokens": summary.total_input_tokens,
         "total_output_tokens": summary.total_output_tokens,

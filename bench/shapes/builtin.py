@@ -106,6 +106,45 @@ SHAPES.register(
 )
 
 
+def _ramp_up_count(load) -> int:
+    if load.num_prompts is None:
+        from bench.scenario import ScenarioError
+
+        raise ScenarioError(
+            "load.shape ramp_up moves the rate over the requests, as vLLM's --ramp-up-strategy "
+            "does: give load.num_prompts (--num-prompts), not only a duration"
+        )
+    return load.num_prompts
+
+
+def _ramp_up(scenario, rng, base_dir):
+    load = scenario.load
+    r = load.ramp_up
+    return arrivals.ramp_up(
+        r.strategy, r.start_rps, r.end_rps, _ramp_up_count(load), rng, burstiness=load.burstiness
+    )
+
+
+def _ramp_up_mean(load) -> float:
+    """Requests over the time their gaps add up to on average: n / sum(1 / rate_i)."""
+    r = load.ramp_up
+    rates = arrivals.ramp_up_rates(r.strategy, r.start_rps, r.end_rps, _ramp_up_count(load))
+    return float(len(rates) / (1.0 / rates).sum())
+
+
+def _ramp_up_scale(load, factor: float) -> None:
+    load.ramp_up.start_rps *= factor
+    load.ramp_up.end_rps *= factor
+
+
+SHAPES.register(
+    "ramp_up",
+    "vLLM's --ramp-up-strategy: request by request, load.ramp_up's rate goes from start_rps "
+    "to end_rps (linear or exponential)",
+    LoadShape(_ramp_up, needs=("ramp_up",), mean_rate=_ramp_up_mean, scale=_ramp_up_scale),
+)
+
+
 def _steps(scenario, rng, base_dir):
     load = scenario.load
     levels = [(s.rate, s.duration_s) for s in load.steps]

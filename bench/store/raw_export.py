@@ -30,6 +30,20 @@ def _json_default(value: object) -> object:
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
+def _text_columns(frame: pd.DataFrame) -> list[str]:
+    """Columns that may hold text: object columns, string columns (pandas 3's "str", which
+    select_dtypes(include="object") matches only with a deprecation warning) and
+    categorical ones of text (the stored error messages and kinds come back categorical,
+    which select_dtypes(include="object") never matched, so their formulas went out as is)."""
+
+    def text(dtype) -> bool:
+        if isinstance(dtype, pd.CategoricalDtype):
+            return text(dtype.categories.dtype)
+        return pd.api.types.is_object_dtype(dtype) or isinstance(dtype, pd.StringDtype)
+
+    return [name for name, dtype in frame.dtypes.items() if text(dtype)]
+
+
 def export_raw(
     run: str,
     fmt: str,
@@ -55,7 +69,7 @@ def export_raw(
         out.write_text(json.dumps(doc, default=_json_default, indent=None))
     elif fmt == "csv":
         frame["chunk_gaps_ns"] = [" ".join(map(str, g.tolist())) for g in frame["chunk_gaps_ns"]]
-        for name in frame.select_dtypes(include="object").columns:  # server text: never a formula
+        for name in _text_columns(frame):  # server text: never a formula
             frame[name] = frame[name].map(csv_text)
         frame.to_csv(out, index=False)
     else:

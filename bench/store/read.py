@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import yaml
 from sqlalchemy import delete, func, select
 from sqlalchemy.engine import Engine
@@ -32,6 +31,9 @@ from bench.store.models import (
     RunArtifact,
 )
 from bench.store.redact import repair_scenario_text, scenario_mapping
+
+if TYPE_CHECKING:  # pandas is imported where a frame is made: a run that stores telemetry
+    import pandas as pd  # artifacts (save_artifact) need not pay for it
 
 STALE_AFTER_S = 15.0  # writers beat every 2 s; several missed beats mean the process died
 
@@ -338,6 +340,8 @@ def requests_dataframe(
     gaps=True adds `chunk_gaps_ns` (an int64 array per request); it costs a Python object
     per row, so it is off by default.
     """
+    import pandas as pd
+
     d = _decoded(run_id, load_point, db)
     data: dict[str, Any] = {"load_point": d.load_point}
     for name in [n for n, _ in codec.INT_FIELDS] + ["first_chunk_ns", "n_chunks"]:

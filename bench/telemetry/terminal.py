@@ -16,6 +16,8 @@ from bench.telemetry.recording import Recording
 
 def digest(recording: Recording, t0_ns: int, duration_s: float) -> str | None:
     """One line about a load point's telemetry ("server: waiting max 12, KV max 93%, ...")."""
+    if not recording.scrapes:  # nothing to say, and no frame (nor pandas) to make
+        return None
     df = recording_frame(recording, t0_ns)
     if df.empty:
         return None

@@ -279,9 +279,21 @@ class RunSession:
         return result, summary
 
     def _execute(self, plan: RunPlan, title: str) -> RunResult:
-        """The executor's run, its live counters shown by the display."""
+        """The executor's run, its live counters shown by the display. Each record gets its
+        request's traffic class here, once for every executor, before it is stored."""
+        classes = {s.index: s.traffic_class for s in plan.specs if s.traffic_class is not None}
+        sink = self._sink
+        if classes:
+
+            def sink(rec: RequestRecord) -> None:
+                rec.traffic_class = classes.get(rec.index)
+                self._sink(rec)
+
         with self.display.point(title, len(plan.specs)) as tick:
-            return self.executor.run(plan, self._sink, self.stop_event, tick)
+            result = self.executor.run(plan, sink, self.stop_event, tick)
+        for rec in result.records if classes else ():  # the executor's own copies, if any
+            rec.traffic_class = classes.get(rec.index)
+        return result
 
     def _telemetry_warning(self, message: str) -> None:
         """Each distinct telemetry problem is said once per session, never fails the run."""

@@ -174,9 +174,43 @@ def thin_tails(name: str, confidence: dict, keys) -> list[str]:
     return [f"{name} {', '.join(thin)} (n={n})"] if thin else []
 
 
-def print_summary(summary: Summary, *, title: str = "Results", metrics=None) -> None:
+def classes_table(classes: dict[str, dict], slo=(), *, title: str = "Per traffic class") -> Table:
+    """One row per traffic class from Summary.to_json()'s `classes`: its requests,
+    throughput, P99s and, given the SLO (CLASS:NAME thresholds), whether it meets its own."""
+    from bench.curves import point_from_summary
+    from bench.metrics import class_scope
+
+    t = Table(title=title, title_justify="left")
+    cols = ("class", "completed", "failed", "req/s", "out tok/s", "p50 TTFT ms", "p99 TTFT ms",
+            "p99 TPOT ms", "own SLO")  # fmt: skip
+    for col in cols:
+        t.add_column(col, justify="left" if col == "class" else "right")
+    for name, doc in classes.items():
+        point = point_from_summary(doc, load_point=0, title=name, offered=None, gpus=1)
+        own = [t for t in slo if class_scope(t.metric)[0] == name]
+        verdict = ""
+        if own:
+            bare = [type(x)(class_scope(x.metric)[1], x.op, x.limit) for x in own]
+            verdict = "[green]meets[/]" if point.meets(bare) else "[red]breaks[/]"
+        t.add_row(
+            name,
+            f"{point.completed:,}",
+            f"{point.failed:,}",
+            _fmt(point.requests_per_s),
+            _fmt(point.output_tps, 1),
+            _fmt(point.value("p50_ttft_ms"), 0),
+            _fmt(point.value("p99_ttft_ms"), 0),
+            _fmt(point.value("p99_tpot_ms"), 1),
+            verdict,
+        )
+    return t
+
+
+def print_summary(summary: Summary, *, title: str = "Results", metrics=None, slo=()) -> None:
     for table in summary_tables(summary, title=title, metrics=metrics):
         console.print(table)
+    if summary.classes:
+        console.print(classes_table(summary.to_json()["classes"], slo))
     if summary.interrupted:
         console.print("[bold yellow]Interrupted: these figures cover only what ran.[/]")
     if summary.client_limited:

@@ -625,6 +625,13 @@ def workload_shape(sc: Scenario) -> str:
     """The request shape a capacity holds for, in words: 'input 1,024 tokens (fixed),
     output 256 (lognormal, at most 384), poisson arrivals'. A capacity measured with one
     shape says little about another (longer outputs, burstier arrivals)."""
+    if sc.classes:
+        shares = sc.class_shares()
+        return "a mix of traffic classes: " + "; ".join(
+            f"{c.name} ({shares[c.name]:.0%}): input {c.workload.input.mean:,}, output "
+            f"{c.workload.output.mean:,} tokens ({c.workload.input.dist})"
+            for c in sc.classes
+        )
     w = sc.workload
 
     def lengths(name: str, spec) -> str:

@@ -156,6 +156,10 @@ class Summary:
     # The same figures per traffic class (requests' traffic_class), when the run mixed
     # classes; throughput is each class's share of the point's duration.
     classes: dict[str, Summary] = field(default_factory=dict)
+    # Speculative decoding as the server's counters measured it over the point
+    # (bench.telemetry.spec_decode), with the simulator's modelled figures beside it when
+    # the endpoint was simulated; {} when the server exposes none.
+    spec_decode: dict = field(default_factory=dict)
 
     @property
     def cached_share(self) -> float | None:
@@ -230,6 +234,8 @@ class Summary:
             # Added keys (the ones above keep their shape): the samples behind each
             # percentile and its 95% order-statistic interval.
             "confidence": {f"{m}_ms": self.metrics[m].confidence() for m in LATENCY_METRICS},
+            # Added: speculative decoding from the server's counters, when it has them.
+            **({"spec_decode": dict(self.spec_decode)} if self.spec_decode else {}),
             # Added: each traffic class's own figures (same keys), when the run mixed classes.
             **(
                 {"classes": {k: v.to_json() for k, v in self.classes.items()}}

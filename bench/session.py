@@ -32,6 +32,7 @@ from bench.telemetry import (
     prompt_cache,
     recording_frame,
     save_recording,
+    spec_decode,
     start_scraper,
 )
 
@@ -118,6 +119,28 @@ def prompt_lengths(plan: RunPlan, exact: bool = False) -> str:
     ):
         return "exact"
     return "approximate"
+
+
+def with_simulated_mtp(spec: dict, sim: dict | None) -> dict:
+    """The measured spec-decode figures, and for a simulated endpoint with MTP on what its
+    model assumed (`--mtp-acceptance` a, d draft tokens): per-position acceptance a^(i+1),
+    acceptance rate (a + ... + a^d) / d and mean acceptance length 1 + a + ... + a^d, so the
+    counters can be checked against the model that produced them."""
+    d = int((sim or {}).get("mtp_tokens") or 0)
+    a = (sim or {}).get("mtp_acceptance")
+    if not d or a is None:
+        return spec
+    gained = sum(a**i for i in range(1, d + 1))
+    return {
+        **spec,
+        "simulated": {
+            "mtp_tokens": d,
+            "mtp_acceptance": a,
+            "per_position": [a ** (i + 1) for i in range(d)],
+            "acceptance_rate": gained / d,
+            "mean_acceptance_length": 1.0 + gained,
+        },
+    }
 
 
 def annotate(
@@ -267,7 +290,11 @@ class RunSession:
         server_cache = None
         point_meta["ended_ns"] = int(result.duration_s * 1e9)
         if recording is not None:
-            server_cache = prompt_cache(recording_frame(recording, result.t0_ns))
+            frame = recording_frame(recording, result.t0_ns)
+            server_cache = prompt_cache(frame)
+            spec = spec_decode(frame)
+            if spec is not None:
+                summary.spec_decode = with_simulated_mtp(spec, self.meta["extra"].get("sim"))
             self.keep_telemetry(plan.load_point, recording, result.t0_ns, result.duration_s)
         annotate(summary, self.scenario, plan, server_cache, self.exact_lengths)
         if self.writer is not None:

@@ -1,0 +1,137 @@
+"""Traffic classes (issue 29 item 5) and speculative decoding measured (item 6)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from bench.metrics import Threshold, parse_slo, summarize, with_error_bound
+from bench.records import RequestRecord
+from bench.scenario import ScenarioError, load_scenario, parse_scenario
+from tests.conftest import start_fake_server
+
+ROOT = Path(__file__).resolve().parents[1]
+MIX = ROOT / "scenarios" / "chat-agent-mix.yaml"
+
+
+def tokenbench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args], capture_output=True, text=True, timeout=180,
+        env={**os.environ, "COLUMNS": "250", "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+    )  # fmt: skip
+
+
+def test_shipped_mix_gives_each_request_a_class_with_its_own_lengths():
+    sc = load_scenario(MIX)
+    assert sc.class_shares() == pytest.approx({"chat": 2 / 3, "agent": 1 / 3})
+    specs = sc.workload_plan().specs(300)
+    names = [s.traffic_class for s in specs]
+    assert set(names) == {"chat", "agent"}
+    assert 0.5 < names.count("chat") / len(names) < 0.8
+    mean_in = {n: sum(s.input_len for s in specs if s.traffic_class == n) / names.count(n)
+               for n in ("chat", "agent")}  # fmt: skip
+    assert mean_in["agent"] > 5 * mean_in["chat"]
+    slo = [str(t) for t in sc.capacity_slo()]
+    assert "chat:p99_ttft_ms<=500" in slo and "agent:p99_ttft_ms<=3000" in slo
+
+
+def test_class_errors_name_the_field():
+    base = "classes:\n  - {name: chat, share: 1}\n  - {name: chat, share: 2}\n"
+    with pytest.raises(ScenarioError, match="names must differ"):
+        parse_scenario(base)
+    with pytest.raises(ScenarioError, match="share or its request_rate"):
+        parse_scenario("classes:\n  - {name: chat}\n")
+    with pytest.raises(ScenarioError, match="classes.0.slo"):
+        parse_scenario("classes:\n  - {name: chat, share: 1, slo: 'p99_bogus_ms<=1'}\n")
+    rates = parse_scenario(
+        "classes:\n  - {name: a, request_rate: 2}\n  - {name: b, request_rate: 6}\n"
+    )
+    assert rates.load.request_rate == 8 and rates.class_shares() == {"a": 0.25, "b": 0.75}
+
+
+def test_class_scoped_slo_reads_that_class_and_bounds_its_errors():
+    def rec(i: int, cls: str, ttft_ms: float, ok: bool = True) -> RequestRecord:
+        return RequestRecord(
+            i, sent_ns=0, first_token_ns=int(ttft_ms * 1e6), end_ns=int(ttft_ms * 1e6) + 10**7,
+            output_tokens=2, state="ok" if ok else "failed", traffic_class=cls,
+        )  # fmt: skip
+
+    records = [rec(i, "chat", 100) for i in range(10)] + [
+        rec(10 + i, "agent", 900) for i in range(10)
+    ]
+    records.append(rec(99, "agent", 0, ok=False))
+    s = summarize(records)
+    assert s.value("chat:p50_ttft_ms") == pytest.approx(100)
+    assert s.value("agent:p50_ttft_ms") == pytest.approx(900)
+    assert s.value("agent:error_rate") == pytest.approx(1 / 11)
+    assert s.value("batch:p99_ttft_ms") is None
+    slo = parse_slo("chat:p99_ttft_ms<=500,agent:p99_ttft_ms<=1000")
+    assert Threshold("agent:error_rate", "<=", 0.05) in with_error_bound(slo)
+    assert set(s.to_json()["classes"]) == {"chat", "agent"}
+    with pytest.raises(ValueError, match="traffic class name"):
+        parse_slo("9x:p99_ttft_ms<=1")
+
+
+def test_mixed_sweep_in_virtual_time_names_the_binding_class_and_stores_classes(tmp_path):
+    db = f"sqlite:///{tmp_path / 'mix.db'}"
+    out = tmp_path / "summary.json"
+    proc = tokenbench(
+        "sim", "run", "--scenario", str(MIX), "--num-prompts", "120", "--request-rates",
+        "0.2,8", "--slo-iterations", "2", "--slo-draws", "0", "--db", db,
+        "--summary-json", str(out),
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "binds" in proc.stdout, proc.stdout
+    from bench.store import get_run, list_runs, load_records
+
+    (run,) = list_runs(db)
+    records = load_records(run.id, 0, db)
+    assert {r.traffic_class for r in records} == {"chat", "agent"}
+    shown = tokenbench("show", run.id, "--db", db)
+    assert shown.returncode == 0 and "own SLO" in shown.stdout and "agent" in shown.stdout
+    planned = tokenbench("plan", run.id, "--mix", "chat=10,agent=10", "--db", db)
+    assert planned.returncode == 0 and "chat 10, agent 10" in planned.stdout, planned.stdout
+    assert get_run(run.id, db).extra_json["sweep"]["slo"]
+
+
+def test_spec_decode_acceptance_equals_the_counters(tmp_path):
+    server = start_fake_server("--ttft-ms", "5", "--itl-ms", "2", "--spec-decode", "3:2,1,3,0")
+    try:
+        url = f"http://127.0.0.1:{server.port}"
+        out = tmp_path / "s.json"
+        proc = tokenbench(
+            "run", "--base-url", url, "--random-input-len", "16", "--random-output-len", "9",
+            "--num-prompts", "12", "--request-rate", "40", "--no-store",
+            "--metrics-interval", "0.2", "--summary-json", str(out),
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    finally:
+        server.stop()
+    truth = {}
+    for line in text.splitlines():
+        name, value = line.rsplit(" ", 1)
+        truth[name] = float(value)
+
+    def total(prefix: str) -> float:
+        return sum(v for k, v in truth.items() if k.startswith(prefix))
+
+    drafts = total("vllm:spec_decode_num_drafts_total")
+    accepted = total("vllm:spec_decode_num_accepted_tokens_total")
+    drafted = total("vllm:spec_decode_num_draft_tokens_total")
+    assert drafts > 0
+    spec = json.loads(out.read_text())["spec_decode"]
+    assert spec["acceptance_rate"] == pytest.approx(accepted / drafted)
+    assert spec["mean_acceptance_length"] == pytest.approx(1 + accepted / drafts)
+    first = total(
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="fake-model",engine="0",position="0"}'
+    )
+    assert spec["per_position"][0] == pytest.approx(first / drafts)
+    assert "Draft acceptance" in proc.stdout

@@ -180,6 +180,8 @@ def spec_decode_rows(spec: dict) -> list[tuple[str, str]]:
         )  # fmt: skip
     if spec.get("per_position"):
         shown = " / ".join(f"{x:.0%}" for x in spec["per_position"])
+        if sim.get("per_position"):
+            shown += f" (simulated model: {' / '.join(f'{x:.0%}' for x in sim['per_position'])})"
         rows.append(("Accepted per draft position", shown))
     return rows
 

@@ -135,3 +135,43 @@ def test_spec_decode_acceptance_equals_the_counters(tmp_path):
     )
     assert spec["per_position"][0] == pytest.approx(first / drafts)
     assert "Draft acceptance" in proc.stdout
+
+
+def test_simulated_server_with_mtp_exposes_counters_that_match_its_model(tmp_path):
+    """End to end: `sim serve --mtp 2 --mtp-acceptance 0.7` serves vLLM's spec-decode
+    counters; a run against it reports the acceptance its model assumed."""
+    import re
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "sim", "serve", "--gpu", "B200", "--model",
+         "llama-3.1-8b", "--mtp", "2", "--mtp-acceptance", "0.7", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+        env={**os.environ, "COLUMNS": "400", "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        deadline, url = time.monotonic() + 60, None
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            found = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line)
+            url = f"http://127.0.0.1:{found.group(1)}" if found else None
+        assert url, "the simulated server did not start"
+        out = tmp_path / "s.json"
+        run = tokenbench(
+            "run", "--base-url", url, "--random-input-len", "64", "--random-output-len", "32",
+            "--num-prompts", "20", "--request-rate", "20", "--db",
+            f"sqlite:///{tmp_path / 'sim.db'}", "--metrics-interval", "0.2",
+            "--summary-json", str(out),
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    spec = json.loads(out.read_text())["spec_decode"]
+    sim = spec["simulated"]
+    assert sim["mtp_acceptance"] == 0.7 and sim["mtp_tokens"] == 2
+    assert spec["per_position"] == pytest.approx([0.7, 0.49], rel=1e-4)
+    assert spec["acceptance_rate"] == pytest.approx((0.7 + 0.49) / 2, rel=1e-4)
+    assert spec["mean_acceptance_length"] == pytest.approx(sim["mean_acceptance_length"], rel=1e-4)

@@ -303,10 +303,12 @@ class Scenario(_Strict):
                     "leave load.request_rate out, or give the classes shares instead"
                 )
             self.load.request_rate = float(sum(rates))
-        if DATASETS.get(self.workload.dataset).trace_format is not None:
+        if self.workload.model_fields_set:
             raise ValueError(
-                f"workload.dataset {self.workload.dataset!r} replays a trace; a scenario with "
-                "classes draws its requests from the classes' own workloads"
+                "workload: a scenario with classes sends each class's own workload "
+                "(classes[].workload), so the top-level workload (and --random-*/--dataset-* "
+                f"flags) would be ignored; move {', '.join(sorted(self.workload.model_fields_set))} "
+                "into the classes"
             )
         return self
 

@@ -175,3 +175,44 @@ def test_simulated_server_with_mtp_exposes_counters_that_match_its_model(tmp_pat
     assert spec["per_position"] == pytest.approx([0.7, 0.49], rel=1e-4)
     assert spec["acceptance_rate"] == pytest.approx((0.7 + 0.49) / 2, rel=1e-4)
     assert spec["mean_acceptance_length"] == pytest.approx(sim["mean_acceptance_length"], rel=1e-4)
+
+
+def test_batches_and_databases_from_before_schema_0003_still_read(tmp_path, monkeypatch):
+    from alembic import command
+    from sqlalchemy import create_engine, inspect
+
+    from bench.store import codec
+    from bench.store.migrations import alembic_config, current_revision, upgrade
+
+    records = [RequestRecord(i, traffic_class="agent" if i % 2 else None) for i in range(4)]
+    with monkeypatch.context() as m:  # a batch written before the class column existed ...
+        m.setattr(codec, "STR_FIELDS", tuple(f for f in codec.STR_FIELDS if f != "traffic_class"))
+        m.setattr(codec, "SQL_COLUMNS", tuple(c for c in codec.SQL_COLUMNS if c != "traffic_class"))
+        old_blob, _ = codec.encode_batch(records)
+    new_blob, rows = codec.encode_batch(records)
+    # ... decodes beside a new one: the old rows have no class, the new ones keep theirs.
+    d = codec.decode_batches([(0, old_blob), (1, new_blob)])
+    assert d.text("traffic_class").tolist() == [None] * 4 + [None, "agent", None, "agent"]
+    assert rows[1][codec.SQL_COLUMNS.index("traffic_class")] == "agent"
+    # A database at revision 0002 upgrades with the column added and its rows kept.
+    engine = create_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    config = alembic_config()
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0002")
+    assert current_revision(engine) == "0002"
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO runs (id, created_at, status, simulated, request_count) "
+            "VALUES ('r1', '2026-01-01 00:00:00', 'completed', 0, 1)"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO requests (run_id, load_point, request_index, turn, intended_ns, "
+            "sent_ns, n_chunks, state) VALUES ('r1', 0, 0, 0, 0, 5, 3, 'ok')"
+        )
+    assert upgrade(engine) == "0003"
+    assert "traffic_class" in {c["name"] for c in inspect(engine).get_columns("requests")}
+    with engine.connect() as conn:
+        kept = conn.exec_driver_sql("SELECT sent_ns, n_chunks, traffic_class FROM requests").all()
+    assert kept == [(5, 3, None)]
+    engine.dispose()

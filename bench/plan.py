@@ -365,6 +365,11 @@ def _system(comp: RunComparison, demand: Demand, catalogue: Catalogue, per_node:
         return plan
     plan.replicas = plan.gpus // g
     plan.nodes = math.ceil(plan.gpus / per_node)
+    if demand.mix and sized_by is None:
+        plan.note = (
+            "the run measured no traffic classes, so the mix is sized at its total rate "
+            "as if it had the run's request shape"
+        )
     if sized_by is not None:
         plan.note = (
             f"sized by class {sized_by}: its share of the demand exceeds its share of the "

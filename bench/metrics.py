@@ -576,8 +576,8 @@ def _class_summaries(
     interrupted: bool,
 ) -> dict[str, Summary]:
     """Each traffic class's Summary over the same duration (so class throughputs add up to
-    the point's); {} when no request carries a class. The client self-check is the point's
-    (one client sent every class), so it is not repeated per class."""
+    the point's); {} when no request carries a class. A class's self-check reads only its
+    own requests' send lag; the event loop's figures belong to the point's verdict."""
     if cols.traffic_class is None or cols.gap_counts is None:
         return {}
     names = sorted({c for c in cols.traffic_class.tolist() if c is not None})

@@ -78,6 +78,38 @@ def test_class_scoped_slo_reads_that_class_and_bounds_its_errors():
         parse_slo("9x:p99_ttft_ms<=1")
 
 
+def test_capacity_is_where_the_first_class_breaks_its_own_slo_and_names_it():
+    from bench.curves import RunCurve, capacity_at_slo, point_from_summary
+
+    def point(rate: float) -> object:
+        recs = []
+        for i in range(200):  # chat is flat; agent's TTFT grows with the load
+            cls, ttft_ms = ("chat", 100.0) if i % 2 else ("agent", 400.0 * rate)
+            recs.append(
+                RequestRecord(
+                    i, sent_ns=i * 10**6, first_token_ns=i * 10**6 + int(ttft_ms * 1e6),
+                    end_ns=i * 10**6 + int(ttft_ms * 1e6) + 10**8, output_tokens=10,
+                    traffic_class=cls,
+                )
+            )  # fmt: skip
+        doc = summarize(recs, duration_s=200 / rate).to_json()
+        p = point_from_summary(doc, load_point=0, title=f"rate {rate:g}", offered=rate, gpus=1)
+        p.offered_kind = "rate"
+        return p
+
+    curve = RunCurve("r", "r", "r", "B200", 1, None, False, None, "completed")
+    curve.points = [point(r) for r in (1, 2, 4, 8)]
+    slo = parse_slo("chat:p99_ttft_ms<=500,agent:p99_ttft_ms<=2000")
+    cap = capacity_at_slo(curve, slo)
+    assert cap.kind == "interpolated" and cap.binding == "agent"
+    assert cap.last_pass.title == "rate 4" and cap.first_fail.title == "rate 8"
+    assert "class agent binds" in cap.text()
+    # a run-wide threshold that breaks first binds no class
+    wide = capacity_at_slo(curve, parse_slo("p99_ttft_ms<=1000,agent:p99_ttft_ms<=3000"))
+    assert wide.binding is None
+
+
+@pytest.mark.slow
 def test_mixed_sweep_in_virtual_time_names_the_binding_class_and_stores_classes(tmp_path):
     db = f"sqlite:///{tmp_path / 'mix.db'}"
     out = tmp_path / "summary.json"
@@ -137,6 +169,7 @@ def test_spec_decode_acceptance_equals_the_counters(tmp_path):
     assert "Draft acceptance" in proc.stdout
 
 
+@pytest.mark.slow
 def test_simulated_server_with_mtp_exposes_counters_that_match_its_model(tmp_path):
     """End to end: `sim serve --mtp 2 --mtp-acceptance 0.7` serves vLLM's spec-decode
     counters; a run against it reports the acceptance its model assumed."""

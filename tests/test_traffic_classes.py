@@ -136,10 +136,10 @@ def test_spec_decode_acceptance_equals_the_counters(tmp_path):
     server = start_fake_server("--ttft-ms", "5", "--itl-ms", "2", "--spec-decode", "3:2,1,3,0")
     try:
         url = f"http://127.0.0.1:{server.port}"
-        out = tmp_path / "s.json"
+        out, db = tmp_path / "s.json", f"sqlite:///{tmp_path / 'spec.db'}"
         proc = tokenbench(
             "run", "--base-url", url, "--random-input-len", "16", "--random-output-len", "9",
-            "--num-prompts", "12", "--request-rate", "40", "--no-store",
+            "--num-prompts", "12", "--request-rate", "40", "--db", db,
             "--metrics-interval", "0.2", "--summary-json", str(out),
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
@@ -167,6 +167,8 @@ def test_spec_decode_acceptance_equals_the_counters(tmp_path):
     )
     assert spec["per_position"][0] == pytest.approx(first / drafts)
     assert "Draft acceptance" in proc.stdout
+    shown = tokenbench("show", json.loads(out.read_text())["run_id"], "--db", db)
+    assert f"Draft acceptance rate (server counters): {accepted / drafted:.1%}" in shown.stdout
 
 
 @pytest.mark.slow

@@ -167,6 +167,7 @@ def show_command(
             if server_cache:
                 summary.prompt_cache["server"] = server_cache
             summary.notes = list(stored.get("notes") or [])
+            summary.spec_decode = dict(stored.get("spec_decode") or {})  # server counters
             title = (
                 "run"
                 if index is None
@@ -207,6 +208,10 @@ def show_command(
             out.print(f"{title}: nothing stored")
         elif "metrics" in summary and isinstance(summary.get("throughput"), dict):
             out.print(_summary_table(title, summary))
+            from bench.console import spec_decode_rows
+
+            for label, value in spec_decode_rows(summary.get("spec_decode") or {}):
+                out.print(f"{label}: {value}", highlight=False, markup=False)
             if summary.get("classes"):
                 from bench.console import classes_table
 

@@ -324,6 +324,12 @@ class Scenario(_Strict):
         """The SLO a capacity is judged at: `slo` (--slo) or the scenario's run-wide one,
         plus every class's own SLO on that class's figures (agent:p99_ttft_ms<=...)."""
         out = parse_slo(self.slo if slo is None else slo, flag="slo" if slo is None else "--slo")
+        return out + self.class_slo()
+
+    def class_slo(self) -> list[Threshold]:
+        """Every class's own SLO on that class's figures (agent:p99_ttft_ms<=...); [] for
+        a scenario without classes."""
+        out: list[Threshold] = []
         for c in self.classes or ():
             out += scoped_slo(parse_slo(c.slo, flag=f"classes.{c.name}.slo"), c.name)
         return out

@@ -251,3 +251,18 @@ def test_batches_and_databases_from_before_schema_0003_still_read(tmp_path, monk
         kept = conn.exec_driver_sql("SELECT sent_ns, n_chunks, traffic_class FROM requests").all()
     assert kept == [(5, 3, None)]
     engine.dispose()
+
+
+def test_a_mix_against_a_real_endpoint_reports_each_class(fake_server, tmp_path):
+    out = tmp_path / "s.json"
+    proc = tokenbench(
+        "run", "--scenario", str(MIX), "--base-url", f"http://127.0.0.1:{fake_server.port}",
+        "--num-prompts", "24", "--request-rate", "30", "--no-store", "--no-scrape-metrics",
+        "--summary-json", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    classes = doc["classes"]
+    assert set(classes) == {"chat", "agent"}
+    assert classes["chat"]["completed"] + classes["agent"]["completed"] == doc["completed"]
+    assert "Per traffic class" in proc.stdout and "own SLO" in proc.stdout

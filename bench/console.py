@@ -115,6 +115,8 @@ def summary_tables(
     server = summary.prompt_cache.get("server")
     if server and server.get("share") is not None:
         head.add_row("Prompt tokens served from cache (server)", f"{server['share']:.1%}")
+    for label, value in spec_decode_rows(summary.spec_decode):
+        head.add_row(label, value)
 
     lat = Table(
         title="Latency (ms)",
@@ -155,6 +157,35 @@ def summary_tables(
     return [head, lat]
 
 
+def spec_decode_rows(spec: dict) -> list[tuple[str, str]]:
+    """Speculative decoding as the server counted it (bench.telemetry.spec_decode), and the
+    simulator's modelled figures beside it when the endpoint was simulated."""
+    if not spec:
+        return []
+    sim = spec.get("simulated") or {}
+
+    def beside(key: str, fmt: str) -> str:
+        return f" (simulated model: {format(sim[key], fmt)})" if key in sim else ""
+
+    rows = []
+    if spec.get("acceptance_rate") is not None:
+        rows.append(
+            ("Draft acceptance rate (server counters)",
+             f"{spec['acceptance_rate']:.1%}{beside('acceptance_rate', '.1%')}")
+        )  # fmt: skip
+    if spec.get("mean_acceptance_length") is not None:
+        rows.append(
+            ("Mean acceptance length (tokens per verify step)",
+             f"{spec['mean_acceptance_length']:.2f}{beside('mean_acceptance_length', '.2f')}")
+        )  # fmt: skip
+    if spec.get("per_position"):
+        shown = " / ".join(f"{x:.0%}" for x in spec["per_position"])
+        if sim.get("per_position"):
+            shown += f" (simulated model: {' / '.join(f'{x:.0%}' for x in sim['per_position'])})"
+        rows.append(("Accepted per draft position", shown))
+    return rows
+
+
 def percentile_cell(value: float | None, interval) -> str:
     """'123.40' with its 95% interval below it: '[110.20, open]' (None ends are open)."""
     if not interval or value is None:
@@ -174,9 +205,43 @@ def thin_tails(name: str, confidence: dict, keys) -> list[str]:
     return [f"{name} {', '.join(thin)} (n={n})"] if thin else []
 
 
-def print_summary(summary: Summary, *, title: str = "Results", metrics=None) -> None:
+def classes_table(classes: dict[str, dict], slo=(), *, title: str = "Per traffic class") -> Table:
+    """One row per traffic class from Summary.to_json()'s `classes`: its requests,
+    throughput, P99s and, given the SLO (CLASS:NAME thresholds), whether it meets its own."""
+    from bench.curves import point_from_summary
+    from bench.metrics import class_scope
+
+    t = Table(title=title, title_justify="left")
+    cols = ("class", "completed", "failed", "req/s", "out tok/s", "p50 TTFT ms", "p99 TTFT ms",
+            "p99 TPOT ms", "own SLO")  # fmt: skip
+    for col in cols:
+        t.add_column(col, justify="left" if col == "class" else "right")
+    for name, doc in classes.items():
+        point = point_from_summary(doc, load_point=0, title=name, offered=None, gpus=1)
+        own = [t for t in slo if class_scope(t.metric)[0] == name]
+        verdict = ""
+        if own:
+            bare = [type(x)(class_scope(x.metric)[1], x.op, x.limit) for x in own]
+            verdict = "[green]meets[/]" if point.meets(bare) else "[red]breaks[/]"
+        t.add_row(
+            name,
+            f"{point.completed:,}",
+            f"{point.failed:,}",
+            _fmt(point.requests_per_s),
+            _fmt(point.output_tps, 1),
+            _fmt(point.value("p50_ttft_ms"), 0),
+            _fmt(point.value("p99_ttft_ms"), 0),
+            _fmt(point.value("p99_tpot_ms"), 1),
+            verdict,
+        )
+    return t
+
+
+def print_summary(summary: Summary, *, title: str = "Results", metrics=None, slo=()) -> None:
     for table in summary_tables(summary, title=title, metrics=metrics):
         console.print(table)
+    if summary.classes:
+        console.print(classes_table(summary.to_json()["classes"], slo))
     if summary.interrupted:
         console.print("[bold yellow]Interrupted: these figures cover only what ran.[/]")
     if summary.client_limited:
@@ -201,12 +266,17 @@ def print_summary(summary: Summary, *, title: str = "Results", metrics=None) -> 
 def sweep_table(points, *, gpus: int = 1, title: str = "Sweep") -> Table:
     """One row per load point: offered load, achieved throughput per GPU and the P99s."""
     t = Table(title=title, title_justify="left")
+    spec = any(p.summary.spec_decode for p in points)  # draft acceptance beside TPOT
     for col in ("#", "load", "role", "req/s", "out tok/s/GPU", "p99 TTFT ms", "p99 TPOT ms",
+                *(("draft acc.", "accept len") if spec else ()),
                 "p99 E2E ms", "tok/s/user", "errors", "SLO"):  # fmt: skip
         t.add_column(col, justify="left" if col in ("load", "role") else "right")
     for p in points:
         s = p.summary
         tpot50 = s.metrics["tpot"].percentiles.get("p50")
+        sd = s.spec_decode
+        rate, length = sd.get("acceptance_rate"), sd.get("mean_acceptance_length")
+        extra = (f"{rate:.1%}" if rate is not None else "—", _fmt(length)) if spec else ()
         t.add_row(
             str(p.index + 1),
             p.spec.title,
@@ -215,6 +285,7 @@ def sweep_table(points, *, gpus: int = 1, title: str = "Sweep") -> Table:
             _fmt(s.output_tokens_per_s / max(1, gpus), 0),
             _fmt(s.value("p99_ttft_ms"), 0),
             _fmt(s.value("p99_tpot_ms"), 1),
+            *extra,
             _fmt(s.value("p99_e2el_ms"), 0),
             _fmt(1000 / tpot50 if tpot50 else None, 1),
             f"{s.failed:,}" if s.failed else "0",

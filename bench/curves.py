@@ -18,6 +18,7 @@ from bench.metrics import (
     DEFAULT_PERCENTILES,
     FLAT_METRICS,
     Threshold,
+    class_scope,
     is_thin,
     meets_slo,
     parse_goodput,
@@ -80,6 +81,14 @@ class CurvePoint:
     # the bracketing rates (fresh prompts, longer points) for the capacity's interval only.
     role: str = "grid"
     draw: int | None = None  # which fresh draw of prompts and arrivals ("draw" points)
+    # The same figures per traffic class (Summary.classes), when the run mixed classes.
+    classes: dict[str, CurvePoint] = field(default_factory=dict)
+
+    def scope(self, name: str) -> tuple[CurvePoint | None, str]:
+        """(the point whose figures `name` reads, the bare name): a traffic class's own
+        point for CLASS:NAME (None when that class sent nothing here), else this one."""
+        cls, bare = class_scope(name)
+        return (self, name) if cls is None else (self.classes.get(cls), bare)
 
     def latency(self, metric: str, stat: str = "p99") -> float | None:
         return self.metrics.get(f"{metric}_ms", {}).get(stat)
@@ -107,7 +116,11 @@ class CurvePoint:
         return self.failed / done if done else 0.0
 
     def value(self, name: str) -> float | None:
-        """Same names as Summary.value: p99_ttft_ms, error_rate, output_tokens_per_s, ..."""
+        """Same names as Summary.value: p99_ttft_ms, error_rate, output_tokens_per_s, ...,
+        and CLASS:NAME for one traffic class's figure."""
+        point, bare = self.scope(name)
+        if point is not self:
+            return None if point is None else point.value(bare)
         if name in FLAT_METRICS:
             value = {
                 "error_rate": self.error_rate,
@@ -167,6 +180,12 @@ def point_from_summary(
         goodput_requests_per_s=summary.get("goodput_requests_per_s"),
         confidence=summary.get("confidence") or {},
         partial=bool(summary.get("interrupted")),
+        classes={
+            name: point_from_summary(
+                sub, load_point=load_point, title=title, offered=None, gpus=gpus
+            )
+            for name, sub in (summary.get("classes") or {}).items()
+        },
     )
 
 
@@ -353,6 +372,9 @@ class Capacity:
     parts: dict[str, tuple[float, float]] = field(default_factory=dict)
     sim_error: float | None = None  # relative error folded in (simulated runs)
     sim_basis: str | None = None  # where that error comes from, in words
+    # The traffic class whose own SLO breaks first (its CLASS:NAME threshold decides);
+    # None when the deciding threshold is run-wide or nothing broke.
+    binding: str | None = None
 
     @property
     def value(self) -> float | None:
@@ -407,15 +429,17 @@ class Capacity:
             return "no complete load points"
         if self.kind == "below":
             top = self.first_fail.output_tps_per_gpu if self.first_fail else None
-            return f"below {_n(top)} {unit} (the lowest load tested broke the SLO)"
+            whose = f"class {self.binding}'s SLO" if self.binding else "the SLO"
+            return f"below {_n(top)} {unit} (the lowest load tested broke {whose})"
         head = f"{_n(self.value)} {unit}"
         if self.kind == "at_least":
             return f"at least {head} (every load tested met the SLO)"
         if self.kind == "peak":
             return f"{head} (peak throughput: no SLO)"
+        binds = f"; class {self.binding} binds" if self.binding else ""
         if self.low is None or self.high is None:
-            return f"{head} (interval unknown: no per-request data)"
-        return f"{head} (range {_n(self.low)}-{_n(self.high)})"
+            return f"{head} (interval unknown: no per-request data{binds})"
+        return f"{head} (range {_n(self.low)}-{_n(self.high)}{binds})"
 
 
 # The parts of a capacity's range, by name, and what each covers in words.
@@ -487,12 +511,16 @@ def _interpolate(a: CurvePoint, b: CurvePoint, f: float) -> CurvePoint:
         metrics=metrics,
         goodput_requests_per_s=mix(a.goodput_requests_per_s, b.goodput_requests_per_s),
         late_ms=max(a.late_ms or 0.0, b.late_ms or 0.0) or None,
+        classes={
+            k: _interpolate(v, b.classes[k], f) for k, v in a.classes.items() if k in b.classes
+        },
     )
 
 
 def _percentile_of(t: Threshold) -> tuple[str, str] | None:
-    """('tpot', 'p99') for p99_tpot_ms; None for flat figures (error_rate, ...)."""
-    stat, _, rest = t.metric.partition("_")
+    """('tpot', 'p99') for p99_tpot_ms (and for a class's agent:p99_tpot_ms); None for flat
+    figures (error_rate, ...)."""
+    stat, _, rest = class_scope(t.metric)[1].partition("_")
     if not rest.endswith("_ms") or not stat.startswith("p"):
         return None
     return rest.removesuffix("_ms"), stat
@@ -502,9 +530,10 @@ def _ci_end(p: CurvePoint, t: Threshold, end: int) -> float | None:
     """One end of the 95% interval of t's metric at p; the value itself without intervals;
     None when the interval is open at that end."""
     which = _percentile_of(t)
-    if which is None:
+    own = p.scope(t.metric)[0]
+    if which is None or own is None:
         return p.value(t.metric)
-    ci = p.ci(*which)
+    ci = own.ci(*which)
     return p.value(t.metric) if ci is None else ci[end]
 
 
@@ -516,11 +545,16 @@ def _confidence_flags(p: CurvePoint, slo: Sequence[Threshold], passed: bool) -> 
         if which is None:
             continue
         metric, stat = which
-        n = p.count(metric)
-        if n is not None and is_thin(n, float(stat[1:])):
-            out.append(f"{stat.upper()} {metric.upper()} at {p.title} rests on {n} samples")
+        own, _ = p.scope(t.metric)
+        if own is None:
             continue
-        ci, value = p.ci(metric, stat), p.value(t.metric)
+        cls = class_scope(t.metric)[0]
+        whose = f" of class {cls}" if cls else ""
+        n = own.count(metric)
+        if n is not None and is_thin(n, float(stat[1:])):
+            out.append(f"{stat.upper()} {metric.upper()}{whose} at {p.title} rests on {n} samples")
+            continue
+        ci, value = own.ci(metric, stat), p.value(t.metric)
         if ci is None or value is None or t.op not in ("<", "<="):
             continue
         lo, hi = ci
@@ -594,7 +628,7 @@ def capacity_at_slo(
         flags = notes + _confidence_flags(b, slo, False) + _late_flag(b)
         return Capacity(
             "below", slo, None, None, b.output_tps_per_gpu, None, b, _deciding(deciding_t, b),
-            flags,
+            flags, binding=class_scope(deciding_t.metric)[0],
         )  # fmt: skip
     # Every complete measurement (grid, search, fresh draws, longer points) informs one
     # monotone fit of each SLO metric against load (pool adjacent violators): a single noisy
@@ -618,7 +652,7 @@ def capacity_at_slo(
             f"the fitted boundary is at or above {a.title}"
         )
     known = all(
-        p.ci(*which) is not None
+        (own := p.scope(t.metric)[0]) is not None and own.ci(*which) is not None
         for t in slo
         if (which := _percentile_of(t)) is not None
         for p in (a, b)
@@ -676,6 +710,7 @@ def capacity_at_slo(
         parts=parts,
         sim_error=sim_error[0] if sim_error else None,
         sim_basis=sim_error[1] if sim_error else None,
+        binding=class_scope(deciding_t.metric)[0],
     )
 
 

@@ -203,7 +203,8 @@ class _Share:
     """What travels to one worker: its plan, with synthetic specs packed as int columns.
 
     Pickling a list of half a million RequestSpecs takes seconds and tens of MB; five int64
-    arrays take milliseconds. Dataset specs (with prompt text) travel as they are.
+    arrays take milliseconds. Dataset specs (with prompt text) and specs of a traffic-class
+    mix (with their class) travel as they are.
     """
 
     plan: RunPlan
@@ -230,7 +231,8 @@ class _Share:
 def _shares(plan: RunPlan, workers: int) -> list[_Share]:
     positions, overrides = _assign(plan, workers)
     specs = plan.specs
-    if any(s.text is not None or s.messages is not None for s in specs):
+    # Dataset prompts and a traffic-class mix's specs (each names its class) travel whole.
+    if any(s.text is not None or s.messages is not None or s.traffic_class for s in specs):
         return [
             _Share(replace(plan, specs=[specs[i] for i in pos], **ov))
             for pos, ov in zip(positions, overrides, strict=True)

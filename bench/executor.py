@@ -20,7 +20,7 @@ import numpy as np
 from bench.backends.dialects import Dialect, get_dialect
 from bench.backends.urls import normalize_base_url
 from bench.records import RequestRecord
-from bench.workload import RequestSpec, Workload
+from bench.workload import MixedWorkload, RequestSpec, Workload
 
 
 @dataclass
@@ -198,7 +198,9 @@ def plan_from_scenario(
     if offsets is not None:
         n_sessions = len(offsets)
         specs = workload.specs(n_sessions * max(1, workload.turns))
-        lengths = scenario.session_lengths(base_dir) if workload.dataset is None else None
+        # a trace's own lengths, unless prompts come from a dataset or a mix's classes
+        own = workload.dataset is not None or isinstance(workload, MixedWorkload)
+        lengths = None if own else scenario.session_lengths(base_dir)
         if lengths is not None:
             input_lens, output_lens = lengths
             for spec in specs:

@@ -8,6 +8,7 @@ This module is the only place these definitions are computed.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,25 @@ FLAT_METRICS: tuple[str, ...] = (
     "completed",
     "failed",
 )
+# A figure of one traffic class (bench.scenario's `classes:`) is named CLASS:FIGURE, e.g.
+# agent:p99_ttft_ms; Summary.value and CurvePoint.value read it from that class's figures.
+CLASS_SEP = ":"
+CLASS_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")
+
+
+def class_scope(name: str) -> tuple[str | None, str]:
+    """('agent', 'p99_ttft_ms') for agent:p99_ttft_ms; (None, name) for a run-wide figure."""
+    cls, sep, rest = name.partition(CLASS_SEP)
+    return (cls, rest) if sep else (None, name)
+
+
+def scoped_slo(thresholds: Sequence[Threshold], traffic_class: str) -> list[Threshold]:
+    """A class's own SLO as thresholds on that class's figures (p99_ttft_ms<=2000 ->
+    chat:p99_ttft_ms<=2000): one SLO list carries every class's, and the one that breaks
+    first names the class that binds."""
+    return [Threshold(f"{traffic_class}{CLASS_SEP}{t.metric}", t.op, t.limit) for t in thresholds]
+
+
 # Send lag (actual send - intended send, minus any wait for a --max-concurrency slot) below
 # this is scheduler jitter on any busy host and never a verdict by itself.
 # `run` and `sweep` exit 1 when more than this share of their requests failed and no
@@ -136,6 +156,13 @@ class Summary:
     # vLLM's --num-warmups sent before the point ({"sent", "completed"}): in no figure above
     # and in no stored request; None when there were none.
     warmups: dict | None = None
+    # The same figures per traffic class (requests' traffic_class), when the run mixed
+    # classes; throughput is each class's share of the point's duration.
+    classes: dict[str, Summary] = field(default_factory=dict)
+    # Speculative decoding as the server's counters measured it over the point
+    # (bench.telemetry.spec_decode), with the simulator's modelled figures beside it when
+    # the endpoint was simulated; {} when the server exposes none.
+    spec_decode: dict = field(default_factory=dict)
 
     @property
     def cached_share(self) -> float | None:
@@ -164,8 +191,13 @@ class Summary:
     def value(self, name: str) -> float | None:
         """Look a figure up by its flat name: 'p99_ttft_ms', 'mean_tpot_ms', 'error_rate', ...
 
-        One grammar shared by --fail-on, SLO checks and sweeps.
+        One grammar shared by --fail-on, SLO checks and sweeps. CLASS:NAME reads one
+        traffic class's figure (None when the class sent nothing here).
         """
+        cls, bare = class_scope(name)
+        if cls is not None:
+            sub = self.classes.get(cls)
+            return None if sub is None else sub.value(bare)
         if name in FLAT_METRICS:
             value = getattr(self, name)
             return None if value is None else float(value)
@@ -206,6 +238,14 @@ class Summary:
             # percentile and its 95% order-statistic interval.
             "confidence": {f"{m}_ms": self.metrics[m].confidence() for m in LATENCY_METRICS},
             "warmups": self.warmups,
+            # Added: speculative decoding from the server's counters, when it has them.
+            **({"spec_decode": dict(self.spec_decode)} if self.spec_decode else {}),
+            # Added: each traffic class's own figures (same keys), when the run mixed classes.
+            **(
+                {"classes": {k: v.to_json() for k, v in self.classes.items()}}
+                if self.classes
+                else {}
+            ),
         }
 
 
@@ -355,6 +395,7 @@ class Columns:
     slot_wait_ns: np.ndarray | None = None  # waits for a --max-concurrency slot (0 = none)
     cached_prompt_tokens: np.ndarray | None = None  # NaN where the server did not say
     claimed_output_tokens: np.ndarray | None = None  # a usage not believed; NaN elsewhere
+    traffic_class: np.ndarray | None = None  # object array: each request's class (None: none)
 
     def _optional(self, name: str, mask: np.ndarray) -> np.ndarray | None:
         values = getattr(self, name)
@@ -379,6 +420,7 @@ class Columns:
             slot_wait_ns=self._optional("slot_wait_ns", mask),
             cached_prompt_tokens=self._optional("cached_prompt_tokens", mask),
             claimed_output_tokens=self._optional("claimed_output_tokens", mask),
+            traffic_class=self._optional("traffic_class", mask),
         )
 
     def window(self, start_ns: float | None = None, end_ns: float | None = None) -> Columns:
@@ -423,6 +465,7 @@ class Columns:
             slot_wait_ns=col(lambda r: r.slot_wait_ns),
             cached_prompt_tokens=col(lambda r: r.cached_prompt_tokens),
             claimed_output_tokens=col(lambda r: r.claimed_output_tokens),
+            traffic_class=np.array([r.traffic_class for r in records], dtype=object),
         )
 
 
@@ -525,7 +568,35 @@ def summarize(
         slot_wait_ms=slot_wait,
         prompt_cache={"usage": prompt_cache(cols)},
         notes=_usage_notes(cols),
+        classes=_class_summaries(cols, percentiles, goodput, duration_s, interrupted),
     )
+
+
+def _class_summaries(
+    cols: Columns,
+    percentiles: tuple[float, ...],
+    goodput: dict[str, float] | None,
+    duration_s: float,
+    interrupted: bool,
+) -> dict[str, Summary]:
+    """Each traffic class's Summary over the same duration (so class throughputs add up to
+    the point's); {} when no request carries a class. A class's self-check reads only its
+    own requests' send lag; the event loop's figures belong to the point's verdict."""
+    if cols.traffic_class is None or cols.gap_counts is None:
+        return {}
+    names = sorted({c for c in cols.traffic_class.tolist() if c is not None})
+    out = {}
+    for name in names:
+        own = cols.select(cols.traffic_class == name)
+        own.traffic_class = None  # its own summary has no classes beneath it
+        out[name] = summarize(
+            own,
+            percentiles=percentiles,
+            goodput=goodput,
+            duration_s=duration_s,
+            interrupted=interrupted,
+        )
+    return out
 
 
 def _usage_notes(cols: Columns) -> list[str]:
@@ -766,10 +837,15 @@ SLO_DEFAULT_MAX_ERROR_RATE = 0.05
 
 
 def with_error_bound(slo: Sequence[Threshold]) -> list[Threshold]:
-    """The SLO as it is judged: one that does not bound error_rate gets the default bound."""
+    """The SLO as it is judged: one that does not bound error_rate gets the default bound,
+    and so does each traffic class it names (a class's failures are its own)."""
     slo = list(slo)
-    if slo and not any(t.metric == "error_rate" for t in slo):
-        slo.append(Threshold("error_rate", "<=", SLO_DEFAULT_MAX_ERROR_RATE))
+    scopes = [None] if slo else []
+    scopes += sorted({c for t in slo if (c := class_scope(t.metric)[0]) is not None})
+    for cls in scopes:
+        name = "error_rate" if cls is None else f"{cls}{CLASS_SEP}error_rate"
+        if not any(t.metric == name for t in slo):
+            slo.append(Threshold(name, "<=", SLO_DEFAULT_MAX_ERROR_RATE))
     return slo
 
 
@@ -846,6 +922,12 @@ def slo_text(thresholds: Sequence[Threshold]) -> str:
 
 
 def _check_metric_name(name: str, flag: str, item: str) -> None:
+    cls, name = class_scope(name)
+    if cls is not None and not CLASS_NAME.fullmatch(cls):
+        raise ValueError(
+            f"{flag} item {item!r}: {cls!r} is not a traffic class name (letters, digits, "
+            "'_' and '-', starting with a letter), as in agent:p99_ttft_ms<=2000"
+        )
     if name in FLAT_METRICS:
         return
     stat, _, rest = name.partition("_")
@@ -858,7 +940,8 @@ def _check_metric_name(name: str, flag: str, item: str) -> None:
         return
     raise ValueError(
         f"{flag} item {item!r}: unknown metric {name!r}; use e.g. p99_ttft_ms, mean_tpot_ms, "
-        f"p50_itl_ms, p99_e2el_ms, or one of {', '.join(FLAT_METRICS)}"
+        f"p50_itl_ms, p99_e2el_ms, or one of {', '.join(FLAT_METRICS)}; CLASS:NAME for one "
+        "traffic class's figure"
     )
 
 

@@ -55,6 +55,10 @@ class Demand:
     peak_factor: float = 1.0
     source: str = "given"
     shape: str | None = None  # the request shape (workload_shape) when the demand has one
+    # A demand given as a mix of traffic classes: mean req/s per class (requests_per_s is
+    # then their sum). Each run is sized so that no class gets more per replica than it had
+    # at the measured capacity (mix_peak).
+    mix: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
         given = [v for v in (self.requests_per_s, self.output_tokens_per_day) if v is not None]
@@ -70,6 +74,9 @@ class Demand:
         return "req/s" if self.requests_per_s is not None else "output tokens/day"
 
     def text(self) -> str:
+        if self.mix:
+            parts = ", ".join(f"{k} {v:.3g}" for k, v in self.mix.items())
+            return f"{self.requests_per_s:.3g} req/s mean ({parts}), peak x{self.peak_factor:g} ({self.source})"
         if self.requests_per_s is not None:
             rps = self.requests_per_s
             head = f"{rps:,.0f} req/s mean" if rps >= 100 else f"{rps:.3g} req/s mean"
@@ -155,6 +162,46 @@ class Plan:
         return "No system can be sized: " + "; ".join(
             f"{s.legend}: {s.note}" for s in self.systems if s.note
         )
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """--mix 'chat=30,agent=10' -> {'chat': 30.0, 'agent': 10.0} (mean req/s per class)."""
+    out: dict[str, float] = {}
+    for item in text.replace(" ", ",").split(","):
+        if not item:
+            continue
+        name, sep, value = item.partition("=")
+        try:
+            rate = float(value) if sep else math.nan
+        except ValueError:
+            rate = math.nan
+        if not name or not (math.isfinite(rate) and rate > 0):
+            raise ValueError(
+                f"--mix item {item!r}: expected CLASS=REQ_PER_S with a positive rate, "
+                "e.g. --mix chat=30,agent=10"
+            )
+        out[name] = rate
+    if not out:
+        raise ValueError("--mix: give at least one CLASS=REQ_PER_S")
+    return out
+
+
+def mix_peak(mix: dict[str, float], point, peak_factor: float) -> tuple[float, str | None]:
+    """The total req/s a mixed demand must be sized at on a run measured with its own mix:
+    each class's demand over its share of the run's requests at capacity, the largest (so
+    no class gets more per replica than it had when every class met its SLO), and that
+    class's name. A class the run never sent raises ValueError."""
+    total = point.requests_per_s or 0.0
+    need, by = 0.0, None
+    for name, rate in mix.items():
+        own = point.classes.get(name)
+        share = own.requests_per_s / total if own is not None and total else 0.0
+        if share <= 0:
+            sent = ", ".join(sorted(point.classes)) or "none"
+            raise ValueError(f"the demand's class {name!r} is not in the run (its classes: {sent})")
+        if rate / share > need:
+            need, by = rate / share, name
+    return need * peak_factor, by
 
 
 def _size(peak: float, capacity: float | None, gpus_per_replica: int) -> int | None:
@@ -263,8 +310,15 @@ def _system(comp: RunComparison, demand: Demand, catalogue: Catalogue, per_node:
     tokens_per_request = (
         point.output_tps / point.requests_per_s if point and point.requests_per_s else None
     )
+    sized_by = mix_error = None
+    if demand.mix and point is not None and point.classes:
+        try:
+            peak, sized_by = mix_peak(demand.mix, point, demand.peak_factor)
+        except ValueError as exc:
+            mix_error = str(exc)
     if demand.requests_per_s is not None:
-        peak = demand.requests_per_s * demand.peak_factor
+        if sized_by is None:
+            peak = demand.requests_per_s * demand.peak_factor
         mean_tokens_per_s = (
             demand.requests_per_s * tokens_per_request if tokens_per_request else None
         )
@@ -301,6 +355,9 @@ def _system(comp: RunComparison, demand: Demand, catalogue: Catalogue, per_node:
             else "no complete load points"
         )
         return plan
+    if mix_error is not None:
+        plan.note = f"{mix_error}: it cannot be sized for this mix"
+        return plan
     plan.replica_capacity = per_replica(cap.value)
     plan.gpus = _size(peak, plan.replica_capacity, g)
     if plan.gpus is None:
@@ -308,6 +365,16 @@ def _system(comp: RunComparison, demand: Demand, catalogue: Catalogue, per_node:
         return plan
     plan.replicas = plan.gpus // g
     plan.nodes = math.ceil(plan.gpus / per_node)
+    if demand.mix and sized_by is None:
+        plan.note = (
+            "the run measured no traffic classes, so the mix is sized at its total rate "
+            "as if it had the run's request shape"
+        )
+    if sized_by is not None:
+        plan.note = (
+            f"sized by class {sized_by}: its share of the demand exceeds its share of the "
+            "measured mix the most, so no class gets more per replica than at capacity"
+        )
     # More capacity -> fewer GPUs: the interval's high end gives the low count.
     plan.gpus_range = (_size(peak, per_replica(cap.high), g), _size(peak, per_replica(cap.low), g))
     if kind == "at_least":

@@ -93,6 +93,10 @@ class RequestRecord:
     # usage check: more than max_tokens allowed, or fewer than the content events received):
     # output_tokens then holds the count from the stream. None when usage was believed.
     claimed_output_tokens: int | None = None
+    # The traffic class the request belonged to (a scenario's `classes:`, e.g. "chat" or
+    # "agent"); None for a run of one class. Stored (schema 0003) so per-class summaries and
+    # per-class SLOs can be judged again from the store.
+    traffic_class: str | None = None
 
     @property
     def usage_mismatch(self) -> bool:

@@ -30,11 +30,19 @@ from bench.backends.urls import normalize_base_url
 from bench.blocks import DEFAULT_BLOCK_SIZE, BlockPrompts
 from bench.datasets import DATASETS
 from bench.lengths import LENGTHS
-from bench.metrics import DEFAULT_PERCENTILES, LATENCY_METRICS, parse_goodput, parse_slo
+from bench.metrics import (
+    CLASS_NAME,
+    DEFAULT_PERCENTILES,
+    LATENCY_METRICS,
+    Threshold,
+    parse_goodput,
+    parse_slo,
+    scoped_slo,
+)
 from bench.shapes import SHAPES
 from bench.tokenizer import TokenizerError, load_tokenizer
 from bench.traces import TRACE_FORMATS
-from bench.workload import _WORDS, LengthDist, Workload
+from bench.workload import _WORDS, LengthDist, MixedWorkload, TrafficClass, Workload
 
 
 class ScenarioError(ValueError):
@@ -205,6 +213,45 @@ class WorkloadSpec(_Strict):
     block_size: int = Field(default=DEFAULT_BLOCK_SIZE, gt=0)
 
 
+class ClassSpec(_Strict):
+    """One traffic class of a mixed scenario (`classes:`): its share of the sessions (or its
+    own rate, the run's rate then being their sum), its own request mix and its own SLO in
+    the one SLO grammar ("p99_ttft_ms<=2000,p99_tpot_ms<=50" or "ttft:2000 tpot:50")."""
+
+    name: str
+    share: float | None = Field(default=None, gt=0)
+    request_rate: float | None = Field(default=None, gt=0)
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    slo: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not CLASS_NAME.fullmatch(v):
+            raise ValueError(
+                "a class name is letters, digits, '_' and '-', starting with a letter "
+                "(at most 40), e.g. chat or agent"
+            )
+        return v
+
+    @field_validator("slo")
+    @classmethod
+    def _slo(cls, v: str | None) -> str | None:
+        parse_slo(v, flag="slo")
+        return v
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ClassSpec:
+        if (self.share is None) == (self.request_rate is None):
+            raise ValueError(f"class {self.name!r}: give its share or its request_rate (one)")
+        if DATASETS.get(self.workload.dataset).trace_format is not None:
+            raise ValueError(
+                f"class {self.name!r}: workload.dataset {self.workload.dataset!r} replays its "
+                "own timestamps, which a class of a mix cannot (the mix draws the arrivals)"
+            )
+        return self
+
+
 class GPUInfo(_Strict):
     type: str | None = None
     count: int = Field(default=1, ge=1)
@@ -229,6 +276,10 @@ class Scenario(_Strict):
     request_timeout_s: float = Field(default=600.0, gt=0)
     gpu: GPUInfo = Field(default_factory=GPUInfo)
     label: str | None = None
+    # Traffic classes mixed in one run (chat, agent, batch), each with its own request mix
+    # and SLO; `workload` is then unused. Capacity is the highest load at which every class
+    # meets its own SLO (capacity_slo).
+    classes: list[ClassSpec] | None = None
     _drawn_seed: int | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
@@ -254,6 +305,57 @@ class Scenario(_Strict):
         load.shape = "trace"
         load.trace = TraceSpec(path=path, format=fmt, request_rate=rate)
         return self
+
+    @model_validator(mode="after")
+    def _classes(self) -> Scenario:
+        """A mix: unique names, shares or rates (not both); rates set the run's rate."""
+        if self.classes is None:
+            return self
+        if not self.classes:
+            raise ValueError("classes: give at least one class, or leave classes out")
+        names = [c.name for c in self.classes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"classes: names must differ (got {', '.join(names)})")
+        rates = [c.request_rate for c in self.classes]
+        if any(r is None for r in rates) and any(r is not None for r in rates):
+            raise ValueError("classes: give every class a share, or every class a request_rate")
+        if rates[0] is not None:
+            if "request_rate" in self.load.model_fields_set:
+                raise ValueError(
+                    "classes with their own request_rate set the run's rate (their sum); "
+                    "leave load.request_rate out, or give the classes shares instead"
+                )
+            self.load.request_rate = float(sum(rates))
+        if self.workload.model_fields_set:
+            raise ValueError(
+                "workload: a scenario with classes sends each class's own workload "
+                "(classes[].workload), so the top-level workload (and --random-*/--dataset-* "
+                f"flags) would be ignored; move {', '.join(sorted(self.workload.model_fields_set))} "
+                "into the classes"
+            )
+        return self
+
+    def class_shares(self) -> dict[str, float]:
+        """Each class's share of the sessions (summing to 1); {} without classes."""
+        if not self.classes:
+            return {}
+        raw = [c.share if c.share is not None else c.request_rate for c in self.classes]
+        total = float(sum(raw))
+        return {c.name: float(r) / total for c, r in zip(self.classes, raw, strict=True)}
+
+    def capacity_slo(self, slo: str | None = None) -> list[Threshold]:
+        """The SLO a capacity is judged at: `slo` (--slo) or the scenario's run-wide one,
+        plus every class's own SLO on that class's figures (agent:p99_ttft_ms<=...)."""
+        out = parse_slo(self.slo if slo is None else slo, flag="slo" if slo is None else "--slo")
+        return out + self.class_slo()
+
+    def class_slo(self) -> list[Threshold]:
+        """Every class's own SLO on that class's figures (agent:p99_ttft_ms<=...); [] for
+        a scenario without classes."""
+        out: list[Threshold] = []
+        for c in self.classes or ():
+            out += scoped_slo(parse_slo(c.slo, flag=f"classes.{c.name}.slo"), c.name)
+        return out
 
     @field_validator("goodput")
     @classmethod
@@ -324,8 +426,23 @@ class Scenario(_Strict):
             trace.offsets_s = arrivals.scaled_to_rate(trace.offsets_s, spec.request_rate)
         return trace
 
-    def workload_plan(self, base_dir: Path | None = None, load_point: int = 0) -> Workload:
-        w = self.workload
+    def workload_plan(
+        self, base_dir: Path | None = None, load_point: int = 0
+    ) -> Workload | MixedWorkload:
+        """The request mix of one load point: the scenario's workload, or its classes' mix
+        (each class's prompts from a seed of its own)."""
+        if not self.classes:
+            return self._workload_plan(self.workload, base_dir, load_point)
+        seed = self.point_seed(load_point)
+        shares = self.class_shares()
+        mix = []
+        for k, c in enumerate(self.classes):
+            own = self._workload_plan(c.workload, base_dir, load_point)
+            own.seed = int(np.random.SeedSequence([seed, 7, k]).generate_state(1)[0])
+            mix.append(TrafficClass(c.name, shares[c.name], own))
+        return MixedWorkload(mix, seed=seed)
+
+    def _workload_plan(self, w: WorkloadSpec, base_dir: Path | None, load_point: int) -> Workload:
         dataset = None
         load = DATASETS.get(w.dataset).load
         if load is not None:
@@ -539,6 +656,13 @@ def workload_shape(sc: Scenario) -> str:
     """The request shape a capacity holds for, in words: 'input 1,024 tokens (fixed),
     output 256 (lognormal, at most 384), poisson arrivals'. A capacity measured with one
     shape says little about another (longer outputs, burstier arrivals)."""
+    if sc.classes:
+        shares = sc.class_shares()
+        return "a mix of traffic classes: " + "; ".join(
+            f"{c.name} ({shares[c.name]:.0%}): input {c.workload.input.mean:,}, output "
+            f"{c.workload.output.mean:,} tokens ({c.workload.input.dist})"
+            for c in sc.classes
+        )
     w = sc.workload
 
     def lengths(name: str, spec) -> str:

@@ -32,6 +32,7 @@ from bench.telemetry import (
     prompt_cache,
     recording_frame,
     save_recording,
+    spec_decode,
     start_scraper,
 )
 
@@ -118,6 +119,28 @@ def prompt_lengths(plan: RunPlan, exact: bool = False) -> str:
     ):
         return "exact"
     return "approximate"
+
+
+def with_simulated_mtp(spec: dict, sim: dict | None) -> dict:
+    """The measured spec-decode figures, and for a simulated endpoint with MTP on what its
+    model assumed (`--mtp-acceptance` a, d draft tokens): per-position acceptance a^(i+1),
+    acceptance rate (a + ... + a^d) / d and mean acceptance length 1 + a + ... + a^d, so the
+    counters can be checked against the model that produced them."""
+    d = int((sim or {}).get("mtp_tokens") or 0)
+    a = (sim or {}).get("mtp_acceptance")
+    if not d or a is None:
+        return spec
+    gained = sum(a**i for i in range(1, d + 1))
+    return {
+        **spec,
+        "simulated": {
+            "mtp_tokens": d,
+            "mtp_acceptance": a,
+            "per_position": [a ** (i + 1) for i in range(d)],
+            "acceptance_rate": gained / d,
+            "mean_acceptance_length": 1.0 + gained,
+        },
+    }
 
 
 def annotate(
@@ -275,7 +298,11 @@ class RunSession:
         point_meta["ended_ns"] = int(result.duration_s * 1e9)
         if recording is not None:
             if recording.scrapes:  # (a frame costs pandas' import: none without samples)
-                server_cache = prompt_cache(recording_frame(recording, result.t0_ns))
+                frame = recording_frame(recording, result.t0_ns)
+                server_cache = prompt_cache(frame)
+                spec = spec_decode(frame)
+                if spec is not None:
+                    summary.spec_decode = with_simulated_mtp(spec, self.meta["extra"].get("sim"))
             self.keep_telemetry(plan.load_point, recording, result.t0_ns, result.duration_s)
         annotate(summary, self.scenario, plan, server_cache, self.exact_lengths)
         if self.writer is not None:
@@ -305,9 +332,21 @@ class RunSession:
         return result
 
     def _execute(self, plan: RunPlan, title: str) -> RunResult:
-        """The executor's run, its live counters shown by the display."""
+        """The executor's run, its live counters shown by the display. Each record gets its
+        request's traffic class here, once for every executor, before it is stored."""
+        classes = {s.index: s.traffic_class for s in plan.specs if s.traffic_class is not None}
+        sink = self._sink
+        if classes:
+
+            def sink(rec: RequestRecord) -> None:
+                rec.traffic_class = classes.get(rec.index)
+                self._sink(rec)
+
         with self.display.point(title, len(plan.specs)) as tick:
-            return self.executor.run(plan, self._sink, self.stop_event, tick)
+            result = self.executor.run(plan, sink, self.stop_event, tick)
+        for rec in result.records if classes else ():  # the executor's own copies, if any
+            rec.traffic_class = classes.get(rec.index)
+        return result
 
     def _telemetry_warning(self, message: str) -> None:
         """Each distinct telemetry problem is said once per session, never fails the run."""

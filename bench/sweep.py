@@ -472,6 +472,7 @@ def _capacity_json(cap: Capacity | None) -> dict | None:
         "low": cap.low,
         "high": cap.high,
         "deciding": cap.deciding,
+        "binding_class": cap.binding,  # the traffic class whose own SLO broke first
         "flags": cap.flags,
         "parts": {name: list(span) for name, span in cap.parts.items()},
         "simulator_error": cap.sim_error,

@@ -73,6 +73,7 @@ class RequestSpec:
     turn: int = 0
     text: str | None = None  # a dataset prompt; None means synthetic
     messages: list[dict] | None = None
+    traffic_class: str | None = None  # its class in a mix (MixedWorkload); None: no mix
 
 
 @dataclass
@@ -174,6 +175,72 @@ class Workload:
         if self.tokenizer is None:
             return _words(rng, n)
         return self.tokenizer.render(words_for(rng, _WORD_ARRAY, n), n)
+
+
+@dataclass
+class TrafficClass:
+    """One class of a mix: its name, its share of the sessions, and its own request mix."""
+
+    name: str
+    share: float
+    workload: Workload
+
+
+@dataclass
+class MixedWorkload:
+    """Several traffic classes in one run (a scenario's `classes:`, e.g. chat and agent).
+
+    Each session is drawn from one class with the class's share as its probability (so each
+    class's arrivals are a thinned copy of the run's: Poisson stays Poisson), and gets that
+    class's lengths, prompts and turns; each request carries its class's name, which its
+    record keeps. `specs(n)` gives n sessions (a class with turns sends several requests
+    per session), as the load's rate and count mean sessions for multi-turn workloads.
+    """
+
+    classes: list[TrafficClass]
+    seed: int = 0
+    # What the executors read of a single Workload: one turn per "session" slot here (the
+    # turns are inside specs), no dataset-wide settings of its own.
+    turns: int = 1
+    dataset: None = None
+    blocks: None = None
+    tokenizer: None = None
+    prompt_format: str = "text"
+
+    @property
+    def tokenizer_path(self) -> None:
+        return None
+
+    def specs(self, n: int) -> list[RequestSpec]:
+        """The requests of n sessions, in send order (a session's turns consecutive)."""
+        rng = np.random.default_rng([self.seed, 5])
+        shares = np.array([c.share for c in self.classes], dtype=np.float64)
+        which = rng.choice(len(self.classes), size=n, p=shares / shares.sum())
+        drawn = [
+            c.workload.specs(int((which == k).sum()) * max(1, c.workload.turns))
+            for k, c in enumerate(self.classes)
+        ]
+        used = [0] * len(self.classes)
+        out: list[RequestSpec] = []
+        for session, k in enumerate(which.tolist()):
+            for _ in range(max(1, self.classes[k].workload.turns)):
+                own = drawn[k][used[k]]
+                used[k] += 1
+                out.append(
+                    RequestSpec(
+                        len(out), own.input_len, own.output_len, session=session,
+                        turn=own.turn, text=own.text, messages=own.messages,
+                        traffic_class=self.classes[k].name,
+                    )
+                )  # fmt: skip
+        return out
+
+    def render(self, spec: RequestSpec) -> tuple[str | list[int], list[dict]]:
+        """The prompt as the request's own class renders it (its seed, prefixes, turns)."""
+        for c in self.classes:
+            if c.name == spec.traffic_class:
+                return c.workload.render(spec)
+        raise ValueError(f"request {spec.index} has no traffic class of this mix")
 
 
 def _words(rng: np.random.Generator, n: int) -> str:

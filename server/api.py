@@ -675,7 +675,8 @@ def build_plan(body: JobIn, state) -> JobPlan:
         plan.deadline_s = body.deadline_s
     if body.sweep is not None:
         s = body.sweep
-        slo = thresholds(s.slo, ["body", "sweep", "slo"])
+        # the body's SLO, and each traffic class's own (the scenario's classes)
+        slo = thresholds(s.slo, ["body", "sweep", "slo"]) + sc.class_slo()
         if s.request_rates:
             specs = [PointSpec("rate", float(v)) for v in s.request_rates]
         else:

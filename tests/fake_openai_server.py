@@ -72,6 +72,45 @@ class Config:
         self.connection = args.connection
         self.tiny_chunks = args.tiny_chunks
         self.sends: list[list[int]] = []
+        # --spec-decode K:A,B,..: a vLLM-style draft of K tokens per verify step, of which
+        # A, then B, ... (cycling) are accepted; counted per finished stream, served on
+        # /metrics under vLLM's names, so a test knows the counters' truth.
+        self.spec: tuple[int, list[int]] | None = None
+        if args.spec_decode:
+            k, _, pattern = args.spec_decode.partition(":")
+            self.spec = (int(k), [int(x) for x in pattern.split(",")])
+        self.spec_step = 0
+        self.spec_counts = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
+        self.spec_per_pos = [0] * (self.spec[0] if self.spec else 0)
+
+    def count_spec(self, n_out: int) -> None:
+        """The verify steps that produced n_out tokens (the first token is the prefill's)."""
+        if self.spec is None:
+            return
+        k, pattern = self.spec
+        left = n_out - 1
+        while left > 0:
+            acc = pattern[self.spec_step % len(pattern)]
+            self.spec_step += 1
+            self.spec_counts["drafts"] += 1
+            self.spec_counts["draft_tokens"] += k
+            self.spec_counts["accepted"] += acc
+            for i in range(acc):
+                self.spec_per_pos[i] += 1
+            left -= acc + 1
+
+    def metrics_text(self) -> str:
+        c, lab = self.spec_counts, '{model_name="fake-model",engine="0"}'
+        lines = [
+            f"vllm:spec_decode_num_drafts_total{lab} {c['drafts']}",
+            f"vllm:spec_decode_num_draft_tokens_total{lab} {c['draft_tokens']}",
+            f"vllm:spec_decode_num_accepted_tokens_total{lab} {c['accepted']}",
+        ]
+        lines += [
+            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{lab[:-1]},position="{i}"}} {n}'
+            for i, n in enumerate(self.spec_per_pos)
+        ]
+        return "\n".join(lines) + "\n"
 
     def fault_for(self, n: int) -> str | None:
         for every, kind in self.faults:
@@ -125,6 +164,11 @@ class Handler(asyncio.Protocol):
     def handle(self, method: str, path: str, body: bytes, arrived: int) -> None:
         if method == "GET" and path == "/stats":  # the tests' view of what the server did
             self.send_json(200, {"requests": self.cfg.count, "finished": self.cfg.finished})
+            return
+        if method == "GET" and path == "/metrics" and self.cfg.spec is not None:
+            body = self.cfg.metrics_text().encode()
+            head = f"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n\r\n"
+            self.transport.write(head.encode() + body)
             return
         if method == "GET" and path in ("/v1/models", "/health"):
             payload = {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
@@ -265,6 +309,7 @@ class Handler(asyncio.Protocol):
         if self.transport is None or self.transport.is_closing():
             return
         self.cfg.finished += 1
+        self.cfg.count_spec(n_out)
         if fault == "reset_mid":
             self.abort()
             return
@@ -397,6 +442,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tiny-chunks", action="store_true", help="1-byte HTTP chunks")
     p.add_argument("--tls-cert", help="serve HTTPS with this PEM certificate (and --tls-key)")
     p.add_argument("--tls-key")
+    p.add_argument("--spec-decode", help="K:A,B,..: vLLM spec-decode counters on /metrics")
     args = p.parse_args(argv)
     context = None
     if args.tls_cert:

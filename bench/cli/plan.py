@@ -35,6 +35,13 @@ def plan_command(
     tokens_per_day: Annotated[
         float | None, typer.Option("--tokens-per-day", help="Mean demand in output tokens/day")
     ] = None,
+    mix: Annotated[
+        str | None,
+        typer.Option(
+            "--mix",
+            help="Mean demand as a mix of traffic classes, CLASS=REQ_PER_S: 'chat=30,agent=10'",
+        ),
+    ] = None,
     peak_factor: Annotated[
         float | None,
         typer.Option("--peak-factor", min=1.0, help="Busiest hour / mean (size for it); 1"),
@@ -65,7 +72,16 @@ def plan_command(
         curves = run_curves(runs, db)
         infos = [get_run(c.run_id, db) for c in curves]
         thresholds, source = resolve_slo(slo, infos)
-        if requests_per_s is None and tokens_per_day is None:
+        if mix is not None:
+            if requests_per_s is not None or tokens_per_day is not None:
+                raise ValueError("give --mix, or --requests-per-s, or --tokens-per-day (one)")
+            from bench.plan import parse_mix
+
+            classes = parse_mix(mix)
+            demand = Demand(
+                requests_per_s=sum(classes.values()), peak_factor=peak_factor or 1.0, mix=classes
+            )
+        elif requests_per_s is None and tokens_per_day is None:
             found = default_demand(infos)
             if found is None:
                 raise ValueError(

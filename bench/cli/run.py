@@ -238,6 +238,7 @@ def run_command(
         summary,
         title=f"Results: {sc.name} → {sc.target.base_url}",
         metrics=tuple(m for m in sc.percentile_metrics if m in LATENCY_METRICS),
+        slo=sc.capacity_slo() if sc.classes else (),
     )
     said = outcome(result.records, summary, sc.target.model, result.served_models)
     print_outcome(said, summary)

@@ -167,6 +167,7 @@ def show_command(
             if server_cache:
                 summary.prompt_cache["server"] = server_cache
             summary.notes = list(stored.get("notes") or [])
+            summary.spec_decode = dict(stored.get("spec_decode") or {})  # server counters
             title = (
                 "run"
                 if index is None
@@ -207,6 +208,14 @@ def show_command(
             out.print(f"{title}: nothing stored")
         elif "metrics" in summary and isinstance(summary.get("throughput"), dict):
             out.print(_summary_table(title, summary))
+            from bench.console import spec_decode_rows
+
+            for label, value in spec_decode_rows(summary.get("spec_decode") or {}):
+                out.print(f"{label}: {value}", highlight=False, markup=False)
+            if summary.get("classes"):
+                from bench.console import classes_table
+
+                out.print(classes_table(summary["classes"], _class_slo(info)))
             if (summary.get("prompt_cache") or {}).get("largely_cached"):
                 out.print("[yellow]CACHED PROMPTS: most prompt tokens came from the server's cache")
             for note in summary.get("notes") or []:
@@ -269,6 +278,21 @@ def workers_table(title: str, workers: list[dict]) -> Table:
             ms(w.get("loop_lag_p99_ms")), "—" if busy is None else f"{busy:.0%}", verdict,
         )  # fmt: skip
     return table
+
+
+def _class_slo(info) -> list:
+    """The SLO a stored run's classes are judged at: the one its sweep stored, else its
+    scenario's (each class's own); [] when neither can be read."""
+    from bench.curves import stored_slo
+    from bench.scenario import ScenarioError, parse_scenario
+
+    found = stored_slo([info])
+    if found or not info.scenario_text:
+        return found
+    try:
+        return parse_scenario(info.scenario_text, source="stored").capacity_slo()
+    except (ScenarioError, ValueError):
+        return []
 
 
 def _summary_table(title: str, summary: dict) -> Table:

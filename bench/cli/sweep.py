@@ -185,7 +185,8 @@ def sweep_plan(
     cooldown, max_error_rate, fail_on, *, slo_draws=None,
 ):  # fmt: skip
     """The sweep flags as (bench.sweep.SweepPlan, --fail-on thresholds); a bad flag is one
-    line naming it. No --slo: the scenario file's SLO, same grammar."""
+    line naming it. No --slo: the scenario file's SLO, same grammar; a scenario's traffic
+    classes add their own SLOs (CLASS:NAME thresholds)."""
     from bench.metrics import parse_thresholds
     from bench.sweep import STOP_ERROR_RATE, PointSpec, SweepPlan, parse_values
 
@@ -197,10 +198,8 @@ def sweep_plan(
             specs = [PointSpec("concurrency", int(v)) for v in values]
         else:
             specs = []
-        if slo is None and sc.slo:
-            thresholds = parse_thresholds(sc.slo, flag="slo")
-        else:
-            thresholds = parse_thresholds(slo, flag="--slo")
+        # --slo, else the scenario's own; each traffic class's own SLO is added either way
+        thresholds = sc.capacity_slo(slo)
         gates = parse_thresholds(fail_on)
     except ValueError as exc:
         raise fail(str(exc)) from None

@@ -122,6 +122,11 @@ class SimServer:
         self._task: asyncio.Task | None = None
         self.created = int(time.time())
         self.connections: set[asyncio.BaseTransport] = set()
+        # Speculative decoding (--mtp) as vLLM counts it: the engine emits a decoding
+        # sequence's tokens at the mean rate of 1 + a + ... + a^d per verify step, so each
+        # decode token stands for 1/that of a draft; accepted at position i is a^(i+1) per
+        # draft. Expected values (floats), so the counters say exactly what the model assumed.
+        self.spec_drafts = 0.0
 
     def hardware(self) -> dict:
         """What this endpoint simulates, announced in /v1/models so a client that benchmarks
@@ -176,6 +181,8 @@ class SimServer:
                 continue
             deadline = max(deadline, clock() - 0.05) + res.duration_s
             n_out = len(res.decoding or ()) + len(res.first_tokens)
+            if eng.dep.eff.mtp_tokens and res.decoding:
+                self.spec_drafts += len(res.decoding) / eng.dep.mtp_gain
             # all of a step's tokens are due at one instant but writing them takes time, so
             # start early by half the expected write time: errors are centred on the schedule
             lead = 0.5 * n_out * self.write_cost_s
@@ -345,7 +352,33 @@ class SimServer:
             "# TYPE tokenbench_sim_steps_total counter",
             f"tokenbench_sim_steps_total{lab} {self.steps}",
         ]
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + self._spec_decode_lines(lab)) + "\n"
+
+    def _spec_decode_lines(self, lab: str) -> list[str]:
+        """vLLM's spec-decode counters, when MTP is on (vLLM has none without a draft)."""
+        eff = self.engine.dep.eff
+        d, a = int(eff.mtp_tokens), eff.mtp_acceptance
+        if not d:
+            return []
+        drafts = self.spec_drafts
+        per_pos = [drafts * a ** (i + 1) for i in range(d)]
+        return [
+            "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts (simulated).",
+            "# TYPE vllm:spec_decode_num_drafts_total counter",
+            f"vllm:spec_decode_num_drafts_total{lab} {drafts:.6f}",
+            "# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens (simulated).",
+            "# TYPE vllm:spec_decode_num_draft_tokens_total counter",
+            f"vllm:spec_decode_num_draft_tokens_total{lab} {drafts * d:.6f}",
+            "# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens (simulated).",
+            "# TYPE vllm:spec_decode_num_accepted_tokens_total counter",
+            f"vllm:spec_decode_num_accepted_tokens_total{lab} {sum(per_pos):.6f}",
+            "# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted tokens per draft position (simulated).",
+            "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter",
+            *(
+                f'vllm:spec_decode_num_accepted_tokens_per_pos_total{lab[:-1]},position="{i}"}} {n:.6f}'
+                for i, n in enumerate(per_pos)
+            ),
+        ]
 
 
 class HTTPProtocol(asyncio.Protocol):

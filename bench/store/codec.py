@@ -61,7 +61,13 @@ LATER_INTS: dict[str, int] = {
     "slot_wait_ns": NULL,
     "claimed_output_tokens": NULL,
 }
-STR_FIELDS: tuple[str, ...] = ("state", "error_kind", "token_count_source", "error_message")
+STR_FIELDS: tuple[str, ...] = (
+    "state",
+    "error_kind",
+    "token_count_source",
+    "error_message",
+    "traffic_class",  # added in schema 0003; NULL in batches stored before
+)
 
 # Column order of a `requests` SQL row, after run_id and load_point.
 SQL_COLUMNS: tuple[str, ...] = (
@@ -84,6 +90,7 @@ SQL_COLUMNS: tuple[str, ...] = (
     "expected_output_len",
     "cached_prompt_tokens",
     "slot_wait_ns",
+    "traffic_class",
 )
 
 
@@ -238,6 +245,9 @@ def decode_batches(
                 col = np.full(header["n"], LATER_INTS.get(name, NULL), dtype=np.int64)
             ints[name].append(col)
         for name in codes:
+            if name not in cols:  # a text column added after this batch was written: NULL
+                codes[name].append(np.full(header["n"], -1, np.int32))
+                continue
             table = vocab[name]
             remap = np.array(
                 [table.setdefault(v, len(table)) for v in header["vocab"][name]] + [-1], np.int32

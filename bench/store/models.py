@@ -134,6 +134,8 @@ class Request(Base):
     # wait for a --max-concurrency slot (not send lag)
     cached_prompt_tokens: Mapped[int | None]
     slot_wait_ns: Mapped[int | None] = mapped_column(BigInteger)
+    # schema 0003: the request's traffic class (a scenario's `classes:`); NULL otherwise
+    traffic_class: Mapped[str | None] = mapped_column(String(40))
 
     __table_args__ = (Index("ix_requests_run_load_point", "run_id", "load_point"),)
 

@@ -236,6 +236,7 @@ _COLUMNS_FIELDS = (
     "slot_wait_ns",
     "cached_prompt_tokens",
     "claimed_output_tokens",
+    "traffic_class",
 )
 
 
@@ -283,6 +284,7 @@ def columns_from_decoded(d: codec.Decoded) -> Columns:
         slot_wait_ns=np.nan_to_num(d.as_float("slot_wait_ns")),
         cached_prompt_tokens=d.as_float("cached_prompt_tokens"),
         claimed_output_tokens=d.as_float("claimed_output_tokens"),
+        traffic_class=d.text("traffic_class") if "traffic_class" in d.codes else None,
     )
 
 

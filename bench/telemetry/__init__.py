@@ -37,6 +37,7 @@ from bench.telemetry.readers import (
     prompt_cache,
     queue_depth,
     recording_frame,
+    spec_decode,
     telemetry_warnings,
 )
 from bench.telemetry.recording import (
@@ -111,6 +112,7 @@ __all__ = [
     "parse_prometheus",
     "power_w",
     "prompt_cache",
+    "spec_decode",
     "queue_depth",
     "recording_frame",
     "save_recording",

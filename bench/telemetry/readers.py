@@ -191,6 +191,50 @@ def prompt_cache(df: pd.DataFrame) -> dict | None:
     return None
 
 
+def spec_decode(df: pd.DataFrame) -> dict | None:
+    """What the server's speculative-decoding counters say over one load point, or None
+    when it exposes none (no draft model, or an engine without them).
+
+    vLLM: acceptance_rate = accepted / draft tokens (vLLM's "draft acceptance rate"),
+    mean_acceptance_length = 1 + accepted / drafts (tokens per verify step, the bonus token
+    included), per_position[i] = accepted at draft position i / drafts (position 0's is the
+    chance a first draft token is accepted). SGLang only has a recent mean-length gauge.
+    """
+    drafts = _growth(df, "spec_decode_drafts_total")
+    draft_tokens = _growth(df, "spec_decode_draft_tokens_total")
+    accepted = _growth(df, "spec_decode_accepted_tokens_total")
+    if drafts is not None and draft_tokens is not None and accepted is not None:
+        if drafts <= 0 or draft_tokens <= 0:
+            return None  # counters present but nothing drafted in this point
+        sub = df[
+            (df["source"] == "server") & (df["metric"] == "spec_decode_accepted_per_position_total")
+        ]
+        per_position: dict[int, float] = {}
+        for labels, part in sub.groupby("labels"):
+            pos = parse_labels_text(labels).get("position")
+            if pos is None or not pos.isdigit():
+                continue
+            values = part.sort_values("t_s")["value"]
+            grew = float(values.iloc[-1] - values.iloc[0]) / drafts  # summed over engines
+            per_position[int(pos)] = per_position.get(int(pos), 0.0) + grew
+        return {
+            "counters": "vLLM spec_decode_num_* (drafts, draft tokens, accepted)",
+            "drafts": drafts,
+            "draft_tokens": draft_tokens,
+            "accepted_tokens": accepted,
+            "acceptance_rate": accepted / draft_tokens,
+            "mean_acceptance_length": 1.0 + accepted / drafts,
+            "per_position": [per_position[i] for i in sorted(per_position)],
+        }
+    length = df[(df["source"] == "server") & (df["metric"] == "spec_decode_accept_length")]
+    if not length.empty:
+        return {
+            "counters": f"{length['name'].iloc[0]} (mean of the gauge)",
+            "mean_acceptance_length": float(length["value"].mean()),
+        }
+    return None
+
+
 def _cache_figures(counters: str, cached: float, total: float) -> dict:
     return {
         "counters": counters,

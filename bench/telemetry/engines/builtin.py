@@ -11,7 +11,7 @@ from bench.telemetry.engines import ENGINES, EngineNames
 
 ENGINES.register(
     "vllm",
-    "vLLM's vllm:* metrics: queue, KV cache, prefix cache, tokens, preemptions",
+    "vLLM's vllm:* metrics: queue, KV cache, prefix cache, tokens, preemptions, spec decode",
     EngineNames(
         "vLLM",
         ("vllm:",),
@@ -37,12 +37,23 @@ ENGINES.register(
             "prefix_cache_hit_rate": (("vllm:gpu_prefix_cache_hit_rate", {}),),
             "generation_tokens_total": (("vllm:generation_tokens_total", {}),),
             "preemptions_total": (("vllm:num_preemptions_total", {}),),
+            # Speculative decoding (vLLM V1's SpecDecodingProm): verify steps that carried
+            # drafts, draft tokens proposed, draft tokens accepted, and accepted per draft
+            # position (label position="0".."k-1").
+            "spec_decode_drafts_total": (("vllm:spec_decode_num_drafts_total", {}),),
+            "spec_decode_draft_tokens_total": (("vllm:spec_decode_num_draft_tokens_total", {}),),
+            "spec_decode_accepted_tokens_total": (
+                ("vllm:spec_decode_num_accepted_tokens_total", {}),
+            ),
+            "spec_decode_accepted_per_position_total": (
+                ("vllm:spec_decode_num_accepted_tokens_per_pos_total", {}),
+            ),
         },
     ),
 )
 ENGINES.register(
     "sglang",
-    "SGLang's sglang:* metrics: queue, token usage, cache hit rate, tokens",
+    "SGLang's sglang:* metrics: queue, token usage, cache hit rate, tokens, accept length",
     EngineNames(
         "SGLang",
         ("sglang:",),
@@ -53,6 +64,8 @@ ENGINES.register(
             "prompt_tokens_total": (("sglang:prompt_tokens_total", {}),),
             "prefix_cache_hit_rate": (("sglang:cache_hit_rate", {}),),
             "generation_tokens_total": (("sglang:generation_tokens_total", {}),),
+            # A recent mean acceptance length of speculative decoding (a gauge; no counters).
+            "spec_decode_accept_length": (("sglang:spec_accept_length", {}),),
         },
     ),
 )

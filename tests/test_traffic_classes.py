@@ -1,0 +1,268 @@
+"""Traffic classes (issue 29 item 5) and speculative decoding measured (item 6)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from bench.metrics import Threshold, parse_slo, summarize, with_error_bound
+from bench.records import RequestRecord
+from bench.scenario import ScenarioError, load_scenario, parse_scenario
+from tests.conftest import start_fake_server
+
+ROOT = Path(__file__).resolve().parents[1]
+MIX = ROOT / "scenarios" / "chat-agent-mix.yaml"
+
+
+def tokenbench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args], capture_output=True, text=True, timeout=180,
+        env={**os.environ, "COLUMNS": "250", "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+    )  # fmt: skip
+
+
+def test_shipped_mix_gives_each_request_a_class_with_its_own_lengths():
+    sc = load_scenario(MIX)
+    assert sc.class_shares() == pytest.approx({"chat": 2 / 3, "agent": 1 / 3})
+    specs = sc.workload_plan().specs(300)
+    names = [s.traffic_class for s in specs]
+    assert set(names) == {"chat", "agent"}
+    assert 0.5 < names.count("chat") / len(names) < 0.8
+    mean_in = {n: sum(s.input_len for s in specs if s.traffic_class == n) / names.count(n)
+               for n in ("chat", "agent")}  # fmt: skip
+    assert mean_in["agent"] > 5 * mean_in["chat"]
+    slo = [str(t) for t in sc.capacity_slo()]
+    assert "chat:p99_ttft_ms<=500" in slo and "agent:p99_ttft_ms<=3000" in slo
+
+
+def test_class_errors_name_the_field():
+    base = "classes:\n  - {name: chat, share: 1}\n  - {name: chat, share: 2}\n"
+    with pytest.raises(ScenarioError, match="names must differ"):
+        parse_scenario(base)
+    with pytest.raises(ScenarioError, match="share or its request_rate"):
+        parse_scenario("classes:\n  - {name: chat}\n")
+    with pytest.raises(ScenarioError, match="classes.0.slo"):
+        parse_scenario("classes:\n  - {name: chat, share: 1, slo: 'p99_bogus_ms<=1'}\n")
+    rates = parse_scenario(
+        "classes:\n  - {name: a, request_rate: 2}\n  - {name: b, request_rate: 6}\n"
+    )
+    assert rates.load.request_rate == 8 and rates.class_shares() == {"a": 0.25, "b": 0.75}
+
+
+def test_class_scoped_slo_reads_that_class_and_bounds_its_errors():
+    def rec(i: int, cls: str, ttft_ms: float, ok: bool = True) -> RequestRecord:
+        return RequestRecord(
+            i, sent_ns=0, first_token_ns=int(ttft_ms * 1e6), end_ns=int(ttft_ms * 1e6) + 10**7,
+            output_tokens=2, state="ok" if ok else "failed", traffic_class=cls,
+        )  # fmt: skip
+
+    records = [rec(i, "chat", 100) for i in range(10)] + [
+        rec(10 + i, "agent", 900) for i in range(10)
+    ]
+    records.append(rec(99, "agent", 0, ok=False))
+    s = summarize(records)
+    assert s.value("chat:p50_ttft_ms") == pytest.approx(100)
+    assert s.value("agent:p50_ttft_ms") == pytest.approx(900)
+    assert s.value("agent:error_rate") == pytest.approx(1 / 11)
+    assert s.value("batch:p99_ttft_ms") is None
+    slo = parse_slo("chat:p99_ttft_ms<=500,agent:p99_ttft_ms<=1000")
+    assert Threshold("agent:error_rate", "<=", 0.05) in with_error_bound(slo)
+    assert set(s.to_json()["classes"]) == {"chat", "agent"}
+    with pytest.raises(ValueError, match="traffic class name"):
+        parse_slo("9x:p99_ttft_ms<=1")
+
+
+def test_capacity_is_where_the_first_class_breaks_its_own_slo_and_names_it():
+    from bench.curves import RunCurve, capacity_at_slo, point_from_summary
+
+    def point(rate: float) -> object:
+        recs = []
+        for i in range(200):  # chat is flat; agent's TTFT grows with the load
+            cls, ttft_ms = ("chat", 100.0) if i % 2 else ("agent", 400.0 * rate)
+            recs.append(
+                RequestRecord(
+                    i, sent_ns=i * 10**6, first_token_ns=i * 10**6 + int(ttft_ms * 1e6),
+                    end_ns=i * 10**6 + int(ttft_ms * 1e6) + 10**8, output_tokens=10,
+                    traffic_class=cls,
+                )
+            )  # fmt: skip
+        doc = summarize(recs, duration_s=200 / rate).to_json()
+        p = point_from_summary(doc, load_point=0, title=f"rate {rate:g}", offered=rate, gpus=1)
+        p.offered_kind = "rate"
+        return p
+
+    curve = RunCurve("r", "r", "r", "B200", 1, None, False, None, "completed")
+    curve.points = [point(r) for r in (1, 2, 4, 8)]
+    slo = parse_slo("chat:p99_ttft_ms<=500,agent:p99_ttft_ms<=2000")
+    cap = capacity_at_slo(curve, slo)
+    assert cap.kind == "interpolated" and cap.binding == "agent"
+    assert cap.last_pass.title == "rate 4" and cap.first_fail.title == "rate 8"
+    assert "class agent binds" in cap.text()
+    # a run-wide threshold that breaks first binds no class
+    wide = capacity_at_slo(curve, parse_slo("p99_ttft_ms<=1000,agent:p99_ttft_ms<=3000"))
+    assert wide.binding is None
+
+
+@pytest.mark.slow
+def test_mixed_sweep_in_virtual_time_names_the_binding_class_and_stores_classes(tmp_path):
+    db = f"sqlite:///{tmp_path / 'mix.db'}"
+    out = tmp_path / "summary.json"
+    proc = tokenbench(
+        "sim", "run", "--scenario", str(MIX), "--num-prompts", "120", "--request-rates",
+        "0.2,8", "--slo-iterations", "2", "--slo-draws", "0", "--db", db,
+        "--summary-json", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "binds" in proc.stdout, proc.stdout
+    from bench.store import get_run, list_runs, load_records
+
+    (run,) = list_runs(db)
+    records = load_records(run.id, 0, db)
+    assert {r.traffic_class for r in records} == {"chat", "agent"}
+    shown = tokenbench("show", run.id, "--db", db)
+    assert shown.returncode == 0 and "own SLO" in shown.stdout and "agent" in shown.stdout
+    planned = tokenbench("plan", run.id, "--mix", "chat=10,agent=10", "--db", db)
+    assert planned.returncode == 0 and "chat 10, agent 10" in planned.stdout, planned.stdout
+    assert get_run(run.id, db).extra_json["sweep"]["slo"]
+
+
+def test_spec_decode_acceptance_equals_the_counters(tmp_path):
+    server = start_fake_server("--ttft-ms", "5", "--itl-ms", "2", "--spec-decode", "3:2,1,3,0")
+    try:
+        url = f"http://127.0.0.1:{server.port}"
+        out, db = tmp_path / "s.json", f"sqlite:///{tmp_path / 'spec.db'}"
+        proc = tokenbench(
+            "run", "--base-url", url, "--random-input-len", "16", "--random-output-len", "9",
+            "--num-prompts", "12", "--request-rate", "40", "--db", db,
+            "--metrics-interval", "0.2", "--summary-json", str(out),
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    finally:
+        server.stop()
+    truth = {}
+    for line in text.splitlines():
+        name, value = line.rsplit(" ", 1)
+        truth[name] = float(value)
+
+    def total(prefix: str) -> float:
+        return sum(v for k, v in truth.items() if k.startswith(prefix))
+
+    drafts = total("vllm:spec_decode_num_drafts_total")
+    accepted = total("vllm:spec_decode_num_accepted_tokens_total")
+    drafted = total("vllm:spec_decode_num_draft_tokens_total")
+    assert drafts > 0
+    spec = json.loads(out.read_text())["spec_decode"]
+    assert spec["acceptance_rate"] == pytest.approx(accepted / drafted)
+    assert spec["mean_acceptance_length"] == pytest.approx(1 + accepted / drafts)
+    first = total(
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="fake-model",engine="0",position="0"}'
+    )
+    assert spec["per_position"][0] == pytest.approx(first / drafts)
+    assert "Draft acceptance" in proc.stdout
+    shown = tokenbench("show", json.loads(out.read_text())["run_id"], "--db", db)
+    assert f"Draft acceptance rate (server counters): {accepted / drafted:.1%}" in shown.stdout
+
+
+@pytest.mark.slow
+def test_simulated_server_with_mtp_exposes_counters_that_match_its_model(tmp_path):
+    """End to end: `sim serve --mtp 2 --mtp-acceptance 0.7` serves vLLM's spec-decode
+    counters; a run against it reports the acceptance its model assumed."""
+    import re
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench", "sim", "serve", "--gpu", "B200", "--model",
+         "llama-3.1-8b", "--mtp", "2", "--mtp-acceptance", "0.7", "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+        env={**os.environ, "COLUMNS": "400", "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        deadline, url = time.monotonic() + 60, None
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            found = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line)
+            url = f"http://127.0.0.1:{found.group(1)}" if found else None
+        assert url, "the simulated server did not start"
+        out = tmp_path / "s.json"
+        run = tokenbench(
+            "run", "--base-url", url, "--random-input-len", "64", "--random-output-len", "32",
+            "--num-prompts", "20", "--request-rate", "20", "--db",
+            f"sqlite:///{tmp_path / 'sim.db'}", "--metrics-interval", "0.2",
+            "--summary-json", str(out),
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    spec = json.loads(out.read_text())["spec_decode"]
+    sim = spec["simulated"]
+    assert sim["mtp_acceptance"] == 0.7 and sim["mtp_tokens"] == 2
+    assert spec["per_position"] == pytest.approx([0.7, 0.49], rel=1e-4)
+    assert spec["acceptance_rate"] == pytest.approx((0.7 + 0.49) / 2, rel=1e-4)
+    assert spec["mean_acceptance_length"] == pytest.approx(sim["mean_acceptance_length"], rel=1e-4)
+
+
+def test_batches_and_databases_from_before_schema_0003_still_read(tmp_path, monkeypatch):
+    from alembic import command
+    from sqlalchemy import create_engine, inspect
+
+    from bench.store import codec
+    from bench.store.migrations import alembic_config, current_revision, upgrade
+
+    records = [RequestRecord(i, traffic_class="agent" if i % 2 else None) for i in range(4)]
+    with monkeypatch.context() as m:  # a batch written before the class column existed ...
+        m.setattr(codec, "STR_FIELDS", tuple(f for f in codec.STR_FIELDS if f != "traffic_class"))
+        m.setattr(codec, "SQL_COLUMNS", tuple(c for c in codec.SQL_COLUMNS if c != "traffic_class"))
+        old_blob, _ = codec.encode_batch(records)
+    new_blob, rows = codec.encode_batch(records)
+    # ... decodes beside a new one: the old rows have no class, the new ones keep theirs.
+    d = codec.decode_batches([(0, old_blob), (1, new_blob)])
+    assert d.text("traffic_class").tolist() == [None] * 4 + [None, "agent", None, "agent"]
+    assert rows[1][codec.SQL_COLUMNS.index("traffic_class")] == "agent"
+    # A database at revision 0002 upgrades with the column added and its rows kept.
+    engine = create_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    config = alembic_config()
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0002")
+    assert current_revision(engine) == "0002"
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO runs (id, created_at, status, simulated, request_count) "
+            "VALUES ('r1', '2026-01-01 00:00:00', 'completed', 0, 1)"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO requests (run_id, load_point, request_index, turn, intended_ns, "
+            "sent_ns, n_chunks, state) VALUES ('r1', 0, 0, 0, 0, 5, 3, 'ok')"
+        )
+    assert upgrade(engine) == "0003"
+    assert "traffic_class" in {c["name"] for c in inspect(engine).get_columns("requests")}
+    with engine.connect() as conn:
+        kept = conn.exec_driver_sql("SELECT sent_ns, n_chunks, traffic_class FROM requests").all()
+    assert kept == [(5, 3, None)]
+    engine.dispose()
+
+
+def test_a_mix_against_a_real_endpoint_reports_each_class(fake_server, tmp_path):
+    out = tmp_path / "s.json"
+    proc = tokenbench(
+        "run", "--scenario", str(MIX), "--base-url", f"http://127.0.0.1:{fake_server.port}",
+        "--num-prompts", "24", "--request-rate", "30", "--no-store", "--no-scrape-metrics",
+        "--summary-json", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    classes = doc["classes"]
+    assert set(classes) == {"chat", "agent"}
+    assert classes["chat"]["completed"] + classes["agent"]["completed"] == doc["completed"]
+    assert "Per traffic class" in proc.stdout and "own SLO" in proc.stdout

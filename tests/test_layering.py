@@ -40,7 +40,8 @@ LAYERS: dict[str, list[str]] = {
                   "bench.launchers"],
     # one stored run over any executor, the one driver above it (bench.drive: a run or a
     # sweep), and the terminal's display of runs, points and summaries
-    "session": ["bench.session", "bench.sweep", "bench.drive", "bench.console", "bench.tune"],
+    "session": ["bench.session", "bench.sweep", "bench.drive", "bench.console", "bench.tune",
+                "bench.sim_tune"],
     # applications of the library: the demo and the service
     "applications": ["bench.demo", "server"],
     # the `tokenbench` command imports everything and nothing imports it

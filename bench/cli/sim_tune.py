@@ -180,6 +180,13 @@ def print_tune(result) -> None:
         if not result.best(gpu):
             best.add_row(gpu, "-", "no configuration met the SLO", "", "", "", "", "", "")
     console.print(best)
+    for gpu in result.gpus():
+        if any(o.capacity.kind == "at_least" for o in result.best(gpu)):
+            console.print(
+                f"[yellow]caution[/] ({gpu}): a capacity is a lower bound (every load tested met "
+                "the SLO): give more requests per point (--num-prompts) so the queue can build",
+                highlight=False,
+            )
     tiers = Table(title="Cheapest configuration per GPU type on each pricing tier ($/Mtok output)")
     for col in ("tier", "GPU", "configuration", "$/GPU-h", "$/Mtok output", "range"):
         tiers.add_column(col)

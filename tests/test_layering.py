@@ -34,7 +34,8 @@ LAYERS: dict[str, list[str]] = {
     # where runs are kept and what they cost
     "storage": ["bench.store", "bench.telemetry", "bench.cost"],
     # stored runs read back: curves, plans, reports, figures
-    "analysis": ["bench.curves", "bench.frontier", "bench.plan", "bench.export", "dashboards"],
+    "analysis": ["bench.curves", "bench.frontier", "bench.plan", "bench.export", "dashboards",
+                 "bench.choose"],
     # whatever turns a RunPlan into records: local, distributed, virtual time (bench.sim)
     "executors": ["bench.executor", "bench.runner", "bench.distributed", "bench.sim",
                   "bench.launchers"],

@@ -405,6 +405,10 @@ def search(
             "sim tune needs an SLO: give --slo (e.g. 'p99_ttft_ms<=2000,p99_tpot_ms<=50')"
         )
     started = time.monotonic()
+    # One draw of prompts and arrivals for every configuration (copies keep the drawn seed),
+    # so configurations differ by their settings, not by the workload they were shown.
+    scenario = scenario.model_copy(deep=True)
+    scenario.run_seed()
     name = experiment or f"sim-tune {model} {scenario.name}"
     state = _State(scenario, model, engine, list(slo), catalogue, db, store, top, slo_iterations,
                    slo_draws, name, prune, on_progress)  # fmt: skip

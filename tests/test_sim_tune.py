@@ -128,7 +128,7 @@ def test_tier_verdict_says_not_separable_when_the_ranges_overlap():
 
 def test_cli_json_document_and_stored_runs(tmp_path):
     scenario = tmp_path / "tiny.yaml"
-    scenario.write_text(SCENARIO)
+    scenario.write_text(SCENARIO.replace("seed: 7\n", ""))  # a drawn seed, shared by all
     db = str(tmp_path / "t.db")
     args = ["sim", "tune", "--model", "llama-3.1-8b", "--gpus", "H100,B200", "--slo", SLO,
             "--scenario", str(scenario), "--precisions", "fp8", "--mtp", "0",
@@ -154,6 +154,9 @@ def test_cli_json_document_and_stored_runs(tmp_path):
         tune = info.extra_json["tune"]
         assert tune["experiment"] == "tiny-tune" and tune["settings"] == best["settings"]
         assert tune["command"].startswith("tokenbench sim run --gpu " + gpu)
+    seeds = {get_run(o["run_id"], db).extra_json.get("prompts", {}).get("seed")
+             for o in doc["configs"] if o["run_id"]}  # fmt: skip
+    assert len(seeds) == 1 and None not in seeds  # every configuration saw the same workload
     tier = next(t for t in doc["tiers"] if len(t["by_gpu"]) == 2)
     first, second = tier["by_gpu"]
     assert first["output_usd_per_mtok"] <= second["output_usd_per_mtok"]

@@ -222,7 +222,7 @@ def print_tune(result) -> None:
         )
     tops = [o.run_id[:8] for gpu in result.gpus() for o in result.best(gpu)[:1] if o.run_id]
     if len(tops) >= 2:
-        console.print(f"Side by side: tokenbench compare {' '.join(tops)}", highlight=False)
+        console.print(f"Side by side: `tokenbench compare {' '.join(tops)}`", highlight=False)
 
 
 def _val(v) -> str:

@@ -129,7 +129,8 @@ def verdict(ranked: Sequence[RankedSetting], by_cost: bool) -> str:
     text = f"{head}; {ratio.text()} the runner-up's capacity ({b.name})"
     apart = not ratio.flips
     if by_cost and a.usd and b.usd:
-        text += f", {b.usd / a.usd:.2f}x lower $/Mtok (${a.usd:.3f} vs ${b.usd:.3f})"
+        lower = f"{b.usd / a.usd:.2f}x lower" if b.usd / a.usd >= 1.005 else "the same"
+        text += f", {lower} $/Mtok (${a.usd:.3f} vs ${b.usd:.3f})"
         apart = a.usd_high is not None and b.usd_low is not None and a.usd_high < b.usd_low
     if apart:
         return text + ": ahead beyond both ranges"

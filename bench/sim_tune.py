@@ -76,13 +76,15 @@ class Config:
         return f"{self.gpu} {self.parallel} {self.precision}{mtp}{seqs}{tokens}"
 
     def executor(self, model: str, engine: str):
+        """The virtual-time executor of this configuration, from the one chooser."""
+        from bench.drive import choose_executor
         from bench.sim.engine import ServeOptions
-        from bench.sim.virtual import VirtualExecutor
 
         options = ServeOptions(self.max_num_seqs, self.max_num_batched_tokens, mtp=self.mtp)
-        return VirtualExecutor(
-            self.gpu, model, self.precision, parallel=self.parallel, engine=engine, options=options
-        )
+        return choose_executor(
+            virtual={"gpu": self.gpu, "model": model, "precision": self.precision,
+                     "parallel": self.parallel, "engine": engine, "options": options}
+        )  # fmt: skip
 
     def command(self, model: str, engine: str) -> str:
         """The `sim run` command line that simulates this configuration alone."""

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.curves import RunComparison, capacity_ratio, cheapest
+from bench.curves import Ratio, RunComparison, capacity_ratio, cheapest
 
 
 @dataclass
@@ -73,12 +73,22 @@ def experiment_of(info: Any) -> tuple[str | None, dict[str, Any] | None]:
 
 
 def _usd_range(r: RankedSetting) -> tuple[float | None, float | None]:
+    """$/Mtok at the ends of the capacity's range (the price is fixed; ends in order)."""
     cap = r.comparison.at_slo
     if r.usd is None or cap is None or not cap.value:
         return None, None
     low = r.usd * cap.value / cap.high if cap.high else None
     high = r.usd * cap.value / cap.low if cap.low else None
+    if low is not None and high is not None and low > high:
+        low, high = high, low
     return low, high
+
+
+def overlaps(ratio: Ratio) -> bool:
+    """Whether a capacity ratio's range holds 1, i.e. which is larger could flip; the ends
+    are read in either order (an interpolated capacity's interval can come back swapped)."""
+    ends = [x for x in (ratio.low, ratio.high) if x is not None]
+    return ratio.flips or (len(ends) == 2 and min(ends) <= 1.0 <= max(ends))
 
 
 def rank_settings(
@@ -127,7 +137,7 @@ def verdict(ranked: Sequence[RankedSetting], by_cost: bool) -> str:
     if ratio is None:
         return f"{head}; against the runner-up ({b.name}): {why}"
     text = f"{head}; {ratio.text()} the runner-up's capacity ({b.name})"
-    apart = not ratio.flips
+    apart = not overlaps(ratio)
     if by_cost and a.usd and b.usd:
         lower = f"{b.usd / a.usd:.2f}x lower" if b.usd / a.usd >= 1.005 else "the same"
         text += f", {lower} $/Mtok (${a.usd:.3f} vs ${b.usd:.3f})"

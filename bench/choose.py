@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bench.curves import Ratio, RunComparison, capacity_ratio, cheapest
+from bench.curves import Capacity, Ratio, RunComparison, capacity_ratio, cheapest
 
 
 @dataclass
@@ -72,13 +72,13 @@ def experiment_of(info: Any) -> tuple[str | None, dict[str, Any] | None]:
     return tune.get("experiment"), tune.get("settings")
 
 
-def _usd_range(r: RankedSetting) -> tuple[float | None, float | None]:
-    """$/Mtok at the ends of the capacity's range (the price is fixed; ends in order)."""
-    cap = r.comparison.at_slo
-    if r.usd is None or cap is None or not cap.value:
+def usd_range(usd: float | None, cap: Capacity | None) -> tuple[float | None, float | None]:
+    """$/Mtok at the ends of a capacity's range: the price is fixed, the throughput moves
+    (None for an open end; the ends in order)."""
+    if usd is None or cap is None or not cap.value:
         return None, None
-    low = r.usd * cap.value / cap.high if cap.high else None
-    high = r.usd * cap.value / cap.low if cap.low else None
+    low = usd * cap.value / cap.high if cap.high else None
+    high = usd * cap.value / cap.low if cap.low else None
     if low is not None and high is not None and low > high:
         low, high = high, low
     return low, high
@@ -105,7 +105,7 @@ def rank_settings(
     for comp, (_, settings) in zip(comparisons, found, strict=True):
         name = settings_text(settings) if settings is not None else comp.curve.legend
         r = RankedSetting(comp, settings, name, cheapest(comp.cost_rows))
-        r.usd_low, r.usd_high = _usd_range(r)
+        r.usd_low, r.usd_high = usd_range(r.usd, comp.at_slo)
         ranked.append(r)
     priced = all(r.usd is not None for r in ranked)
     if priced:

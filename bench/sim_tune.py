@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bench.choose import usd_range
 from bench.cost import Catalogue, CostRow, PriceCatalogueError, cost_table
 from bench.curves import Capacity
 from bench.metrics import Threshold, slo_text
@@ -297,15 +298,6 @@ def outcome_json(o: Outcome) -> dict[str, Any]:
     }
 
 
-def usd_range(usd: float, cap: Capacity | None) -> tuple[float | None, float | None]:
-    """The $/Mtok range a capacity's range gives (price is fixed, throughput moves)."""
-    if cap is None or not cap.value:
-        return None, None
-    low = usd * cap.value / cap.high if cap.high else None
-    high = usd * cap.value / cap.low if cap.low else None
-    return low, high
-
-
 def tier_verdict(entries: Sequence[dict[str, Any]]) -> str:
     """The cheapest GPU on one tier, how far ahead, and whether the ranges separate them."""
     if not entries:
@@ -355,7 +347,7 @@ def configs_of(model: str, space: Space) -> list[Config]:
     return out
 
 
-def refinements(best: Config, space: Space) -> list[Config]:
+def refinements(best: Config, space: Space, engine: str = "vllm") -> list[Config]:
     """Batch limits around the best coarse configuration: max-num-seqs halfway (log scale)
     to its coarse neighbours, max-num-batched-tokens halved and doubled."""
     from bench.sim.profiles import engine_defaults
@@ -369,7 +361,7 @@ def refinements(best: Config, space: Space) -> list[Config]:
                 mid = round(math.sqrt(coarse[i] * coarse[j]))
                 if mid not in coarse:
                     out.append(replace(best, max_num_seqs=mid))
-    tokens = best.max_num_batched_tokens or engine_defaults("vllm").max_num_batched_tokens
+    tokens = best.max_num_batched_tokens or engine_defaults(engine).max_num_batched_tokens
     for t in (tokens // 2, tokens * 2):
         if t not in space.max_num_batched_tokens:
             out.append(replace(best, max_num_batched_tokens=t))
@@ -419,7 +411,7 @@ def search(
         for gpu in space.gpus:
             best = state.best_searched(gpu)
             if best is not None:
-                state.run(refinements(best.config, space), "refine")
+                state.run(refinements(best.config, space, engine), "refine")
     return TuneResult(
         name, model, engine, scenario.name, list(slo), list(state.outcomes.values()),
         time.monotonic() - started, state.requests, top,

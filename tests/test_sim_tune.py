@@ -168,3 +168,15 @@ def test_cli_needs_a_fitting_slo():
     res = CliRunner().invoke(app, ["sim", "tune", "--slo", "p99_ttft<=nope"])
     assert res.exit_code != 0
     assert "--slo" in res.output
+
+
+def test_cli_says_when_no_configuration_meets_the_slo(tmp_path):
+    args = ["sim", "tune", "--model", "llama-3.1-8b", "--gpus", "H100", "--slo", "p99_ttft_ms<=1",
+            "--precisions", "fp8", "--mtp", "0", "--max-num-seqs", "16", "--parallel", "tp1",
+            "--num-prompts", "40", "--no-refine", "--slo-draws", "0", "--db", str(tmp_path / "t.db")]  # fmt: skip
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert res.exit_code == 1
+    assert "no configuration met the SLO" in res.output
+    assert (
+        "No configuration met the SLO" in res.output and "Cheapest configuration" not in res.output
+    )

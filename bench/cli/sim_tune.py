@@ -138,8 +138,15 @@ def sim_tune(
         raise fail(str(exc)) from None
     if as_json:
         print(dumps(result))
-        return
-    print_tune(result)
+    else:
+        print_tune(result)
+    if not result.searched():
+        err_console.print(
+            "[bold red]No configuration met the SLO[/] at any load tested: loosen --slo, allow "
+            "more GPUs per deployment (--max-gpus) or try other GPUs and precisions.",
+            highlight=False,
+        )
+        raise typer.Exit(1)
 
 
 def _usd(x: float | None) -> str:
@@ -187,6 +194,8 @@ def print_tune(result) -> None:
                 "the SLO): give more requests per point (--num-prompts) so the queue can build",
                 highlight=False,
             )
+    if not result.searched():
+        return
     tiers = Table(title="Cheapest configuration per GPU type on each pricing tier ($/Mtok output)")
     for col in ("tier", "GPU", "configuration", "$/GPU-h", "$/Mtok output", "range"):
         tiers.add_column(col)

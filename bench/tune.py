@@ -397,6 +397,7 @@ class Ranking:
 
     def verdict(self) -> str | None:
         """One sentence: the winning setting, its capacity and how far ahead it is."""
+        from bench.choose import overlaps
         from bench.curves import capacity_ratio
 
         if not self.ranked:
@@ -415,10 +416,7 @@ class Ranking:
             )
         if ratio is None:
             return f"{head}; against {settings_text(second.settings)}: {why}"
-        # flips, read from the range's two ends in either order (an interpolated capacity's
-        # interval can come back with its ends swapped)
-        ends = [x for x in (ratio.low, ratio.high) if x is not None]
-        flips = ratio.flips or (len(ends) == 2 and min(ends) <= 1.0 <= max(ends))
+        flips = overlaps(ratio)  # the one reading of "could flip" (bench.choose)
         close = "; the two are within each other's ranges, so the order could flip" if flips else ""
         return f"{head}; {ratio.text()} the runner-up ({settings_text(second.settings)}){close}"
 

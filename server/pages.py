@@ -19,6 +19,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Resp
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
+from bench.choose import rank_settings
 from bench.cost import price_text
 from bench.curves import compare_runs, ratio_sentence, stored_slo
 from bench.frontier import cost_view_tier, default_interactivity
@@ -262,6 +263,8 @@ def compare_page(
     except ValueError as exc:
         slo_t, error = [], str(exc)
     comps = compare_runs(curves, slo_t, state.catalogue, utilisation)
+    # an experiment's settings ranked, when the runs are its settings (tune, sim tune)
+    ranking = rank_settings(comps, [get_run(c.run_id, state.db_url) for c in curves])
     reference = _reference(curves, ref)
     ref_comp = next(c for c in comps if c.curve is reference)
     sentences = [ratio_sentence([c, ref_comp]) for c in comps if c is not ref_comp]
@@ -311,6 +314,7 @@ def compare_page(
         styles=dict(zip([c.run_id for c in curves], figures.run_styles(curves), strict=True)),
         glyphs=GLYPHS,
         comparisons=comps,
+        ranking=ranking,
         reference=reference,
         sentences=[s for s in sentences if s],
         slo=slo or "",

@@ -34,13 +34,15 @@ LAYERS: dict[str, list[str]] = {
     # where runs are kept and what they cost
     "storage": ["bench.store", "bench.telemetry", "bench.cost"],
     # stored runs read back: curves, plans, reports, figures
-    "analysis": ["bench.curves", "bench.frontier", "bench.plan", "bench.export", "dashboards"],
+    "analysis": ["bench.curves", "bench.frontier", "bench.plan", "bench.export", "dashboards",
+                 "bench.choose"],
     # whatever turns a RunPlan into records: local, distributed, virtual time (bench.sim)
     "executors": ["bench.executor", "bench.runner", "bench.distributed", "bench.sim",
                   "bench.launchers"],
     # one stored run over any executor, the one driver above it (bench.drive: a run or a
     # sweep), and the terminal's display of runs, points and summaries
-    "session": ["bench.session", "bench.sweep", "bench.drive", "bench.console", "bench.tune"],
+    "session": ["bench.session", "bench.sweep", "bench.drive", "bench.console", "bench.tune",
+                "bench.sim_tune"],
     # applications of the library: the demo and the service
     "applications": ["bench.demo", "server"],
     # the `tokenbench` command imports everything and nothing imports it

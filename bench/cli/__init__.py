@@ -26,6 +26,7 @@ from bench.cli import (
     run,
     serve,
     sim,
+    sim_tune,
     store,
     sweep,
     synth,
@@ -93,6 +94,9 @@ sim_app = typer.Typer(
 )
 sim_app.command("serve", short_help="An OpenAI-compatible simulated endpoint.")(sim.serve)
 sim_app.command("run", short_help="A scenario in virtual time, stored.")(sim.run)
+sim_app.command("tune", short_help="The cheapest simulated configuration at an SLO.")(
+    sim_tune.sim_tune
+)
 sim_app.command("gpus", short_help="GPU profiles and efficiency sources.")(sim.gpus)
 sim_app.command("models", short_help="Model profiles: weights and KV sizes.")(sim.models)
 app.add_typer(sim_app, name="sim", help="The simulated GPU endpoint (no GPU needed).")

@@ -27,6 +27,7 @@ def compare_command(
     Without --slo, the SLO stored with the runs (when they share one) is used, as the
     dashboard and the exports do; the line 'SLO used: ...' says which.
     """
+    from bench.choose import rank_settings
     from bench.cli.store import existing_database
     from bench.console import comparison_tables
     from bench.curves import compare_runs, ratio_sentence, resolve_slo, run_curves, slo_line
@@ -35,7 +36,8 @@ def compare_command(
     try:
         existing_database(db)
         curves = run_curves(runs, db)
-        thresholds, source = resolve_slo(slo, [get_run(c.run_id, db) for c in curves])
+        infos = [get_run(c.run_id, db) for c in curves]
+        thresholds, source = resolve_slo(slo, infos)
     except (ValueError, StoreError, KeyError) as exc:
         raise fail(str(exc)) from None
     catalogue = _catalogue(prices_file, price)
@@ -49,3 +51,20 @@ def compare_command(
     sentence = ratio_sentence(comparisons)
     if sentence:
         console.print(f"[bold]{sentence}[/]")
+    print_settings_ranking(rank_settings(comparisons, infos))
+
+
+def print_settings_ranking(ranking) -> None:
+    """An experiment's settings ranked (bench.choose), when the runs are its settings."""
+    from bench.console import Table
+
+    if ranking is None:
+        return
+    name = f" of {ranking.experiment}" if ranking.experiment else ""
+    table = Table(title=f"Settings{name} ranked by {ranking.basis}")
+    for column in ranking.HEADERS:
+        table.add_column(column)
+    for row in ranking.rows():
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"[bold green]{ranking.verdict}[/]", highlight=False)

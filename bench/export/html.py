@@ -7,6 +7,7 @@ sources and dates), methodology, caveats, and the appendix tables.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from html import escape
 from pathlib import Path
 
@@ -79,6 +80,11 @@ def render_html(report: Report) -> str:
     else:
         body.append('<p class="note">No demand given, so no GPU count or $/month (export '
                     "with a demand to size the fleet).</p>")  # fmt: skip
+    if report.ranking is not None:
+        table = replace(report.ranking_table, note=None)  # its note is the verdict, shown here
+        body.append(f'<h2 id="settings-ranking">{escape(table.title)}</h2>')
+        body.append(f'<p class="sentence">{escape(report.ranking.verdict)}</p>')
+        body.append(table_html(table, heading=False))
     body.append("<h2>Executive summary</h2>")
     body.append(
         f'<p class="sentence">{escape(report.sentence or "No ratio between GPUs: see what is missing.")}</p>'

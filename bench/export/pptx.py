@@ -11,6 +11,7 @@ estimated heights, repeating the header, so nothing runs off a slide.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from pptx import Presentation
@@ -649,6 +650,19 @@ def _section_slide(prs, report: Report, title: str, subtitle: str) -> None:
     _text(slide, MARGIN, 3.0, CONTENT_W, 1.0, subtitle, max_pt=20, colour=MUTED)
 
 
+def _ranking_slide(prs, report: Report) -> None:
+    """An experiment's settings ranked (bench.choose): the winner and by how much on top."""
+    table = replace(report.ranking_table, note=None)  # its note is the verdict, shown on top
+    slide = _slide(prs, report, table.title)
+    verdict = report.ranking.verdict
+    lines = wrapped_lines(verdict, CONTENT_W - 0.1, 16)
+    box_h = min(1.4, lines * 16 * LINE_EM / 72 + 0.15)
+    _text(slide, MARGIN, BODY_TOP, CONTENT_W, box_h, verdict, max_pt=16, min_pt=11, bold=True,
+          colour=ACCENT)  # fmt: skip
+    table_slides(prs, report, table, title=table.title, top=BODY_TOP + box_h + 0.1, max_pt=13,
+                 one_page_pt=9, first_slide=slide)  # fmt: skip
+
+
 def _summary_slide(prs, report: Report) -> None:
     """Capacity at the SLO side by side (the verdict sentence is on the answer slide)."""
     slide = _slide(prs, report, "Executive summary")
@@ -694,6 +708,8 @@ def write_pptx(report: Report, out: Path) -> Path:
     _title_slide(prs, report)
     _answer_slide(prs, report)
     _summary_slide(prs, report)
+    if report.ranking is not None:
+        _ranking_slide(prs, report)
     if report.missing:
         table_slides(prs, report, report.missing_table, max_pt=16)
     for chart in report.charts:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import yaml
 
+from bench.choose import SettingsRanking, rank_settings
 from bench.cost import (
     Catalogue,
     PriceCatalogueError,
@@ -176,6 +177,21 @@ class Report:
     # pricing tiers that differ between GPUs, systems the plan cannot size.
     caveats: list[str] = field(default_factory=list)
     tier_note: str | None = None  # which tiers some GPUs lack, when they differ
+    # An experiment's settings ranked (bench.choose) when the runs are its settings
+    # (`tokenbench tune`, `sim tune`); None otherwise.
+    ranking: SettingsRanking | None = None
+
+    @property
+    def ranking_table(self) -> Table:
+        r = self.ranking
+        name = f" of {r.experiment}" if r and r.experiment else ""
+        return Table(
+            "settings",
+            f"Settings{name} ranked by {r.basis if r else 'capacity'}",
+            list(SettingsRanking.HEADERS),
+            [list(row) for row in r.rows()] if r else [],
+            note=r.verdict if r else None,
+        )
 
     @property
     def plan_table(self) -> Table:
@@ -190,8 +206,10 @@ class Report:
     @property
     def tables(self) -> list[Table]:
         """Every table, in the order Excel sheets and CSV files use."""
+        ranking = [self.ranking_table] if self.ranking is not None else []
         return [
             self.plan_table,
+            *ranking,
             self.summary,
             self.summary_cost,
             self.cost,
@@ -1188,4 +1206,5 @@ def build_report(
         plan=plan,
         caveats=_caveats(comparisons) + _more_caveats(curves, plan, tier_note),
         tier_note=tier_note,
+        ranking=rank_settings(comparisons, infos),
     )

@@ -48,7 +48,9 @@ PINNED_MAX_ABS = 0.82
 
 def _ideal(gpu: str) -> Deployment:
     """No efficiency loss, no overhead: the pure bandwidth floor of the worked example."""
-    return Deployment.build(gpu, "llama-3.3-70b", "fp8", mbu=1.0, mfu=1.0, t_fix_s=0.0, t_tok_s=0.0)
+    return Deployment.build(
+        gpu, "llama-3.3-70b", "fp8", mbu=1.0, mfu=1.0, t_fix_s=0.0, t_layer_s=0.0, t_tok_s=0.0
+    )
 
 
 @pytest.mark.parametrize("gpu,ms", [("B200", 9.16), ("H100", 21.06)])
@@ -154,9 +156,9 @@ def test_unreachable_interactivity_has_no_value() -> None:
 
 
 def test_gptoss_on_hopper_keeps_kv_in_bf16() -> None:
-    # TensorRT-LLM's gpt-oss options: kv_cache_config dtype fp8, "Hopper: use auto" [S45], i.e.
-    # the checkpoint's BF16: half the sequences fit, and each decode step reads twice the bytes
-    hopper = Deployment.build("H200", "gpt-oss-120b", "mxfp4-a8", engine="trtllm")
+    # TensorRT-LLM on Hopper runs gpt-oss W4A16 [S74]; its options: kv_cache_config dtype fp8,
+    # "Hopper: use auto" [S45], i.e. the checkpoint's BF16: half the sequences fit, and each decode step reads twice the bytes
+    hopper = Deployment.build("H200", "gpt-oss-120b", "mxfp4-a16", engine="trtllm")
     blackwell = Deployment.build("B200", "gpt-oss-120b", "mxfp4", engine="trtllm")
     assert hopper.kv_precision.name == "bf16" and blackwell.kv_precision.name == "fp8"
     assert hopper.kv_bytes_per_token == 2 * blackwell.kv_bytes_per_token

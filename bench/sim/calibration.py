@@ -472,7 +472,8 @@ def _profiles_from(x: dict[str, float]) -> list[dict]:
     mbu[engine] x AMD ratio, so every
     deployment a user may simulate resolves to fitted values, none to a guess."""
     glob = ("kv_bw_ratio", "t_fix_s", "t_tok_s", "t_moe_tok_s", "moe_imbalance", "moe_mfu_ratio")
-    g = {k: float(x[k]) for k in glob}
+    glob += ("t_layer_s",)
+    g = {k: float(x[k]) for k in glob if k in x}
     g["allreduce_latency_s"] = g["alltoall_latency_s"] = float(x["allreduce_latency_s"])
     profiles: list[dict] = [{"match": {}, "set": g}]
     for vendor in VENDORS:

@@ -17,7 +17,7 @@ MTP) + prefill tokens:
     FLOPs count each query's context capped at the window)
     t_comm   = (tp > 1) 2 L (alpha_ar + all-reduce bytes / (BW_link eta))
              + (ep > 1) L_moe (2 alpha_a2a + all-to-all bytes / (BW_link eta))
-    t_over   = t_fix + n_tok (t_tok + L_moe t_moe_tok)
+    t_over   = t_fix + L t_layer + n_tok (t_tok + L_moe t_moe_tok)
     T_iter   = t_dense + t_expert + t_attnD + t_attnP + t_comm + t_over
 
 Experts touched: E (1 - (1 - k/E)^n) for n tokens routed top-k among E (every expert some token
@@ -316,7 +316,8 @@ class Deployment:
         t += max(kv_read / (self._bw * e.kv_bw_ratio), attn_d / (self.attn_flops * e.mfu_attn))
         t += attn_p / (self.attn_flops * e.mfu_prefill)
         t += self._comm_time(n_tok)
-        return t + e.t_fix_s + n_tok * (e.t_tok_s + m.moe_layers * e.t_moe_tok_s)
+        t += e.t_fix_s + m.layers * e.t_layer_s
+        return t + n_tok * (e.t_tok_s + m.moe_layers * e.t_moe_tok_s)
 
     @cached_property
     def _sliding_kv_bytes(self) -> float:

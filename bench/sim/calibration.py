@@ -334,8 +334,10 @@ def max_concurrency(
     own engine instance). An engine that admits by the context a sequence has (vLLM, SGLang)
     holds KV / (ISL + OSL/2) in steady state; one that reserves every request's prompt plus its
     whole output at admission (reserve_full: TensorRT-LLM's GUARANTEED_NO_EVICT) KV / (ISL + OSL).
+    A model with sliding-window layers also holds their window per sequence (window_kv_tokens).
     """
-    c = dep.kv_capacity_tokens() / (isl + (osl if reserve_full else osl / 2))
+    per_seq = isl + (osl if reserve_full else osl / 2) + dep.window_kv_tokens(isl + osl)
+    c = dep.kv_capacity_tokens() / per_seq
     return min(c, max_batch * dep.dp) if max_batch else c
 
 

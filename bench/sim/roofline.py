@@ -185,6 +185,19 @@ class Deployment:
     def kv_bytes_per_token(self) -> float:
         return self.model.kv_bytes_per_token(self.kv_precision.name)
 
+    def window_kv_tokens(self, seq_tokens: float) -> int:
+        """KV room the sliding-window layers of one sequence of `seq_tokens` tokens hold, in
+        tokens of the full-attention layers' KV (the unit of kv_capacity_tokens). Those layers
+        keep at most `sliding_window` tokens per sequence (vLLM's hybrid KV cache manager frees
+        the blocks that slide out of the window), so a running sequence costs
+        min(window, its tokens) of them beyond its context. 0 without sliding-window layers."""
+        m = self.model
+        full = m.kv_elements_per_token()
+        if not m.sliding_window_layers or not full:
+            return 0
+        held = min(m.sliding_window or 0, seq_tokens)
+        return math.ceil(held * m.sliding_kv_elements_per_token() / full)
+
     @cached_property
     def kv_shards(self) -> int:
         """GPUs one sequence's KV is split across: GQA heads split over TP; MLA's latent is

@@ -305,12 +305,13 @@ def test_rack_scale_nvl72() -> None:
 
 # -- slow: held-out error and the engine clock -------------------------------------------------
 
-# Held out (formula clock): 28.9% mean over the 60 fitted points, each scored by a fit without
-# its source (target 15%: missed); the engine clock in sample 16.5%; the 6 points added after
-# the fit (MI325X, with the profile from AMD's datasheet) 149%: MI325X DeepSeek-R1 within
-# -10%..+30%, gpt-oss on vLLM +159%..+408%. Ceilings, not point counts.
-PINNED_LOSO_MAE = 0.295
-PINNED_ENGINE_MAE = 0.17
+# Held out (formula clock): 22.5% mean over the 60 fitted points, each scored by a fit without
+# its source (target 15%: missed; 28.9% before gpt-oss's GEMM rates and the per-layer overhead);
+# the engine clock in sample 14.7%; the 6 points added after the fit (MI325X, with the profile
+# from AMD's datasheet) 191%: MI325X DeepSeek-R1 within -10%..+30%, gpt-oss on vLLM
+# +210%..+526%. Ceilings, not point counts.
+PINNED_LOSO_MAE = 0.23
+PINNED_ENGINE_MAE = 0.15
 PINNED_AFTER_FIT_MAE = 1.92
 
 

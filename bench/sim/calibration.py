@@ -473,8 +473,9 @@ def _profiles_from(x: dict[str, float]) -> list[dict]:
     engine, compute unit) with its mfu = mfu[engine] x FP4 ratio x AMD ratio and mbu =
     mbu[engine] x AMD ratio, so every
     deployment a user may simulate resolves to fitted values, none to a guess."""
-    glob = ("kv_bw_ratio", "t_fix_s", "t_tok_s", "t_moe_tok_s", "moe_imbalance", "moe_mfu_ratio")
-    glob += ("t_layer_s",)
+    glob = ("kv_bw_ratio", "t_fix_s", "t_layer_s", "t_tok_s", "t_moe_tok_s", "moe_imbalance")
+    glob += ("moe_mfu_ratio",)
+    # a global the fit does not free (t_fix_s since issue 25's second refit) keeps its default
     g = {k: float(x[k]) for k in glob if k in x}
     g["allreduce_latency_s"] = g["alltoall_latency_s"] = float(x["allreduce_latency_s"])
     profiles: list[dict] = [{"match": {}, "set": g}]

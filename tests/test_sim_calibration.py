@@ -35,20 +35,24 @@ from bench.sim.roofline import Deployment, steady_state
 ROOT = Path(__file__).resolve().parents[1]
 
 # Ceilings on the error, from the figures reached when efficiency.yaml was last fitted (formula
-# clock; 16 bounded parameters, device-reported memory, each engine's own memory arithmetic):
-# mean abs. error 16.7% (dense 9.5%, MoE 20.9%, AMD 12.3%), worst point 81%. The issue's
-# target (8% in sample) is missed: the earlier 8.6% came from 36 parameters, several outside
-# any physical range. A new source adds points without touching these: only the error counts.
-PINNED_MAE = 0.17
+# clock; 16 bounded parameters, device-reported memory, each engine's own memory arithmetic,
+# gpt-oss GEMMs at the rate the engines run them, a per-layer step overhead): mean abs. error
+# 14.8% (dense 9.8%, MoE 17.7%, AMD 12.5%), worst point 90% (ix-b200-dsr1-fp8-198; it was 81%
+# before the refit). The issue's target (8% in sample) is missed: the earlier 8.6% came from 36
+# parameters, several outside any physical range. A new source adds points without touching
+# these: only the error counts.
+PINNED_MAE = 0.15
 PINNED_MAE_DENSE = 0.10
-PINNED_MAE_MOE = 0.215
+PINNED_MAE_MOE = 0.18
 PINNED_MAE_AMD = 0.13
-PINNED_MAX_ABS = 0.82
+PINNED_MAX_ABS = 0.91
 
 
 def _ideal(gpu: str) -> Deployment:
     """No efficiency loss, no overhead: the pure bandwidth floor of the worked example."""
-    return Deployment.build(gpu, "llama-3.3-70b", "fp8", mbu=1.0, mfu=1.0, t_fix_s=0.0, t_tok_s=0.0)
+    return Deployment.build(
+        gpu, "llama-3.3-70b", "fp8", mbu=1.0, mfu=1.0, t_fix_s=0.0, t_layer_s=0.0, t_tok_s=0.0
+    )
 
 
 @pytest.mark.parametrize("gpu,ms", [("B200", 9.16), ("H100", 21.06)])
@@ -154,9 +158,9 @@ def test_unreachable_interactivity_has_no_value() -> None:
 
 
 def test_gptoss_on_hopper_keeps_kv_in_bf16() -> None:
-    # TensorRT-LLM's gpt-oss options: kv_cache_config dtype fp8, "Hopper: use auto" [S45], i.e.
-    # the checkpoint's BF16: half the sequences fit, and each decode step reads twice the bytes
-    hopper = Deployment.build("H200", "gpt-oss-120b", "mxfp4-a8", engine="trtllm")
+    # TensorRT-LLM on Hopper runs gpt-oss W4A16 [S74]; its options: kv_cache_config dtype fp8,
+    # "Hopper: use auto" [S45], i.e. the checkpoint's BF16: half the sequences fit, and each decode step reads twice the bytes
+    hopper = Deployment.build("H200", "gpt-oss-120b", "mxfp4-a16", engine="trtllm")
     blackwell = Deployment.build("B200", "gpt-oss-120b", "mxfp4", engine="trtllm")
     assert hopper.kv_precision.name == "bf16" and blackwell.kv_precision.name == "fp8"
     assert hopper.kv_bytes_per_token == 2 * blackwell.kv_bytes_per_token
@@ -301,13 +305,14 @@ def test_rack_scale_nvl72() -> None:
 
 # -- slow: held-out error and the engine clock -------------------------------------------------
 
-# Held out (formula clock): 28.9% mean over the 60 fitted points, each scored by a fit without
-# its source (target 15%: missed); the engine clock in sample 16.5%; the 6 points added after
-# the fit (MI325X, with the profile from AMD's datasheet) 149%: MI325X DeepSeek-R1 within
-# -10%..+30%, gpt-oss on vLLM +159%..+408%. Ceilings, not point counts.
-PINNED_LOSO_MAE = 0.295
-PINNED_ENGINE_MAE = 0.17
-PINNED_AFTER_FIT_MAE = 1.50
+# Held out (formula clock): 22.5% mean over the 60 fitted points, each scored by a fit without
+# its source (target 15%: missed; 28.9% before gpt-oss's GEMM rates and the per-layer overhead);
+# the engine clock in sample 14.7%; the 6 points added after the fit (MI325X, with the profile
+# from AMD's datasheet) 191%: MI325X DeepSeek-R1 within -10%..+30%, gpt-oss on vLLM
+# +210%..+526%. Ceilings, not point counts.
+PINNED_LOSO_MAE = 0.23
+PINNED_ENGINE_MAE = 0.15
+PINNED_AFTER_FIT_MAE = 1.92
 
 
 def test_points_added_after_the_fit_are_scored_never_fitted() -> None:

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from bench.sim.calibration import max_concurrency
 from bench.sim.engine import Engine, EngineConfig
 from bench.sim.roofline import Deployment
 from bench.sim.virtual import build_engine, run_virtual, simulate
@@ -77,6 +78,26 @@ def test_preempted_request_keeps_its_tokens() -> None:
         assert np.all(np.diff(r.chunk_times_ns) > 0)
     # a preempted request shows a long gap (its recompute) somewhere in its ITLs
     assert max(r.itl_ns().max() for r in recs) > 5 * np.median(recs[0].itl_ns())
+
+
+def test_sliding_window_layers_hold_their_window_per_sequence() -> None:
+    # gpt-oss-120b: 18 of 36 layers attend a 128-token window with the same KV heads as the
+    # full layers, so a running sequence holds min(128, its tokens) tokens more than its context
+    dep = Deployment.build("b200", "gpt-oss-120b", "mxfp4-a8")
+    assert dep.window_kv_tokens(2000) == 128 and dep.window_kv_tokens(50) == 50
+    assert Deployment.build("b200", "llama-3.1-8b", "fp8").window_kv_tokens(2000) == 0
+    e = Engine(dep, EngineConfig.default("vllm"))
+    free = e.free_blocks
+    e.add_request(0, 1000, 200)
+    e.step()
+    bs = e.cfg.block_size
+    assert free - e.free_blocks == -(-1000 // bs) + -(-128 // bs)
+    _drain(e)
+    assert e.free_blocks == e.total_blocks  # context and window blocks both came back
+    # the formula's batch counts the window too
+    plain = dep.kv_capacity_tokens() / (1000 + 500)
+    assert max_concurrency(dep, 1000, 1000) == pytest.approx(dep.kv_capacity_tokens() / 1628)
+    assert max_concurrency(dep, 1000, 1000) < plain
 
 
 def test_request_larger_than_cache_is_rejected() -> None:

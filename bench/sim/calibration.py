@@ -334,8 +334,10 @@ def max_concurrency(
     own engine instance). An engine that admits by the context a sequence has (vLLM, SGLang)
     holds KV / (ISL + OSL/2) in steady state; one that reserves every request's prompt plus its
     whole output at admission (reserve_full: TensorRT-LLM's GUARANTEED_NO_EVICT) KV / (ISL + OSL).
+    A model with sliding-window layers also holds their window per sequence (window_kv_tokens).
     """
-    c = dep.kv_capacity_tokens() / (isl + (osl if reserve_full else osl / 2))
+    per_seq = isl + (osl if reserve_full else osl / 2) + dep.window_kv_tokens(isl + osl)
+    c = dep.kv_capacity_tokens() / per_seq
     return min(c, max_batch * dep.dp) if max_batch else c
 
 
@@ -471,8 +473,10 @@ def _profiles_from(x: dict[str, float]) -> list[dict]:
     engine, compute unit) with its mfu = mfu[engine] x FP4 ratio x AMD ratio and mbu =
     mbu[engine] x AMD ratio, so every
     deployment a user may simulate resolves to fitted values, none to a guess."""
-    glob = ("kv_bw_ratio", "t_fix_s", "t_tok_s", "t_moe_tok_s", "moe_imbalance", "moe_mfu_ratio")
-    g = {k: float(x[k]) for k in glob}
+    glob = ("kv_bw_ratio", "t_fix_s", "t_layer_s", "t_tok_s", "t_moe_tok_s", "moe_imbalance")
+    glob += ("moe_mfu_ratio",)
+    # a global the fit does not free (t_fix_s since issue 25's second refit) keeps its default
+    g = {k: float(x[k]) for k in glob if k in x}
     g["allreduce_latency_s"] = g["alltoall_latency_s"] = float(x["allreduce_latency_s"])
     profiles: list[dict] = [{"match": {}, "set": g}]
     for vendor in VENDORS:

@@ -77,6 +77,7 @@ class Seq:
         "target",
         "computed",
         "blocks",
+        "window_blocks",
         "out",
         "dec_step",
         "dec_computed",
@@ -94,6 +95,7 @@ class Seq:
         self.target = prompt_len  # tokens to prefill (prompt, plus outputs after a preemption)
         self.computed = 0  # tokens whose KV is computed (valid while prefilling)
         self.blocks = 0
+        self.window_blocks = 0  # blocks its sliding-window layers hold (0 without them)
         self.out = 0  # output tokens emitted (valid while not decoding)
         self.dec_step = -1  # step index at which decoding began; -1 when not decoding
         self.dec_computed = 0
@@ -185,7 +187,8 @@ class Engine:
                 f"prompt ({prompt_len}) + max_tokens ({max_tokens}) exceeds the model's "
                 f"context of {self.max_model_len} tokens"
             )
-        if self._blocks_for(prompt_len + max_tokens) > self.total_blocks:
+        window = self._window_blocks(prompt_len + max_tokens)
+        if self._blocks_for(prompt_len + max_tokens) + window > self.total_blocks:
             raise ValueError(
                 f"a request of {prompt_len + max_tokens} tokens cannot fit in the KV cache "
                 f"({self.capacity_tokens} tokens)"
@@ -247,13 +250,14 @@ class Engine:
             seq = self.waiting[0]
             n = min(seq.target, budget)
             need = self._blocks_for(n)
-            if self.free_blocks - need < self.watermark_blocks:
+            window = self._window_blocks(seq.prompt_len + seq.max_tokens)
+            if self.free_blocks - need - window < self.watermark_blocks:
                 break
             self.waiting.popleft()
             seq.status = RUNNING
             seq.computed = 0
-            seq.blocks = need
-            self.free_blocks -= need
+            seq.blocks, seq.window_blocks = need, window
+            self.free_blocks -= need + window
             self.running[seq.id] = seq
             self.prefilling[seq.id] = seq
             chunks.append((seq, n))
@@ -272,6 +276,11 @@ class Engine:
 
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.cfg.block_size)
+
+    def _window_blocks(self, seq_tokens: int) -> int:
+        """Blocks a running sequence's sliding-window layers hold (reserved at admission for
+        the window it will reach: prompt + max_tokens, capped at the window)."""
+        return self._blocks_for(self.dep.window_kv_tokens(seq_tokens))
 
     def _preempt_newest(self, step: int, res: StepResult) -> Seq:
         victim = next(reversed(self.running.values()))
@@ -295,8 +304,8 @@ class Engine:
             seq.dec_step = -1
         self.running.pop(seq.id, None)
         self.prefilling.pop(seq.id, None)
-        self.free_blocks += seq.blocks
-        seq.blocks = 0
+        self.free_blocks += seq.blocks + seq.window_blocks
+        seq.blocks = seq.window_blocks = 0
 
     def _allocate_decode_blocks(self, s: int, res: StepResult) -> None:
         """Decoding sequences whose next token starts a new block get one, preempting if full."""

@@ -17,7 +17,7 @@ MTP) + prefill tokens:
     FLOPs count each query's context capped at the window)
     t_comm   = (tp > 1) 2 L (alpha_ar + all-reduce bytes / (BW_link eta))
              + (ep > 1) L_moe (2 alpha_a2a + all-to-all bytes / (BW_link eta))
-    t_over   = t_fix + n_tok (t_tok + L_moe t_moe_tok)
+    t_over   = t_fix + L t_layer + n_tok (t_tok + L_moe t_moe_tok)
     T_iter   = t_dense + t_expert + t_attnD + t_attnP + t_comm + t_over
 
 Experts touched: E (1 - (1 - k/E)^n) for n tokens routed top-k among E (every expert some token
@@ -185,6 +185,19 @@ class Deployment:
     def kv_bytes_per_token(self) -> float:
         return self.model.kv_bytes_per_token(self.kv_precision.name)
 
+    def window_kv_tokens(self, seq_tokens: float) -> int:
+        """KV room the sliding-window layers of one sequence of `seq_tokens` tokens hold, in
+        tokens of the full-attention layers' KV (the unit of kv_capacity_tokens). Those layers
+        keep at most `sliding_window` tokens per sequence (vLLM's hybrid KV cache manager frees
+        the blocks that slide out of the window), so a running sequence costs
+        min(window, its tokens) of them beyond its context. 0 without sliding-window layers."""
+        m = self.model
+        full = m.kv_elements_per_token()
+        if not m.sliding_window_layers or not full:
+            return 0
+        held = min(m.sliding_window or 0, seq_tokens)
+        return math.ceil(held * m.sliding_kv_elements_per_token() / full)
+
     @cached_property
     def kv_shards(self) -> int:
         """GPUs one sequence's KV is split across: GQA heads split over TP; MLA's latent is
@@ -316,7 +329,8 @@ class Deployment:
         t += max(kv_read / (self._bw * e.kv_bw_ratio), attn_d / (self.attn_flops * e.mfu_attn))
         t += attn_p / (self.attn_flops * e.mfu_prefill)
         t += self._comm_time(n_tok)
-        return t + e.t_fix_s + n_tok * (e.t_tok_s + m.moe_layers * e.t_moe_tok_s)
+        t += e.t_fix_s + m.layers * e.t_layer_s
+        return t + n_tok * (e.t_tok_s + m.moe_layers * e.t_moe_tok_s)
 
     @cached_property
     def _sliding_kv_bytes(self) -> float:

@@ -157,6 +157,7 @@ class Efficiency(_Frozen):
     mfu_attn: float
     t_fix_s: float
     t_tok_s: float
+    t_layer_s: float = 0.0
     t_moe_tok_s: float
     moe_imbalance: float
     moe_mfu_ratio: float

@@ -506,20 +506,24 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def python_for(peer: Peer) -> str | None:
-    """An interpreter new enough for `peer`: this one, else python3.N on PATH or under pyenv."""
+    """An interpreter new enough for `peer`: this one, else python3.N on PATH or under pyenv,
+    each tried (a pyenv shim on PATH may name a version it will not run)."""
     if sys.version_info[:2] >= peer.min_python:
         return sys.executable
-    for minor in range(peer.min_python[1], peer.min_python[1] + 4):  # bounded: 4 versions
-        name = f"python{peer.min_python[0]}.{minor}"
-        found = shutil.which(name)
-        pyenv = Path.home() / ".pyenv" / "versions"
-        if found is None and pyenv.is_dir():
-            found = next(
-                (str(p) for p in sorted(pyenv.glob(f"{peer.min_python[0]}.{minor}.*/bin/{name}"))),
-                None,
-            )
-        if found:
-            return found
+    major, lowest = peer.min_python
+    pyenv = Path.home() / ".pyenv" / "versions"
+    for minor in range(lowest, lowest + 4):  # bounded: 4 versions
+        name = f"python{major}.{minor}"
+        found = [shutil.which(name), *sorted(map(str, pyenv.glob(f"{major}.{minor}.*/bin/{name}")))]
+        for candidate in filter(None, found):
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                if (
+                    subprocess.run(
+                        [candidate, "-c", ""], capture_output=True, timeout=60
+                    ).returncode
+                    == 0
+                ):
+                    return candidate
     return None
 
 
@@ -598,18 +602,19 @@ PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD
 """
 
 
-def aiperf_tokenizer(venv: Path) -> Path | None:
-    """A tiny local word-level tokenizer: aiperf needs one, and nothing here may download."""
-    path = VENVS / "aiperf-tokenizer"
+def local_tokenizer(name: str, venv: Path) -> Path:
+    """A tiny local word-level tokenizer, built with the peer's own transformers: aiperf,
+    inference-perf and vllm bench need one, and nothing here may download one."""
+    path = VENVS / "tokenizer"
     if not (path / "tokenizer.json").exists():
         done = subprocess.run(
             [str(venv / "bin" / "python"), "-c", _TOKENIZER_SCRIPT, str(path)],
             capture_output=True,
             text=True,
+            timeout=300,
         )
         if done.returncode != 0:
-            print(f"SKIP aiperf: cannot build a local tokenizer: {_tail(done.stderr)}")
-            return None
+            raise RuntimeError(f"{name}: cannot build a local tokenizer: {_tail(done.stderr)}")
     return path
 
 
@@ -644,9 +649,7 @@ def peer_run(
         ]
         return cmd, prepare, parse_guidellm
     if name == "aiperf":
-        tok = aiperf_tokenizer(venv)
-        if tok is None:
-            raise RuntimeError("no tokenizer")
+        tok = local_tokenizer(name, venv)
         cmd = [
             str(venv / "bin" / "aiperf"),
             "profile",
@@ -673,7 +676,107 @@ def peer_run(
             "none",
         ]
         return cmd, None, parse_aiperf
+    if name == "inference-perf":
+        tok = local_tokenizer(name, venv)
+        per_request_s = 0.1 + out_len * 0.01
+        n = int(c * (duration_s / per_request_s + 1))
+        fixed = lambda length: {  # noqa: E731 - one length, as the others get
+            "min": length, "max": length, "mean": length, "std_dev": 0, "total_count": n
+        }  # fmt: skip
+        config = {
+            "load": {
+                "type": "concurrent",
+                "stages": [{"num_requests": n, "concurrency_level": c}],
+                # its default: one worker process per CPU, each holding at most 100 requests
+                "worker_max_concurrency": max(100, c),
+            },
+            "api": {"type": "completion", "streaming": True},
+            "server": {"type": "vllm", "model_name": MODEL, "base_url": url, "ignore_eos": True},
+            "tokenizer": {"pretrained_model_name_or_path": str(tok)},
+            "data": {
+                "type": "random",
+                "input_distribution": fixed(32),
+                "output_distribution": fixed(out_len),
+            },
+            "report": {"request_lifecycle": {"summary": True, "per_stage": False}},
+            "storage": {"local_storage": {"path": "{OUT}/reports"}},
+        }
+
+        def prepare(workdir: Path) -> None:
+            text = json.dumps(config).replace("{OUT}", str(workdir))
+            (workdir / "config.yml").write_text(text)  # JSON is YAML
+
+        cmd = [str(venv / "bin" / "inference-perf"), "--config_file", "{OUT}/config.yml"]
+        return cmd, prepare, parse_inference_perf
+    if name == "vllm":
+        tok = local_tokenizer(name, venv)
+        per_request_s = 0.1 + out_len * 0.01
+        cmd = [
+            str(venv / "bin" / "vllm"),
+            "bench",
+            "serve",
+            "--backend",
+            "openai",
+            "--base-url",
+            url,
+            "--endpoint",
+            "/v1/completions",
+            "--model",
+            MODEL,
+            "--tokenizer",
+            str(tok),
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            "32",
+            "--random-output-len",
+            str(out_len),
+            "--ignore-eos",
+            # no duration flag: as many requests as the others send in duration_s
+            "--num-prompts",
+            str(int(c * (duration_s / per_request_s + 1))),
+            "--max-concurrency",
+            str(c),
+            "--percentile-metrics",
+            "ttft,itl",
+            "--metric-percentiles",
+            "50,99",
+            "--save-result",
+            "--result-dir",
+            "{OUT}",
+            "--result-filename",
+            "out.json",
+            "--disable-tqdm",
+        ]
+        return cmd, None, parse_vllm
     raise ValueError(name)
+
+
+def parse_inference_perf(_done: subprocess.CompletedProcess, workdir: Path) -> dict:
+    """Its summary report (times in seconds); its ITL is per chunk, as tokenbench's."""
+    found = sorted(workdir.glob("reports/**/summary_lifecycle_metrics.json"))
+    d = json.loads(found[0].read_text())["successes"]
+    lat = d["latency"]
+    ms = lambda m, p: 1e3 * lat[m][p]  # noqa: E731
+    return {
+        "tokens_per_s": d["throughput"]["output_tokens_per_sec"],
+        "ttft_p50": ms("time_to_first_token", "median"),
+        "ttft_p99": ms("time_to_first_token", "p99"),
+        "itl_p50": ms("inter_token_latency", "median"),
+        "itl_p99": ms("inter_token_latency", "p99"),
+    }
+
+
+def parse_vllm(_done: subprocess.CompletedProcess, workdir: Path) -> dict:
+    d = json.loads((workdir / "out.json").read_text())
+    return {
+        "tokens_per_s": d["output_throughput"],
+        "ttft_p50": d["p50_ttft_ms"],
+        "ttft_p99": d["p99_ttft_ms"],
+        # vLLM's ITL is per chunk, as tokenbench's
+        "itl_p50": d["p50_itl_ms"],
+        "itl_p99": d["p99_itl_ms"],
+    }
 
 
 def parse_guidellm(_done: subprocess.CompletedProcess, workdir: Path) -> dict:
@@ -1311,12 +1414,14 @@ def short_report(
                 f"C={p['concurrency']} {p['honest_runs']}/{p['runs']}"
                 for p in sorted(mine, key=lambda p: p["concurrency"])
             )
+            label = ""
+            if best is None:  # none honest: its fastest point, so the costs still compare
+                best, label = max(mine, key=lambda p: p[key], default=None), "none; fastest: "
             if best is None:
-                lines.append(f"| {out_len} | {client} | none | – | – | – | – | {tally} |")
                 continue
             core = best["requests_per_s_per_core" if short_req else "tokens_per_s_per_core"]
             lines.append(
-                f"| {out_len} | {client} | {best[key]:,.0f} {unit} | {best['concurrency']} "
+                f"| {out_len} | {client} | {label}{best[key]:,.0f} {unit} | {best['concurrency']} "
                 f"| {core:,.0f} {unit} | {best['first_token_err_p99_ms']:+.2f} "
                 f"| {best['peak_rss_mb']:.0f} ({best['processes']}) | {tally} |"
             )

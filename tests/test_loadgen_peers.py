@@ -87,5 +87,5 @@ def test_report_takes_the_highest_point_honest_in_most_repeats(loadgen):
     lines = text.splitlines()
     ours = next(line for line in lines if "| tokenbench |" in line)
     assert "| 620 req/s | 64 |" in ours and "C=256 1/3" in ours
-    assert "| 1 | guidellm | none |" in text
+    assert "| 1 | guidellm | none; fastest: 180 req/s | 64 |" in text
     assert "| vllm | NOT MEASURED: no wheel |" in text

@@ -13,13 +13,18 @@ against that record:
 - send lag p99 and client_limited (tokenbench's own self-check);
 - server lateness p99: how far the server itself fell behind its schedule.
 
-Peers (guidellm, aiperf) are installed from PyPI, each into its own venv under
-benchmarks/.venvs, and run at the same points against the same server in the same run.
+Peers (guidellm, aiperf, inference-perf, `vllm bench serve`: PEERS) are installed from
+PyPI on first use, each into its own venv under benchmarks/.venvs (git-ignored), and run at
+the same points against the same server in the same run; one that cannot be installed is
+reported as NOT MEASURED with the reason, beside the results.
 
     python benchmarks/loadgen.py --quick          # a few minutes
     python benchmarks/loadgen.py --json out.json  # the full grid
-    python benchmarks/loadgen.py memory           # bytes per in-flight request
+    python benchmarks/loadgen.py compare          # 1-, 4- and 128-token outputs, every peer
     python benchmarks/loadgen.py short            # requests/s for 1-4-token outputs
+    python benchmarks/loadgen.py memory --concurrency 64,256,1024   # bytes per in-flight request
+    python benchmarks/loadgen.py rss              # peak RSS of the runner and `tokenbench run`
+    python benchmarks/loadgen.py peers            # install the peers now
 
 Only 127.0.0.1 is contacted; every server and client started here is killed at the end.
 """
@@ -757,7 +762,7 @@ def parse_inference_perf(_done: subprocess.CompletedProcess, workdir: Path) -> d
     found = sorted(workdir.glob("reports/**/summary_lifecycle_metrics.json"))
     d = json.loads(found[0].read_text())["successes"]
     lat = d["latency"]
-    ms = lambda m, p: 1e3 * lat[m][p]  # noqa: E731
+    ms = lambda m, p: None if lat.get(m) is None else 1e3 * lat[m][p]  # noqa: E731 - 1 token: no ITL
     return {
         "tokens_per_s": d["throughput"]["output_tokens_per_sec"],
         "ttft_p50": ms("time_to_first_token", "median"),
@@ -1282,6 +1287,11 @@ def memory_one(phase: str, mode: str, c: int, loop_kind: str = "closed") -> None
             loop.close()
     finally:
         server.stop()
+    if "peak" not in seen:
+        raise SystemExit(
+            f"the {c} requests were never all in flight at once within 60 s ({phase}): "
+            "the first finished before the last started (a busy machine?); try a smaller C"
+        )
     result = {"rss_bytes_per_request": (seen["peak_rss"] - seen["base_rss"]) / c}
     if trace:
         result["python_bytes_per_request"] = (seen["peak"] - seen["base"]) / c
@@ -1346,9 +1356,7 @@ def short(args: argparse.Namespace) -> dict:
             for out_len in args.out_lens:
                 for c in args.concurrency:
                     for client, cmd, how in list(clients(c, out_len)):
-                        p = measure(
-                            server, client, c, cmd, timeout_s=args.duration * 4 + 120, **how
-                        )
+                        p = measure(server, client, c, cmd, timeout_s=args.duration * 4 + 60, **how)
                         rows.append(short_row(p, out_len) | {"repeat": rep})
                     load.append(os.getloadavg()[0])
     finally:
@@ -1452,7 +1460,8 @@ def short_row(p: Point, out_len: int) -> dict:
         "client_limited": p.client_limited,
         "honest": short_honest(p, out_len),
         "machine_busy": p.machine_busy,
-        "note": p.note,
+        # inference-perf, for one: no TTFT for 1-token outputs (it wants 2+ token times)
+        "note": p.note or ("" if np.isfinite(ttft_p99_err) else "no TTFT reported"),
     }
     print(
         f"{p.client:10} out_len={out_len} C={p.concurrency:<5} {row['requests_per_s']:8.0f} req/s "
@@ -1493,7 +1502,7 @@ def main(argv: list[str] | None = None) -> None:
     rs.add_argument("--duration", type=float, default=6.0, help="seconds per point")
     rs.add_argument("--repeats", type=int, default=3)
     rs.add_argument("--json", type=Path, help="write the figures here")
-    mem = sub.add_parser("memory", help="bytes per in-flight request at C=1024")
+    mem = sub.add_parser("memory", help="bytes per in-flight request (default C=1024)")
     mem.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")])
     mem.add_argument("--json", type=Path, help="write the figures here")
     one = sub.add_parser("memory-one", help="(internal) one phase of `memory`")

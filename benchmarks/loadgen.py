@@ -623,6 +623,15 @@ def local_tokenizer(name: str, venv: Path) -> Path:
     return path
 
 
+def peer_request_count(c: int, duration_s: float, out_len: int) -> int:
+    """Requests for a peer that takes a count, not a duration (inference-perf's concurrent
+    load, vllm bench): a quarter of what the ideal rate (TTFT 100 ms, ITL 10 ms) would send
+    in duration_s, and at least two per user. The full count at 1 token is ~46 per user in
+    5 s, which a peer running far below the ideal rate took longer than its timeout to send."""
+    per_request_s = 0.1 + out_len * 0.01
+    return int(c * max(2.0, duration_s / per_request_s / 4))
+
+
 def peer_run(
     name: str, venv: Path, url: str, c: int, duration_s: float, out_len: int
 ) -> tuple[list[str], Callable[[Path], None] | None, Callable]:
@@ -683,8 +692,7 @@ def peer_run(
         return cmd, None, parse_aiperf
     if name == "inference-perf":
         tok = local_tokenizer(name, venv)
-        per_request_s = 0.1 + out_len * 0.01
-        n = int(c * (duration_s / per_request_s + 1))
+        n = peer_request_count(c, duration_s, out_len)
         fixed = lambda length: {  # noqa: E731 - one length, as the others get
             "min": length, "max": length, "mean": length, "std_dev": 0, "total_count": n
         }  # fmt: skip
@@ -715,7 +723,6 @@ def peer_run(
         return cmd, prepare, parse_inference_perf
     if name == "vllm":
         tok = local_tokenizer(name, venv)
-        per_request_s = 0.1 + out_len * 0.01
         cmd = [
             str(venv / "bin" / "vllm"),
             "bench",
@@ -739,7 +746,7 @@ def peer_run(
             "--ignore-eos",
             # no duration flag: as many requests as the others send in duration_s
             "--num-prompts",
-            str(int(c * (duration_s / per_request_s + 1))),
+            str(peer_request_count(c, duration_s, out_len)),
             "--max-concurrency",
             str(c),
             "--percentile-metrics",

@@ -13,13 +13,18 @@ against that record:
 - send lag p99 and client_limited (tokenbench's own self-check);
 - server lateness p99: how far the server itself fell behind its schedule.
 
-Peers (guidellm, aiperf) are installed from PyPI, each into its own venv under
-benchmarks/.venvs, and run at the same points against the same server in the same run.
+Peers (guidellm, aiperf, inference-perf, `vllm bench serve`: PEERS) are installed from
+PyPI on first use, each into its own venv under benchmarks/.venvs (git-ignored), and run at
+the same points against the same server in the same run; one that cannot be installed is
+reported as NOT MEASURED with the reason, beside the results.
 
     python benchmarks/loadgen.py --quick          # a few minutes
     python benchmarks/loadgen.py --json out.json  # the full grid
-    python benchmarks/loadgen.py memory           # bytes per in-flight request
+    python benchmarks/loadgen.py compare          # 1-, 4- and 128-token outputs, every peer
     python benchmarks/loadgen.py short            # requests/s for 1-4-token outputs
+    python benchmarks/loadgen.py memory --concurrency 64,256,1024   # bytes per in-flight request
+    python benchmarks/loadgen.py rss              # peak RSS of the runner and `tokenbench run`
+    python benchmarks/loadgen.py peers            # install the peers now
 
 Only 127.0.0.1 is contacted; every server and client started here is killed at the end.
 """
@@ -52,9 +57,27 @@ ROOT = HERE.parent
 SERVER_JS = HERE / "stream_server.js"
 VENVS = HERE / ".venvs"
 MODEL = "bench-model"
-PEERS = {"guidellm": "guidellm==0.8.1", "aiperf": "aiperf==0.13.0"}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A peer load generator as PyPI ships it: what to pip-install, the console script it
+    brings, and the lowest Python its Requires-Python accepts (inference-perf wants 3.12)."""
+
+    requirement: str
+    exe: str
+    min_python: tuple[int, int] = (3, 10)
+
+
+PEERS = {
+    "guidellm": Peer("guidellm==0.8.1", "guidellm"),
+    "aiperf": Peer("aiperf==0.13.0", "aiperf"),
+    "inference-perf": Peer("inference-perf==0.7.0", "inference-perf", (3, 12)),
+    # `vllm bench serve`: vLLM's own client, shipped inside the whole engine (torch included)
+    "vllm": Peer("vllm==0.34.0", "vllm"),
+}
 
 
 # ---------------------------------------------------------------- the server
@@ -487,36 +510,87 @@ def worker(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------- peers
 
 
-def ensure_peer(name: str) -> Path | None:
-    """The peer's venv under benchmarks/.venvs, installed from PyPI on first use.
+def python_for(peer: Peer) -> str | None:
+    """An interpreter new enough for `peer`: this one, else python3.N on PATH or under pyenv,
+    each tried (a pyenv shim on PATH may name a version it will not run)."""
+    if sys.version_info[:2] >= peer.min_python:
+        return sys.executable
+    major, lowest = peer.min_python
+    pyenv = Path.home() / ".pyenv" / "versions"
+    for minor in range(lowest, lowest + 4):  # bounded: 4 versions
+        name = f"python{major}.{minor}"
+        found = [shutil.which(name), *sorted(map(str, pyenv.glob(f"{major}.{minor}.*/bin/{name}")))]
+        for candidate in filter(None, found):
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                if (
+                    subprocess.run(
+                        [candidate, "-c", ""], capture_output=True, timeout=60
+                    ).returncode
+                    == 0
+                ):
+                    return candidate
+    return None
 
-    None (with a message printed) when it cannot be installed: the grid goes on without it.
+
+def ensure_peer(name: str) -> Path | str:
+    """The peer's venv under benchmarks/.venvs, created and filled from PyPI on first use.
+
+    A string instead says why it is not available (no such peer, no Python new enough, pip
+    failed: see its log); the caller reports it beside the results, never drops it silently.
     """
+    peer = PEERS.get(name)
+    if peer is None:
+        return f"unknown peer {name!r} (known: {', '.join(PEERS)})"
     venv = VENVS / name
-    exe = venv / "bin" / name
+    exe = venv / "bin" / peer.exe
     if exe.exists():
         return venv
+    python = python_for(peer)
+    if python is None:
+        need = ".".join(map(str, peer.min_python))
+        return f"{peer.requirement} needs Python >= {need}; no python{need}+ on PATH or under pyenv"
     VENVS.mkdir(parents=True, exist_ok=True)
     log = VENVS / f"{name}-install.log"
-    print(f"installing {PEERS[name]} into {venv} (log: {log}) ...", flush=True)
+    print(
+        f"{name} is not installed: installing {peer.requirement} from PyPI into {venv} "
+        f"with {python} (log: {log}){'; it brings torch: several GB' if name == 'vllm' else ''} ...",
+        flush=True,
+    )
     with open(log, "w") as out:
-        ok = (
-            subprocess.run(
-                [sys.executable, "-m", "venv", str(venv)], stdout=out, stderr=out
-            ).returncode
-            == 0
-            and subprocess.run(
-                [str(venv / "bin" / "pip"), "install", "-q", PEERS[name]],
-                stdout=out,
-                stderr=out,
-                timeout=1800,
-            ).returncode
-            == 0
-        )
+        try:
+            ok = (
+                subprocess.run(
+                    [python, "-m", "venv", str(venv)], stdout=out, stderr=out, timeout=300
+                ).returncode
+                == 0
+                and subprocess.run(
+                    [str(venv / "bin" / "pip"), "install", "-q", peer.requirement],
+                    stdout=out,
+                    stderr=out,
+                    timeout=3600,
+                ).returncode
+                == 0
+            )
+        except subprocess.TimeoutExpired as exc:
+            print(f"timed out after {exc.timeout:.0f} s: {exc.cmd}", file=out)
+            ok = False
     if not ok or not exe.exists():
-        print(f"SKIP {name}: could not install {PEERS[name]} (see {log})", flush=True)
-        return None
+        shutil.rmtree(venv, ignore_errors=True)  # a half-made venv is retried next time
+        return f"could not install {peer.requirement}: {_tail(log.read_text(), 200)} (log: {log})"
     return venv
+
+
+def ensure_peers(names: list[str]) -> tuple[dict[str, Path], dict[str, str]]:
+    """(installed peers' venvs, peers not available with the reason), each one printed."""
+    ready, missing = {}, {}
+    for name in names:
+        got = ensure_peer(name)
+        if isinstance(got, Path):
+            ready[name] = got
+        else:
+            missing[name] = got
+            print(f"NOT MEASURED {name}: {got}", flush=True)
+    return ready, missing
 
 
 _TOKENIZER_SCRIPT = """
@@ -533,19 +607,29 @@ PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD
 """
 
 
-def aiperf_tokenizer(venv: Path) -> Path | None:
-    """A tiny local word-level tokenizer: aiperf needs one, and nothing here may download."""
-    path = VENVS / "aiperf-tokenizer"
+def local_tokenizer(name: str, venv: Path) -> Path:
+    """A tiny local word-level tokenizer, built with the peer's own transformers: aiperf,
+    inference-perf and vllm bench need one, and nothing here may download one."""
+    path = VENVS / "tokenizer"
     if not (path / "tokenizer.json").exists():
         done = subprocess.run(
             [str(venv / "bin" / "python"), "-c", _TOKENIZER_SCRIPT, str(path)],
             capture_output=True,
             text=True,
+            timeout=300,
         )
         if done.returncode != 0:
-            print(f"SKIP aiperf: cannot build a local tokenizer: {_tail(done.stderr)}")
-            return None
+            raise RuntimeError(f"{name}: cannot build a local tokenizer: {_tail(done.stderr)}")
     return path
+
+
+def peer_request_count(c: int, duration_s: float, out_len: int) -> int:
+    """Requests for a peer that takes a count, not a duration (inference-perf's concurrent
+    load, vllm bench): a quarter of what the ideal rate (TTFT 100 ms, ITL 10 ms) would send
+    in duration_s, and at least two per user. The full count at 1 token is ~46 per user in
+    5 s, which a peer running far below the ideal rate took longer than its timeout to send."""
+    per_request_s = 0.1 + out_len * 0.01
+    return int(c * max(2.0, duration_s / per_request_s / 4))
 
 
 def peer_run(
@@ -579,9 +663,7 @@ def peer_run(
         ]
         return cmd, prepare, parse_guidellm
     if name == "aiperf":
-        tok = aiperf_tokenizer(venv)
-        if tok is None:
-            raise RuntimeError("no tokenizer")
+        tok = local_tokenizer(name, venv)
         cmd = [
             str(venv / "bin" / "aiperf"),
             "profile",
@@ -608,7 +690,105 @@ def peer_run(
             "none",
         ]
         return cmd, None, parse_aiperf
+    if name == "inference-perf":
+        tok = local_tokenizer(name, venv)
+        n = peer_request_count(c, duration_s, out_len)
+        fixed = lambda length: {  # noqa: E731 - one length, as the others get
+            "min": length, "max": length, "mean": length, "std_dev": 0, "total_count": n
+        }  # fmt: skip
+        config = {
+            "load": {
+                "type": "concurrent",
+                "stages": [{"num_requests": n, "concurrency_level": c}],
+                # its default: one worker process per CPU, each holding at most 100 requests
+                "worker_max_concurrency": max(100, c),
+            },
+            "api": {"type": "completion", "streaming": True},
+            "server": {"type": "vllm", "model_name": MODEL, "base_url": url, "ignore_eos": True},
+            "tokenizer": {"pretrained_model_name_or_path": str(tok)},
+            "data": {
+                "type": "random",
+                "input_distribution": fixed(32),
+                "output_distribution": fixed(out_len),
+            },
+            "report": {"request_lifecycle": {"summary": True, "per_stage": False}},
+            "storage": {"local_storage": {"path": "{OUT}/reports"}},
+        }
+
+        def prepare(workdir: Path) -> None:
+            text = json.dumps(config).replace("{OUT}", str(workdir))
+            (workdir / "config.yml").write_text(text)  # JSON is YAML
+
+        cmd = [str(venv / "bin" / "inference-perf"), "--config_file", "{OUT}/config.yml"]
+        return cmd, prepare, parse_inference_perf
+    if name == "vllm":
+        tok = local_tokenizer(name, venv)
+        cmd = [
+            str(venv / "bin" / "vllm"),
+            "bench",
+            "serve",
+            "--backend",
+            "openai",
+            "--base-url",
+            url,
+            "--endpoint",
+            "/v1/completions",
+            "--model",
+            MODEL,
+            "--tokenizer",
+            str(tok),
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            "32",
+            "--random-output-len",
+            str(out_len),
+            "--ignore-eos",
+            # no duration flag: as many requests as the others send in duration_s
+            "--num-prompts",
+            str(peer_request_count(c, duration_s, out_len)),
+            "--max-concurrency",
+            str(c),
+            "--percentile-metrics",
+            "ttft,itl",
+            "--metric-percentiles",
+            "50,99",
+            "--save-result",
+            "--result-dir",
+            "{OUT}",
+            "--result-filename",
+            "out.json",
+            "--disable-tqdm",
+        ]
+        return cmd, None, parse_vllm
     raise ValueError(name)
+
+
+def parse_inference_perf(_done: subprocess.CompletedProcess, workdir: Path) -> dict:
+    """Its summary report (times in seconds); its ITL is per chunk, as tokenbench's."""
+    found = sorted(workdir.glob("reports/**/summary_lifecycle_metrics.json"))
+    d = json.loads(found[0].read_text())["successes"]
+    lat = d["latency"]
+    ms = lambda m, p: None if lat.get(m) is None else 1e3 * lat[m][p]  # noqa: E731 - 1 token: no ITL
+    return {
+        "tokens_per_s": d["throughput"]["output_tokens_per_sec"],
+        "ttft_p50": ms("time_to_first_token", "median"),
+        "ttft_p99": ms("time_to_first_token", "p99"),
+        "itl_p50": ms("inter_token_latency", "median"),
+        "itl_p99": ms("inter_token_latency", "p99"),
+    }
+
+
+def parse_vllm(_done: subprocess.CompletedProcess, workdir: Path) -> dict:
+    d = json.loads((workdir / "out.json").read_text())
+    return {
+        "tokens_per_s": d["output_throughput"],
+        "ttft_p50": d["p50_ttft_ms"],
+        "ttft_p99": d["p99_ttft_ms"],
+        # vLLM's ITL is per chunk, as tokenbench's
+        "itl_p50": d["p50_itl_ms"],
+        "itl_p99": d["p99_itl_ms"],
+    }
 
 
 def parse_guidellm(_done: subprocess.CompletedProcess, workdir: Path) -> dict:
@@ -645,11 +825,7 @@ def parse_aiperf(_done: subprocess.CompletedProcess, workdir: Path) -> dict:
 
 def run_grid(args: argparse.Namespace) -> list[Point]:
     """Every client at every (ITL, C), side by side against one server per ITL."""
-    peers: dict[str, Path] = {}
-    for name in args.peers:
-        venv = ensure_peer(name)
-        if venv is not None:
-            peers[name] = venv
+    peers, args.missing_peers = ensure_peers(args.peers)
     points: list[Point] = []
     for itl in args.itl:
         server = StreamServer(args.ttft, itl)
@@ -888,37 +1064,163 @@ MEMORY_PHASES = {
 
 
 def memory(args: argparse.Namespace) -> dict:
-    """Bytes per in-flight request, each phase in fresh processes: one traced (Python
-    objects, with the lines that allocated them), one untraced (RSS, which tracing would
-    inflate with its own bookkeeping)."""
-    c = args.concurrency[0] if args.concurrency else 1024
-    out: dict = {"concurrency": c}
+    """Bytes per in-flight request at each C, each phase in fresh processes: one traced
+    (Python objects, with the lines that allocated them), one untraced (RSS, which tracing
+    would inflate with its own bookkeeping)."""
+    out: dict = {}
     cases = [(loop, phase) for loop in ("closed", "open") for phase in MEMORY_PHASES]
-    for loop, phase in cases:
-        for mode in ("trace", "rss"):
-            cmd = [sys.executable, str(Path(__file__).resolve()), "memory-one", phase, mode]
-            done = subprocess.run(
-                [*cmd, "--loop", loop, "--concurrency", str(c)],
-                capture_output=True,
-                text=True,
-                timeout=120,
+    for c in args.concurrency or [1024]:
+        got: dict = {"concurrency": c}
+        for loop, phase in cases:
+            for mode in ("trace", "rss"):
+                cmd = [sys.executable, str(Path(__file__).resolve()), "memory-one", phase, mode]
+                done = subprocess.run(
+                    [*cmd, "--loop", loop, "--concurrency", str(c)],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
+                if done.returncode != 0:
+                    raise SystemExit(
+                        f"memory C={c} {loop} {phase} {mode} failed: {_tail(done.stderr)}"
+                    )
+                got[f"{loop}_{phase}_{mode}"] = json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"bytes per in-flight request at C={c} (Python objects traced; RSS untraced):")
+        for loop, phase in cases:
+            traced = got[f"{loop}_{phase}_trace"]
+            print(
+                f"  {loop:6s} loop, {phase:9s}: Python objects "
+                f"{traced['python_bytes_per_request']:6.0f}  "
+                f"RSS {got[f'{loop}_{phase}_rss']['rss_bytes_per_request']:6.0f}"
             )
-            if done.returncode != 0:
-                raise SystemExit(f"memory {loop} {phase} {mode} failed: {_tail(done.stderr)}")
-            out[f"{loop}_{phase}_{mode}"] = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"bytes per in-flight request at C={c} (Python objects traced; RSS untraced):")
-    for loop, phase in cases:
-        traced = out[f"{loop}_{phase}_trace"]
-        print(
-            f"  {loop:6s} loop, {phase:9s}: Python objects "
-            f"{traced['python_bytes_per_request']:6.0f}  "
-            f"RSS {out[f'{loop}_{phase}_rss']['rss_bytes_per_request']:6.0f}"
-        )
-        for line in traced["top"][:8]:
-            print(f"      {line['bytes_per_request']:5.0f}  {line['where']}")
+            for line in traced["top"][:8]:
+                print(f"      {line['bytes_per_request']:5.0f}  {line['where']}")
+        out[str(c)] = got
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return out
+
+
+# ---------------------------------------------------------------- whole-process RSS
+
+# The processes whose peak RSS users see: the runner alone (what the grid's RSS column
+# measures), `tokenbench run` without a store, and `tokenbench run` writing SQLite.
+RSS_PROCESSES = ("runner", "run --no-store", "run, SQLite")
+
+
+def rss_cmd(kind: str, url: str, c: int, duration_s: float, out_len: int) -> list[str]:
+    if kind == "runner":
+        return tokenbench_cmd(url, c, duration_s, out_len, "raw")
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench",
+        "run",
+        "--base-url",
+        url,
+        "--model",
+        MODEL,
+        "--endpoint",
+        "/v1/completions",
+        "--concurrency",
+        str(c),
+        "--duration",
+        f"{duration_s:g}",
+        "--num-prompts",
+        str(c * 100),
+        "--random-input-len",
+        "32",
+        "--random-output-len",
+        str(out_len),
+        "--random-range-ratio",
+        "0",
+    ]
+    return [*cmd, "--no-store"] if kind == "run --no-store" else [*cmd, "--db", "{OUT}/r.db"]
+
+
+def rss(args: argparse.Namespace) -> list[dict]:
+    """Peak RSS of each process kind at each C (closed loop: C streams in flight), and the
+    growth per stream: (peak at C - peak at the smallest C) / (C - smallest C).
+
+    The peak covers the whole run: imports, the C streams in flight, the records of the
+    requests finished so far (kept until the point is summarised) and, for `tokenbench
+    run`, the summary and telemetry reading after the point; medians over the repeats."""
+    server = StreamServer(args.ttft, args.itl)
+    rows: list[dict] = []
+    try:
+        for _rep in range(args.repeats):
+            for c in args.concurrency:
+                for kind in RSS_PROCESSES:
+                    cmd = rss_cmd(kind, server.url, c, args.duration, args.out_len)
+                    workdir = Path(tempfile.mkdtemp(prefix="loadgen-rss-"))
+                    cmd = [x.replace("{OUT}", str(workdir)) for x in cmd]
+                    server.reset()
+                    proc = subprocess.Popen(
+                        cmd,
+                        cwd=workdir,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                        env={**os.environ, "PYTHONPATH": str(ROOT)},
+                        start_new_session=True,
+                    )
+                    sampler = TreeSampler(proc.pid, interval_s=0.05)
+                    try:
+                        _, err = proc.communicate(timeout=args.duration * 6 + 120)
+                    except subprocess.TimeoutExpired:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                        _, err = proc.communicate()
+                    finally:
+                        sampler.stop()
+                        shutil.rmtree(workdir, ignore_errors=True)
+                    truth = server.truth()
+                    row = {
+                        "process": kind,
+                        "concurrency": c,
+                        "peak_rss_mb": sampler.peak_rss / 2**20,
+                        "streams_done": truth["streams"],
+                        "rc": proc.returncode,
+                    }
+                    if proc.returncode != 0:
+                        row["error"] = _tail(err)
+                    rows.append(row)
+                    print(
+                        f"{kind:15} C={c:<5} peak RSS {row['peak_rss_mb']:6.1f} MB, "
+                        f"{truth['streams']} streams done, rc {proc.returncode} "
+                        f"{row.get('error', '')}",
+                        flush=True,
+                    )
+    finally:
+        server.stop()
+    lo = min(args.concurrency)
+    print(
+        f"\nmedians of {args.repeats} run(s); growth per stream = (peak at C - peak at C={lo}) / (C - {lo}):"
+    )
+    print("| process | " + " | ".join(f"C = {c}" for c in args.concurrency) + " | KB per stream |")
+    print("|---|" + "---|" * (len(args.concurrency) + 1))
+    for kind in RSS_PROCESSES:
+        med = {
+            c: float(
+                np.median(
+                    [
+                        r["peak_rss_mb"]
+                        for r in rows
+                        if (r["process"], r["concurrency"]) == (kind, c) and r["rc"] == 0
+                    ]
+                    or [float("nan")]
+                )
+            )
+            for c in args.concurrency
+        }
+        growth = [(med[c] - med[lo]) * 2**20 / (c - lo) / 1024 for c in args.concurrency if c != lo]
+        print(
+            f"| {kind} | "
+            + " | ".join(f"{med[c]:.0f} MB" for c in args.concurrency)
+            + " | "
+            + ", ".join(f"{g:.1f}" for g in growth)
+            + " |"
+        )
+    return rows
 
 
 def memory_one(phase: str, mode: str, c: int, loop_kind: str = "closed") -> None:
@@ -992,6 +1294,11 @@ def memory_one(phase: str, mode: str, c: int, loop_kind: str = "closed") -> None
             loop.close()
     finally:
         server.stop()
+    if "peak" not in seen:
+        raise SystemExit(
+            f"the {c} requests were never all in flight at once within 60 s ({phase}): "
+            "the first finished before the last started (a busy machine?); try a smaller C"
+        )
     result = {"rss_bytes_per_request": (seen["peak_rss"] - seen["base_rss"]) / c}
     if trace:
         result["python_bytes_per_request"] = (seen["peak"] - seen["base"]) / c
@@ -1022,17 +1329,18 @@ def short_honest(p: Point, out_len: int) -> bool:
     return abs(p.itl_err_ms[0]) <= HONEST_ITL_P50_MS and abs(p.itl_err_ms[1]) <= HONEST_ITL_P99_MS
 
 
-def short(args: argparse.Namespace) -> list[dict]:
-    """Requests/s for 1- to 4-token outputs, where per-request cost (connection reuse, request
-    bytes, response headers, the record) dominates and per-token cost does not.
+def short(args: argparse.Namespace) -> dict:
+    """Requests/s for 1- to 4-token outputs (where per-request cost dominates: connection
+    reuse, request bytes, response headers, the record) and tokens/s for long streams, every
+    client side by side on one server, each point run by every client in turn.
 
     Closed loop at each C; requests/s is what the server streamed in the middle 60% of the
     point divided by the tokens per request; "per client core" is 1 / the client's CPU
-    seconds per request (its whole process, from /proc): the rate one fully used core would
-    sustain at that per-request cost. Honest = short_honest.
+    seconds per request (or per token) over its whole process tree, from /proc: the rate one
+    fully used core would sustain at that cost. Honest = short_honest, in most repeats.
     """
     rows = []
-    peers = {name: venv for name in args.peers if (venv := ensure_peer(name)) is not None}
+    peers, missing = ensure_peers(args.peers)
     server = StreamServer(args.ttft, args.itl)
 
     def clients(c: int, out_len: int):
@@ -1042,34 +1350,99 @@ def short(args: argparse.Namespace) -> list[dict]:
             {"parse": parse_tokenbench},
         )
         for name, venv in peers.items():
-            with contextlib.suppress(RuntimeError):
+            try:
                 cmd, prepare, parse = peer_run(name, venv, server.url, c, args.duration, out_len)
-                yield name, cmd, {"parse": parse, "prepare": prepare}
+            except RuntimeError as exc:
+                missing.setdefault(name, str(exc))
+                continue
+            yield name, cmd, {"parse": parse, "prepare": prepare}
 
+    load = [os.getloadavg()[0]]
     try:
-        for out_len in args.out_lens:
-            for c in args.concurrency:
-                for client, cmd, how in list(clients(c, out_len)):
-                    p = measure(server, client, c, cmd, timeout_s=args.duration * 4 + 120, **how)
-                    rows.append(short_row(p, out_len))
+        for rep in range(args.repeats):
+            for out_len in args.out_lens:
+                for c in args.concurrency:
+                    for client, cmd, how in list(clients(c, out_len)):
+                        p = measure(server, client, c, cmd, timeout_s=args.duration * 4 + 60, **how)
+                        rows.append(short_row(p, out_len) | {"repeat": rep})
+                    load.append(os.getloadavg()[0])
     finally:
         server.stop()
-    for out_len in args.out_lens:
-        for client in ["tokenbench", *peers]:
-            mine = [r for r in rows if (r["out_len"], r["client"]) == (out_len, client)]
-            best = max((r for r in mine if r["honest"]), key=lambda r: r["requests_per_s"],
-                       default=None)  # fmt: skip
-            print(
-                f"{client}, {out_len}-token outputs: highest honest rate "
-                + (
-                    f"{best['requests_per_s']:,.0f} req/s at C={best['concurrency']} "
-                    f"({best['client_cpu_us_per_request']:.0f} us of client CPU per request: "
-                    f"{best['requests_per_s_per_core']:,.0f} req/s per client core)"
-                    if best
-                    else "none"
-                )
+    points = short_medians(rows)
+    text = short_report(points, ["tokenbench", *peers], args.out_lens, missing)
+    text += (
+        f"\nMedians of {args.repeats} run(s) per point; TTFT {args.ttft:g} ms, ITL {args.itl:g} "
+        f"ms, {args.duration:g} s per point; load average {min(load):.1f}-{max(load):.1f} "
+        f"during the run, on {describe_machine()}.\n"
+    )
+    print("\n" + text)
+    return {"rows": rows, "medians": points, "missing": missing, "report": text}
+
+
+def short_medians(rows: list[dict]) -> list[dict]:
+    """One row per (client, tokens, C): the median of each figure over the repeats, and how
+    many repeats were honest (honest = in more than half)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["client"], r["out_len"], r["concurrency"]), []).append(r)
+    out = []
+    for (client, out_len, c), rs in groups.items():
+        med = {
+            k: float(np.median([r[k] for r in rs]))
+            for k in (
+                "requests_per_s",
+                "tokens_per_s",
+                "client_cpu_us_per_request",
+                "requests_per_s_per_core",
+                "tokens_per_s_per_core",
+                "first_token_err_p99_ms",
+                "itl_err_p99_ms",
+                "peak_rss_mb",
             )
-    return rows
+        }
+        honest_runs = sum(r["honest"] for r in rs)
+        out.append(
+            {"client": client, "out_len": out_len, "concurrency": c, **med}
+            | {"runs": len(rs), "honest_runs": honest_runs, "honest": honest_runs * 2 > len(rs)}
+            | {"processes": max(r["processes"] for r in rs)}
+        )
+    return out
+
+
+def short_report(
+    points: list[dict], clients: list[str], out_lens: list[int], missing: dict[str, str]
+) -> str:
+    """Each client's highest honest point per output length, side by side, as Markdown."""
+    lines = [
+        "| tokens | client | highest honest rate | at C | per client core "
+        "| 1st-token err p99 ms | RSS MB (procs) | honest points |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for out_len in out_lens:
+        short_req = out_len <= 4
+        for client in clients:
+            mine = [p for p in points if (p["client"], p["out_len"]) == (client, out_len)]
+            key = "requests_per_s" if short_req else "tokens_per_s"
+            unit = "req/s" if short_req else "tok/s"
+            best = max((p for p in mine if p["honest"]), key=lambda p: p[key], default=None)
+            tally = ", ".join(
+                f"C={p['concurrency']} {p['honest_runs']}/{p['runs']}"
+                for p in sorted(mine, key=lambda p: p["concurrency"])
+            )
+            label = ""
+            if best is None:  # none honest: its fastest point, so the costs still compare
+                best, label = max(mine, key=lambda p: p[key], default=None), "none; fastest: "
+            if best is None:
+                continue
+            core = best["requests_per_s_per_core" if short_req else "tokens_per_s_per_core"]
+            lines.append(
+                f"| {out_len} | {client} | {label}{best[key]:,.0f} {unit} | {best['concurrency']} "
+                f"| {core:,.0f} {unit} | {best['first_token_err_p99_ms']:+.2f} "
+                f"| {best['peak_rss_mb']:.0f} ({best['processes']}) | {tally} |"
+            )
+    for name, why in missing.items():
+        lines.append(f"| all | {name} | NOT MEASURED: {why} | | | | | |")
+    return "\n".join(lines) + "\n"
 
 
 def short_row(p: Point, out_len: int) -> dict:
@@ -1083,6 +1456,8 @@ def short_row(p: Point, out_len: int) -> dict:
         "requests_per_s": p.tokens_per_s / out_len,
         "client_cpu_us_per_request": cpu_per_request_s * 1e6,
         "requests_per_s_per_core": 1 / cpu_per_request_s if cpu_per_request_s > 0 else 0.0,
+        "tokens_per_s": p.tokens_per_s,
+        "tokens_per_s_per_core": 1e6 / p.cpu_s_per_mtok if p.cpu_s_per_mtok > 0 else 0.0,
         "first_token_err_p99_ms": ttft_p99_err,
         "first_token_err_matched": bool(p.matched),
         "itl_err_p99_ms": p.itl_err_ms[1],
@@ -1092,7 +1467,8 @@ def short_row(p: Point, out_len: int) -> dict:
         "client_limited": p.client_limited,
         "honest": short_honest(p, out_len),
         "machine_busy": p.machine_busy,
-        "note": p.note,
+        # inference-perf, for one: no TTFT for 1-token outputs (it wants 2+ token times)
+        "note": p.note or ("" if np.isfinite(ttft_p99_err) else "no TTFT reported"),
     }
     print(
         f"{p.client:10} out_len={out_len} C={p.concurrency:<5} {row['requests_per_s']:8.0f} req/s "
@@ -1121,7 +1497,19 @@ def main(argv: list[str] | None = None) -> None:
     w.add_argument("--out-len", type=int, default=128)
     w.add_argument("--transport", default="raw")
     w.add_argument("--ramp-up", type=float, default=0.0)
-    mem = sub.add_parser("memory", help="bytes per in-flight request at C=1024")
+    rs = sub.add_parser("rss", help="peak RSS of the runner and `tokenbench run` at each C")
+    rs.add_argument(
+        "--concurrency",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[1, 64, 256, 1024],
+    )
+    rs.add_argument("--ttft", type=float, default=100.0, help="ms")
+    rs.add_argument("--itl", type=float, default=50.0, help="ms (slow: memory, not CPU)")
+    rs.add_argument("--out-len", type=int, default=64)
+    rs.add_argument("--duration", type=float, default=6.0, help="seconds per point")
+    rs.add_argument("--repeats", type=int, default=3)
+    rs.add_argument("--json", type=Path, help="write the figures here")
+    mem = sub.add_parser("memory", help="bytes per in-flight request (default C=1024)")
     mem.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")])
     mem.add_argument("--json", type=Path, help="write the figures here")
     one = sub.add_parser("memory-one", help="(internal) one phase of `memory`")
@@ -1129,16 +1517,29 @@ def main(argv: list[str] | None = None) -> None:
     one.add_argument("mode", choices=("trace", "rss"))
     one.add_argument("--concurrency", type=int, default=1024)
     one.add_argument("--loop", choices=("closed", "open"), default="closed")
-    sh = sub.add_parser("short", help="requests/s for 1-4-token outputs, per client core")
-    sh.add_argument("--out-lens", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4])
-    sh.add_argument(
-        "--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[64, 256, 512]
-    )
-    sh.add_argument("--ttft", type=float, default=100.0, help="ms")
-    sh.add_argument("--itl", type=float, default=10.0, help="ms")
-    sh.add_argument("--duration", type=float, default=6.0, help="seconds per point")
-    sh.add_argument("--json", type=Path, help="write the figures here")
-    sh.add_argument("--peers", type=lambda s: [x for x in s.split(",") if x], default=[])
+    inst = sub.add_parser("peers", help="install the peers' venvs now (else on first use)")
+    inst.add_argument("names", nargs="*", default=list(PEERS))
+    for name, lens, help_ in (
+        ("short", "1,4", "requests/s for 1-4-token outputs, per client core"),
+        ("compare", "1,4,128", "short and long outputs, every peer side by side"),
+    ):
+        sh = sub.add_parser(name, help=help_)
+        sh.add_argument(
+            "--out-lens", type=lambda s: [int(x) for x in s.split(",")], default=lens.split(",")
+        )
+        sh.add_argument(
+            "--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[64, 256, 512]
+        )
+        sh.add_argument("--ttft", type=float, default=100.0, help="ms")
+        sh.add_argument("--itl", type=float, default=10.0, help="ms")
+        sh.add_argument("--duration", type=float, default=6.0, help="seconds per point")
+        sh.add_argument("--repeats", type=int, default=1 if name == "short" else 3)
+        sh.add_argument("--json", type=Path, help="write the figures here")
+        sh.add_argument(
+            "--peers",
+            type=lambda s: [x for x in s.split(",") if x],
+            default=[] if name == "short" else list(PEERS),
+        )
     parser.add_argument("--quick", action="store_true", help="a few minutes: fewer points, shorter")
     parser.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--itl", type=lambda s: [float(x) for x in s.split(",")], help="ms")
@@ -1157,18 +1558,27 @@ def main(argv: list[str] | None = None) -> None:
         "(0 = all at once, as the peers start)",
     )
     args = parser.parse_args(argv)
+    if args.cmd == "peers":
+        ready, missing = ensure_peers(args.names)
+        for name, venv in ready.items():
+            print(f"{name}: {venv}")
+        raise SystemExit(1 if missing else 0)
     if args.cmd == "worker":
         worker(args)
+        return
+    if args.cmd == "rss":
+        rows = rss(args)
+        if args.json:
+            args.json.write_text(json.dumps({"machine": describe_machine(), "rows": rows}))
         return
     if args.cmd == "memory":
         memory(args)
         return
-    if args.cmd == "short":
-        rows = short(args)
+    if args.cmd in ("short", "compare"):
+        args.out_lens = [int(x) for x in args.out_lens]
+        got = short(args)
         if args.json:
-            args.json.write_text(
-                json.dumps({"machine": describe_machine(), "rows": rows}, indent=1)
-            )
+            args.json.write_text(json.dumps({"machine": describe_machine(), **got}, indent=1))
         return
     if args.cmd == "memory-one":
         memory_one(args.phase, args.mode, args.concurrency, args.loop)
@@ -1186,6 +1596,7 @@ def main(argv: list[str] | None = None) -> None:
         f"Measured {started} on {describe_machine()}; TTFT {args.ttft:g} ms, {args.out_len} "
         f"tokens, closed loop, {args.duration:g} s per point, median of {args.repeats} run(s).\n\n"
         f"{table(medians)}\n\n{ratios(medians)}\n\n{verdict(medians, points)}\n"
+        + "".join(f"- {name}: NOT MEASURED, {why}\n" for name, why in args.missing_peers.items())
     )
     print("\n" + report)
     if args.json:

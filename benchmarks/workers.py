@@ -27,8 +27,14 @@ and says, per side, the highest step whose TTFT error stays within --max-ttft-er
 whose ITL p99 stays within --max-itl-p99-ms: that step's tok/s is the load it sustains;
 and the peak tok/s over all steps, honest or not.
 
-    python benchmarks/workers.py                 # ~2.5 minutes
+    python benchmarks/workers.py                 # ~2.5 minutes: 1 and 2 workers
     python benchmarks/workers.py --repeats 5 --json out.json
+    python benchmarks/workers.py --workers 1,2,4,8,16   # the curve, on a host with 16+ cores
+
+Per worker count it also reports tok/s per client core (tokens over the workers' own CPU
+seconds: what one fully used core yields) and the ratio to one worker, measured side by side
+(the counts alternate within each repeat). Counts above this host's cores are run only when
+asked for and marked: they measure the cores' sharing, not scaling.
 
 The machine's load average is printed before and after: other work on a 2-core machine
 moves these numbers. Only 127.0.0.1 is contacted; the server is stopped at the end.
@@ -185,9 +191,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-ttft-error-ms", type=float, default=5.0)
     p.add_argument("--max-itl-p99-ms", type=float, default=15.0)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--workers",
+        default="1,2",
+        help="worker counts to compare, comma-separated (the first is the baseline)",
+    )
     p.add_argument("--json", type=Path, help="write every run and the medians here")
     args = p.parse_args(argv)
     steps = [int(c) for c in args.concurrency.split(",")]
+    counts = [int(w) for w in args.workers.split(",")]
+    cores = os.cpu_count() or 1
+    if max(counts) > cores:
+        print(f"note: {max(counts)} workers on {cores} cores: beyond {cores} they share cores")
 
     load_before = os.getloadavg()
     proc, url, server_name = start_server(args.ttft_ms, args.itl_ms, args.tokens_per_write)
@@ -201,7 +216,8 @@ def main(argv: list[str] | None = None) -> None:
                 per_request_s = (args.ttft_ms + writes * args.itl_ms) / 1e3
                 n = int(c * (args.duration / per_request_s + 2) * 1.5)
                 plan = make_plan(url, c, n, args.output_len, args.duration)
-                for workers in (1, 2) if (rep + c) % 2 == 0 else (2, 1):  # no order bias
+                order = counts if (rep + c) % 2 == 0 else counts[::-1]  # no order bias
+                for workers in order:
                     row = measure(plan, workers, proc.pid) | {"concurrency": c, "repeat": rep}
                     rows.append(row)
                     print(
@@ -219,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     load_after = os.getloadavg()
 
     print(
-        f"\n{os.cpu_count()} CPUs, {platform.python_implementation()} {platform.python_version()}"
+        f"\n{cores} CPUs, {platform.python_implementation()} {platform.python_version()}"
         f", load average {load_before[0]:.1f} before / {load_after[0]:.1f} after; server: "
         f"{server_name} (TTFT {args.ttft_ms:g} ms, ITL {args.itl_ms:g} ms); closed loops of "
         f"{args.output_len}-token requests, {args.duration:g} s each; medians of "
@@ -227,12 +243,12 @@ def main(argv: list[str] | None = None) -> None:
         f"ITL p99 <= {args.max_itl_p99_ms:g} ms."
     )
     width = 62
-    print(f"{'C':>5} | {'1 worker':^{width}} | {'2 workers':^{width}}")
+    print(f"{'C':>5} | " + " | ".join(f"{f'{w} worker(s)':^{width}}" for w in counts))
     medians: dict[int, dict[int, dict]] = {}
-    best: dict[int, tuple[int, float] | None] = {1: None, 2: None}
+    best: dict[int, tuple[int, float] | None] = dict.fromkeys(counts)
     for c in steps:
         cells = []
-        for workers in (1, 2):
+        for workers in counts:
             mine = [r for r in rows if r["workers"] == workers and r["concurrency"] == c]
             m = {k: median_of(mine, k) for k in mine[0] if k not in ("workers", "concurrency")}
             medians.setdefault(c, {})[workers] = m
@@ -245,20 +261,9 @@ def main(argv: list[str] | None = None) -> None:
                 f"{m['worker_cpu_busy_max']:4.2f} idle {m['machine_idle']:3.0%} "
                 f"{'ok' if ok else '--'}"
             )
-        print(f"{c:>5} | {cells[0]:{width}} | {cells[1]:{width}}")
-    for workers in (1, 2):
-        b = best[workers]
-        text = "no step was honest" if b is None else f"{b[1]:,.0f} tok/s (C={b[0]})"
-        print(f"  {workers} worker{'s' if workers > 1 else ' '} sustain {text}")
-    peak = {w: max(medians[c][w]["sustained_tok_s"] for c in steps) for w in (1, 2)}
-    print(
-        f"  peak tok/s, honest or not: 1 worker {peak[1]:,.0f}, 2 workers {peak[2]:,.0f} "
-        f"({peak[2] / max(peak[1], 1e-9):.2f}x)"
-    )
-    ratio = None
-    if best[1] and best[2]:
-        ratio = best[2][1] / best[1][1]
-        print(f"  2 workers sustain {ratio:.2f}x the load of 1")
+        print(f"{c:>5} | " + " | ".join(f"{cell:{width}}" for cell in cells))
+    summary = scaling(rows, steps, counts, best, medians, cores)
+    print(summary["text"])
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -267,13 +272,51 @@ def main(argv: list[str] | None = None) -> None:
                     "runs": rows,
                     "medians": medians,
                     "sustained": best,
-                    "ratio": ratio,
-                    "peak": peak,
+                    "scaling": {k: v for k, v in summary.items() if k != "text"},
                     "loadavg": [load_before, load_after],
                 },
                 indent=2,
             )  # fmt: skip
         )
+
+
+def scaling(
+    rows: list[dict],
+    steps: list[int],
+    counts: list[int],
+    best: dict[int, tuple[int, float] | None],
+    medians: dict[int, dict[int, dict]],
+    cores: int,
+) -> dict:
+    """Per worker count: the load sustained honestly, the peak, tok/s per client core, each
+    beside the first count's (ratios of medians measured in the same repeats)."""
+    base = counts[0]
+    per_core = {
+        w: float(np.median([1e6 / r["worker_cpu_us_per_token"] for r in rows if r["workers"] == w]))
+        for w in counts
+    }
+    peak = {w: max(medians[c][w]["sustained_tok_s"] for c in steps) for w in counts}
+    lines = [
+        "| workers | sustained honestly (C) | × | peak tok/s | × | tok/s per client core | × |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for w in counts:
+        b, b0 = best[w], best[base]
+        sustained = "none honest" if b is None else f"{b[1]:,.0f} (C={b[0]})"
+        ratio = f"{b[1] / b0[1]:.2f}" if b and b0 else "–"
+        lines.append(
+            f"| {w}{' (> cores)' if w > cores else ''} | {sustained} | {ratio} "
+            f"| {peak[w]:,.0f} | {peak[w] / max(peak[base], 1e-9):.2f} "
+            f"| {per_core[w]:,.0f} | {per_core[w] / per_core[base]:.2f} |"
+        )
+    return {
+        "text": "\n".join(lines),
+        "peak": peak,
+        "tok_s_per_client_core": per_core,
+        "sustained_ratio": {
+            w: best[w][1] / best[base][1] for w in counts if best[w] and best[base]
+        },
+    }
 
 
 if __name__ == "__main__":

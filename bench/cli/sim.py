@@ -301,8 +301,9 @@ def run(
         base_dir=scenario.parent if scenario else None,
     )  # fmt: skip
     print_sweep_result(
-        result, sc, load_catalogue(), 1.0, title=f"SIMULATED (virtual time): run {result.run_id}"
-    )
+        result, sc, load_catalogue(), 1.0,
+        title=f"SIMULATED (virtual time): run {result.run_id}", served="simulated",
+    )  # fmt: skip
     requests = sum(p.summary.completed + p.summary.failed for p in result.points)
     console.print(f"{requests:,} requests simulated in {time.monotonic() - started:.1f} s. "
                   f"`tokenbench show {(result.run_id or '')[:8]}`")  # fmt: skip

@@ -42,6 +42,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -1160,6 +1161,8 @@ def agentic_worker(args: argparse.Namespace) -> None:
         "requests": len(result.records), "completed": done, "cpu_s": cpu, "wall_s": wall,
         "cpu_ms_per_request": cpu / max(1, len(result.records)) * 1e3,
         "prompt_tokens": int(sum(r.prompt_tokens or 0 for r in result.records)),
+        "errors": dict(Counter(r.error_kind for r in result.records if not r.ok)),
+        "error_sample": next((r.error_message for r in result.records if not r.ok), None),
     }))  # fmt: skip
 
 

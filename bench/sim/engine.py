@@ -4,8 +4,10 @@ Each call to `Engine.step()` is one engine iteration: it schedules work (running
 then running prefill chunks, then admissions from the FCFS waiting queue, within max_num_seqs
 and max_num_batched_tokens), allocates KV blocks of `block_size` tokens, preempts the newest
 running sequence by recompute when the cache is full, and returns what the iteration did and
-how long it takes by the roofline (bench.sim.roofline). The engine holds no clock: a driver
-adds requests and advances time by each step's duration, either in virtual time
+how long it takes by the roofline (bench.sim.roofline). An admitted sequence starts from the
+prefix its engine's cache holds (bench.sim.prefix_cache: cached tokens are not prefilled, and
+cached blocks live in the same KV pool, evicted as allocations need them). The engine holds
+no clock: a driver adds requests and advances time by each step's duration, either in virtual time
 (bench.sim.virtual) or on the wall clock (bench.sim.server). Same inputs, same outputs.
 
 Decoding sequences are accounted for lazily: a sequence that decodes from step s0 emits one

@@ -8,8 +8,8 @@ similarity, displaced prompts kept in the host-RAM prompt cache). The share of p
 each served from cache must agree within 5 percentage points. The simulator with vLLM's policy
 on the same plan reaches the trace's own reuse, which llama-server's slots do not.
 
-Measured here (llama-server from llama-cpp-python 0.3.36, 8 slots): see the printed line;
-the figures are in the README's "Prefix cache in the simulator".
+Measured here (llama-server from llama-cpp-python 0.3.36, 8 slots, 2026-12-03): intended
+73.4%; llama-server 62.2%; simulated with llama.cpp's slots 63.1%, with vLLM's LRU 73.4%.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -66,7 +67,14 @@ class BlockPrompts:
         else:
             self.costs = np.array([tokenizer.count(" " + w) for w in self.words], dtype=np.int64)
         self.fill = _fillers(self.words.tolist(), self.costs.tolist())
+        self.unit_costs = bool((self.costs == 1).all())
         self._block = functools.lru_cache(maxsize=4096)(self._render_block)
+        # A block's words come from a generator put in a state derived from (seed, id):
+        # seeding a fresh generator per block cost more than drawing its words.
+        self._bits = np.random.PCG64(0)
+        self._gen = np.random.Generator(self._bits)
+        self._inc = self._bits.state["state"]["inc"]
+        self._lock = threading.Lock()
 
     def prompt(self, index: int, input_len: int | None = None) -> str:
         """Request `index`'s prompt: its blocks in order, the last cut to what input_len
@@ -83,13 +91,18 @@ class BlockPrompts:
     def _render_block(self, hash_id: int, size: int) -> str:
         """`size` tokens of words for this id: the same words (a prefix of them for a short
         last block) wherever the id appears."""
-        rng = np.random.default_rng([self.seed, 5, hash_id & 0xFFFFFFFFFFFFFFFF])
-        idx = rng.integers(0, len(self.words), size=size)
+        with self._lock:  # one generator, put in this id's own state: no seeding cost
+            self._bits.state = {"bit_generator": "PCG64", "state": {
+                "state": _state(self.seed, hash_id), "inc": self._inc},
+                "has_uint32": 0, "uinteger": 0}  # fmt: skip
+            idx = self._gen.integers(0, len(self.words), size=size)
+        if self.unit_costs:  # no tokenizer: a word is a token, the block is `size` words
+            return " " + " ".join(self.words[idx].tolist())
         cum = np.cumsum(self.costs[idx])
         k = int(np.searchsorted(cum, size, side="right"))
         used = int(cum[k - 1]) if k else 0
         words = [*self.words[idx[:k]].tolist(), *self.fill[size - used]]
-        return "".join(" " + w for w in words)
+        return " " + " ".join(words) if words else ""  # each word after its own space
 
     def intended_reuse(self, count: int | None = None) -> dict:
         """The hit rate the first `count` requests imply (bench.blocks.intended_reuse)."""
@@ -121,6 +134,24 @@ def intended_reuse(
         "prompt_tokens": total_tokens,
         "share": hit_tokens / total_tokens if total_tokens else None,
     }
+
+
+def _mix(x: int) -> int:
+    """SplitMix64's finaliser: a 64-bit integer to a well-spread one."""
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _M64
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _M64
+    return x ^ (x >> 31)
+
+
+_M64 = (1 << 64) - 1
+
+
+def _state(seed: int, hash_id: int) -> int:
+    """A 128-bit PCG64 state for block `hash_id` of run `seed`: the same on every run and
+    process, different for every (seed, id)."""
+    hi = _mix((seed & _M64) ^ 0x5851F42D4C957F2D)
+    lo = _mix(hi ^ (hash_id & _M64))
+    return (_mix(hi ^ lo) << 64) | lo
 
 
 def _fillers(words: list[str], costs: list[int]) -> list[list[str]]:

@@ -90,6 +90,16 @@ class CurvePoint:
         cls, bare = class_scope(name)
         return (self, name) if cls is None else (self.classes.get(cls), bare)
 
+    # Prompt tokens served from cache (Summary.prompt_cache): "intended" (what the trace
+    # implies with an infinite cache), "usage" (what the responses said: the simulator's
+    # cache for a simulated run, the server's for a measured one), "server" (its counters)
+    prompt_cache: dict[str, dict] = field(default_factory=dict)
+
+    def cache_share(self, source: str) -> float | None:
+        """Share of prompt tokens from cache by one source ("intended", "usage", "server")."""
+        part = self.prompt_cache.get(source) or {}
+        return part.get("share")
+
     def latency(self, metric: str, stat: str = "p99") -> float | None:
         return self.metrics.get(f"{metric}_ms", {}).get(stat)
 
@@ -186,7 +196,18 @@ def point_from_summary(
             )
             for name, sub in (summary.get("classes") or {}).items()
         },
+        prompt_cache=_cache_parts(summary.get("prompt_cache") or {}),
     )
+
+
+def _cache_parts(*summaries: dict) -> dict[str, dict]:
+    """The prompt-cache figures a point has, the first summary's where both have one."""
+    parts: dict[str, dict] = {}
+    for source in ("intended", "usage", "server"):
+        found = [s[source] for s in summaries if isinstance(s.get(source), dict)]
+        if found:
+            parts[source] = found[0]
+    return parts
 
 
 def _title(lp) -> str:
@@ -245,6 +266,10 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
         point.role, point.draw = str(params.get("role") or "grid"), params.get("draw")
         # The stored summary knows whether the point was cut short; a recomputed one does not.
         point.partial = point.partial or bool((lp.summary_json or {}).get("interrupted"))
+        # ... and what the records cannot say again: the trace's reuse, the server's counters
+        stored = (lp.summary_json or {}).get("prompt_cache") or {}
+        fresh = summary.get("prompt_cache") or {}
+        point.prompt_cache = _cache_parts(fresh, stored)
         curve.points.append(point)
     if run.simulated and curve.points:
         lateness = sim_lateness_ms(run.id, db)

@@ -75,8 +75,10 @@ def demo_scenario(target: DemoTarget, base_url: str | None = None):
     sc.label = f"{target.gpu} x{target.tp} {DEMO_MODEL} {DEMO_PRECISION}"
     sc.workload.output.max = DEMO_MAX_OUTPUT
     sc.request_timeout_s = 60
-    # Fixed prompts: the simulator has no prefix cache to flatter them, and the same requests
-    # on every rerun are what makes the demo's verdict reproducible.
+    # Fixed prompts: the same requests on every rerun are what makes the demo's verdict
+    # reproducible. The simulator's prefix cache cannot flatter them: every point runs on a
+    # fresh engine (or a fresh endpoint), and within a point these random prompts share no
+    # 16-token block (checked: 9,802 blocks over the 300 prompts, none repeated).
     sc.seed = DEMO_SEED
     return sc
 

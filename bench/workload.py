@@ -246,7 +246,8 @@ class MixedWorkload:
 def _words(rng: np.random.Generator, n: int) -> str:
     if n <= 0:
         return ""
-    return " ".join(_WORD_ARRAY[rng.integers(0, len(_WORD_ARRAY), size=n)])
+    # a list of Python str joins ~10x faster than the numpy array's own elements
+    return " ".join(_WORD_ARRAY[rng.integers(0, len(_WORD_ARRAY), size=n)].tolist())
 
 
 def estimate_tokens(text: str) -> int:

@@ -25,6 +25,7 @@ reported as NOT MEASURED with the reason, beside the results.
     python benchmarks/loadgen.py memory --concurrency 64,256,1024   # bytes per in-flight request
     python benchmarks/loadgen.py rss              # peak RSS of the runner and `tokenbench run`
     python benchmarks/loadgen.py peers            # install the peers now
+    python benchmarks/loadgen.py agentic          # CPU/request: agentic trace vs random
 
 Only 127.0.0.1 is contacted; every server and client started here is killed at the end.
 """
@@ -46,6 +47,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -1482,6 +1484,99 @@ def short_row(p: Point, out_len: int) -> dict:
     return row
 
 
+# ---------------------------------------------------------------- agentic replay (issue 29)
+
+
+AGENTIC_SCENARIO = """name: loadgen-{kind}
+target: {{base_url: "{url}", model: {model}, endpoint: /v1/completions}}
+{body}"""
+
+
+def agentic_files(workdir: Path, url: str, requests: int, out_len: int, seed: int) -> dict:
+    """A synthetic agentic trace of `requests` requests (bench.agentic: Mooncake's
+    conversation statistics) and two scenarios over it: the block-exact replay, and random
+    prompts of the trace's mean input length, as many requests. Outputs are `out_len`
+    tokens in both, so what differs is how prompts are built, not how much is streamed."""
+    sys.path.insert(0, str(ROOT))
+    from bench.agentic import SessionStats, generate, write_trace
+
+    stats, sessions, rows = SessionStats(), max(1, requests // 2), []
+    while len(rows) < requests:
+        rows = generate(stats, sessions, seed)
+        sessions *= 2
+    rows = [{**r, "output_length": out_len} for r in rows[:requests]]
+    write_trace(rows, workdir / "agentic.jsonl")
+    mean_in = round(float(np.mean([r["input_length"] for r in rows])))
+    bodies = {
+        "trace": "workload: {dataset: mooncake, dataset_path: agentic.jsonl}\n",
+        "random": f"load: {{shape: poisson, request_rate: 1, num_prompts: {requests}}}\n"
+        f"workload: {{input: {{mean: {mean_in}}}, output: {{mean: {out_len}}}}}\n",
+    }
+    for kind, body in bodies.items():
+        text = AGENTIC_SCENARIO.format(kind=kind, url=url, model=MODEL, body=body)
+        (workdir / f"{kind}.yaml").write_text(text)
+    return {"requests": requests, "mean_input": mean_in, "out_len": out_len}
+
+
+def agentic_worker(args: argparse.Namespace) -> None:
+    """One run of a scenario at a mean rate, in this process; prints the client's CPU per
+    request (plan, prompt rendering and the run: everything after the imports)."""
+    sys.path.insert(0, str(ROOT))
+    from bench.executor import plan_from_scenario
+    from bench.runner import run_blocking
+    from bench.scenario import load_scenario
+    from bench.sweep import PointSpec, scenario_at
+
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    sc = scenario_at(load_scenario(args.scenario), PointSpec("rate", args.rate))
+    plan = plan_from_scenario(sc, base_dir=args.scenario.parent)
+    result = run_blocking(plan, handle_sigint=False)
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    done = sum(r.ok for r in result.records)
+    print(json.dumps({
+        "requests": len(result.records), "completed": done, "cpu_s": cpu, "wall_s": wall,
+        "cpu_ms_per_request": cpu / max(1, len(result.records)) * 1e3,
+        "prompt_tokens": int(sum(r.prompt_tokens or 0 for r in result.records)),
+        "errors": dict(Counter(r.error_kind for r in result.records if not r.ok)),
+        "error_sample": next((r.error_message for r in result.records if not r.ok), None),
+    }))  # fmt: skip
+
+
+def agentic(args: argparse.Namespace) -> dict:
+    """Client CPU per request: the agentic trace replayed block-exact beside random prompts of
+    the same size, alternating, `repeats` times each, against the local fast mock."""
+    server = StreamServer(args.ttft, args.itl)
+    workdir = Path(tempfile.mkdtemp(prefix="loadgen-agentic-"))
+    runs: dict[str, list[dict]] = {"trace": [], "random": []}
+    try:
+        info = agentic_files(workdir, server.url, args.requests, args.out_len, args.seed)
+        print(f"{info['requests']:,} requests, mean input {info['mean_input']:,} tokens, "
+              f"{info['out_len']} out, {args.rate:g} req/s", flush=True)  # fmt: skip
+        for rep in range(args.repeats):
+            for kind in ("trace", "random"):
+                server.reset()
+                cmd = [sys.executable, str(Path(__file__).resolve()), "agentic-worker",
+                       str(workdir / f"{kind}.yaml"), "--rate", str(args.rate)]  # fmt: skip
+                proc = subprocess.run(cmd, capture_output=True, text=True,
+                                      timeout=args.requests / args.rate * 4 + 300)  # fmt: skip
+                if proc.returncode != 0:
+                    raise SystemExit(f"{kind} run failed: {_tail(proc.stderr, 2000)}")
+                row = json.loads(proc.stdout.strip().splitlines()[-1])
+                runs[kind].append(row)
+                print(f"run {rep + 1} {kind:6}: {row['completed']:,}/{row['requests']:,} ok, "
+                      f"{row['cpu_ms_per_request']:.3f} ms CPU/request, {row['wall_s']:.1f} s",
+                      flush=True)  # fmt: skip
+    finally:
+        server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    med = {k: float(np.median([r["cpu_ms_per_request"] for r in v])) for k, v in runs.items()}
+    print(f"median client CPU per request: agentic trace {med['trace']:.3f} ms, random "
+          f"{med['random']:.3f} ms (ratio {med['trace'] / med['random']:.2f}), "
+          f"{args.repeats} runs each")  # fmt: skip
+    return {"machine": describe_machine(), **info, "rate": args.rate, "runs": runs,
+            "median_cpu_ms_per_request": med}  # fmt: skip
+
+
 def _rss_now() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * PAGE
@@ -1540,6 +1635,18 @@ def main(argv: list[str] | None = None) -> None:
             type=lambda s: [x for x in s.split(",") if x],
             default=[] if name == "short" else list(PEERS),
         )
+    ag = sub.add_parser("agentic", help="client CPU per request: agentic trace vs random")
+    ag.add_argument("--requests", type=int, default=10_000)
+    ag.add_argument("--rate", type=float, default=200.0, help="mean req/s of both runs")
+    ag.add_argument("--out-len", type=int, default=16, help="output tokens per request")
+    ag.add_argument("--repeats", type=int, default=3)
+    ag.add_argument("--seed", type=int, default=0)
+    ag.add_argument("--ttft", type=float, default=20.0, help="ms")
+    ag.add_argument("--itl", type=float, default=2.0, help="ms")
+    ag.add_argument("--json", type=Path, help="write the figures here")
+    agw = sub.add_parser("agentic-worker", help="(internal) one run of `agentic`")
+    agw.add_argument("scenario", type=Path)
+    agw.add_argument("--rate", type=float, required=True)
     parser.add_argument("--quick", action="store_true", help="a few minutes: fewer points, shorter")
     parser.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--itl", type=lambda s: [float(x) for x in s.split(",")], help="ms")
@@ -1579,6 +1686,14 @@ def main(argv: list[str] | None = None) -> None:
         got = short(args)
         if args.json:
             args.json.write_text(json.dumps({"machine": describe_machine(), **got}, indent=1))
+        return
+    if args.cmd == "agentic-worker":
+        agentic_worker(args)
+        return
+    if args.cmd == "agentic":
+        figures = agentic(args)
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=1))
         return
     if args.cmd == "memory-one":
         memory_one(args.phase, args.mode, args.concurrency, args.loop)

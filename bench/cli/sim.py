@@ -139,6 +139,17 @@ MemoryFractionOpt = Annotated[
 ]
 
 
+PrefixCacheOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prefix-cache",
+        help="the simulated prefix cache: lru (vLLM), radix (SGLang, TensorRT-LLM), slots "
+        "(llama.cpp's per-slot prompts) or off; default: the engine's own "
+        "(bench/sim/profiles/prefix_cache.yaml)",
+    ),
+]
+
+
 def serve_options(
     max_num_seqs: int | None,
     max_num_batched_tokens: int | None,
@@ -146,13 +157,15 @@ def serve_options(
     mtp: int | None,
     mtp_acceptance: float | None,
     memory_fraction: float | None,
+    prefix_cache: str | None = None,
 ):
     """The engine knobs as the library takes them (bench.sim.engine.ServeOptions)."""
     from bench.sim.engine import ServeOptions
 
     return ServeOptions(
-        max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance, memory_fraction
-    )
+        max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance,
+        memory_fraction, prefix_cache,
+    )  # fmt: skip
 
 
 def serve(
@@ -170,6 +183,7 @@ def serve(
     mtp: MtpOpt = None,
     mtp_acceptance: MtpAcceptanceOpt = None,
     memory_fraction: MemoryFractionOpt = None,
+    prefix_cache: PrefixCacheOpt = None,
     default_max_tokens: int = typer.Option(
         256, help="output length of chat requests without max_tokens"
     ),
@@ -182,8 +196,9 @@ def serve(
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     options = serve_options(
-        max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance, memory_fraction
-    )
+        max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance,
+        memory_fraction, prefix_cache,
+    )  # fmt: skip
     try:  # the engine `sim run` and the validation build, from the same options
         engine = VirtualExecutor(
             gpu, model, precision, tp, parallel=parallel, engine=engine_name, options=options
@@ -195,7 +210,8 @@ def serve(
 
     def banner(bound: int) -> None:
         console.print(
-            f"[bold]SIMULATED[/bold] {dep.label}: KV cache {engine.capacity_tokens:,} tokens "
+            f"[bold]SIMULATED[/bold] {dep.label}: KV cache {engine.capacity_tokens:,} tokens, "
+            f"prefix cache {engine.prefix_policy} "
             f"({memory_plan(dep, engine.cfg.memory_fraction).describe()}), "
             f"batch-1 decode step {dep.step_time(1, 1, 0, 0) * 1e3:.1f} ms; "
             f"http://{host}:{bound}/v1  (Ctrl-C to stop)"
@@ -227,6 +243,7 @@ def run(
     mtp: MtpOpt = None,
     mtp_acceptance: MtpAcceptanceOpt = None,
     memory_fraction: MemoryFractionOpt = None,
+    prefix_cache: PrefixCacheOpt = None,
     scenario: ScenarioOpt = None,
     request_rates: RequestRatesOpt = None,
     concurrency: ConcurrencyPointsOpt = None,
@@ -270,8 +287,9 @@ def run(
     )  # fmt: skip
     sc = resolve_scenario(scenario, overrides, "run", {"load": {"request_rate": 4}})
     options = serve_options(
-        max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance, memory_fraction
-    )
+        max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance,
+        memory_fraction, prefix_cache,
+    )  # fmt: skip
     deployment = dict(gpu=gpu, model=model, precision=precision, tp=tp, parallel=parallel)
     virtual = choose_executor(virtual={**deployment, "engine": engine_name, "options": options})
     try:
@@ -293,8 +311,9 @@ def run(
         base_dir=scenario.parent if scenario else None,
     )  # fmt: skip
     print_sweep_result(
-        result, sc, load_catalogue(), 1.0, title=f"SIMULATED (virtual time): run {result.run_id}"
-    )
+        result, sc, load_catalogue(), 1.0,
+        title=f"SIMULATED (virtual time): run {result.run_id}", served="simulated",
+    )  # fmt: skip
     requests = sum(p.summary.completed + p.summary.failed for p in result.points)
     console.print(f"{requests:,} requests simulated in {time.monotonic() - started:.1f} s. "
                   f"`tokenbench show {(result.run_id or '')[:8]}`")  # fmt: skip

@@ -163,9 +163,10 @@ def show_command(
             )
             # What the records cannot say again: the server's cache counters, the notes.
             stored = (lp.summary_json if lp else None) or info.summary_json or {}
-            server_cache = (stored.get("prompt_cache") or {}).get("server")
-            if server_cache:
-                summary.prompt_cache["server"] = server_cache
+            for source in ("intended", "server"):  # the trace's reuse, the server's counters
+                part = (stored.get("prompt_cache") or {}).get(source)
+                if part:
+                    summary.prompt_cache[source] = part
             summary.notes = list(stored.get("notes") or [])
             summary.spec_decode = dict(stored.get("spec_decode") or {})  # server counters
             title = (

@@ -326,7 +326,25 @@ def _stored_records(run_id: str | None, load_point: int, db: str | None) -> list
         return []
 
 
-def print_sweep_result(result, sc, catalogue, utilisation: float, title: str = "") -> None:
+def cache_line(cache: dict, served: str) -> str | None:
+    """'intended 73.4% (the trace, infinite cache), simulated 63.1%, server counters -'."""
+    parts = [
+        f"{name} {part['share']:.1%}{why}"
+        for key, name, why in (
+            ("intended", "intended", " (the trace, infinite cache)"),
+            ("usage", served, ""),
+            ("server", "server counters", ""),
+        )
+        if (part := cache.get(key)) and part.get("share") is not None
+    ]
+    return ", ".join(parts) if parts else None
+
+
+def print_sweep_result(
+    result, sc, catalogue, utilisation: float, title: str = "", served: str = "served"
+) -> None:
+    """The sweep's table, knee, SLO capacity and $/Mtok; `served` names what the responses'
+    cached tokens are ("simulated" for a virtual-time run)."""
     from bench.console import cost_rows_table, sweep_table
     from bench.cost import PriceCatalogueError, cost_table
     from bench.metrics import slo_text
@@ -334,6 +352,9 @@ def print_sweep_result(result, sc, catalogue, utilisation: float, title: str = "
     gpus = sc.gpu.count
     title = title or f"Sweep: {sc.name} (run {result.run_id})"
     console.print(sweep_table(result.points, gpus=gpus, title=title))
+    for k, point in enumerate(result.points):
+        if line := cache_line(point.summary.prompt_cache, served):
+            console.print(f"Prompt cache, point {k + 1} ({point.spec.title}): {line}")
     if result.stopped_early:
         console.print(f"[yellow]{result.stopped_early}[/]")
     if result.knee is not None:

@@ -118,7 +118,8 @@ def render_html(report: Report) -> str:
     items = report.caveats or ["None found."]
     body.append('<ul id="caveats">' + "".join(f"<li>{escape(c)}</li>" for c in items) + "</ul>")
     body.append("<h2>Appendix</h2>")
-    for table in (report.percentiles, report.cost, report.runs_table, report.energy):
+    for table in (report.percentiles, report.cost, report.runs_table, report.energy,
+                  report.prompt_cache):  # fmt: skip
         body.append(table_html(table))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

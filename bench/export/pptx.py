@@ -728,6 +728,9 @@ def write_pptx(report: Report, out: Path) -> Path:
     if report.energy.rows:
         table_slides(prs, report, report.energy, title="Appendix: energy per output token",
                      max_pt=13)  # fmt: skip
+    if report.prompt_cache.rows:
+        table_slides(prs, report, report.prompt_cache, title="Appendix: prompt cache hit "
+                     "rates, intended, simulated and measured", max_pt=12)  # fmt: skip
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     prs.save(str(out))

@@ -193,6 +193,9 @@ class Report:
             note=r.verdict if r else None,
         )
 
+    # Prompt tokens served from cache per load point: intended, simulated or measured, counters
+    prompt_cache: Table = field(default_factory=lambda: _prompt_cache_table([]))
+
     @property
     def plan_table(self) -> Table:
         """The buying answer per system (GPUs, nodes, cheapest tier, $/month): the answer
@@ -215,6 +218,7 @@ class Report:
             self.cost,
             self.percentiles,
             self.load_points,
+            self.prompt_cache,
             self.prices,
             self.energy,
             self.runs_table,
@@ -588,6 +592,39 @@ def _load_point_table(curves, slo) -> Table:
                 ]
             )
     return Table("load_points", "Raw load points", headers, rows)
+
+
+def _prompt_cache_table(curves) -> Table:
+    """Intended, simulated and measured prefix-cache hit rates side by side (issue 29)."""
+    headers = [
+        "Run id", "Run", "GPU", "Measured or simulated", "Load point", "Title",
+        "Intended (trace, infinite cache)", "Served from cache (responses)",
+        "Server counters", "Cached prompt tokens", "Prompt tokens",
+    ]  # fmt: skip
+    rows: list[list[Cell]] = []
+    for curve in curves:
+        for p in curve.points:
+            if not p.prompt_cache:
+                continue
+            usage = p.prompt_cache.get("usage") or {}
+            rows.append([
+                curve.run_id, curve.legend, curve.gpu_type or "", _provenance(curve),
+                Num(p.load_point + 1, 0), p.title,
+                *(Num(None if (v := p.cache_share(k)) is None else v * 100, 1, suffix="%")
+                  for k in ("intended", "usage", "server")),
+                Num(usage.get("cached_tokens"), 0), Num(usage.get("prompt_tokens"), 0),
+            ])  # fmt: skip
+    return Table(
+        "prompt_cache",
+        "Prompt cache: intended, simulated and measured hit rates",
+        headers,
+        rows,
+        note="Share of prompt tokens served from the prefix cache. Intended: what the "
+        "replayed trace implies with a cache that keeps every block. Responses: "
+        "usage.prompt_tokens_details.cached_tokens, the simulator's own cache on simulated "
+        "runs, the server's on measured ones. Server counters: its /metrics.",
+        empty_text="No run reported prompt-cache figures.",
+    )
 
 
 def _prices_table(curves, catalogue: Catalogue) -> Table:
@@ -1184,6 +1221,7 @@ def build_report(
         cost=_cost_table(comparisons, utilisation),
         percentiles=_percentile_table(curves, thresholds),
         load_points=_load_point_table(curves, thresholds),
+        prompt_cache=_prompt_cache_table(curves),
         prices=_prices_table(curves, catalogue),
         energy=_energy_table(comparisons, db, catalogue),
         runs_table=_runs_table(facts),

@@ -4,8 +4,10 @@ Each call to `Engine.step()` is one engine iteration: it schedules work (running
 then running prefill chunks, then admissions from the FCFS waiting queue, within max_num_seqs
 and max_num_batched_tokens), allocates KV blocks of `block_size` tokens, preempts the newest
 running sequence by recompute when the cache is full, and returns what the iteration did and
-how long it takes by the roofline (bench.sim.roofline). The engine holds no clock: a driver
-adds requests and advances time by each step's duration, either in virtual time
+how long it takes by the roofline (bench.sim.roofline). An admitted sequence starts from the
+prefix its engine's cache holds (bench.sim.prefix_cache: cached tokens are not prefilled, and
+cached blocks live in the same KV pool, evicted as allocations need them). The engine holds
+no clock: a driver adds requests and advances time by each step's duration, either in virtual time
 (bench.sim.virtual) or on the wall clock (bench.sim.server). Same inputs, same outputs.
 
 Decoding sequences are accounted for lazily: a sequence that decodes from step s0 emits one
@@ -19,9 +21,10 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from bench.sim.profiles import engine_defaults
+from bench.sim.prefix_cache import Hit, make_cache, policy_for
+from bench.sim.profiles import engine_defaults, engine_family
 from bench.sim.roofline import Deployment
 
 WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
@@ -38,6 +41,7 @@ class ServeOptions:
     mtp: int | None = None  # draft tokens per step
     mtp_acceptance: float | None = None
     memory_fraction: float | None = None
+    prefix_cache: str | None = None  # a policy (bench.sim.prefix_cache) or "off"
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class EngineConfig:
     block_size: int
     memory_fraction: float | None
     watermark: float
+    prefix_cache: str | None = None  # None: the engine's own policy (prefix_cache.yaml)
 
     @classmethod
     def default(cls, engine: str = "vllm", **overrides: float | int | None) -> EngineConfig:
@@ -84,6 +89,10 @@ class Seq:
         "dec_out",
         "preemptions",
         "tag",
+        "keys",
+        "shared",
+        "refs",
+        "cached_tokens",
     )
 
     def __init__(self, rid: int, prompt_len: int, max_tokens: int, order: int, tag: object) -> None:
@@ -102,6 +111,10 @@ class Seq:
         self.dec_out = 0
         self.preemptions = 0
         self.tag = tag  # the driver's own handle (a stream, a record builder)
+        self.keys: list[int] = []  # the prompt's block keys (bench.sim.prefix_cache)
+        self.shared = 0  # engine blocks it holds through the prefix cache (not its own)
+        self.refs: list = []  # the cache's nodes it holds (or its llama.cpp slot)
+        self.cached_tokens = -1  # prompt tokens the cache served at first admission
 
     def out_at(self, step: int) -> int:
         """Output tokens emitted by the end of step-1 (i.e. before step `step` runs)."""
@@ -163,6 +176,11 @@ class Engine:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.max_model_len = dep.model.context
+        policy = policy_for(engine_family(dep.engine), self.cfg.prefix_cache)
+        self.prefix_policy = policy
+        self.cache = make_cache(policy, bs, self.cfg.max_num_seqs)
+        self.cache_queries = 0  # prompt tokens looked up (vllm:prefix_cache_queries)
+        self.cache_hits = 0  # of which served from the cache (vllm:prefix_cache_hits)
 
     def knobs(self) -> dict[str, float | int | str]:
         """The engine's effective settings, per engine instance, to store beside its results."""
@@ -174,12 +192,21 @@ class Engine:
             "kv_capacity_tokens": self.capacity_tokens,
             "mtp_tokens": int(dep.eff.mtp_tokens),
             "mtp_acceptance": dep.eff.mtp_acceptance,
+            "prefix_cache": self.prefix_policy,
         }
 
     # -- driver API -------------------------------------------------------------------------
 
-    def add_request(self, rid: int, prompt_len: int, max_tokens: int, tag: object = None) -> Seq:
-        """Queue a request. prompt_len >= 1 and max_tokens >= 1 tokens."""
+    def add_request(
+        self,
+        rid: int,
+        prompt_len: int,
+        max_tokens: int,
+        tag: object = None,
+        keys: list[int] | None = None,
+    ) -> Seq:
+        """Queue a request. prompt_len >= 1 and max_tokens >= 1 tokens. keys: the prompt's
+        block keys at the cache's granularity (`self.cache.keys(tokens)`); none: no reuse."""
         if prompt_len < 1 or max_tokens < 1:
             raise ValueError("prompt_len and max_tokens must be at least 1")
         if prompt_len + max_tokens > self.max_model_len:
@@ -194,6 +221,7 @@ class Engine:
                 f"({self.capacity_tokens} tokens)"
             )
         seq = Seq(rid, prompt_len, max_tokens, self._order, tag)
+        seq.keys = keys or []
         self._order += 1
         self.waiting.append(seq)
         return seq
@@ -248,21 +276,27 @@ class Engine:
                 budget -= n
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             seq = self.waiting[0]
-            n = min(seq.target, budget)
-            need = self._blocks_for(n)
+            hit = self._lookup(seq)
+            cached = hit.tokens if hit else 0
+            shared = hit.shared if hit else 0
+            n = min(seq.target - cached, budget)
+            need = self._blocks_for(cached + n) - shared
+            revive = hit.revive if hit else 0
             window = self._window_blocks(seq.prompt_len + seq.max_tokens)
-            if self.free_blocks - need - window < self.watermark_blocks:
+            if self.free_blocks - need - revive - window < self.watermark_blocks:
                 break
             self.waiting.popleft()
             seq.status = RUNNING
-            seq.computed = 0
+            seq.computed = cached
+            if hit:
+                self._acquire(seq, hit)
             seq.blocks, seq.window_blocks = need, window
-            self.free_blocks -= need + window
+            self._take(need + window)
             self.running[seq.id] = seq
             self.prefilling[seq.id] = seq
             chunks.append((seq, n))
             n_pf += n
-            pf_ctx += n * n / 2
+            pf_ctx += n * (cached + n / 2)
             budget -= n
         if list_decoding:
             res.decoding = self.decoding()
@@ -281,6 +315,49 @@ class Engine:
         """Blocks a running sequence's sliding-window layers hold (reserved at admission for
         the window it will reach: prompt + max_tokens, capped at the window)."""
         return self._blocks_for(self.dep.window_kv_tokens(seq_tokens))
+
+    # -- prefix cache hooks (bench.sim.prefix_cache) ------------------------------------------
+
+    def _take(self, n: int) -> None:
+        """Allocate n free blocks; cached free blocks are evicted as the free ones run out."""
+        self.free_blocks -= n
+        if self.cache is not None and self.cache.pooled:
+            self.cache.evict_to(self.free_blocks)
+
+    def _lookup(self, seq: Seq) -> Hit | None:
+        if self.cache is None:
+            return None
+        return self.cache.lookup(seq.keys, seq.prompt_len, seq.target)
+
+    def _acquire(self, seq: Seq, hit: Hit) -> None:
+        """The admitted sequence takes the cached prefix: those tokens are not computed."""
+        self.cache.acquire(hit)
+        self.free_blocks -= hit.revive
+        seq.refs, seq.shared = list(hit.nodes) if self.cache.pooled else [hit.nodes[0]], hit.shared
+        if seq.cached_tokens < 0:  # counted once per request, as vLLM's usage reports it
+            seq.cached_tokens = hit.tokens
+            self.cache_queries += seq.prompt_len
+            self.cache_hits += hit.tokens
+
+    def _register(self, seq: Seq) -> None:
+        """Full prompt blocks computed so far enter the cache, held by this sequence."""
+        cache = self.cache
+        full = min(min(seq.computed, seq.prompt_len) // cache.block_tokens, len(seq.keys))
+        for i in range(len(seq.refs), full):
+            node = cache.register(seq.keys[i], seq.refs[-1] if seq.refs else None)
+            if node is None:
+                break
+            seq.refs.append(node)
+            seq.blocks -= cache.unit
+            seq.shared += cache.unit
+
+    def _release(self, seq: Seq) -> None:
+        if self.cache.pooled:
+            self.free_blocks += self.cache.release(seq.refs)
+        elif seq.refs:
+            kept = min(seq.computed, seq.prompt_len)
+            self.cache.finish(seq.refs[0], seq.keys[:kept], seq.computed)
+        seq.refs, seq.shared = [], 0
 
     def _preempt_newest(self, step: int, res: StepResult) -> Seq:
         victim = next(reversed(self.running.values()))
@@ -306,6 +383,8 @@ class Engine:
         self.prefilling.pop(seq.id, None)
         self.free_blocks += seq.blocks + seq.window_blocks
         seq.blocks = seq.window_blocks = 0
+        if self.cache is not None:
+            self._release(seq)
 
     def _allocate_decode_blocks(self, s: int, res: StepResult) -> None:
         """Decoding sequences whose next token starts a new block get one, preempting if full."""
@@ -315,14 +394,14 @@ class Engine:
         for seq in due:
             if seq.status != RUNNING or seq.dec_step < 0:
                 continue  # preempted since this was scheduled
-            if seq.blocks * self.cfg.block_size > seq.computed_at(s):
+            if (seq.blocks + seq.shared) * self.cfg.block_size > seq.computed_at(s):
                 continue  # stale entry: the slot this step writes is already allocated
             while self.free_blocks < 1:
                 if self._preempt_newest(s, res) is seq:
                     break
             if seq.status != RUNNING:
                 continue
-            self.free_blocks -= 1
+            self._take(1)
             seq.blocks += 1
             self._block_due.setdefault(s + self.cfg.block_size, []).append(seq)
 
@@ -331,13 +410,13 @@ class Engine:
     ) -> int:
         """Next prefill chunk of a running sequence, allocating its blocks (may preempt)."""
         n = min(seq.target - seq.computed, budget)
-        need = self._blocks_for(seq.computed + n) - seq.blocks
+        need = self._blocks_for(seq.computed + n) - seq.blocks - seq.shared
         while need > self.free_blocks and allow_preempt:
             if self._preempt_newest(s, res) is seq:
                 return 0
         if need > self.free_blocks:
             return 0
-        self.free_blocks -= need
+        self._take(need)
         seq.blocks += need
         return n
 
@@ -348,6 +427,8 @@ class Engine:
         self.decode_ctx += ran_decoding
         for seq, n in chunks:
             seq.computed += n
+            if self.cache is not None and self.cache.pooled and seq.keys:
+                self._register(seq)
             if seq.computed < seq.target:
                 continue
             # prefill done: the step samples a token
@@ -383,6 +464,7 @@ def engine_for(
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     memory_fraction: float | None = None,
+    prefix_cache: str | None = None,
 ) -> Engine:
     """The engine `sim run`, `sim serve` and the validation all build for a deployment.
 
@@ -396,4 +478,6 @@ def engine_for(
         max_num_batched_tokens=(max_num_batched_tokens or d.max_num_batched_tokens) * dep.dp,
         memory_fraction=memory_fraction,
     )
+    if prefix_cache is not None:
+        cfg = replace(cfg, prefix_cache=prefix_cache)
     return Engine(dep, cfg)

@@ -12,7 +12,9 @@ with vLLM's metric names plus tokenbench_sim_* lateness gauges), GET /health.
 
 Token counts: there is no tokenizer. A prompt's length is the number of whitespace-separated
 words in its text (for chat: in all message contents, no template tokens), or the length of a
-token-id list. The model has no EOS: every request generates exactly max_tokens (or
+token-id list. The prefix cache (bench.sim.prefix_cache) matches prompts by those tokens, so
+any client's repeated prefixes are found; responses report what it served in
+usage.prompt_tokens_details.cached_tokens and /metrics counts it in vLLM's names. The model has no EOS: every request generates exactly max_tokens (or
 max_completion_tokens) tokens, as with ignore_eos; min_tokens is therefore always met. Chat
 requests without a limit get `default_max_tokens`. Every response says it is simulated.
 """
@@ -60,6 +62,7 @@ class Job:
     prompt_tokens: int
     max_tokens: int
     model: str
+    keys: list[int] | None = None  # the prompt's block keys for the prefix cache
     chunk: bytes = b""  # pre-encoded per-token HTTP chunk
     emitted: int = 0
     seq: Seq | None = None
@@ -74,30 +77,36 @@ def _sse(obj: dict) -> bytes:
     return _chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
 
 
-def count_prompt_tokens(body: dict, chat: bool) -> int:
-    """Words of the prompt text, or the length of a token-id list (see the module docstring)."""
+def prompt_tokens(body: dict, chat: bool) -> list:
+    """The prompt's tokens as the simulator counts them: the words of its text (for chat: of
+    every message's content, in order), or its token ids. The prefix cache matches these."""
     if chat:
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not msgs:
             raise BadRequest("'messages' must be a non-empty list")
-        words = 0
+        words: list[str] = []
         for m in msgs:
             content = m.get("content") if isinstance(m, dict) else None
             if isinstance(content, str):
-                words += len(content.split())
+                words += content.split()
             elif isinstance(content, list):
                 for part in content:
                     if isinstance(part, dict) and isinstance(part.get("text"), str):
-                        words += len(part["text"].split())
-        return max(words, 1)
+                        words += part["text"].split()
+        return words
     prompt = body.get("prompt")
     if isinstance(prompt, str):
-        return max(len(prompt.split()), 1)
+        return prompt.split()
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        return len(prompt)
+        return prompt
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        return max(len(prompt[0].split()), 1)
+        return prompt[0].split()
     raise BadRequest("'prompt' must be a string, a one-string list or a list of token ids")
+
+
+def count_prompt_tokens(body: dict, chat: bool) -> int:
+    """Words of the prompt text, or the length of a token-id list (see the module docstring)."""
+    return max(len(prompt_tokens(body, chat)), 1)
 
 
 class SimServer:
@@ -154,7 +163,9 @@ class SimServer:
                 await self._task
 
     def submit(self, job: Job) -> None:
-        job.seq = self.engine.add_request(self.next_id, job.prompt_tokens, job.max_tokens, job)
+        job.seq = self.engine.add_request(
+            self.next_id, job.prompt_tokens, job.max_tokens, job, keys=job.keys
+        )
         self.next_id += 1
         self.wake.set()
 
@@ -265,11 +276,14 @@ class SimServer:
         return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
 
     def _usage(self, job: Job) -> dict:
-        return {
+        usage = {
             "prompt_tokens": job.prompt_tokens,
             "completion_tokens": job.emitted,
             "total_tokens": job.prompt_tokens + job.emitted,
         }
+        if job.seq is not None and job.seq.cached_tokens >= 0:  # the prefix cache is on
+            usage["prompt_tokens_details"] = {"cached_tokens": job.seq.cached_tokens}
+        return usage
 
     def token_chunk(self, job: Job) -> bytes:
         return _sse({**self._base(job), "choices": [self._choice(job, TOKEN_TEXT, None)]})
@@ -330,6 +344,12 @@ class SimServer:
             "# HELP vllm:num_preemptions_total Cumulative number of preemptions (simulated).",
             "# TYPE vllm:num_preemptions_total counter",
             f"vllm:num_preemptions_total{lab} {e.num_preemptions}",
+            "# HELP vllm:prefix_cache_queries_total Prompt tokens looked up in the prefix cache (simulated).",
+            "# TYPE vllm:prefix_cache_queries_total counter",
+            f"vllm:prefix_cache_queries_total{lab} {e.cache_queries}",
+            "# HELP vllm:prefix_cache_hits_total Prompt tokens served from the prefix cache (simulated).",
+            "# TYPE vllm:prefix_cache_hits_total counter",
+            f"vllm:prefix_cache_hits_total{lab} {e.cache_hits}",
             "# HELP tokenbench_sim_emission_lateness_seconds Worst |emission - simulated time| in the last step.",
             "# TYPE tokenbench_sim_emission_lateness_seconds gauge",
             f"tokenbench_sim_emission_lateness_seconds{lab} {self.last_lateness_s:.6f}",
@@ -513,7 +533,8 @@ class HTTPProtocol(asyncio.Protocol):
             raise BadRequest("body must be a JSON object")
         if body.get("n", 1) != 1:
             raise BadRequest("only n=1 is supported by the simulator")
-        prompt = count_prompt_tokens(body, chat)
+        tokens = prompt_tokens(body, chat)
+        prompt = max(len(tokens), 1)
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
         if limit is None:
             limit = sim.default_max_tokens if chat else 16
@@ -533,6 +554,7 @@ class HTTPProtocol(asyncio.Protocol):
             prompt_tokens=prompt,
             max_tokens=limit,
             model=str(body.get("model") or sim.model_name),
+            keys=sim.engine.cache.keys(tokens) if sim.engine.cache is not None else None,
         )
         sim.submit(job)  # may raise ValueError before anything is written
         self.job = job

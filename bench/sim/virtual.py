@@ -27,6 +27,7 @@ from bench.records import (
     RequestRecord,
 )
 from bench.sim.engine import Engine, ServeOptions, engine_for
+from bench.sim.prefix_cache import trace_block_keys
 from bench.sim.roofline import Deployment
 
 VIRTUAL_URL = "http://sim.virtual"  # a plan's target in virtual time; nothing calls it
@@ -36,10 +37,11 @@ MAX_STEPS = 50_000_000  # engine steps a virtual run may take before it is calle
 class _Track:
     """Per-request bookkeeping: emission step ranges."""
 
-    __slots__ = ("done", "index", "segments", "start")
+    __slots__ = ("cached", "done", "index", "segments", "start")
 
     def __init__(self, index: int) -> None:
         self.index = index
+        self.cached: int | None = None  # prompt tokens the prefix cache served
         self.segments: list[tuple[int, int]] = []
         self.start = -1
         self.done = False  # its last token was emitted (False: the run was stopped first)
@@ -59,6 +61,7 @@ def build_engine(
     mtp: bool | int | None = None,
     mtp_acceptance: float | None = None,
     memory_fraction: float | None = None,
+    prefix_cache: str | None = None,
 ) -> Engine:
     """An engine for a deployment, with the engine's own defaults for anything not given.
 
@@ -74,7 +77,7 @@ def build_engine(
         gpu, model, precision, tp, kv_precision, dp=dp, ep=ep, engine=engine, mtp=mtp,
         **acceptance,
     )  # fmt: skip
-    return engine_for(dep, max_num_seqs, max_num_batched_tokens, memory_fraction)
+    return engine_for(dep, max_num_seqs, max_num_batched_tokens, memory_fraction, prefix_cache)
 
 
 def run_virtual(
@@ -83,18 +86,48 @@ def run_virtual(
     load_point: int = 0,
     max_steps: int = MAX_STEPS,
     stop: threading.Event | None = None,
+    keys: list[list[int]] | None = None,
 ) -> list[RequestRecord]:
     """Simulate (send offset s, input tokens, output tokens) requests; one record per request
     sent. Setting `stop` ends the run at the next engine step: requests in flight then are
-    recorded cancelled, as a stopped HTTP run records them."""
+    recorded cancelled, as a stopped HTTP run records them. keys: each prompt's block keys
+    for the prefix cache (plan_keys); None: prompts share nothing."""
     reqs = np.asarray(list(requests), dtype=float).reshape(-1, 3)
     lengths = reqs[:, 1:].astype(np.int64)
     arrivals = [(float(off), k) for k, off in enumerate(reqs[:, 0])]
-    return _records(_drive(engine, lengths, arrivals, max_steps, stop=stop), lengths, load_point)
+    trace = _drive(engine, lengths, arrivals, max_steps, stop=stop, keys=keys)
+    return _records(trace, lengths, load_point)
+
+
+def plan_keys(engine: Engine, plan) -> list[list[int]] | None:
+    """Each request's prompt block keys at the engine's cache granularity, from the prompt
+    as the client would send it (bench.sim.prefix_cache): a block-hashed trace's keys come
+    from its ids (equal ids are identical text); other prompts are rendered and their words
+    hashed, words being the simulator's tokens. None when the cache is off or the workload
+    cannot repeat a prompt block (random prompts without a shared prefix)."""
+    cache, wl = engine.cache, plan.workload
+    if cache is None:
+        return None
+    if wl.blocks is not None:
+        bp = wl.blocks
+        return [
+            trace_block_keys(bp.hash_ids[s.index], s.input_len, bp.block_size, cache.block_tokens)
+            for s in plan.specs
+        ]
+    if wl.dataset is None and wl.prefix_ratio <= 0 and wl.turns <= 1:
+        return None
+    out = []
+    for spec in plan.specs:
+        prompt, messages = wl.render(spec)
+        if isinstance(prompt, str) and plan.endpoint.endswith("chat/completions"):
+            prompt = " ".join(str(m.get("content", "")) for m in messages)
+        tokens = prompt.split() if isinstance(prompt, str) else prompt
+        out.append(cache.keys(tokens[: spec.input_len]))
+    return out
 
 
 def _closed(
-    engine, lengths, users, think_time_s, ramp_up_s, duration_s, max_steps, stop=None
+    engine, lengths, users, think_time_s, ramp_up_s, duration_s, max_steps, stop=None, keys=None
 ) -> _Trace:
     """A closed loop of `users` in virtual time: each user sends the next of the (input,
     output) `lengths` the moment its last request ends (plus think time), as the HTTP
@@ -111,7 +144,7 @@ def _closed(
         upcoming[0] += 1
         return at, k
 
-    return _drive(engine, lengths, first, max_steps, then, stop)
+    return _drive(engine, lengths, first, max_steps, then, stop, keys)
 
 
 @dataclass
@@ -137,6 +170,7 @@ def _drive(
     max_steps: int,
     then: Callable[[float], tuple[float, int] | None] | None = None,
     stop: threading.Event | None = None,
+    keys: list[list[int]] | None = None,
 ) -> _Trace:
     """The event loop of virtual time. `lengths` is (input, output) per request; `arrivals`
     (time s, request) are sent when due; `then(t)`, called when a request ends at t, may
@@ -164,7 +198,10 @@ def _drive(
             at, k = heapq.heappop(arrivals)
             trace.sent_s[k] = at
             try:
-                seq = engine.add_request(k, int(lengths[k, 0]), int(lengths[k, 1]), tag=_Track(k))
+                seq = engine.add_request(
+                    k, int(lengths[k, 0]), int(lengths[k, 1]), tag=_Track(k),
+                    keys=keys[k] if keys is not None else None,
+                )  # fmt: skip
                 trace.tracks[k] = seq.tag
             except ValueError as exc:
                 trace.refused[k] = str(exc)
@@ -181,6 +218,8 @@ def _drive(
             tr.start = -1
         for seq in res.first_tokens:
             seq.tag.start = s
+            if seq.tag.cached is None and seq.cached_tokens >= 0:
+                seq.tag.cached = seq.cached_tokens
         for seq in res.finished:
             tr = seq.tag
             tr.segments.append((tr.start, s + 1))
@@ -237,6 +276,7 @@ def _records(trace: _Trace, lengths: np.ndarray, load_point: int) -> list[Reques
         records.append(
             RequestRecord(
                 **request,
+                cached_prompt_tokens=trace.tracks[k].cached,
                 first_byte_ns=int(chunks[0]),
                 first_token_ns=int(chunks[0]),
                 end_ns=int(chunks[-1]),
@@ -308,7 +348,7 @@ class VirtualExecutor:
             self.gpu, self.model, self.precision, self.tp, o.max_num_seqs,
             o.max_num_batched_tokens, o.kv_precision, parallel=self.parallel,
             engine=self.engine, mtp=o.mtp, mtp_acceptance=o.mtp_acceptance,
-            memory_fraction=o.memory_fraction,
+            memory_fraction=o.memory_fraction, prefix_cache=o.prefix_cache,
         )  # fmt: skip
 
     def adopt(self, scenario):
@@ -335,17 +375,20 @@ class VirtualExecutor:
         records: list[RequestRecord] = []
         if stop is None or not stop.is_set():
             lengths = np.array([(s.input_len, s.output_len) for s in plan.specs], np.int64)
+            engine = self.build()
+            keys = plan_keys(engine, plan)
             if plan.offsets_s is None:
                 lengths = lengths.reshape(-1, 2)
                 trace = _closed(
-                    self.build(), lengths, plan.concurrency or 1, plan.think_time_s,
-                    plan.ramp_up_s, plan.duration_s, MAX_STEPS, stop,
+                    engine, lengths, plan.concurrency or 1, plan.think_time_s,
+                    plan.ramp_up_s, plan.duration_s, MAX_STEPS, stop, keys,
                 )  # fmt: skip
                 records = _records(trace, lengths, plan.load_point)
             else:
                 records = run_virtual(
-                    self.build(), virtual_requests(plan), load_point=plan.load_point, stop=stop
-                )
+                    engine, virtual_requests(plan), load_point=plan.load_point, stop=stop,
+                    keys=keys,
+                )  # fmt: skip
         for rec in records:
             sink(rec)
         if on_tick is not None:

@@ -34,13 +34,28 @@ from bench.cli.options import (
     SweepFailOnOpt,
     WarmupOpt,
 )
+from bench.cli.sim_calibrate import ProfileOpt, apply_profile
 from bench.console import Table, console, err_console
 
 # The simulated deployment, as `sim serve` and `sim run` both take it, and its default.
 SIM_GPU, SIM_MODEL, SIM_PRECISION, SIM_ENGINE = "B200", "llama-3.3-70b", "fp8", "vllm"
-SimGpuOpt = Annotated[str, typer.Option("--gpu", help="GPU profile or alias (see `sim gpus`)")]
-SimModelOpt = Annotated[str, typer.Option("--model", help="model profile (see `sim models`)")]
-PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16, fp8, fp4 (nvfp4), mxfp4")]
+SIM_DEFAULTS = (SIM_GPU, SIM_MODEL, SIM_PRECISION, SIM_ENGINE)
+SimGpuOpt = Annotated[
+    str | None,
+    typer.Option("--gpu", help=f"GPU profile or alias (see `sim gpus`); default {SIM_GPU}"),
+]
+SimModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model", help=f"model profile (see `sim models`) or config.json; default {SIM_MODEL}"
+    ),
+]
+PrecisionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--precision", help=f"bf16, fp8, fp4 (nvfp4), mxfp4, fp32; default {SIM_PRECISION}"
+    ),
+]
 TpOpt = Annotated[int, typer.Option("--tp", help="tensor-parallel degree (= GPUs)")]
 ParallelOpt = Annotated[
     str | None,
@@ -50,11 +65,11 @@ ParallelOpt = Annotated[
     ),
 ]
 EngineOpt = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--engine",
         help="serving engine whose scheduler defaults, memory arithmetic and efficiency to "
-        "use: vllm, sglang, trtllm",
+        f"use: vllm, sglang, trtllm; default {SIM_ENGINE}",
     ),
 ]
 # The engine knobs (None = the engine's own default, bench/sim/profiles/engines.yaml); limits
@@ -152,12 +167,13 @@ def serve_options(
 
 
 def serve(
-    gpu: SimGpuOpt = SIM_GPU,
-    model: SimModelOpt = SIM_MODEL,
-    precision: PrecisionOpt = SIM_PRECISION,
+    gpu: SimGpuOpt = None,
+    model: SimModelOpt = None,
+    precision: PrecisionOpt = None,
     tp: TpOpt = 1,
     parallel: ParallelOpt = None,
-    engine_name: EngineOpt = SIM_ENGINE,
+    engine_name: EngineOpt = None,
+    profile: ProfileOpt = None,
     host: str = typer.Option("127.0.0.1", help="address to bind"),
     port: int = typer.Option(8100, help="port to bind"),
     max_num_seqs: MaxNumSeqsOpt = None,
@@ -177,13 +193,19 @@ def serve(
     from bench.sim.virtual import VirtualExecutor
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    _, d = apply_profile(
+        profile, gpu, model, precision, engine_name, max_num_seqs, max_num_batched_tokens,
+        SIM_DEFAULTS,
+    )  # fmt: skip
     options = serve_options(
-        max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance, memory_fraction
-    )
+        d["max_num_seqs"], d["max_num_batched_tokens"], kv_precision, mtp, mtp_acceptance,
+        memory_fraction,
+    )  # fmt: skip
     try:  # the engine `sim run` and the validation build, from the same options
         engine = VirtualExecutor(
-            gpu, model, precision, tp, parallel=parallel, engine=engine_name, options=options
-        ).build()
+            d["gpu"], d["model"], d["precision"], tp, parallel=parallel, engine=d["engine"],
+            options=options,
+        ).build()  # fmt: skip
     except (ProfileError, ValueError) as exc:
         err_console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc
@@ -211,12 +233,13 @@ def serve(
 
 
 def run(
-    gpu: SimGpuOpt = SIM_GPU,
-    model: SimModelOpt = SIM_MODEL,
-    precision: PrecisionOpt = SIM_PRECISION,
+    gpu: SimGpuOpt = None,
+    model: SimModelOpt = None,
+    precision: PrecisionOpt = None,
     tp: TpOpt = 1,
     parallel: ParallelOpt = None,
-    engine_name: EngineOpt = SIM_ENGINE,
+    engine_name: EngineOpt = None,
+    profile: ProfileOpt = None,
     max_num_seqs: MaxNumSeqsOpt = None,
     max_num_batched_tokens: MaxBatchedTokensOpt = None,
     kv_precision: KvPrecisionOpt = None,
@@ -259,11 +282,18 @@ def run(
         random_output_len=random_output_len, seed=seed, label=label,
     )  # fmt: skip
     sc = resolve_scenario(scenario, overrides, "run", {"load": {"request_rate": 4}})
+    prof, d = apply_profile(
+        profile, gpu, model, precision, engine_name, max_num_seqs, max_num_batched_tokens,
+        SIM_DEFAULTS,
+    )  # fmt: skip
     options = serve_options(
-        max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance, memory_fraction
+        d["max_num_seqs"], d["max_num_batched_tokens"], kv_precision, mtp, mtp_acceptance,
+        memory_fraction,
+    )  # fmt: skip
+    deployment = dict(
+        gpu=d["gpu"], model=d["model"], precision=d["precision"], tp=tp, parallel=parallel
     )
-    deployment = dict(gpu=gpu, model=model, precision=precision, tp=tp, parallel=parallel)
-    virtual = choose_executor(virtual={**deployment, "engine": engine_name, "options": options})
+    virtual = choose_executor(virtual={**deployment, "engine": d["engine"], "options": options})
     try:
         sc = virtual.adopt(sc)
     except (ProfileError, ValueError) as exc:

@@ -421,3 +421,12 @@ def run_closed_loop(
         "total_tps": float(out_tps * (1 + float(np.mean(prompts[c:])) / osl)),
         "tpot_s": float(np.median(tpots)),
     }
+
+
+def replay_closed(
+    engine: Engine, lengths: np.ndarray, users: int, max_steps: int = MAX_STEPS
+) -> list[RequestRecord]:
+    """(input, output) `lengths` sent in order by a closed loop of `users` with no think time,
+    as a measured closed-loop point sent them (the calibration replays stored points)."""
+    lengths = np.asarray(lengths, np.int64).reshape(-1, 2)
+    return _records(_closed(engine, lengths, users, 0.0, 0.0, None, max_steps), lengths, 0)

@@ -55,7 +55,8 @@ DIFF_STEP = 0.1
 PINNED_FACTOR = 1.5
 PROBE_FACTOR = 1.5  # the identifiability probe moves each parameter x/÷ this
 FLAT_SHARE = 0.05  # a direction whose slope is under 5% of the steepest one is flat
-SIGMA_FLOOR = 0.02  # residual scale never taken below 2% (a perfect fit is not a certainty)
+SIGMA_FLOOR = 0.05  # residual scale never below 5%: a percentile of a few dozen requests is
+# measured no closer than that, so a fit closer than 5% is not more certain
 
 # A CPU's ranges. efficiency.yaml's are for GPU kernels with CUDA graphs; on a CPU the same
 # quantities are fractions of what the host measured (bench.sim.device_profile: a stream

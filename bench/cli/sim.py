@@ -318,7 +318,58 @@ def run(
     requests = sum(p.summary.completed + p.summary.failed for p in result.points)
     console.print(f"{requests:,} requests simulated in {time.monotonic() - started:.1f} s. "
                   f"`tokenbench show {(result.run_id or '')[:8]}`")  # fmt: skip
-    conclude_sweep(result, sc, db, gates, summary_json)
+    sim_error = print_error_bars(result, virtual, prof)
+    conclude_sweep(result, sc, db, gates, summary_json, sim_error)
+
+
+def print_error_bars(result, virtual, profile) -> dict:
+    """Each simulated point's figures with their expected error and its utilisation of the
+    deployment's saturation rate (bench.sim.error_bars); returns what the JSON carries."""
+    from bench.sim.error_bars import (
+        FIGURES,
+        NEAR_SATURATION,
+        expected_errors,
+        point_error_bars,
+        saturation_rate,
+    )
+
+    dep = virtual.build().dep
+    errors, basis = expected_errors(dep.gpu.name, dep.model.name, profile)
+    done = [p for p in result.points if p.summary.completed]
+    sat = None
+    if done:
+        isl = sum(p.summary.total_input_tokens for p in done) / sum(
+            p.summary.completed for p in done
+        )
+        osl = sum(p.summary.total_output_tokens for p in done) / sum(
+            p.summary.completed for p in done
+        )
+        sat = saturation_rate(virtual.build(), isl, osl)
+    table = Table(title=f"Expected error of the simulated figures ({basis})")
+    table.add_column("#")
+    table.add_column("load")
+    for label, _, q in FIGURES:
+        table.add_column(f"{label} ±{errors[q]:.0%}" if q in errors else label)
+    table.add_column("utilisation")
+    points = {}
+    for p in result.points:
+        offered = p.spec.value if p.spec.kind == "rate" else None
+        bars = point_error_bars(p.summary, errors, sat, offered)
+        points[p.index] = bars
+        cells = [f"{bars[q]['value']:,.1f}" if q in bars else "-" for _, _, q in FIGURES]
+        util = bars["utilisation"]
+        flag = " [yellow]near saturation[/yellow]" if bars["near_saturation"] else ""
+        table.add_row(str(p.index + 1), p.spec.title, *cells,
+                      f"{util:.0%}{flag}" if util is not None else "-")  # fmt: skip
+    console.print(table)
+    if any(b["near_saturation"] for b in points.values()):
+        console.print(
+            f"[yellow]near saturation[/yellow] (at {NEAR_SATURATION:.0%} or more of the "
+            f"simulated maximum of {sat:.3g} req/s): latency there moves by far more than the "
+            "stated error for a few per cent of load"
+        )
+    return {"basis": basis, "expected_error": errors, "saturation_requests_per_s": sat,
+            "near_saturation_at": NEAR_SATURATION, "points": points}  # fmt: skip
 
 
 def gpus() -> None:

@@ -145,8 +145,11 @@ def print_profile(prof: Any) -> None:
     for r in prof.residuals:
         cells = [f"{e:+.1%}" if (e := r.error(q)) is not None else "-" for q in QUANTITY_NAMES]
         res.add_row(r.run_id[:8], r.load, *cells)
-    err = prof.expected_error()
-    res.add_row("mean |error|", "", *[f"{err[q]:.1%}" if q in err else "-" for q in QUANTITY_NAMES])
+    mean = []
+    for q in QUANTITY_NAMES:
+        errs = [abs(e) for r in prof.residuals if (e := r.error(q)) is not None]
+        mean.append(f"{sum(errs) / len(errs):.1%}" if errs else "-")
+    res.add_row("mean |error|", "", *mean)
     console.print(res)
     loose = prof.unpinned()
     if loose:

@@ -320,14 +320,14 @@ class CalibrationProfile:
         return self.device.model_copy(update={"efficiency": eff})
 
     def expected_error(self) -> dict[str, float]:
-        """Per quantity, the mean |simulated / measured - 1| over the fitted points: the error
-        a prediction on this profile states (an in-sample figure: the real-server test checks
-        how it holds on loads and settings the fit did not see)."""
+        """Per quantity, the mean |simulated / measured - 1| over the fitted points, at least
+        SIGMA_FLOOR: the error a prediction on this profile states (an in-sample figure: the
+        real-server test checks how it holds on loads and settings the fit did not see)."""
         out = {}
         for q in QUANTITY_NAMES:
             errs = [abs(e) for r in self.residuals if (e := r.error(q)) is not None]
             if errs:
-                out[q] = float(np.mean(errs))
+                out[q] = max(float(np.mean(errs)), SIGMA_FLOOR)
         return out
 
     def unpinned(self) -> list[ParamFit]:

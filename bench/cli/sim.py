@@ -293,7 +293,20 @@ def run(
     deployment = dict(
         gpu=d["gpu"], model=d["model"], precision=d["precision"], tp=tp, parallel=parallel
     )
-    virtual = choose_executor(virtual={**deployment, "engine": d["engine"], "options": options})
+    calibration = None
+    if prof is not None:
+        from bench.sim.error_bars import expected_errors
+
+        errors, basis = expected_errors(None, None, prof)
+        calibration = {"profile": str(profile), "expected_error": errors, "basis": basis}
+    virtual = choose_executor(
+        virtual={
+            **deployment,
+            "engine": d["engine"],
+            "options": options,
+            "calibration": calibration,
+        }
+    )
     try:
         sc = virtual.adopt(sc)
     except (ProfileError, ValueError) as exc:

@@ -131,7 +131,7 @@ def print_profile(prof: Any) -> None:
     for col in ("parameter", "value", "physical range", "x/÷ (1 s.e.)", "pinned down"):
         par.add_column(col)
     for p in prof.params:
-        spread = f"{p.spread:.3g}" if p.spread < 1e6 else "unbounded"
+        spread = f"{p.spread:.3g}" if p.spread < p.high / p.low else "whole range"
         par.add_row(
             p.name, f"{p.value:.4g}", f"{p.low:g} - {p.high:g}", spread,
             "yes" if p.pinned else f"no: {p.why_not_pinned()}",

@@ -276,6 +276,8 @@ class ParamFit:
             return f"on its {side} bound: the data push it past its physical range"
         if not math.isfinite(self.spread):
             return "the data do not move the figures with it"
+        if self.spread >= self.high / self.low:
+            return "the data leave it anywhere in its range"
         return f"the data leave it free within x/÷{self.spread:.2g}"
 
 

@@ -301,6 +301,9 @@ class VirtualExecutor:
     parallel: str | None = None
     engine: str = "vllm"
     options: ServeOptions = ServeOptions()
+    # a calibration profile's source and expected errors (bench.sim.user_calibration), stored
+    # with the run so a verdict on it widens by the profile's error, not the category's
+    calibration: dict | None = None
 
     def build(self) -> Engine:
         o = self.options
@@ -370,6 +373,7 @@ class VirtualExecutor:
             "engine": self.engine,
             "clock": "virtual",
             **engine.knobs(),
+            **({"calibration": self.calibration} if self.calibration else {}),
         }
         return StoredAs(
             sim=hw, endpoint="sim://virtual", backend="sim", scrapes=False, exact_lengths=True

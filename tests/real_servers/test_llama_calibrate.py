@@ -1,0 +1,143 @@
+"""The calibration loop on a real engine: measure llama-server at a few loads, calibrate the
+simulator on this host's CPU (`sim device`, `sim calibrate`), predict loads and a --parallel
+setting it was not fitted on, and compare with real runs there (issue 26).
+
+The loads are fractions of the saturation rate measured first (a closed loop with every slot
+busy), so the test means the same on a fast or a slow machine. Predictions replay each
+held-out run's own requests (send times, prompt and output lengths) on the calibrated device
+in virtual time: the simulator's scheduling, batching and queueing against the engine's. The
+error per quantity is printed (pytest -s shows it) and held to the issue's targets below
+saturation: medians within 15%, p99 within 30%.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.sim.user_calibration import (
+    QUANTITY_NAMES,
+    build_engine,
+    load_profile,
+    observed_points,
+    replay,
+)
+from bench.store import list_runs
+from tests.real_servers import tiny_llama
+from tests.real_servers.llama_server import LlamaServer, start_llama_server, unavailable
+
+PARALLEL, OTHER_PARALLEL = 4, 2
+IN, OUT, N = 96, 32, 36  # prompt tokens, output tokens, requests per point
+FIT_LOADS = (0.3, 0.65)  # of the saturation rate, beside the saturated closed loop
+HELD_LOADS = (0.5, 0.8)
+MEDIAN_TARGET, P99_TARGET = 0.15, 0.30
+BELOW_SATURATION = 0.9  # points at more than this utilisation are reported, not held to targets
+
+
+def tokenbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", *args], capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def _measure(server: LlamaServer, db: str, label: str, *load: str) -> str:
+    """One stored run (a point or a sweep) against the server; its run id."""
+    tokenbench(
+        "sweep", "--base-url", server.url, "--model", server.model_name, *load,
+        "--num-prompts", str(N), "--random-input-len", str(IN), "--random-output-len", str(OUT),
+        "--ignore-eos", "--seed", "1", "--label", label, "--db", db,
+    )  # fmt: skip
+    return next(r.id for r in list_runs(db) if r.label == label)
+
+
+def _config(tmp: Path) -> Path:
+    """The tiny model's shape as a Hugging Face config.json (the simulator's --model)."""
+    path = tmp / "tiny-llama" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({
+        "_name_or_path": "tiny-llama", "num_hidden_layers": tiny_llama.N_LAYER,
+        "hidden_size": tiny_llama.N_EMBD, "num_attention_heads": tiny_llama.N_HEAD,
+        "num_key_value_heads": tiny_llama.N_HEAD_KV, "intermediate_size": tiny_llama.N_FF,
+        "vocab_size": 32000, "max_position_embeddings": tiny_llama.N_CTX_TRAIN,
+    }))  # fmt: skip
+    return path
+
+
+def _saturation(db: str, run_id: str) -> float:
+    pts, _ = observed_points(run_id, db)
+    return pts[0].measured["output_tps"] / OUT
+
+
+def test_calibrate_on_llama_server_and_predict_unseen_loads(tmp_path: Path):
+    pytest.importorskip("scipy")
+    db = f"sqlite:///{tmp_path / 'tb.db'}"
+    servers: list[LlamaServer] = []
+    try:
+        try:
+            server = start_llama_server(tmp_path, parallel=PARALLEL)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            unavailable(str(exc))
+        servers.append(server)
+        sat_run = _measure(server, db, "saturated", "--concurrency", str(PARALLEL))
+        sat = _saturation(db, sat_run)
+        rates = lambda fs: ",".join(f"{f * sat:.3g}" for f in fs)  # noqa: E731
+        fit_run = _measure(server, db, "fit", "--request-rates", rates(FIT_LOADS))
+        held_run = _measure(server, db, "held", "--request-rates", rates(HELD_LOADS))
+        server.stop()
+        other = start_llama_server(tmp_path, parallel=OTHER_PARALLEL)
+        servers.append(other)
+        other_sat = _measure(other, db, "other-saturated", "--concurrency", str(OTHER_PARALLEL))
+        other_rate = 0.6 * _saturation(db, other_sat)
+        other_run = _measure(other, db, "other", "--request-rates", f"{other_rate:.3g}")
+    finally:
+        for s in servers:
+            s.stop()
+
+    device = tmp_path / "cpu.yaml"
+    tokenbench("sim", "device", "--out", str(device), "--threads", "1")
+    profile = tmp_path / "llama-cpu.yaml"
+    out = tokenbench(
+        "sim", "calibrate", sat_run, fit_run, "--out", str(profile), "--db", db,
+        "--device", str(device), "--model", str(_config(tmp_path)), "--precision", "fp32",
+        "--engine", "vllm", "--max-num-seqs", str(PARALLEL), "--max-num-batched-tokens", "2048",
+    ).stdout  # fmt: skip
+    print(out)
+    prof = load_profile(profile)
+    dev = prof.calibrated_device()
+
+    rows = []  # (setting, load, utilisation, {quantity: error})
+    for run, parallel, sat_rps in ((held_run, PARALLEL, sat), (other_sat, OTHER_PARALLEL, None),
+                                   (other_run, OTHER_PARALLEL, other_rate / 0.6)):  # fmt: skip
+        settings = prof.settings.__class__(**{**prof.settings.as_dict(), "max_num_seqs": parallel})
+        for point in observed_points(run, db)[0]:
+            pred = replay(point, build_engine(dev, settings, {}))
+            errs = {q: pred[q] / point.measured[q] - 1 for q in QUANTITY_NAMES if q in pred}
+            rps = point.measured["output_tps"] / OUT
+            util = rps / sat_rps if sat_rps else 1.0
+            rows.append((f"--parallel {parallel}", point.load, util, errs))
+    print("\nheld-out predictions: simulated / measured - 1")
+    print(f"{'setting':13} {'load':18} {'util':>5} " + " ".join(f"{q:>10}" for q in QUANTITY_NAMES))
+    for setting, load, util, errs in rows:
+        cells = " ".join(f"{errs[q]:>+10.1%}" if q in errs else f"{'-':>10}" for q in QUANTITY_NAMES)
+        print(f"{setting:13} {load:18} {util:>5.0%} {cells}")
+
+    # the CLI predicts with the profile too (another load, another batch limit)
+    tokenbench(
+        "sim", "run", "--profile", str(profile), "--max-num-seqs", str(OTHER_PARALLEL),
+        "--request-rates", f"{other_rate:.3g}", "--num-prompts", str(N), "--random-input-len",
+        str(IN), "--random-output-len", str(OUT), "--db", db,
+    )  # fmt: skip
+
+    below = [(s, load, e) for s, load, u, e in rows if u < BELOW_SATURATION]
+    assert below, rows
+    for setting, load, errs in below:
+        for q in ("ttft_p50", "tpot_p50", "output_tps"):
+            assert abs(errs[q]) <= MEDIAN_TARGET, (setting, load, q, errs)
+        for q in ("ttft_p99", "tpot_p99"):
+            assert abs(errs[q]) <= P99_TARGET, (setting, load, q, errs)

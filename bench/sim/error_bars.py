@@ -62,7 +62,8 @@ def point_error_bars(
             v = None
         e = errors.get(q)
         if v is not None and e is not None:
-            out[q] = {"value": v, "expected_error": e, "low": v * (1 - e), "high": v * (1 + e)}
+            # x/÷ (1 + e): a 200% error never makes a latency negative
+            out[q] = {"value": v, "expected_error": e, "low": v / (1 + e), "high": v * (1 + e)}
     load = max(summary.requests_per_s, offered_rps or 0.0)
     util = load / sat_rps if sat_rps else None
     out["utilisation"] = util

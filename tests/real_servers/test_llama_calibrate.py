@@ -124,7 +124,9 @@ def test_calibrate_on_llama_server_and_predict_unseen_loads(tmp_path: Path):
     print("\nheld-out predictions: simulated / measured - 1")
     print(f"{'setting':13} {'load':18} {'util':>5} " + " ".join(f"{q:>10}" for q in QUANTITY_NAMES))
     for setting, load, util, errs in rows:
-        cells = " ".join(f"{errs[q]:>+10.1%}" if q in errs else f"{'-':>10}" for q in QUANTITY_NAMES)
+        cells = " ".join(
+            f"{errs[q]:>+10.1%}" if q in errs else f"{'-':>10}" for q in QUANTITY_NAMES
+        )
         print(f"{setting:13} {load:18} {util:>5.0%} {cells}")
 
     # the CLI predicts with the profile too (another load, another batch limit)

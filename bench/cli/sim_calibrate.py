@@ -56,11 +56,15 @@ def calibrate_command(
     model: Annotated[
         str | None, typer.Option("--model", help="model profile or config.json path")
     ] = None,
-    precision: Annotated[str | None, typer.Option("--precision")] = None,
+    precision: Annotated[
+        str | None, typer.Option("--precision", help="bf16, fp8, fp4, fp32 (a CPU's F32 GGUF)")
+    ] = None,
     engine: Annotated[
         str | None, typer.Option("--engine", help="scheduler model: vllm, sglang, trtllm")
     ] = None,
-    tp: Annotated[int | None, typer.Option("--tp")] = None,
+    tp: Annotated[
+        int | None, typer.Option("--tp", help="tensor-parallel degree it ran with")
+    ] = None,
     max_num_seqs: Annotated[
         int | None,
         typer.Option("--max-num-seqs", help="sequences at once (llama-server --parallel)"),

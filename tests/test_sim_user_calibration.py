@@ -145,3 +145,37 @@ def test_calibrate_from_a_stored_run_and_scipy_missing(tmp_path: Path, monkeypat
     prof = load_profile(prof_path)  # model, engine and limits came from the stored run
     assert prof.settings.model == "llama-3.1-8b" and prof.settings.max_num_seqs == 16
     assert prof.device.name == "H100-SXM" and prof.runs[0]["id"] == run_id
+
+
+def test_sim_run_puts_an_error_bar_on_every_figure_and_flags_saturation(fitted, tmp_path):
+    """Without a profile: the category's held-out error; with one: the profile's own per
+    quantity; a point offered more than the deployment can serve is flagged."""
+    import json
+
+    from bench.sim.profiles.accuracy import expected_error
+
+    db, out = str(tmp_path / "t.db"), tmp_path / "s.json"
+    common = ["--num-prompts", "24", "--random-input-len", "300", "--random-output-len", "40"]
+    res = _cli(
+        "sim", "run", "--gpu", "H100", "--model", "llama-3.1-8b", "--max-num-seqs", "16",
+        "--request-rates", "2,inf", *common, "--db", db, "--summary-json", str(out),
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "Expected error of the simulated figures" in res.output
+    doc = json.loads(out.read_text())
+    err, basis = expected_error("H100", "llama-3.1-8b")
+    assert doc["simulation_error"]["basis"] == basis
+    low, high = doc["points"]
+    ttft = low["expected_error"]["ttft_p50"]
+    assert ttft["expected_error"] == err
+    assert ttft["low"] < ttft["value"] < ttft["high"] == pytest.approx(ttft["value"] * (1 + err))
+    assert not low["expected_error"]["near_saturation"]
+    assert high["expected_error"]["near_saturation"] and "near saturation" in res.output
+
+    profile = write_profile(fitted, tmp_path / "p.yaml")
+    res = _cli("sim", "run", "--profile", str(profile), "--request-rates", "2", *common,
+               "--db", db, "--summary-json", str(out))  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["simulation_error"]["expected_error"] == pytest.approx(fitted.expected_error())
+    assert "calibration profile" in doc["simulation_error"]["basis"]

@@ -179,3 +179,45 @@ def test_sim_run_puts_an_error_bar_on_every_figure_and_flags_saturation(fitted, 
     doc = json.loads(out.read_text())
     assert doc["simulation_error"]["expected_error"] == pytest.approx(fitted.expected_error())
     assert "calibration profile" in doc["simulation_error"]["basis"]
+
+
+def test_a_cpu_device_given_or_measured_simulates_a_cpu_engine(tmp_path: Path):
+    """`sim device` writes a catalogue-layout device; a tiny F32 model on it calibrates
+    within the CPU ranges (not the GPU ones)."""
+    import json
+
+    from bench.hardware import ProfileError
+    from bench.sim.device_profile import load_device
+    from bench.sim.user_calibration import CPU_BOUNDS
+
+    path = tmp_path / "cpu.yaml"
+    res = _cli("sim", "device", "--out", str(path), "--bandwidth-gbs", "10", "--gflops", "20")
+    assert res.exit_code == 0, res.output
+    dev = load_device(path)
+    assert dev.vendor == "cpu" and dev.hbm_bw_bytes_s == 1e10 and dev.peak_flops("bf16") == 2e10
+    with pytest.raises(ProfileError, match="no such device file"):
+        load_device(tmp_path / "none.yaml")
+    with pytest.raises(ProfileError, match="no device 'other'"):
+        load_device(path, "other")
+    cfg = tmp_path / "tiny" / "config.json"
+    cfg.parent.mkdir()
+    cfg.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 128,
+                               "num_attention_heads": 4, "num_key_value_heads": 2,
+                               "intermediate_size": 256, "vocab_size": 32000}))  # fmt: skip
+    settings = Settings(model=str(cfg), precision="fp32", max_num_seqs=4,
+                        max_num_batched_tokens=2048)  # fmt: skip
+    truth = {"mbu": 0.5, "mfu": 0.3, "mfu_prefill_ratio": 1.5, "kv_bw_ratio": 0.8,
+             "t_fix_s": 2e-3, "t_tok_s": 1e-4}  # fmt: skip
+    points = []
+    for i, rate in enumerate((5.0, 20.0)):
+        rng = np.random.default_rng(i)
+        req = np.column_stack([np.cumsum(rng.exponential(1 / rate, 20)),
+                               np.full(20, 96), np.full(20, 32)]).astype(float)  # fmt: skip
+        p = ObservedPoint("run", i, f"rate {rate:g}/s", req, {})
+        p.measured = replay(p, build_engine(dev, settings, efficiency_values(truth, "cpu")))
+        points.append(p)
+    prof = calibrate(points, dev, settings, max_nfev=15)
+    for p in prof.params:
+        lo, hi, _ = CPU_BOUNDS[p.name]
+        assert (p.low, p.high) == (lo, hi) and lo <= p.value <= hi
+    assert max(abs(r.error("tpot_p50")) for r in prof.residuals) < 0.1

@@ -221,3 +221,18 @@ def test_a_cpu_device_given_or_measured_simulates_a_cpu_engine(tmp_path: Path):
         lo, hi, _ = CPU_BOUNDS[p.name]
         assert (p.low, p.high) == (lo, hi) and lo <= p.value <= hi
     assert max(abs(r.error("tpot_p50")) for r in prof.residuals) < 0.1
+
+
+def test_held_out_error_is_stated_and_kept_in_the_file(tmp_path: Path):
+    from bench.sim.user_calibration import leave_one_point_out, mean_errors
+
+    points = [_point(r, TRUTH, n=20, seed=i) for i, r in enumerate((4, 12, 24))]
+    prof = calibrate(points, DEVICE, SETTINGS, max_nfev=8)
+    held = leave_one_point_out(prof, points, max_nfev=8)
+    assert [h.load for h in held] == [p.load for p in points]
+    stated, off = prof.expected_error(), mean_errors(held)
+    assert all(stated[q] >= off[q] for q in off)
+    back = load_profile(write_profile(prof, tmp_path / "p.yaml"))
+    assert back.expected_error() == pytest.approx(stated, rel=5e-3)  # 4 digits in the file
+    with pytest.raises(ValueError, match="3 load points"):
+        leave_one_point_out(prof, points[:2])

@@ -73,6 +73,14 @@ def calibrate_command(
         int | None,
         typer.Option("--max-num-batched-tokens", help="tokens per step (llama-server -b)"),
     ] = None,
+    held_out: Annotated[
+        bool,
+        typer.Option(
+            "--held-out",
+            help="also predict each load point from a fit without it (one more fit per point): "
+            "the error on loads the fit did not see, which the profile then states",
+        ),
+    ] = False,
     db: DbOption = None,
 ) -> None:
     """Fit the simulator's free efficiency parameters (bandwidth and compute efficiency,
@@ -83,6 +91,7 @@ def calibrate_command(
     from bench.sim.user_calibration import (
         Settings,
         calibrate,
+        leave_one_point_out,
         observed_points,
         settings_from_run,
         write_profile,
@@ -120,6 +129,9 @@ def calibrate_command(
             f"{settings.engine} on {len(points)} load points of {len(infos)} run(s) ..."
         )
         prof = calibrate(points, dev, settings, run_meta)
+        if held_out:
+            console.print(f"predicting each of the {len(points)} points from a fit without it ...")
+            leave_one_point_out(prof, points)
     except (ProfileError, ValueError) as exc:
         raise fail(str(exc)) from None
     print_profile(prof)
@@ -129,8 +141,6 @@ def calibrate_command(
 
 def print_profile(prof: Any) -> None:
     """The fitted values, how well each is pinned, and the residual per point and quantity."""
-    from bench.sim.user_calibration import QUANTITY_NAMES
-
     par = Table(title=f"Fitted parameters of {prof.device.name}")
     for col in ("parameter", "value", "physical range", "x/÷ (1 s.e.)", "pinned down"):
         par.add_column(col)
@@ -141,20 +151,9 @@ def print_profile(prof: Any) -> None:
             "yes" if p.pinned else f"no: {p.why_not_pinned()}",
         )  # fmt: skip
     console.print(par)
-    res = Table(title="Residuals: simulated / measured - 1")
-    res.add_column("run")
-    res.add_column("load")
-    for q in QUANTITY_NAMES:
-        res.add_column(q)
-    for r in prof.residuals:
-        cells = [f"{e:+.1%}" if (e := r.error(q)) is not None else "-" for q in QUANTITY_NAMES]
-        res.add_row(r.run_id[:8], r.load, *cells)
-    mean = []
-    for q in QUANTITY_NAMES:
-        errs = [abs(e) for r in prof.residuals if (e := r.error(q)) is not None]
-        mean.append(f"{sum(errs) / len(errs):.1%}" if errs else "-")
-    res.add_row("mean |error|", "", *mean)
-    console.print(res)
+    _residual_table("Residuals: simulated / measured - 1", prof.residuals)
+    if prof.held_out:
+        _residual_table("Held out: each point predicted by a fit without it", prof.held_out)
     loose = prof.unpinned()
     if loose:
         names = ", ".join(f"{p.name} ({p.why_not_pinned()})" for p in loose)
@@ -163,6 +162,24 @@ def print_profile(prof: Any) -> None:
         console.print(f"[yellow]flat direction:[/yellow] {f} trade off against each other")
     if not loose and not prof.flat:
         console.print("every parameter is pinned down by these runs")
+
+
+def _residual_table(title: str, residuals: list) -> None:
+    from bench.sim.user_calibration import QUANTITY_NAMES, mean_errors
+
+    res = Table(title=title)
+    res.add_column("run")
+    res.add_column("load")
+    for q in QUANTITY_NAMES:
+        res.add_column(q)
+    for r in residuals:
+        cells = [f"{e:+.1%}" if (e := r.error(q)) is not None else "-" for q in QUANTITY_NAMES]
+        res.add_row(r.run_id[:8], r.load, *cells)
+    mean = mean_errors(residuals)
+    res.add_row(
+        "mean |error|", "", *[f"{mean[q]:.1%}" if q in mean else "-" for q in QUANTITY_NAMES]
+    )
+    console.print(res)
 
 
 def device_command(

@@ -47,11 +47,14 @@ def tokenbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 
 def _measure(server: LlamaServer, db: str, label: str, *load: str) -> str:
-    """One stored run (a point or a sweep) against the server; its run id."""
+    """One stored run (a point or a sweep) against the server; its run id. Each run draws its
+    own prompts (its own seed): a prompt sent before would be answered from the server's
+    prompt cache, which the simulator is not asked to model here."""
+    seed = str(sum(map(ord, label)))
     tokenbench(
         "sweep", "--base-url", server.url, "--model", server.model_name, *load,
         "--num-prompts", str(N), "--random-input-len", str(IN), "--random-output-len", str(OUT),
-        "--ignore-eos", "--seed", "1", "--label", label, "--db", db,
+        "--ignore-eos", "--seed", seed, "--label", label, "--db", db,
     )  # fmt: skip
     return next(r.id for r in list_runs(db) if r.label == label)
 

@@ -89,9 +89,14 @@ def test_calibrate_on_llama_server_and_predict_unseen_loads(tmp_path: Path):
         servers.append(server)
         sat_run = _measure(server, db, "saturated", "--concurrency", str(PARALLEL))
         sat = _saturation(db, sat_run)
-        rates = lambda fs: ",".join(f"{f * sat:.3g}" for f in fs)  # noqa: E731
-        fit_run = _measure(server, db, "fit", "--request-rates", rates(FIT_LOADS))
-        held_run = _measure(server, db, "held", "--request-rates", rates(HELD_LOADS))
+        # one run per load: a sweep's points share their prompts (a cache hit on the next)
+        fit_runs = [
+            _measure(server, db, f"fit-{f}", "--request-rates", f"{f * sat:.3g}") for f in FIT_LOADS
+        ]
+        held_runs = [
+            _measure(server, db, f"held-{f}", "--request-rates", f"{f * sat:.3g}")
+            for f in HELD_LOADS
+        ]
         server.stop()
         other = start_llama_server(tmp_path, parallel=OTHER_PARALLEL)
         servers.append(other)
@@ -106,7 +111,7 @@ def test_calibrate_on_llama_server_and_predict_unseen_loads(tmp_path: Path):
     tokenbench("sim", "device", "--out", str(device), "--threads", "1")
     profile = tmp_path / "llama-cpu.yaml"
     out = tokenbench(
-        "sim", "calibrate", sat_run, fit_run, "--out", str(profile), "--db", db,
+        "sim", "calibrate", sat_run, *fit_runs, "--out", str(profile), "--db", db,
         "--device", str(device), "--model", str(_config(tmp_path)), "--precision", "fp32",
         "--engine", "vllm", "--max-num-seqs", str(PARALLEL), "--max-num-batched-tokens", "2048",
     ).stdout  # fmt: skip
@@ -115,8 +120,9 @@ def test_calibrate_on_llama_server_and_predict_unseen_loads(tmp_path: Path):
     dev = prof.calibrated_device()
 
     rows = []  # (setting, load, utilisation, {quantity: error})
-    for run, parallel, sat_rps in ((held_run, PARALLEL, sat), (other_sat, OTHER_PARALLEL, None),
-                                   (other_run, OTHER_PARALLEL, other_rate / 0.6)):  # fmt: skip
+    held = [(run, PARALLEL, sat) for run in held_runs]
+    held += [(other_sat, OTHER_PARALLEL, None), (other_run, OTHER_PARALLEL, other_rate / 0.6)]
+    for run, parallel, sat_rps in held:
         settings = prof.settings.__class__(**{**prof.settings.as_dict(), "max_num_seqs": parallel})
         for point in observed_points(run, db)[0]:
             pred = replay(point, build_engine(dev, settings, {}))

@@ -163,6 +163,9 @@ class RunCurve:
     points: list[CurvePoint] = field(default_factory=list)
     colour: str = "#1f77b4"
     shape: str | None = None  # the request shape it was measured with (scenario.workload_shape)
+    # a simulated run's own expected error and its basis (a calibration profile's), else None:
+    # the simulator's held-out error for its category applies
+    sim_error: tuple[float, str] | None = None
 
     @property
     def legend(self) -> str:
@@ -245,6 +248,9 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
     from bench.scenario import stored_shape
 
     curve.shape = stored_shape(run.scenario_text)
+    calibration = ((run.extra_json or {}).get("sim") or {}).get("calibration") or {}
+    if calibration.get("expected_error"):
+        curve.sim_error = (max(calibration["expected_error"].values()), calibration["basis"])
     lps = run.load_points or []
     for lp in lps:
         cols = load_columns(run.id, lp.load_point, db)
@@ -715,7 +721,7 @@ def capacity_at_slo(
     if sim_error is None and curve.simulated:
         from bench.sim.profiles.accuracy import expected_error
 
-        sim_error = expected_error(curve.gpu_type, curve.model)
+        sim_error = curve.sim_error or expected_error(curve.gpu_type, curve.model)
     low = high = None
     if known:
         low = min([value] + [lo for lo, _ in parts.values()])

@@ -386,6 +386,9 @@ class Sweep:
             from bench.sim.profiles.accuracy import expected_error
 
             err = expected_error(self.scenario.gpu.type, self.scenario.target.model)
+            cal = getattr(getattr(self.session, "executor", None), "calibration", None)
+            if cal and cal.get("expected_error"):  # a calibration profile's own error
+                err = (max(cal["expected_error"].values()), cal["basis"])
             return capacity_at_slo(curve, self.slo, err)
         return capacity_at_slo(curve, self.slo)
 

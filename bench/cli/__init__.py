@@ -26,6 +26,7 @@ from bench.cli import (
     run,
     serve,
     sim,
+    sim_calibrate,
     sim_tune,
     store,
     sweep,
@@ -99,6 +100,12 @@ sim_app.command("tune", short_help="The cheapest simulated configuration at an S
 )
 sim_app.command("gpus", short_help="GPU profiles and efficiency sources.")(sim.gpus)
 sim_app.command("models", short_help="Model profiles: weights and KV sizes.")(sim.models)
+sim_app.command("calibrate", short_help="Fit the simulator to measured runs.")(
+    sim_calibrate.calibrate_command
+)
+sim_app.command("device", short_help="Measure this host's CPU as a device.")(
+    sim_calibrate.device_command
+)
 app.add_typer(sim_app, name="sim", help="The simulated GPU endpoint (no GPU needed).")
 
 app.command("synth-trace", short_help="A synthetic multi-turn trace in Mooncake's format.")(

@@ -38,13 +38,28 @@ from bench.cli.options import (
     SweepFailOnOpt,
     WarmupOpt,
 )
+from bench.cli.sim_calibrate import ProfileOpt, apply_profile
 from bench.console import Table, console, err_console
 
 # The simulated deployment, as `sim serve` and `sim run` both take it, and its default.
 SIM_GPU, SIM_MODEL, SIM_PRECISION, SIM_ENGINE = "B200", "llama-3.3-70b", "fp8", "vllm"
-SimGpuOpt = Annotated[str, typer.Option("--gpu", help="GPU profile or alias (see `sim gpus`)")]
-SimModelOpt = Annotated[str, typer.Option("--model", help="model profile (see `sim models`)")]
-PrecisionOpt = Annotated[str, typer.Option("--precision", help="bf16, fp8, fp4 (nvfp4), mxfp4")]
+SIM_DEFAULTS = (SIM_GPU, SIM_MODEL, SIM_PRECISION, SIM_ENGINE)
+SimGpuOpt = Annotated[
+    str | None,
+    typer.Option("--gpu", help=f"GPU profile or alias (see `sim gpus`); default {SIM_GPU}"),
+]
+SimModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model", help=f"model profile (see `sim models`) or config.json; default {SIM_MODEL}"
+    ),
+]
+PrecisionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--precision", help=f"bf16, fp8, fp4 (nvfp4), mxfp4, fp32; default {SIM_PRECISION}"
+    ),
+]
 TpOpt = Annotated[int, typer.Option("--tp", help="tensor-parallel degree (= GPUs)")]
 ParallelOpt = Annotated[
     str | None,
@@ -54,11 +69,11 @@ ParallelOpt = Annotated[
     ),
 ]
 EngineOpt = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--engine",
         help="serving engine whose scheduler defaults, memory arithmetic and efficiency to "
-        "use: vllm, sglang, trtllm",
+        f"use: vllm, sglang, trtllm; default {SIM_ENGINE}",
     ),
 ]
 # The engine knobs (None = the engine's own default, bench/sim/profiles/engines.yaml); limits
@@ -169,12 +184,13 @@ def serve_options(
 
 
 def serve(
-    gpu: SimGpuOpt = SIM_GPU,
-    model: SimModelOpt = SIM_MODEL,
-    precision: PrecisionOpt = SIM_PRECISION,
+    gpu: SimGpuOpt = None,
+    model: SimModelOpt = None,
+    precision: PrecisionOpt = None,
     tp: TpOpt = 1,
     parallel: ParallelOpt = None,
-    engine_name: EngineOpt = SIM_ENGINE,
+    engine_name: EngineOpt = None,
+    profile: ProfileOpt = None,
     host: str = typer.Option("127.0.0.1", help="address to bind"),
     port: int = typer.Option(8100, help="port to bind"),
     max_num_seqs: MaxNumSeqsOpt = None,
@@ -195,14 +211,19 @@ def serve(
     from bench.sim.virtual import VirtualExecutor
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    _, d = apply_profile(
+        profile, gpu, model, precision, engine_name, max_num_seqs, max_num_batched_tokens,
+        SIM_DEFAULTS,
+    )  # fmt: skip
     options = serve_options(
-        max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance,
+        d["max_num_seqs"], d["max_num_batched_tokens"], kv_precision, mtp, mtp_acceptance,
         memory_fraction, prefix_cache,
     )  # fmt: skip
     try:  # the engine `sim run` and the validation build, from the same options
         engine = VirtualExecutor(
-            gpu, model, precision, tp, parallel=parallel, engine=engine_name, options=options
-        ).build()
+            d["gpu"], d["model"], d["precision"], tp, parallel=parallel, engine=d["engine"],
+            options=options,
+        ).build()  # fmt: skip
     except (ProfileError, ValueError) as exc:
         err_console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc
@@ -231,12 +252,13 @@ def serve(
 
 
 def run(
-    gpu: SimGpuOpt = SIM_GPU,
-    model: SimModelOpt = SIM_MODEL,
-    precision: PrecisionOpt = SIM_PRECISION,
+    gpu: SimGpuOpt = None,
+    model: SimModelOpt = None,
+    precision: PrecisionOpt = None,
     tp: TpOpt = 1,
     parallel: ParallelOpt = None,
-    engine_name: EngineOpt = SIM_ENGINE,
+    engine_name: EngineOpt = None,
+    profile: ProfileOpt = None,
     max_num_seqs: MaxNumSeqsOpt = None,
     max_num_batched_tokens: MaxBatchedTokensOpt = None,
     kv_precision: KvPrecisionOpt = None,
@@ -286,12 +308,31 @@ def run(
         ramp_up_start_rps=ramp_up_start_rps, ramp_up_end_rps=ramp_up_end_rps,
     )  # fmt: skip
     sc = resolve_scenario(scenario, overrides, "run", {"load": {"request_rate": 4}})
+    prof, d = apply_profile(
+        profile, gpu, model, precision, engine_name, max_num_seqs, max_num_batched_tokens,
+        SIM_DEFAULTS,
+    )  # fmt: skip
     options = serve_options(
-        max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance,
+        d["max_num_seqs"], d["max_num_batched_tokens"], kv_precision, mtp, mtp_acceptance,
         memory_fraction, prefix_cache,
     )  # fmt: skip
-    deployment = dict(gpu=gpu, model=model, precision=precision, tp=tp, parallel=parallel)
-    virtual = choose_executor(virtual={**deployment, "engine": engine_name, "options": options})
+    deployment = dict(
+        gpu=d["gpu"], model=d["model"], precision=d["precision"], tp=tp, parallel=parallel
+    )
+    calibration = None
+    if prof is not None:
+        from bench.sim.error_bars import expected_errors
+
+        errors, basis = expected_errors(None, None, prof)
+        calibration = {"profile": str(profile), "expected_error": errors, "basis": basis}
+    virtual = choose_executor(
+        virtual={
+            **deployment,
+            "engine": d["engine"],
+            "options": options,
+            "calibration": calibration,
+        }
+    )
     try:
         sc = virtual.adopt(sc)
     except (ProfileError, ValueError) as exc:
@@ -317,7 +358,58 @@ def run(
     requests = sum(p.summary.completed + p.summary.failed for p in result.points)
     console.print(f"{requests:,} requests simulated in {time.monotonic() - started:.1f} s. "
                   f"`tokenbench show {(result.run_id or '')[:8]}`")  # fmt: skip
-    conclude_sweep(result, sc, db, gates, summary_json)
+    sim_error = print_error_bars(result, virtual, prof)
+    conclude_sweep(result, sc, db, gates, summary_json, sim_error)
+
+
+def print_error_bars(result, virtual, profile) -> dict:
+    """Each simulated point's figures with their expected error and its utilisation of the
+    deployment's saturation rate (bench.sim.error_bars); returns what the JSON carries."""
+    from bench.sim.error_bars import (
+        FIGURES,
+        NEAR_SATURATION,
+        expected_errors,
+        point_error_bars,
+        saturation_rate,
+    )
+
+    dep = virtual.build().dep
+    errors, basis = expected_errors(dep.gpu.name, dep.model.name, profile)
+    done = [p for p in result.points if p.summary.completed]
+    sat = None
+    if done:
+        isl = sum(p.summary.total_input_tokens for p in done) / sum(
+            p.summary.completed for p in done
+        )
+        osl = sum(p.summary.total_output_tokens for p in done) / sum(
+            p.summary.completed for p in done
+        )
+        sat = saturation_rate(virtual.build(), isl, osl)
+    table = Table(title=f"Expected error of the simulated figures ({basis})")
+    table.add_column("#")
+    table.add_column("load")
+    for label, _, q in FIGURES:
+        table.add_column(f"{label} ±{errors[q]:.0%}" if q in errors else label)
+    table.add_column("utilisation")
+    points = {}
+    for p in result.points:
+        offered = p.spec.value if p.spec.kind == "rate" else None
+        bars = point_error_bars(p.summary, errors, sat, offered)
+        points[p.index] = bars
+        cells = [f"{bars[q]['value']:,.1f}" if q in bars else "-" for _, _, q in FIGURES]
+        util = bars["utilisation"]
+        flag = " [yellow]near saturation[/yellow]" if bars["near_saturation"] else ""
+        table.add_row(str(p.index + 1), p.spec.title, *cells,
+                      f"{util:.0%}{flag}" if util is not None else "-")  # fmt: skip
+    console.print(table)
+    if any(b["near_saturation"] for b in points.values()):
+        console.print(
+            f"[yellow]near saturation[/yellow] (at {NEAR_SATURATION:.0%} or more of the "
+            f"simulated maximum of {sat:.3g} req/s): latency there moves by far more than the "
+            "stated error for a few per cent of load"
+        )
+    return {"basis": basis, "expected_error": errors, "saturation_requests_per_s": sat,
+            "near_saturation_at": NEAR_SATURATION, "points": points}  # fmt: skip
 
 
 def gpus() -> None:

@@ -227,8 +227,11 @@ def measure_sweep(sc, plan, **kw):
         raise fail(str(exc)) from None
 
 
-def conclude_sweep(result, sc, db: str | None, gates, summary_json) -> None:
-    """--summary-json, the --fail-on verdict and the exit code of a finished sweep."""
+def conclude_sweep(
+    result, sc, db: str | None, gates, summary_json, sim_error: dict | None = None
+) -> None:
+    """--summary-json, the --fail-on verdict and the exit code of a finished sweep;
+    `sim_error` (a simulated sweep's expected errors, bench.sim.error_bars) goes in the JSON."""
     from bench.cli.run import failed_share_broken
     from bench.runner import interrupted_exit_code
 
@@ -242,7 +245,12 @@ def conclude_sweep(result, sc, db: str | None, gates, summary_json) -> None:
         sweep_gates(result, gates) if gates else failed_share_broken(failed, completed + failed)
     )
     if summary_json is not None:
-        write_json(summary_json, sweep_document(result, sc, db, broken))
+        doc = sweep_document(result, sc, db, broken)
+        if sim_error is not None:
+            doc["simulation_error"] = {k: v for k, v in sim_error.items() if k != "points"}
+            for point in doc["points"]:
+                point["expected_error"] = sim_error["points"].get(point["index"])
+        write_json(summary_json, doc)
     for line in broken:
         err_console.print(f"[bold red]FAIL[/] {line}", highlight=False, soft_wrap=True)
     if broken:

@@ -341,6 +341,9 @@ class VirtualExecutor:
     parallel: str | None = None
     engine: str = "vllm"
     options: ServeOptions = ServeOptions()
+    # a calibration profile's source and expected errors (bench.sim.user_calibration), stored
+    # with the run so a verdict on it widens by the profile's error, not the category's
+    calibration: dict | None = None
 
     def build(self) -> Engine:
         o = self.options
@@ -413,6 +416,7 @@ class VirtualExecutor:
             "engine": self.engine,
             "clock": "virtual",
             **engine.knobs(),
+            **({"calibration": self.calibration} if self.calibration else {}),
         }
         return StoredAs(
             sim=hw, endpoint="sim://virtual", backend="sim", scrapes=False, exact_lengths=True
@@ -464,3 +468,12 @@ def run_closed_loop(
         "total_tps": float(out_tps * (1 + float(np.mean(prompts[c:])) / osl)),
         "tpot_s": float(np.median(tpots)),
     }
+
+
+def replay_closed(
+    engine: Engine, lengths: np.ndarray, users: int, max_steps: int = MAX_STEPS
+) -> list[RequestRecord]:
+    """(input, output) `lengths` sent in order by a closed loop of `users` with no think time,
+    as a measured closed-loop point sent them (the calibration replays stored points)."""
+    lengths = np.asarray(lengths, np.int64).reshape(-1, 2)
+    return _records(_closed(engine, lengths, users, 0.0, 0.0, None, max_steps), lengths, 0)

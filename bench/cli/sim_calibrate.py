@@ -1,0 +1,247 @@
+"""`tokenbench sim calibrate` and `tokenbench sim device`: fit the simulator to a user's own
+measured runs, and measure this host's CPU as a device to simulate.
+
+Thin shells over bench.sim.user_calibration and bench.sim.device_profile; `sim run --profile`
+and `sim serve --profile` (bench/cli/sim.py) read what `calibrate` writes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from bench.cli.common import fail
+from bench.cli.options import DbOption
+from bench.console import Table, console
+
+DeviceOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--device",
+        help="device file in the hardware catalogue's layout (e.g. from `tokenbench sim "
+        "device`: this host's CPU); with several devices in it, --gpu picks one",
+    ),
+]
+ProfileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--profile",
+        help="calibration profile from `tokenbench sim calibrate`: its device and fitted "
+        "efficiency; model, precision, engine and limits default to what it was fitted on",
+    ),
+]
+
+
+def resolve_device(gpu: str | None, device: Path | None, fallback: str | None = None):
+    """The device: --device FILE (its entry --gpu, or its only one), else catalogue --gpu,
+    else `fallback` (a stored run's GPU)."""
+    from bench.sim.device_profile import load_device
+    from bench.sim.profiles import get_gpu
+
+    if device is not None:
+        return load_device(device, gpu)
+    name = gpu or fallback
+    if not name:
+        raise ValueError("the run does not say which device it ran on: give --gpu or --device")
+    return get_gpu(name)
+
+
+def calibrate_command(
+    runs: Annotated[list[str], typer.Argument(help="stored runs or sweeps (id or prefix)")],
+    out: Annotated[Path, typer.Option("--out", help="the profile file to write (YAML)")],
+    gpu: Annotated[str | None, typer.Option("--gpu", help="catalogue GPU (see `sim gpus`)")] = None,
+    device: DeviceOpt = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="model profile or config.json path")
+    ] = None,
+    precision: Annotated[
+        str | None, typer.Option("--precision", help="bf16, fp8, fp4, fp32 (a CPU's F32 GGUF)")
+    ] = None,
+    engine: Annotated[
+        str | None, typer.Option("--engine", help="scheduler model: vllm, sglang, trtllm")
+    ] = None,
+    tp: Annotated[
+        int | None, typer.Option("--tp", help="tensor-parallel degree it ran with")
+    ] = None,
+    max_num_seqs: Annotated[
+        int | None,
+        typer.Option("--max-num-seqs", help="sequences at once (llama-server --parallel)"),
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        int | None,
+        typer.Option("--max-num-batched-tokens", help="tokens per step (llama-server -b)"),
+    ] = None,
+    held_out: Annotated[
+        bool,
+        typer.Option(
+            "--held-out",
+            help="also predict each load point from a fit without it (one more fit per point): "
+            "the error on loads the fit did not see, which the profile then states",
+        ),
+    ] = False,
+    db: DbOption = None,
+) -> None:
+    """Fit the simulator's free efficiency parameters (bandwidth and compute efficiency,
+    per-step and per-token overheads, each within its physical range) to measured runs,
+    replaying their requests in virtual time; print the residuals and the parameters the
+    data could not pin down, and write the profile `sim run --profile` uses."""
+    from bench.sim.profiles import ProfileError
+    from bench.sim.user_calibration import (
+        Settings,
+        calibrate,
+        leave_one_point_out,
+        observed_points,
+        settings_from_run,
+        write_profile,
+    )
+    from bench.store import StoreError
+
+    points, stored, infos = [], {}, []
+    try:
+        for ref in runs:
+            pts, info = observed_points(ref, db)
+            if not pts:
+                raise fail(f"run {ref}: no load point with completed requests to calibrate on")
+            points += pts
+            infos.append(info)
+            for k, v in settings_from_run(info).items():
+                stored.setdefault(k, v)
+    except (StoreError, KeyError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    given = dict(model=model, precision=precision, engine=engine, tp=tp,
+                 max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)  # fmt: skip
+    chosen = {**stored, **{k: v for k, v in given.items() if v is not None}}
+    if not chosen.get("model"):
+        raise fail("the runs do not say which model they served: give --model (a profile name "
+                   "or a Hugging Face config.json)")  # fmt: skip
+    try:
+        dev = resolve_device(gpu, device, infos[0].gpu_type)
+        settings = Settings(**chosen)
+        run_meta = [
+            {"id": i.id, "label": i.label or i.name, "endpoint": i.endpoint,
+             "points": len(i.load_points)}
+            for i in infos
+        ]  # fmt: skip
+        console.print(
+            f"calibrating {dev.name} ({dev.vendor}) {settings.model} {settings.precision} "
+            f"{settings.engine} on {len(points)} load points of {len(infos)} run(s) ..."
+        )
+        prof = calibrate(points, dev, settings, run_meta)
+        if held_out:
+            console.print(f"predicting each of the {len(points)} points from a fit without it ...")
+            leave_one_point_out(prof, points)
+    except (ProfileError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    print_profile(prof)
+    write_profile(prof, out)
+    console.print(f"wrote {out}: use it with `tokenbench sim run --profile {out}`")
+
+
+def print_profile(prof: Any) -> None:
+    """The fitted values, how well each is pinned, and the residual per point and quantity."""
+    par = Table(title=f"Fitted parameters of {prof.device.name}")
+    for col in ("parameter", "value", "physical range", "x/÷ (1 s.e.)", "pinned down"):
+        par.add_column(col)
+    for p in prof.params:
+        spread = f"{p.spread:.3g}" if p.spread < p.high / p.low else "whole range"
+        par.add_row(
+            p.name, f"{p.value:.4g}", f"{p.low:g} - {p.high:g}", spread,
+            "yes" if p.pinned else f"no: {p.why_not_pinned()}",
+        )  # fmt: skip
+    console.print(par)
+    _residual_table("Residuals: simulated / measured - 1", prof.residuals)
+    if prof.held_out:
+        _residual_table("Held out: each point predicted by a fit without it", prof.held_out)
+    loose = prof.unpinned()
+    if loose:
+        names = ", ".join(f"{p.name} ({p.why_not_pinned()})" for p in loose)
+        console.print(f"[yellow]not pinned down by these runs:[/yellow] {names}")
+    for f in prof.flat:
+        console.print(f"[yellow]flat direction:[/yellow] {f} trade off against each other")
+    if not loose and not prof.flat:
+        console.print("every parameter is pinned down by these runs")
+
+
+def _residual_table(title: str, residuals: list) -> None:
+    from bench.sim.user_calibration import QUANTITY_NAMES, mean_errors
+
+    res = Table(title=title)
+    res.add_column("run")
+    res.add_column("load")
+    for q in QUANTITY_NAMES:
+        res.add_column(q)
+    for r in residuals:
+        cells = [f"{e:+.1%}" if (e := r.error(q)) is not None else "-" for q in QUANTITY_NAMES]
+        res.add_row(r.run_id[:8], r.load, *cells)
+    mean = mean_errors(residuals)
+    res.add_row(
+        "mean |error|", "", *[f"{mean[q]:.1%}" if q in mean else "-" for q in QUANTITY_NAMES]
+    )
+    console.print(res)
+
+
+def device_command(
+    out: Annotated[Path, typer.Option("--out", help="device file to write (YAML)")],
+    name: Annotated[str, typer.Option("--name", help="the device's name")] = "host-cpu",
+    threads: Annotated[
+        int, typer.Option("--threads", min=1, help="threads the engine uses (llama --threads)")
+    ] = 1,
+    bandwidth_gbs: Annotated[
+        float | None, typer.Option("--bandwidth-gbs", help="memory bandwidth, instead of measuring")
+    ] = None,
+    gflops: Annotated[
+        float | None, typer.Option("--gflops", help="FP32 GFLOP/s, instead of measuring")
+    ] = None,
+) -> None:
+    """Measure this host's CPU (memory bandwidth, FP32 matmul rate at --threads) and write it
+    as a device the simulator can run a CPU engine such as llama-server on."""
+    from bench.sim.device_profile import host_device, write_device
+    from bench.sim.profiles import ProfileError
+
+    try:
+        entry = host_device(name, threads, bandwidth_gbs, gflops)
+        write_device(out, name, entry)
+    except (RuntimeError, ProfileError, OSError) as exc:
+        raise fail(str(exc)) from None
+    console.print(f"{name}: {entry['source']}")
+    console.print(f"wrote {out}: use it with `tokenbench sim calibrate RUN --device {out} ...`")
+
+
+def apply_profile(
+    profile: Path | None,
+    gpu: str | None,
+    model: str | None,
+    precision: str | None,
+    engine: str | None,
+    max_num_seqs: int | None,
+    max_num_batched_tokens: int | None,
+    defaults: tuple[str, str, str, str],
+) -> tuple[Any, dict[str, Any]]:
+    """(the loaded profile or None, the deployment `sim run`/`sim serve` simulate): with a
+    profile, its calibrated device, and what it was fitted on for anything not given; without
+    one, the flags and then `defaults` (gpu, model, precision, engine)."""
+    if profile is None:
+        gpu_d, model_d, prec_d, eng_d = defaults
+        return None, dict(
+            gpu=gpu or gpu_d, model=model or model_d, precision=precision or prec_d,
+            engine=engine or eng_d, max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )  # fmt: skip
+    from bench.sim.profiles import ProfileError
+    from bench.sim.user_calibration import load_profile
+
+    if gpu is not None:
+        raise fail("give --profile or --gpu, not both: the profile is the device it describes")
+    try:
+        prof = load_profile(profile)
+    except ProfileError as exc:
+        raise fail(str(exc)) from None
+    on = prof.settings
+    return prof, dict(
+        gpu=prof.calibrated_device(), model=model or on.model,
+        precision=precision or on.precision, engine=engine or on.engine,
+        max_num_seqs=max_num_seqs or on.max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens or on.max_num_batched_tokens,
+    )  # fmt: skip

@@ -1,0 +1,623 @@
+"""Calibrate the simulator to a user's own measured runs, and predict with the result.
+
+A capacity planner can measure one deployment (their device, engine and model) and wants the
+others. `calibrate()` fits the few efficiency parameters the simulator's physics leaves free
+(bandwidth and compute efficiency, per-step and per-token overheads: efficiency.yaml's `fit`
+ranges on GPUs, CPU_BOUNDS on a CPU) to stored load points, by replaying each point's own
+requests (send offsets, prompt and output lengths) through the virtual-time engine
+(bench.sim.virtual), so batching and queueing are modelled, not only the roofline. The fit is
+least squares on log(simulated / measured) of TTFT and TPOT p50/p99 and output throughput,
+each parameter inside its physical range, with a weak pull toward its starting value.
+
+The result is a `CalibrationProfile`: the device with the fitted values as its own
+efficiency (GPUProfile.efficiency, which the simulator applies last), the runs it came from,
+the residuals per point and quantity, and which parameters the data could not pin down. It is
+written as YAML (`write_profile`) and read back (`load_profile`) with one-line errors naming
+the file and field, so `sim run --profile` and `sim serve --profile` predict other loads,
+batch limits, TP and workloads on the calibrated device.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from bench.hardware import GPUProfile, ProfileError
+from bench.records import RequestRecord
+
+SCHEMA_VERSION = 1
+PROFILE_KIND = "tokenbench calibration profile"
+# The quantities a load point is scored on: (name, metric, percentile or None, weight). p99 is
+# weighted half: a few dozen requests place it less surely than the median.
+QUANTITIES: tuple[tuple[str, str, float | None, float], ...] = (
+    ("ttft_p50", "ttft", 50.0, 1.0),
+    ("ttft_p99", "ttft", 99.0, 0.5),
+    ("tpot_p50", "tpot", 50.0, 1.0),
+    ("tpot_p99", "tpot", 99.0, 0.5),
+    ("output_tps", "output_tps", None, 1.0),
+)
+QUANTITY_NAMES = tuple(q[0] for q in QUANTITIES)
+# The efficiency parameters a user's runs are fitted on: efficiency.yaml's `fit` entries that
+# act on one device, engine and precision (fp4_mfu_ratio and amd_ratio only scale mfu and mbu
+# across devices, which a one-device fit has no use for).
+# On a GPU the per-step overhead is fitted per layer (t_layer_s: kernel boundaries replayed from
+# a CUDA graph; t_fix_s is fixed there); a CPU engine's is one host time per step (t_fix_s).
+FIT_NAMES = (
+    "mbu", "mfu", "mfu_prefill_ratio", "kv_bw_ratio", "t_fix_s", "t_layer_s", "t_tok_s",
+)  # fmt: skip
+MFU_PREFILL_MAX = 0.85  # bench.sim.calibration's cap on GPUs; a CPU's is its mfu bound
+PRIOR_WEIGHT = 0.05  # per parameter, on its normalised log position (as the published fit)
+FIT_NFEV = 200
+DIFF_STEP = 0.1
+# A parameter is "not pinned down" when the data leave it free to move by more than this
+# factor (one standard error, linearised at the optimum), or it sits on a bound.
+PINNED_FACTOR = 1.5
+PROBE_FACTOR = 1.5  # the identifiability probe moves each parameter x/÷ this
+FLAT_SHARE = 0.05  # a direction whose slope is under 5% of the steepest one is flat
+SIGMA_FLOOR = 0.05  # residual scale never below 5%: a percentile of a few dozen requests is
+# measured no closer than that, so a fit closer than 5% is not more certain
+
+# A CPU's ranges. efficiency.yaml's are for GPU kernels with CUDA graphs; on a CPU the same
+# quantities are fractions of what the host measured (bench.sim.device_profile: a stream
+# copy and a matrix product) and host overheads of an engine without CUDA graphs.
+CPU_BOUNDS: dict[str, tuple[float, float, str]] = {
+    "mbu": (0.1, 1.0, "fraction of the host's measured copy bandwidth that weight reads reach; "
+            "at most all of it, at least a tenth (single-threaded GEMV kernels)"),
+    "mfu": (0.02, 1.0, "fraction of the measured matrix-product peak that decode GEMMs reach"),
+    "mfu_prefill_ratio": (0.5, 4.0, "prefill GEMMs against decode's: batched rows usually "
+                          "run faster (up to 4x on small models), never below half"),
+    "kv_bw_ratio": (0.2, 1.0, "KV reads against weight reads' bandwidth, at most the same"),
+    "t_fix_s": (1e-5, 0.05, "fixed host time per engine step (graph build, scheduling, "
+                "HTTP streaming): 10 us to 50 ms"),
+    "t_tok_s": (1e-7, 2e-3, "host time per token of a step (sampling over the vocabulary, "
+                "detokenisation, one streamed event): 0.1 us to 2 ms on a CPU"),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One fitted parameter's starting value and physical range, with where it comes from."""
+
+    name: str
+    initial: float
+    low: float
+    high: float
+    source: str
+
+
+def bounds_for(vendor: str) -> list[Bound]:
+    """The parameters a calibration fits and their ranges: efficiency.yaml's `fit` on a GPU,
+    CPU_BOUNDS on a CPU (vendor "cpu")."""
+    if vendor.lower() == "cpu":
+        return [
+            Bound(n, math.sqrt(lo * hi), lo, hi, src)
+            for n, (lo, hi, src) in CPU_BOUNDS.items()
+            if n in FIT_NAMES
+        ]
+    from bench.sim.calibration import fit_params
+
+    out: dict[str, Bound] = {}
+    for p in fit_params():
+        base = p.name.split(".")[0]
+        if base in FIT_NAMES and base not in out:
+            out[base] = Bound(base, p.initial, p.low, p.high, p.source)
+    return [out[n] for n in FIT_NAMES if n in out]
+
+
+def efficiency_values(values: dict[str, float], vendor: str) -> dict[str, float]:
+    """Efficiency fields (bench.sim.profiles.Efficiency) for fitted values: mfu_prefill =
+    mfu x mfu_prefill_ratio, capped (MFU_PREFILL_MAX on a GPU, the mfu bound on a CPU)."""
+    cap = CPU_BOUNDS["mfu"][1] if vendor.lower() == "cpu" else MFU_PREFILL_MAX
+    out = {k: float(v) for k, v in values.items() if k != "mfu_prefill_ratio"}
+    out["mfu_prefill"] = float(min(values["mfu"] * values["mfu_prefill_ratio"], cap))
+    return out
+
+
+# -- what a deployment is, and the observed load points -----------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The simulated deployment a calibration replays: model, precision, engine, parallelism
+    and the engine's limits (None = the engine's own defaults)."""
+
+    model: str
+    precision: str = "fp8"
+    engine: str = "vllm"
+    tp: int = 1
+    parallel: str | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    memory_fraction: float | None = None
+    kv_precision: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass
+class ObservedPoint:
+    """One measured load point: the requests to replay and the figures to match."""
+
+    run_id: str
+    load_point: int
+    load: str  # "rate 2/s", "concurrency 4"
+    requests: np.ndarray  # (n, 3): send offset s, prompt tokens, output tokens
+    measured: dict[str, float]
+    concurrency: int | None = None  # a closed loop's users; None = open loop at the offsets
+
+
+def quantities(records: list[RequestRecord]) -> dict[str, float]:
+    """TTFT and TPOT p50/p99 (seconds) and output tok/s of completed requests, with
+    bench.metrics' definitions (TPOT = (E2EL - TTFT) / (output tokens - 1), throughput over
+    first send to last end). Measured and simulated points go through this one function."""
+    ok = [r for r in records if r.ok and r.first_token_ns is not None and r.end_ns]
+    if not ok:
+        return {}
+    sent = np.array([r.sent_ns for r in ok], float)
+    first = np.array([r.first_token_ns for r in ok], float)
+    end = np.array([r.end_ns for r in ok], float)
+    out_tok = np.array([r.output_tokens or 0 for r in ok], float)
+    ttft = (first - sent) / 1e9
+    multi = out_tok >= 2
+    tpot = (end - first)[multi] / (out_tok[multi] - 1) / 1e9
+    span = (end.max() - sent.min()) / 1e9
+    values = {"output_tps": float(out_tok.sum() / span) if span > 0 else float("nan")}
+    for name, metric, pct, _ in QUANTITIES:
+        data = ttft if metric == "ttft" else tpot if metric == "tpot" else None
+        if data is not None and len(data):
+            values[name] = float(np.percentile(data, pct))
+    return values
+
+
+def observed_points(run_ref: str, db: str | None = None) -> tuple[list[ObservedPoint], Any]:
+    """Every load point of a stored run or sweep with completed requests, and the RunInfo.
+
+    Open-loop points replay each request at its intended offset; closed-loop points replay
+    the same requests through the same number of users."""
+    from bench.store import get_run, load_records
+
+    info = get_run(run_ref, db)
+    points = []
+    for lp in info.load_points:
+        recs = [r for r in load_records(info.id, lp.load_point, db) if r.ok]
+        if not recs:
+            continue
+        recs.sort(key=lambda r: (r.intended_ns or r.sent_ns, r.index))
+        t0 = min(r.intended_ns or r.sent_ns for r in recs)
+        req = np.array(
+            [
+                (
+                    ((r.intended_ns or r.sent_ns) - t0) / 1e9,
+                    r.prompt_tokens or r.expected_input_len or 1,
+                    r.output_tokens or 1,
+                )
+                for r in recs
+            ],
+            float,
+        )
+        closed = (lp.mode or "").startswith("conc") or (lp.concurrency and not lp.target_rate)
+        users = int(lp.concurrency) if closed and lp.concurrency else None
+        load = f"concurrency {users}" if users else f"rate {lp.target_rate or 0:g}/s"
+        points.append(ObservedPoint(info.id, lp.load_point, load, req, quantities(recs), users))
+    return points, info
+
+
+def settings_from_run(info: Any) -> dict[str, Any]:
+    """What a stored run says about its deployment: a simulated run's `sim` metadata, a tuned
+    run's engine settings (llama-server --parallel = max_num_seqs); {} when it says nothing."""
+    extra = info.extra_json or {}
+    sim = extra.get("sim") or {}
+    out: dict[str, Any] = {}
+    for key in ("model", "precision", "engine", "tp", "parallel", "max_num_seqs"):
+        if sim.get(key) is not None:
+            out[key] = sim[key]
+    if sim.get("max_num_batched_tokens") is not None:
+        out["max_num_batched_tokens"] = sim["max_num_batched_tokens"]
+    tuned = (extra.get("tune") or {}).get("settings") or {}
+    if tuned.get("parallel"):
+        out.setdefault("max_num_seqs", int(tuned["parallel"]))
+    return out
+
+
+# -- replay --------------------------------------------------------------------------------------
+
+
+def build_engine(device: GPUProfile, settings: Settings, efficiency: dict[str, float]):
+    """The virtual-time engine of `settings` on `device` with the given efficiency values."""
+    from bench.sim.engine import engine_for
+    from bench.sim.roofline import Deployment, parse_parallel
+
+    tp, dp, ep = parse_parallel(settings.parallel) if settings.parallel else (settings.tp, 1, 1)
+    dep = Deployment.build(
+        device, settings.model, settings.precision, tp, settings.kv_precision, dp=dp, ep=ep,
+        engine=settings.engine, mtp=False, **efficiency,
+    )  # fmt: skip
+    return engine_for(
+        dep, settings.max_num_seqs, settings.max_num_batched_tokens, settings.memory_fraction
+    )
+
+
+def replay(point: ObservedPoint, engine: Any) -> dict[str, float]:
+    """The point's requests through the engine in virtual time, scored as the measured ones."""
+    from bench.sim.virtual import replay_closed, run_virtual
+
+    if point.concurrency:
+        lengths = point.requests[:, 1:].astype(np.int64)
+        records = replay_closed(engine, lengths, point.concurrency)
+    else:
+        records = run_virtual(engine, [tuple(r) for r in point.requests])
+    return quantities(records)
+
+
+# -- the fit -------------------------------------------------------------------------------------
+
+
+@dataclass
+class ParamFit:
+    """One fitted parameter: value, range, how freely the data leave it (x/÷ factor)."""
+
+    name: str
+    value: float
+    low: float
+    high: float
+    source: str
+    spread: float  # one standard error as a factor (1.05 = about +-5%); inf = unconstrained
+    at_bound: bool = False
+
+    @property
+    def pinned(self) -> bool:
+        return self.spread <= PINNED_FACTOR and not self.at_bound
+
+    def why_not_pinned(self) -> str:
+        if self.at_bound:
+            side = "lower" if self.value <= self.low * 1.001 else "upper"
+            return f"on its {side} bound: the data push it past its physical range"
+        if not math.isfinite(self.spread):
+            return "the data do not move the figures with it"
+        if self.spread >= self.high / self.low:
+            return "the data leave it anywhere in its range"
+        return f"the data leave it free within x/÷{self.spread:.2g}"
+
+
+@dataclass
+class PointResidual:
+    run_id: str
+    load_point: int
+    load: str
+    measured: dict[str, float]
+    simulated: dict[str, float]
+
+    def error(self, q: str) -> float | None:
+        m, s = self.measured.get(q), self.simulated.get(q)
+        if not m or s is None or not math.isfinite(s) or not math.isfinite(m):
+            return None
+        return s / m - 1
+
+
+@dataclass
+class CalibrationProfile:
+    """A calibrated device: fitted values in their ranges, the runs, residuals, flat
+    directions, and the settings it was fitted on (the defaults of a prediction)."""
+
+    device: GPUProfile
+    settings: Settings
+    params: list[ParamFit]
+    residuals: list[PointResidual]
+    runs: list[dict[str, Any]]
+    flat: list[str] = field(default_factory=list)  # parameter groups the data cannot separate
+    path: Path | None = None
+    # each point predicted by a fit without it (leave_one_point_out), when computed
+    held_out: list[PointResidual] = field(default_factory=list)
+
+    @property
+    def values(self) -> dict[str, float]:
+        return {p.name: p.value for p in self.params}
+
+    def efficiency(self) -> dict[str, float]:
+        return efficiency_values(self.values, self.device.vendor)
+
+    def calibrated_device(self) -> GPUProfile:
+        """The device with the fitted values as its own efficiency (applied last)."""
+        eff = {**self.device.efficiency, **self.efficiency()}
+        return self.device.model_copy(update={"efficiency": eff})
+
+    def expected_error(self) -> dict[str, float]:
+        """Per quantity, the error a prediction on this profile states: the mean
+        |simulated / measured - 1| over the fitted points, or over the points each predicted
+        by a fit without it where that was computed (`--held-out`) and is larger, at least
+        SIGMA_FLOOR (in sample alone it flatters: the real-server test checks how it holds on
+        loads and settings the fit did not see)."""
+        fitted, held = mean_errors(self.residuals), mean_errors(self.held_out)
+        return {q: max(v, held.get(q, 0.0), SIGMA_FLOOR) for q, v in fitted.items()}
+
+    def unpinned(self) -> list[ParamFit]:
+        return [p for p in self.params if not p.pinned]
+
+
+def mean_errors(residuals: list[PointResidual]) -> dict[str, float]:
+    """Per quantity, the mean |simulated / measured - 1| over the points that have it."""
+    out = {}
+    for q in QUANTITY_NAMES:
+        errs = [abs(e) for r in residuals if (e := r.error(q)) is not None]
+        if errs:
+            out[q] = float(np.mean(errs))
+    return out
+
+
+def leave_one_point_out(
+    prof: CalibrationProfile, points: list[ObservedPoint], max_nfev: int = FIT_NFEV
+) -> list[PointResidual]:
+    """Each point predicted by a fit on the others (three points at least): how far the
+    calibration is off on a load it did not see. Sets and returns prof.held_out."""
+    if len(points) < 3:
+        raise ValueError(
+            f"a held-out error needs 3 load points or more; these runs have {len(points)}"
+        )
+    out = []
+    for i, p in enumerate(points):
+        rest = calibrate(points[:i] + points[i + 1 :], prof.device, prof.settings, None, max_nfev)
+        sim = replay(p, build_engine(prof.device, prof.settings, rest.efficiency()))
+        out.append(PointResidual(p.run_id, p.load_point, p.load, p.measured, sim))
+    prof.held_out = out
+    return out
+
+
+def calibrate(
+    points: list[ObservedPoint],
+    device: GPUProfile,
+    settings: Settings,
+    runs: list[dict[str, Any]] | None = None,
+    max_nfev: int = FIT_NFEV,
+) -> CalibrationProfile:
+    """Fit the device's free parameters to the observed points (see the module docstring)."""
+    from bench.extras import require
+
+    require("scipy", "Calibrating the simulator")  # one line naming the extra
+    from scipy.optimize import least_squares
+
+    if not points:
+        raise ValueError("no load point with completed requests to calibrate on")
+    bounds = bounds_for(device.vendor)
+    lo = np.log([b.low for b in bounds])
+    hi = np.log([b.high for b in bounds])
+    u0 = np.clip((np.log([b.initial for b in bounds]) - lo) / (hi - lo), 0.0, 1.0)
+
+    def values_at(u: np.ndarray) -> dict[str, float]:
+        x = np.exp(lo + np.clip(u, 0, 1) * (hi - lo))
+        return {b.name: float(v) for b, v in zip(bounds, x, strict=True)}
+
+    def simulate(u: np.ndarray) -> list[dict[str, float]]:
+        eff = efficiency_values(values_at(u), device.vendor)
+        return [replay(p, build_engine(device, settings, eff)) for p in points]
+
+    def terms(sims: list[dict[str, float]]) -> np.ndarray:
+        out = []
+        for p, s in zip(points, sims, strict=True):
+            for name, _, _, w in QUANTITIES:
+                m, v = p.measured.get(name), s.get(name)
+                if m and m > 0:
+                    ok = v is not None and v > 0 and math.isfinite(v)
+                    out.append(w * (math.log(v / m) if ok else math.log(20.0)))
+        return np.asarray(out)
+
+    def resid(u: np.ndarray) -> np.ndarray:
+        return np.concatenate([terms(simulate(u)), PRIOR_WEIGHT * (u - u0)])
+
+    sol = least_squares(
+        resid, u0, bounds=(np.zeros(len(bounds)), np.ones(len(bounds))), loss="soft_l1",
+        f_scale=0.1, max_nfev=max_nfev, diff_step=DIFF_STEP, x_scale=1.0, xtol=1e-6, ftol=1e-8,
+    )  # fmt: skip
+    values = values_at(sol.x)
+    sims = simulate(sol.x)
+    base = terms(sims)
+
+    def moved(i: int, factor: float) -> np.ndarray:
+        u = sol.x.copy()
+        u[i] = np.clip(u[i] + math.log(factor) / (hi[i] - lo[i]), 0.0, 1.0)
+        return terms(simulate(u))
+
+    probes = [(moved(i, PROBE_FACTOR), moved(i, 1 / PROBE_FACTOR)) for i in range(len(bounds))]
+    params, flat = _identifiability(base, probes, sol.x, bounds)
+    for p in params:
+        p.value = values[p.name]
+    residuals = [
+        PointResidual(p.run_id, p.load_point, p.load, p.measured, s)
+        for p, s in zip(points, sims, strict=True)
+    ]
+    return CalibrationProfile(device, settings, params, residuals, runs or [], flat)
+
+
+def _identifiability(
+    base: np.ndarray,
+    probes: list[tuple[np.ndarray, np.ndarray]],
+    u: np.ndarray,
+    bounds: list[Bound],
+) -> tuple[list[ParamFit], list[str]]:
+    """How well the data pin each parameter, from the fitted figures with the parameter moved
+    x PROBE_FACTOR and / PROBE_FACTOR (a coarse profile, robust to the small steps in the
+    objective that batching makes): the slope of the log figures per log of the parameter
+    gives the linearised covariance sigma^2 (J'J)^-1, sigma the fit's own residual (at least
+    SIGMA_FLOOR), so a parameter that trades off against another is as loose as the pair. Flat directions are combinations of parameters along which the figures
+    hardly change (singular values below FLAT_SHARE of the largest), named by the parameters
+    that make them up."""
+    sigma = max(float(np.sqrt(np.mean(base**2))) if len(base) else 0.0, SIGMA_FLOOR)
+    step = 2 * math.log(PROBE_FACTOR)
+    jac = np.column_stack([(up - down) / step for up, down in probes]) if probes else None
+    cov = np.linalg.pinv(jac.T @ jac) * sigma**2 if jac is not None else None
+    out = []
+    for i, b in enumerate(bounds):
+        slope = float(np.sqrt(np.sum(jac[:, i] ** 2))) if jac is not None else 0.0
+        sd = math.sqrt(max(cov[i, i], 0.0)) if slope > 1e-9 else math.inf
+        spread = math.exp(min(sd, 50.0))
+        at_bound = bool(u[i] <= 1e-3 or u[i] >= 1 - 1e-3)
+        out.append(ParamFit(b.name, 0.0, b.low, b.high, b.source, spread, at_bound))
+    flat = []
+    if jac is not None and jac.size:
+        _, s, vt = np.linalg.svd(jac, full_matrices=False)
+        for k, sv in enumerate(s):
+            if sv < FLAT_SHARE * s[0]:
+                names = [bounds[i].name for i in range(len(bounds)) if abs(vt[k, i]) > 0.3]
+                if len(names) > 1:
+                    flat.append(" / ".join(names))
+    return out, flat
+
+
+# -- the profile file ----------------------------------------------------------------------------
+
+
+def _round(v: float) -> float:
+    return float(f"{v:.4g}")
+
+
+def profile_dict(prof: CalibrationProfile) -> dict[str, Any]:
+    """The profile as plain data, in the order a reader wants it."""
+    dev = prof.device.model_dump(exclude_defaults=True, exclude={"efficiency"})
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": PROFILE_KIND,
+        "device": dev,
+        "fitted_on": prof.settings.as_dict(),
+        "parameters": {
+            p.name: {
+                "value": _round(p.value),
+                "bounds": [p.low, p.high],
+                "pinned": p.pinned,
+                "spread_factor": _round(p.spread) if math.isfinite(p.spread) else None,
+                **({} if p.pinned else {"why": p.why_not_pinned()}),
+                "bound_source": p.source,
+            }
+            for p in prof.params
+        },
+        "flat_directions": list(prof.flat),
+        "expected_error": {k: _round(v) for k, v in prof.expected_error().items()},
+        "runs": list(prof.runs),
+        "residuals": _residual_rows(prof.residuals),
+        "held_out": _residual_rows(prof.held_out),
+    }
+
+
+def _residual_rows(residuals: list[PointResidual]) -> list[dict[str, Any]]:
+    return [
+        {
+            "run": r.run_id,
+            "load_point": r.load_point,
+            "load": r.load,
+            **{
+                q: {"measured": _round(r.measured[q]), "simulated": _round(r.simulated[q])}
+                for q in QUANTITY_NAMES
+                if q in r.measured and q in r.simulated
+            },
+        }
+        for r in residuals
+    ]
+
+
+def write_profile(prof: CalibrationProfile, path: Path) -> Path:
+    """Write the profile as commented YAML (times in seconds, throughput in tok/s)."""
+    head = (
+        "# tokenbench calibration profile: the simulator's free parameters fitted to measured\n"
+        "# runs (`tokenbench sim calibrate`). Use: tokenbench sim run --profile THIS_FILE.\n"
+        "# Times are seconds, output_tps tokens/s; bounds are each parameter's physical range.\n"
+    )
+    text = yaml.safe_dump(profile_dict(prof), sort_keys=False, width=100)
+    Path(path).write_text(head + text)
+    prof.path = Path(path)
+    return Path(path)
+
+
+def _field_error(path: Path, where: str, what: str) -> ProfileError:
+    return ProfileError(f"{path}: field {where}: {what}")
+
+
+def load_profile(path: str | Path) -> CalibrationProfile:
+    """Read a profile written by write_profile; ProfileError naming the file and field."""
+    from bench.hardware import parse_entry, read_yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ProfileError(f"{path}: no such calibration profile (write one with `sim calibrate`)")
+    data = read_yaml(path)
+    if data.get("kind") != PROFILE_KIND:
+        raise _field_error(path, "kind", f"must be {PROFILE_KIND!r}; is this a profile file?")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise _field_error(path, "schema_version", f"must be {SCHEMA_VERSION}")
+    dev = data.get("device")
+    if not isinstance(dev, dict) or not dev.get("name"):
+        raise _field_error(path, "device", "must be a mapping with a name")
+    body = {k: v for k, v in dev.items() if k != "name"}
+    try:
+        device = parse_entry(GPUProfile, str(dev["name"]), body, path)
+    except ProfileError as exc:
+        raise _field_error(path, "device", str(exc).split(": ", 1)[-1]) from None
+    on = data.get("fitted_on")
+    if not isinstance(on, dict) or not on.get("model"):
+        raise _field_error(path, "fitted_on", "must be a mapping naming at least the model")
+    try:
+        settings = Settings(**on)
+    except TypeError as exc:
+        raise _field_error(path, "fitted_on", str(exc)) from None
+    raw = data.get("parameters")
+    if not isinstance(raw, dict):
+        raise _field_error(path, "parameters", "must be a mapping of name: {value, bounds}")
+    missing = [n for n in FIT_NAMES if n not in raw]
+    if missing:
+        raise _field_error(path, "parameters", f"missing {', '.join(missing)}")
+    params = []
+    for name, spec in raw.items():
+        if name not in FIT_NAMES:
+            raise _field_error(
+                path, f"parameters.{name}", f"unknown; known: {', '.join(FIT_NAMES)}"
+            )
+        where = f"parameters.{name}"
+        if not isinstance(spec, dict):
+            raise _field_error(path, where, "must be a mapping with value and bounds")
+        value, bnds = spec.get("value"), spec.get("bounds")
+        if not isinstance(bnds, list) or len(bnds) != 2 or not all(_num(b) for b in bnds):
+            raise _field_error(path, f"{where}.bounds", "must be [low, high]")
+        if not _num(value) or not bnds[0] <= value <= bnds[1]:
+            raise _field_error(
+                path, f"{where}.value", f"{value!r} must be a number within {bnds[0]}..{bnds[1]}"
+            )
+        spread = spec.get("spread_factor")
+        params.append(
+            ParamFit(
+                name,
+                float(value),
+                float(bnds[0]),
+                float(bnds[1]),
+                str(spec.get("bound_source", "")),
+                float(spread) if _num(spread) else math.inf,
+            )  # fmt: skip
+        )
+    return CalibrationProfile(
+        device, settings, params, _read_residuals(path, data, "residuals"),
+        list(data.get("runs") or []), list(data.get("flat_directions") or []), path,
+        _read_residuals(path, data, "held_out"),
+    )  # fmt: skip
+
+
+def _read_residuals(path: Path, data: dict[str, Any], key: str) -> list[PointResidual]:
+    out = []
+    for i, r in enumerate(data.get(key) or []):
+        if not isinstance(r, dict):
+            raise _field_error(path, f"{key}[{i}]", "must be a mapping")
+        rows = {q: r[q] for q in QUANTITY_NAMES if isinstance(r.get(q), dict)}
+        if not all(_num(v.get("measured")) and _num(v.get("simulated")) for v in rows.values()):
+            raise _field_error(
+                path, f"{key}[{i}]", "each quantity needs measured and simulated numbers"
+            )
+        meas = {q: float(v["measured"]) for q, v in rows.items()}
+        sim = {q: float(v["simulated"]) for q, v in rows.items()}
+        point = (str(r.get("run", "")), int(r.get("load_point", 0)), str(r.get("load", "")))
+        out.append(PointResidual(*point, meas, sim))
+    return out
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)

@@ -1,0 +1,238 @@
+"""`sim calibrate` and `--profile`: a calibration recovers the parameters runs were simulated
+with, stays inside the physical ranges, names what the data cannot pin down, and its profile
+file round-trips, changes predictions, and fails on a bad file with one line naming the field."""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("scipy")
+
+from bench.cli import app  # noqa: E402
+from bench.sim.profiles import get_gpu  # noqa: E402
+from bench.sim.user_calibration import (  # noqa: E402
+    ObservedPoint,
+    Settings,
+    bounds_for,
+    build_engine,
+    calibrate,
+    efficiency_values,
+    load_profile,
+    replay,
+    write_profile,
+)
+
+DEVICE = get_gpu("H100")
+SETTINGS = Settings(model="llama-3.1-8b", precision="fp8", max_num_seqs=16)
+TRUTH = {"mbu": 0.72, "mfu": 0.3, "mfu_prefill_ratio": 1.6, "kv_bw_ratio": 0.7,
+         "t_fix_s": 8e-4, "t_tok_s": 5e-7}  # fmt: skip
+
+
+def _point(rate: float, values: dict[str, float], n: int = 40, seed: int = 0) -> ObservedPoint:
+    """A load point 'measured' on the simulator itself, with the given parameters."""
+    rng = np.random.default_rng(seed)
+    offsets = np.cumsum(rng.exponential(1 / rate, n))
+    req = np.column_stack([offsets, rng.integers(200, 1500, n), rng.integers(50, 200, n)])
+    p = ObservedPoint("run", 0, f"rate {rate:g}/s", req.astype(float), {})
+    eff = efficiency_values(values, DEVICE.vendor)
+    p.measured = replay(p, build_engine(DEVICE, SETTINGS, eff))
+    return p
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    points = [_point(r, TRUTH, seed=i) for i, r in enumerate((4, 16, 30))]
+    return calibrate(points, DEVICE, SETTINGS, max_nfev=40)
+
+
+def test_recovers_the_parameters_it_was_simulated_with(fitted):
+    for r in fitted.residuals:  # the fit reproduces what it was fitted on
+        for q in ("ttft_p50", "tpot_p50", "output_tps"):
+            assert abs(r.error(q)) < 0.05, (r.load, q, r.error(q))
+    for p in fitted.params:  # each pinned value lies within 3 standard errors of the truth
+        if p.pinned:
+            assert abs(math.log(p.value / TRUTH[p.name])) <= 3 * math.log(p.spread) + 0.05, p
+    # a load it was not fitted on: the calibrated device predicts what the truth gives
+    held = _point(10, TRUTH, seed=7)
+    eff = efficiency_values(fitted.values, DEVICE.vendor)
+    pred = replay(held, build_engine(DEVICE, SETTINGS, eff))
+    for q in ("ttft_p50", "tpot_p50", "tpot_p99", "output_tps"):
+        assert pred[q] == pytest.approx(held.measured[q], rel=0.06), q
+
+
+def test_the_fit_stays_inside_the_physical_ranges_and_says_so():
+    """Runs made with a step overhead 10x the physical upper bound: the fit stops at the
+    bound and flags the parameter instead of leaving the range."""
+    wild = {**TRUTH, "t_fix_s": 0.02}
+    points = [_point(r, wild, n=30, seed=i) for i, r in enumerate((4, 12))]
+    prof = calibrate(points, DEVICE, SETTINGS, max_nfev=25)
+    ranges = {b.name: (b.low, b.high) for b in bounds_for("nvidia")}
+    for p in prof.params:
+        lo, hi = ranges[p.name]
+        assert lo <= p.value <= hi, p
+    t_fix = next(p for p in prof.params if p.name == "t_fix_s")
+    assert t_fix.value == pytest.approx(ranges["t_fix_s"][1], rel=0.01)
+    assert not t_fix.pinned and "upper bound" in t_fix.why_not_pinned()
+
+
+def test_profile_round_trips_and_changes_predictions(fitted, tmp_path: Path):
+    path = write_profile(fitted, tmp_path / "p.yaml")
+    back = load_profile(path)
+    assert back.values == pytest.approx({k: float(f"{v:.4g}") for k, v in fitted.values.items()})
+    assert back.settings.model == "llama-3.1-8b" and back.settings.max_num_seqs == 16
+    assert back.expected_error().keys() == fitted.expected_error().keys()
+    calibrated = build_engine(back.calibrated_device(), SETTINGS, {})
+    shipped = build_engine(DEVICE, SETTINGS, {})
+    assert calibrated.dep.eff.t_fix_s == pytest.approx(back.values["t_fix_s"])
+    step = lambda e: e.dep.step_time(8, 8000, 0, 0)  # noqa: E731
+    assert step(calibrated) != pytest.approx(step(shipped), rel=1e-3)
+
+
+def _cli(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_sim_run_with_a_profile_and_bad_files(fitted, tmp_path: Path):
+    good = write_profile(fitted, tmp_path / "p.yaml")
+    db = str(tmp_path / "t.db")
+    common = ["--num-prompts", "20", "--random-input-len", "300", "--random-output-len", "40"]
+    out = _cli("sim", "run", "--profile", str(good), "--request-rates", "5", *common, "--db", db)
+    assert out.exit_code == 0, out.output
+    assert "H100-SXM" in out.output
+    text = good.read_text()
+    cases = {
+        "kind": text.replace("kind: tokenbench calibration profile", "kind: other"),
+        "parameters.mbu.value": re.sub(r"(  mbu:\n    value: )\S+", r"\g<1>3.0", text),
+        "fitted_on": text.replace("fitted_on:", "fitted_onx:"),
+    }
+    for field, body in cases.items():
+        bad = tmp_path / f"bad-{field}.yaml"
+        bad.write_text(body)
+        out = _cli("sim", "run", "--profile", str(bad), *common, "--db", db)
+        assert out.exit_code == 2
+        assert str(bad) in out.output and f"field {field}" in out.output, out.output
+        assert "Traceback" not in out.output
+    out = _cli("sim", "run", "--profile", str(good), "--gpu", "B200", "--db", db)
+    assert out.exit_code == 2 and "not both" in out.output
+
+
+def test_calibrate_from_a_stored_run_and_scipy_missing(tmp_path: Path, monkeypatch):
+    db = str(tmp_path / "t.db")
+    out = _cli(
+        "sim", "run", "--gpu", "H100", "--model", "llama-3.1-8b", "--max-num-seqs", "16",
+        "--request-rates", "4,16", "--num-prompts", "30", "--random-input-len", "600",
+        "--random-output-len", "80", "--db", db,
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    from bench.store import list_runs
+
+    run_id = list_runs(db)[0].id
+    prof_path = tmp_path / "p.yaml"
+    monkeypatch.setitem(sys.modules, "scipy", None)  # as if the extra were not installed
+    out = _cli("sim", "calibrate", run_id, "--out", str(prof_path), "--db", db)
+    assert out.exit_code == 2 and "pip install 'tokenbench[calibrate]'" in out.output
+    monkeypatch.delitem(sys.modules, "scipy")
+    out = _cli("sim", "calibrate", run_id, "--out", str(prof_path), "--db", db)
+    assert out.exit_code == 0, out.output
+    assert "Residuals" in out.output and "rate 16/s" in out.output
+    prof = load_profile(prof_path)  # model, engine and limits came from the stored run
+    assert prof.settings.model == "llama-3.1-8b" and prof.settings.max_num_seqs == 16
+    assert prof.device.name == "H100-SXM" and prof.runs[0]["id"] == run_id
+
+
+def test_sim_run_puts_an_error_bar_on_every_figure_and_flags_saturation(fitted, tmp_path):
+    """Without a profile: the category's held-out error; with one: the profile's own per
+    quantity; a point offered more than the deployment can serve is flagged."""
+    import json
+
+    from bench.sim.profiles.accuracy import expected_error
+
+    db, out = str(tmp_path / "t.db"), tmp_path / "s.json"
+    common = ["--num-prompts", "24", "--random-input-len", "300", "--random-output-len", "40"]
+    res = _cli(
+        "sim", "run", "--gpu", "H100", "--model", "llama-3.1-8b", "--max-num-seqs", "16",
+        "--request-rates", "2,inf", *common, "--db", db, "--summary-json", str(out),
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "Expected error of the simulated figures" in res.output
+    doc = json.loads(out.read_text())
+    err, basis = expected_error("H100", "llama-3.1-8b")
+    assert doc["simulation_error"]["basis"] == basis
+    low, high = doc["points"]
+    ttft = low["expected_error"]["ttft_p50"]
+    assert ttft["expected_error"] == err
+    assert ttft["low"] < ttft["value"] < ttft["high"] == pytest.approx(ttft["value"] * (1 + err))
+    assert not low["expected_error"]["near_saturation"]
+    assert high["expected_error"]["near_saturation"] and "near saturation" in res.output
+
+    profile = write_profile(fitted, tmp_path / "p.yaml")
+    res = _cli("sim", "run", "--profile", str(profile), "--request-rates", "2", *common,
+               "--db", db, "--summary-json", str(out))  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["simulation_error"]["expected_error"] == pytest.approx(fitted.expected_error())
+    assert "calibration profile" in doc["simulation_error"]["basis"]
+
+
+def test_a_cpu_device_given_or_measured_simulates_a_cpu_engine(tmp_path: Path):
+    """`sim device` writes a catalogue-layout device; a tiny F32 model on it calibrates
+    within the CPU ranges (not the GPU ones)."""
+    import json
+
+    from bench.hardware import ProfileError
+    from bench.sim.device_profile import load_device
+    from bench.sim.user_calibration import CPU_BOUNDS
+
+    path = tmp_path / "cpu.yaml"
+    res = _cli("sim", "device", "--out", str(path), "--bandwidth-gbs", "10", "--gflops", "20")
+    assert res.exit_code == 0, res.output
+    dev = load_device(path)
+    assert dev.vendor == "cpu" and dev.hbm_bw_bytes_s == 1e10 and dev.peak_flops("bf16") == 2e10
+    with pytest.raises(ProfileError, match="no such device file"):
+        load_device(tmp_path / "none.yaml")
+    with pytest.raises(ProfileError, match="no device 'other'"):
+        load_device(path, "other")
+    cfg = tmp_path / "tiny" / "config.json"
+    cfg.parent.mkdir()
+    cfg.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 128,
+                               "num_attention_heads": 4, "num_key_value_heads": 2,
+                               "intermediate_size": 256, "vocab_size": 32000}))  # fmt: skip
+    settings = Settings(model=str(cfg), precision="fp32", max_num_seqs=4,
+                        max_num_batched_tokens=2048)  # fmt: skip
+    truth = {"mbu": 0.5, "mfu": 0.3, "mfu_prefill_ratio": 1.5, "kv_bw_ratio": 0.8,
+             "t_fix_s": 2e-3, "t_tok_s": 1e-4}  # fmt: skip
+    points = []
+    for i, rate in enumerate((5.0, 20.0)):
+        rng = np.random.default_rng(i)
+        req = np.column_stack([np.cumsum(rng.exponential(1 / rate, 20)),
+                               np.full(20, 96), np.full(20, 32)]).astype(float)  # fmt: skip
+        p = ObservedPoint("run", i, f"rate {rate:g}/s", req, {})
+        p.measured = replay(p, build_engine(dev, settings, efficiency_values(truth, "cpu")))
+        points.append(p)
+    prof = calibrate(points, dev, settings, max_nfev=15)
+    for p in prof.params:
+        lo, hi, _ = CPU_BOUNDS[p.name]
+        assert (p.low, p.high) == (lo, hi) and lo <= p.value <= hi
+    assert max(abs(r.error("tpot_p50")) for r in prof.residuals) < 0.1
+
+
+def test_held_out_error_is_stated_and_kept_in_the_file(tmp_path: Path):
+    from bench.sim.user_calibration import leave_one_point_out, mean_errors
+
+    points = [_point(r, TRUTH, n=20, seed=i) for i, r in enumerate((4, 12, 24))]
+    prof = calibrate(points, DEVICE, SETTINGS, max_nfev=8)
+    held = leave_one_point_out(prof, points, max_nfev=8)
+    assert [h.load for h in held] == [p.load for p in points]
+    stated, off = prof.expected_error(), mean_errors(held)
+    assert all(stated[q] >= off[q] for q in off)
+    back = load_profile(write_profile(prof, tmp_path / "p.yaml"))
+    assert back.expected_error() == pytest.approx(stated, rel=5e-3)  # 4 digits in the file
+    with pytest.raises(ValueError, match="3 load points"):
+        leave_one_point_out(prof, points[:2])

@@ -58,6 +58,9 @@ DIFF_STEP = 0.1
 # factor (one standard error, linearised at the optimum), or it sits on a bound.
 PINNED_FACTOR = 1.5
 PROBE_FACTOR = 1.5  # the identifiability probe moves each parameter x/÷ this
+# A fit within 1% of a range's (log) width of an end sits on that bound: a least-squares
+# stop short of the exact end (a 20x range: within 3%) is the same answer.
+AT_BOUND = 0.01
 FLAT_SHARE = 0.05  # a direction whose slope is under 5% of the steepest one is flat
 SIGMA_FLOOR = 0.05  # residual scale never below 5%: a percentile of a few dozen requests is
 # measured no closer than that, so a fit closer than 5% is not more certain
@@ -455,7 +458,7 @@ def _identifiability(
         slope = float(np.sqrt(np.sum(jac[:, i] ** 2))) if jac is not None else 0.0
         sd = math.sqrt(max(cov[i, i], 0.0)) if slope > 1e-9 else math.inf
         spread = math.exp(min(sd, 50.0))
-        at_bound = bool(u[i] <= 1e-3 or u[i] >= 1 - 1e-3)
+        at_bound = bool(u[i] <= AT_BOUND or u[i] >= 1 - AT_BOUND)
         out.append(ParamFit(b.name, 0.0, b.low, b.high, b.source, spread, at_bound))
     flat = []
     if jac is not None and jac.size:
@@ -565,15 +568,14 @@ def load_profile(path: str | Path) -> CalibrationProfile:
     raw = data.get("parameters")
     if not isinstance(raw, dict):
         raise _field_error(path, "parameters", "must be a mapping of name: {value, bounds}")
-    missing = [n for n in FIT_NAMES if n not in raw]
+    fitted = [b.name for b in bounds_for(device.vendor)]  # what a fit on this device frees
+    missing = [n for n in fitted if n not in raw]
     if missing:
         raise _field_error(path, "parameters", f"missing {', '.join(missing)}")
     params = []
     for name, spec in raw.items():
-        if name not in FIT_NAMES:
-            raise _field_error(
-                path, f"parameters.{name}", f"unknown; known: {', '.join(FIT_NAMES)}"
-            )
+        if name not in fitted:
+            raise _field_error(path, f"parameters.{name}", f"unknown; known: {', '.join(fitted)}")
         where = f"parameters.{name}"
         if not isinstance(spec, dict):
             raise _field_error(path, where, "must be a mapping with value and bounds")

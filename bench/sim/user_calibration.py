@@ -565,7 +565,7 @@ def load_profile(path: str | Path) -> CalibrationProfile:
     raw = data.get("parameters")
     if not isinstance(raw, dict):
         raise _field_error(path, "parameters", "must be a mapping of name: {value, bounds}")
-    missing = [n for n in FIT_NAMES if n not in raw]
+    missing = [b.name for b in bounds_for(device.vendor) if b.name not in raw]
     if missing:
         raise _field_error(path, "parameters", f"missing {', '.join(missing)}")
     params = []

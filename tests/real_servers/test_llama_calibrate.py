@@ -16,12 +16,12 @@ to 1,600% (a run whose calibrated device saturated below the measured load). Run
 same point moved by tens of per cent: 36 requests per point on a machine this busy.
 The embedding/LM-head overcount (8.2M of this tiny model's 8.5M parameters; prefill was
 charged ~25x its GEMM FLOPs) is fixed in the roofline (issue 25): in sample the fit now stays
-inside its ranges (before: mfu on its upper bound and both overheads on their lower ones) and
-TTFT p50 fits to 29-53% mean (190-331% before in three runs, two after; 2026-12-03, loaded 2-core VM),
-TTFT p99 11-47% (126-268%). Held out it did not robustly improve: TTFT p50 worst 112-1,717%
-before and 1,425-1,443% after, TPOT p50 18-192% and 83-113%: with 36 requests per point on a
-machine this busy the same point moves by tens of per cent from run to run, so the assertion
-is left where it was.
+inside its ranges (before: mfu 0.98-1.0 in two of three runs, t_tok_s on its lower bound) and
+TTFT p50 fits to 20-53% mean (190-331% before; three runs each side in sample, two before and
+three after held out, 2026-12-03, loaded 2-core VM), TTFT p99 11-47% (126-268%). Held out it did not robustly improve: worst below saturation
+TTFT p50 1,364-1,443% after and 112-1,717% before, TPOT p50 83-113% and 18-192%, output
+throughput 14-22% and 8-40%; with 36 requests per point on a machine this busy the same point
+moves by tens of per cent from run to run, so the assertion is left where it was.
 """
 
 from __future__ import annotations

@@ -36,16 +36,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Ceilings on the error, from the figures reached when efficiency.yaml was last fitted (formula
 # clock; 16 bounded parameters, device-reported memory, each engine's own memory arithmetic,
-# gpt-oss GEMMs at the rate the engines run them, a per-layer step overhead): mean abs. error
-# 14.8% (dense 9.8%, MoE 17.7%, AMD 12.5%), worst point 90% (ix-b200-dsr1-fp8-198; it was 81%
-# before the refit). The target (8% in sample) is missed: the earlier 8.6% came from 36
+# gpt-oss GEMMs at the rate the engines run them, a per-layer step overhead, the embedding
+# gathered and the LM head on logit rows only): mean abs. error 14.9% (dense 9.9%, MoE 17.8%,
+# AMD 12.6%), worst point 88.5% (ix-b200-dsr1-fp8-198; 14.8% and 90% before the embedding fix). The target (8% in sample) is missed: the earlier 8.6% came from 36
 # parameters, several outside any physical range. A new source adds points without touching
 # these: only the error counts.
 PINNED_MAE = 0.15
 PINNED_MAE_DENSE = 0.10
 PINNED_MAE_MOE = 0.18
 PINNED_MAE_AMD = 0.13
-PINNED_MAX_ABS = 0.91
+PINNED_MAX_ABS = 0.89
 
 
 def _ideal(gpu: str) -> Deployment:
@@ -55,9 +55,11 @@ def _ideal(gpu: str) -> Deployment:
     )
 
 
-@pytest.mark.parametrize("gpu,ms", [("B200", 9.16), ("H100", 21.06)])
+@pytest.mark.parametrize("gpu,ms", [("B200", 9.03), ("H100", 20.75)])
 def test_worked_example_bandwidth_floor(gpu: str, ms: float) -> None:
-    # seed 000: 70.55 GB / 7.7 TB/s = 9.2 ms per step (~110 tok/s); H100 at 3.35 TB/s 21.1 ms
+    # seed 000: 70.55 GB / 7.7 TB/s = 9.2 ms per step (~110 tok/s); H100 at 3.35 TB/s 21.1 ms.
+    # A step reads 69.5 GB of it: the 1.05 GB embedding table is gathered (one row per token),
+    # not streamed, so 9.0 and 20.7 ms
     step = _ideal(gpu).step_time(1, 1, 0, 0)
     assert step * 1e3 == pytest.approx(ms, rel=0.01)
 
@@ -74,7 +76,7 @@ def test_one_bandwidth_per_gpu() -> None:
 
 
 def test_calibrated_batch1_is_floor_plus_losses() -> None:
-    for gpu, floor in [("B200", 9.16e-3), ("H100", 21.06e-3)]:
+    for gpu, floor in [("B200", 9.03e-3), ("H100", 20.75e-3)]:
         step = Deployment.build(gpu, "llama-3.3-70b", "fp8").step_time(1, 1000, 0, 0)
         assert floor * 1.1 < step < floor * 1.7
 
@@ -305,14 +307,14 @@ def test_rack_scale_nvl72() -> None:
 
 # -- slow: held-out error and the engine clock -------------------------------------------------
 
-# Held out (formula clock): 22.5% mean over the 60 fitted points, each scored by a fit without
-# its source (target 15%: missed; 28.9% before gpt-oss's GEMM rates and the per-layer overhead);
-# the engine clock in sample 14.7%; the 6 points added after the fit (MI325X, with the profile
-# from AMD's datasheet) 191%: MI325X DeepSeek-R1 within -10%..+30%, gpt-oss on vLLM
-# +210%..+526%. Ceilings, not point counts.
+# Held out (formula clock): 22.7% mean over the 60 fitted points, each scored by a fit without
+# its source (target 15%: missed; 22.5% before the embedding/LM-head fix, 28.9% before gpt-oss's
+# GEMM rates and the per-layer overhead); the engine clock in sample 14.8%; the 6 points added
+# after the fit (MI325X, with the profile from AMD's datasheet) 186%: MI325X DeepSeek-R1 within
+# -10%..+30%, gpt-oss on vLLM +206%..+513%. Ceilings, not point counts.
 PINNED_LOSO_MAE = 0.23
 PINNED_ENGINE_MAE = 0.15
-PINNED_AFTER_FIT_MAE = 1.92
+PINNED_AFTER_FIT_MAE = 1.87
 
 
 def test_points_added_after_the_fit_are_scored_never_fitted() -> None:

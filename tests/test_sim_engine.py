@@ -1,5 +1,7 @@
 """Engine behaviour: batching limits, chunked prefill, KV accounting, preemption, MoE bytes."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -118,15 +120,17 @@ def test_decode_step_grows_with_batch_and_context() -> None:
 def test_moe_reads_only_touched_experts() -> None:
     dep = Deployment.build("b200", "gpt-oss-120b", "fp4")
     m = dep.model
+    row = m.hidden * dep.precision.bytes_per_param  # one gathered embedding row
+    table = m.head_params() * dep.precision.bytes_per_param  # the embedding table (untied)
     one = dep.weight_bytes_read(1)
     full = dep.weight_bytes_read(10_000)
-    assert full == pytest.approx(dep.weight_bytes)
-    non_expert = dep.weight_bytes - m.experts * dep.expert_bytes
-    assert one == pytest.approx(non_expert + m.experts_per_token * dep.expert_bytes)
+    assert full == pytest.approx(dep.weight_bytes - table + 10_000 * row)
+    non_expert = dep.weight_bytes - m.experts * dep.expert_bytes - table
+    assert one == pytest.approx(non_expert + m.experts_per_token * dep.expert_bytes + row)
     # random top-4 routing of 8 tokens touches 128 (1 - (1 - 4/128)^8) = 28.7 experts on
     # average, not 32: some tokens share experts
     assert dep.weight_bytes_read(8) == pytest.approx(
-        non_expert + 28.71 * dep.expert_bytes, rel=1e-3
+        non_expert + 28.71 * dep.expert_bytes + 8 * row, rel=1e-3
     )
     assert dep.experts_touched(32) < 128 * 0.7  # 32 x top-4 = 128 picks still miss ~1/3
     assert dep.experts_touched(1000) == pytest.approx(128)
@@ -197,3 +201,41 @@ def test_thousand_requests_run_in_virtual_time() -> None:
     simulated = max(r.end_ns for r in recs) / 1e9
     assert len(recs) == 1000 and all(r.ok and r.output_tokens == 256 for r in recs)
     assert simulated > 100
+
+
+def test_embedding_is_gathered_and_the_head_runs_on_logit_rows_only() -> None:
+    """Engines gather embedding rows (no GEMM) and run the LM head only on the tokens that
+    produce logits: decode tokens and the last token of each prompt completing its prefill."""
+    dep = Deployment.build("h100", "llama-3.1-8b", "bf16")
+    m, peak = dep.model, dep.peak_flops
+    # a compute-bound prefill of 8,192 tokens of one prompt: the head's 2 x vocab x hidden
+    # FLOPs count once (its last token), the embedding table's never
+    one = dep.step_time(0, 0, 8192, 0, prefill_seqs=1)
+    many = dep.step_time(0, 0, 8192, 0, prefill_seqs=64)  # 64 prompts of 128 tokens
+    head_flops = 2 * m.head_params() * 63 / (peak * dep.eff.mfu_prefill)
+    assert many - one == pytest.approx(head_flops, rel=1e-6)
+    e = dep.eff
+    body = m.params_b * 1e9 - m.embedding_params()
+    gemms = 2 * (body * 8192 + m.head_params()) / (peak * e.mfu_prefill)
+    overhead = e.t_fix_s + m.layers * e.t_layer_s + 8192 * e.t_tok_s
+    assert one == pytest.approx(gemms + overhead)  # no attention: prefill_ctx is 0
+    # a chunk that completes no prompt computes no logits: the head's weights are not read
+    bw = dep.gpu.hbm_bw_bytes_s * dep.eff.mbu
+    small = dep.step_time(0, 0, 1, 0, prefill_seqs=0)
+    with_head = dep.step_time(0, 0, 1, 0, prefill_seqs=1)
+    assert with_head - small == pytest.approx(m.head_params() * 2 / bw, rel=1e-3)
+
+
+def test_tied_embeddings_are_one_matrix() -> None:
+    """A tied model stores and reads one vocab x hidden matrix (config.json
+    tie_word_embeddings); the step still runs the head on its logit rows."""
+    untied = Deployment.build("h100", "llama-3.1-8b", "bf16")
+    params = untied.model.params_b - untied.model.head_params() / 1e9
+    fields = {"tie_word_embeddings": True, "params_b": params, "active_params_b": params}
+    tied = replace(untied, model=untied.model.model_copy(update=fields))
+    assert tied.model.embedding_params() == untied.model.head_params()
+    # same body, same head: same step, with one matrix less in memory
+    assert tied.step_time(8, 8000, 0, 0) == pytest.approx(untied.step_time(8, 8000, 0, 0))
+    assert untied.weight_bytes - tied.weight_bytes == pytest.approx(
+        untied.model.head_params() * 2, rel=1e-3
+    )

@@ -54,6 +54,19 @@ def test_a_config_json_gives_the_shipped_profile(tmp_path: Path) -> None:
     assert mine.name == "llama-3.1-8b"
 
 
+def test_tied_embeddings_are_stored_once(tmp_path: Path) -> None:
+    """Llama-3.2-1B publishes "tie_word_embeddings": true: one vocab x hidden matrix serves as
+    embedding table and LM head, so params_b (and HBM) count it once; Meta's 1.24B."""
+    cfg = {**LLAMA_8B, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+           "head_dim": 64, "tie_word_embeddings": True}  # fmt: skip
+    tied = get_model(str(_write(tmp_path, "Llama-3.2-1B", cfg)))
+    untied = get_model(str(_write(tmp_path, "untied", {**cfg, "tie_word_embeddings": False})))
+    assert tied.tie_word_embeddings and not untied.tie_word_embeddings
+    assert tied.params_b == pytest.approx(1.236, rel=0.01)
+    assert (untied.params_b - tied.params_b) * 1e9 == pytest.approx(128256 * 2048, abs=1e6)
+    assert tied.embedding_params() == tied.head_params() == 128256 * 2048
+
+
 def test_mla_moe_and_mtp_from_deepseek_v3(tmp_path: Path) -> None:
     m = get_model(str(_write(tmp_path, "DeepSeek-V3", DEEPSEEK_V3) / "config.json"))
     r1 = get_model("deepseek-r1")

@@ -33,6 +33,7 @@ DEVICE = get_gpu("H100")
 SETTINGS = Settings(model="llama-3.1-8b", precision="fp8", max_num_seqs=16)
 TRUTH = {"mbu": 0.72, "mfu": 0.3, "mfu_prefill_ratio": 1.6, "kv_bw_ratio": 0.7,
          "t_layer_s": 2.5e-5, "t_tok_s": 5e-7}  # fmt: skip
+# (a GPU fit's per-step overhead is per layer, t_layer_s; t_fix_s is fixed there)
 
 
 def _point(rate: float, values: dict[str, float], n: int = 40, seed: int = 0) -> ObservedPoint:
@@ -68,9 +69,9 @@ def test_recovers_the_parameters_it_was_simulated_with(fitted):
 
 
 def test_the_fit_stays_inside_the_physical_ranges_and_says_so():
-    """Runs made with a step overhead 10x the physical upper bound: the fit stops at the
+    """Runs made with a step overhead 50x the physical upper bound: the fit stops at the
     bound and flags the parameter instead of leaving the range."""
-    wild = {**TRUTH, "t_layer_s": 4e-4}
+    wild = {**TRUTH, "t_layer_s": 2e-3}
     points = [_point(r, wild, n=30, seed=i) for i, r in enumerate((4, 12))]
     prof = calibrate(points, DEVICE, SETTINGS, max_nfev=25)
     ranges = {b.name: (b.low, b.high) for b in bounds_for("nvidia")}
@@ -236,3 +237,14 @@ def test_held_out_error_is_stated_and_kept_in_the_file(tmp_path: Path):
     assert back.expected_error() == pytest.approx(stated, rel=5e-3)  # 4 digits in the file
     with pytest.raises(ValueError, match="3 load points"):
         leave_one_point_out(prof, points[:2])
+
+
+def test_a_parameter_stopped_near_its_lower_bound_is_said_to_be_there():
+    """A fit that stops 0.7% above the lower end (t_fix_s 1.007e-5 of 1e-5..0.05) was said
+    to be 'on its upper bound'."""
+    from bench.sim.user_calibration import ParamFit
+
+    low = ParamFit("t_fix_s", 1.007e-5, 1e-5, 0.05, "", math.inf, at_bound=True)
+    high = ParamFit("t_fix_s", 0.0497, 1e-5, 0.05, "", math.inf, at_bound=True)
+    assert low.why_not_pinned().startswith("on its lower bound")
+    assert high.why_not_pinned().startswith("on its upper bound")

@@ -301,7 +301,10 @@ class Engine:
         if list_decoding:
             res.decoding = self.decoding()
         res.n_decode, res.n_prefill = self.n_decode, n_pf
-        res.duration_s = self.dep.step_time(self.n_decode, self.decode_ctx, n_pf, pf_ctx)
+        done = sum(1 for seq, n in chunks if seq.computed + n >= seq.target)  # logit rows
+        res.duration_s = self.dep.step_time(
+            self.n_decode, self.decode_ctx, n_pf, pf_ctx, prefill_seqs=done
+        )
         self._finish_step(s, chunks, res)
         self.step_index = s + 1
         return res

@@ -8,7 +8,8 @@ combine per MoE layer). GPUs = tp x dp; "DEP8" is dp=8, ep=8, tp=1. An iteration
 data-parallel rank at once; per rank, with n_tok = decode tokens (x (1 + draft tokens) with
 MTP) + prefill tokens:
 
-    t_dense  = max(2 N_dense n_tok / (tp F MFU), dense weight bytes / tp / (BW MBU))
+    t_dense  = max(2 (N_body n_tok + N_head n_logits) / (tp F MFU),
+                   (body bytes + head bytes [n_logits > 0] + n_tok hidden bytes) / tp / (BW MBU))
     t_expert = max(2 N_expert_active n_tok_e imbalance / (G F MFU moe_mfu_ratio),
                    bytes of the experts some token routes to / G / (BW MBU))   G = ep or tp
     t_attnD  = max(KV bytes read / (BW MBU kv_bw_ratio), decode attention FLOPs / (F_attn MFU_attn))
@@ -20,6 +21,13 @@ MTP) + prefill tokens:
     t_over   = t_fix + L t_layer + n_tok (t_tok + L_moe t_moe_tok)
     T_iter   = t_dense + t_expert + t_attnD + t_attnP + t_comm + t_over
 
+N_body excludes the embedding table and the LM head (vocab x hidden each; one matrix when
+tied). As in vLLM, llama.cpp, SGLang and TensorRT-LLM, the embedding is a row gather (n_tok rows
+of hidden, no GEMM) and the LM head runs only on the rows that produce logits: n_logits = every
+decode token (x (1 + draft tokens) when verifying MTP) plus the LAST token of each sequence whose
+prefill completes in the step (vLLM's logits_indices; llama.cpp's batch entries flagged for
+output). The head's weights are read once per step when any logits are computed. vLLM shards
+both the head (ParallelLMHead) and the embedding (VocabParallelEmbedding) over TP, hence /tp.
 Experts touched: E (1 - (1 - k/E)^n) for n tokens routed top-k among E (every expert some token
 picks). Expert-parallel imbalance: the busiest GPU holds 1 + moe_imbalance + sqrt(2 ln G / m)
 times the mean m token-assignments (random routing's maximum, plus hot experts).
@@ -225,18 +233,23 @@ class Deployment:
         return sum(a**i for i in range(d + 1))
 
     @cached_property
-    def _shape(self) -> tuple[float, float, float, float, float]:
-        """Per-step constants: dense params, dense bytes, active expert params, attention
-        FLOPs per (query, context) pair in decode and in prefill."""
+    def _shape(self) -> tuple[float, float, float, float, float, float, float]:
+        """Per-step constants: body params (dense, without embedding and LM head), body bytes,
+        active expert params, attention FLOPs per (query, context) pair in decode and in
+        prefill, LM head params, LM head bytes (all over the whole model, before TP)."""
         m = self.model
-        dense_params = m.active_params_b * 1e9 - m.active_expert_params()
-        dense_bytes = self.weight_bytes - self.expert_bytes_total
+        bpp = self.precision.bytes_per_param
+        embed = m.embedding_params()
+        body_params = max(m.active_params_b * 1e9 - m.active_expert_params() - embed, 0.0)
+        body_bytes = max(self.weight_bytes - self.expert_bytes_total - embed * bpp, 0.0)
         return (
-            dense_params,
-            dense_bytes,
+            body_params,
+            body_bytes,
             m.active_expert_params(),
             m.attn_pair_flops(decode=True),
             m.attn_pair_flops(decode=False),
+            m.head_params(),
+            m.head_params() * bpp,
         )
 
     def kv_capacity_tokens(
@@ -271,48 +284,87 @@ class Deployment:
         m = self.model
         return m.experts * (1 - (1 - m.experts_per_token / m.experts) ** n_tok)
 
-    def weight_bytes_read(self, n_tok: int) -> float:
-        """Weight bytes one step streams over the whole deployment (all GPUs)."""
-        if not self.model.is_moe:
-            return self.weight_bytes
-        unread = self.expert_bytes * (self.model.experts - self.experts_touched(n_tok))
-        return self.weight_bytes - unread
+    def weight_bytes_read(self, n_tok: int, logits: bool = True) -> float:
+        """Weight bytes one step of n_tok tokens streams over the whole deployment (all GPUs):
+        the body, the experts some token routes to, the LM head when the step computes any
+        logits, and the n_tok embedding rows it gathers (not the whole table)."""
+        body, head = self._shape[1], self._shape[6]
+        gathered = n_tok * self.model.hidden * self.precision.bytes_per_param
+        read = body + (head if logits else 0.0) + gathered
+        if self.model.is_moe:
+            read += self.expert_bytes * self.experts_touched(n_tok)
+        return read
 
     def step_time(
-        self, n_decode: int, decode_ctx: float, n_prefill: int, prefill_ctx: float
+        self,
+        n_decode: int,
+        decode_ctx: float,
+        n_prefill: int,
+        prefill_ctx: float,
+        *,
+        prefill_seqs: float | None = None,
     ) -> float:
         """Seconds for one iteration of the whole deployment.
 
         n_decode: decode tokens (one per running sequence); decode_ctx: sum of their context
         lengths (KV tokens read); n_prefill: prefill tokens in this step; prefill_ctx: sum over
         the prefill tokens of the context each attends to (for a chunk of n tokens starting at
-        position p: n * (p + n / 2)).
+        position p: n * (p + n / 2)); prefill_seqs: sequences whose prefill completes in this
+        step (each samples its first token, so the LM head runs on its last prompt token);
+        None = one when there is prefill (a caller that does not track completions).
         """
         if n_decode + n_prefill == 0:
             return 0.0
+        if prefill_seqs is None:
+            prefill_seqs = 1.0 if n_prefill else 0.0
         if n_decode and self.eff.mtp_tokens:
             g, d = self.mtp_gain, int(self.eff.mtp_tokens)
-            t = self._iteration(n_decode, decode_ctx, n_prefill * g, prefill_ctx * g, 1 + d)
+            q = 1 + d  # verification computes logits at every drafted position
+            logits = n_decode * q + prefill_seqs * g
+            t = self._iteration(
+                n_decode, decode_ctx, n_prefill * g, prefill_ctx * g, q, logits=logits
+            )
             return (t + d * self._draft_time(n_decode, decode_ctx)) / g
-        return self._iteration(n_decode, decode_ctx, n_prefill, prefill_ctx, 1)
+        logits = n_decode + prefill_seqs
+        return self._iteration(n_decode, decode_ctx, n_prefill, prefill_ctx, 1, logits=logits)
 
     def _draft_time(self, n_decode: float, decode_ctx: float) -> float:
         """One drafting pass: the MTP module is one more decoder layer plus the (shared, BF16)
         output head, run for every decoding sequence, once per drafted token."""
-        m = self.model
-        body = self._iteration(n_decode, decode_ctx, 0, 0, 1) - self.eff.t_fix_s
-        head = m.vocab * m.hidden * 2 / self.tp / self._bw
+        m, e = self.model, self.eff
+        body = self._iteration(n_decode, decode_ctx, 0, 0, 1, logits=0) - e.t_fix_s
+        head_params = m.head_params() / self.tp
+        head = max(
+            head_params * 2 / self._bw,  # BF16 weights
+            2 * head_params * n_decode / self.dp / (self.gpu.peak_flops("bf16") * e.mfu),
+        )
         return body / m.layers + head
 
     def _iteration(
-        self, n_decode: float, decode_ctx: float, n_prefill: float, prefill_ctx: float, q: int
+        self,
+        n_decode: float,
+        decode_ctx: float,
+        n_prefill: float,
+        prefill_ctx: float,
+        q: int,
+        *,
+        logits: float | None = None,
     ) -> float:
+        """One forward pass; logits: rows the LM head runs on over the deployment (decode
+        tokens x q + prefill sequences completing); None = n_decode x q, plus one with prefill."""
         m, e, tp, dp, F = self.model, self.eff, self.tp, self.dp, self.peak_flops
         nd, npf = n_decode * q / dp, n_prefill / dp  # tokens on one data-parallel rank
         n_tok = nd + npf
+        if logits is None:
+            logits = n_decode * q + (1.0 if n_prefill else 0.0)
+        rows_p = max(logits / dp - nd, 0.0)  # prefill rows (those beyond the decode tokens)
         work = nd / e.mfu + npf / e.mfu_prefill  # tokens weighted by 1 / MFU
-        dense_params, dense_bytes, _, pair_d, pair_p = self._shape
-        t = max(2 * dense_params * work / (tp * F), dense_bytes / tp / self._bw)
+        body_params, body_bytes, _, pair_d, pair_p, head_params, head_bytes = self._shape
+        head_work = min(logits / dp, nd) / e.mfu + rows_p / e.mfu_prefill
+        flops = 2 * (body_params * work + head_params * head_work)
+        read = body_bytes + (head_bytes if logits > 0 else 0.0)
+        read += n_tok * m.hidden * self.precision.bytes_per_param  # embedding rows gathered
+        t = max(flops / (tp * F), read / tp / self._bw)
         if m.is_moe:
             t += self._expert_time(n_tok, work)
         kv_read = decode_ctx / dp * self.kv_bytes_per_token / self.kv_shards
@@ -392,9 +444,10 @@ def steady_state(
     if f >= 1:  # every step carries prefill: all of the demand
         per_step, f = demand, 1.0
     ctx = c * (isl + osl / 2)
-    t = dep.step_time(c, ctx, per_step, per_step * isl / 2)
+    seqs = per_step / isl if isl else 0.0  # prompts of isl tokens completing per prefill step
+    t = dep.step_time(c, ctx, per_step, per_step * isl / 2, prefill_seqs=seqs)
     if f < 1:
-        t = f * t + (1 - f) * dep.step_time(c, ctx, 0, 0)
+        t = f * t + (1 - f) * dep.step_time(c, ctx, 0, 0, prefill_seqs=0)
     out = c / t / dep.gpus
     return {
         "tpot_s": t,

@@ -279,7 +279,7 @@ class ParamFit:
 
     def why_not_pinned(self) -> str:
         if self.at_bound:
-            side = "lower" if self.value <= self.low * 1.001 else "upper"
+            side = "lower" if self.value / self.low < self.high / self.value else "upper"
             return f"on its {side} bound: the data push it past its physical range"
         if not math.isfinite(self.spread):
             return "the data do not move the figures with it"

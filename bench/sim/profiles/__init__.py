@@ -67,6 +67,7 @@ class ModelProfile(_Frozen):
     experts_per_token: int = 0
     shared_experts: int = 0
     vocab: int
+    tie_word_embeddings: bool = False
     context: int
     aliases: tuple[str, ...] = ()
     notes: str = ""
@@ -104,6 +105,17 @@ class ModelProfile(_Frozen):
 
     def weight_bytes(self, precision: str) -> float:
         return self.params_b * 1e9 * get_precision(precision).bytes_per_param
+
+    def head_params(self) -> float:
+        """Parameters of the LM head (vocab x hidden), the GEMM that turns a hidden state into
+        logits; also the size of the embedding table, whose rows are gathered, not multiplied."""
+        return float(self.vocab * self.hidden)
+
+    def embedding_params(self) -> float:
+        """Parameters of the embedding table and the LM head as stored (counted in params_b):
+        one vocab x hidden matrix when they are tied (config.json `tie_word_embeddings`), two
+        otherwise."""
+        return self.head_params() * (1 if self.tie_word_embeddings else 2)
 
     @property
     def moe_layers(self) -> int:

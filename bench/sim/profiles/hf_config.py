@@ -76,7 +76,11 @@ def profile_fields(path: Path) -> dict[str, Any]:
     experts = int(g("num_local_experts", "num_experts", "n_routed_experts", default=0))
     ffn = int(g("intermediate_size_mlp", "intermediate_size", default=4 * hidden))
     mlp = 3 * hidden * ffn
-    embed = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
+    # embedding table == LM head, one copy in memory (small Llama/Qwen3 models); a missing
+    # field reads as untied, the default of transformers' LlamaConfig, Qwen3Config, MistralConfig
+    tied = bool(cfg.get("tie_word_embeddings"))
+    out["tie_word_embeddings"] = tied
+    embed = vocab * hidden * (1 if tied else 2)
     total = active = embed + layers * attn
     if experts:
         k = int(g("num_experts_per_tok", "experts_per_token", "moe_topk"))

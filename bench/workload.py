@@ -96,6 +96,14 @@ class Workload:
     def tokenizer_path(self) -> str | None:
         return None if self.tokenizer is None else self.tokenizer.path
 
+    @property
+    def repeats_prompt_blocks(self) -> bool:
+        """Whether two prompts can share a block (a prefix cache has anything to find):
+        datasets and traces can, shared prefixes and multi-turn sessions do; random prompts
+        without them do not."""
+        has_source = self.dataset is not None or self.blocks is not None
+        return has_source or self.prefix_ratio > 0 or self.turns > 1
+
     def specs(self, n: int) -> list[RequestSpec]:
         """The first n requests, in send order (sessions' turns are consecutive)."""
         rng = np.random.default_rng([self.seed, 1])
@@ -210,6 +218,11 @@ class MixedWorkload:
     @property
     def tokenizer_path(self) -> None:
         return None
+
+    @property
+    def repeats_prompt_blocks(self) -> bool:
+        """Whether any class's prompts can share a block (Workload.repeats_prompt_blocks)."""
+        return any(c.workload.repeats_prompt_blocks for c in self.classes)
 
     def specs(self, n: int) -> list[RequestSpec]:
         """The requests of n sessions, in send order (a session's turns consecutive)."""

@@ -114,7 +114,7 @@ def plan_keys(engine: Engine, plan) -> list[list[int]] | None:
             trace_block_keys(bp.hash_ids[s.index], s.input_len, bp.block_size, cache.block_tokens)
             for s in plan.specs
         ]
-    if wl.dataset is None and wl.prefix_ratio <= 0 and wl.turns <= 1:
+    if not wl.repeats_prompt_blocks:
         return None
     out = []
     for spec in plan.specs:

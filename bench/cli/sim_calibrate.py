@@ -206,7 +206,12 @@ def device_command(
     except (RuntimeError, ProfileError, OSError) as exc:
         raise fail(str(exc)) from None
     console.print(f"{name}: {entry['source']}")
-    console.print(f"wrote {out}: use it with `tokenbench sim calibrate RUN --device {out} ...`")
+    # Said in words, not as a command: a printed `tokenbench ...` is one the user can run as is
+    # (tests run every one), and this one needs the user's own run ids.
+    console.print(
+        f"wrote {out}: give it to sim calibrate as --device {out}, with the ids of the runs "
+        "you measured on this host and --out for the profile it writes"
+    )
 
 
 def apply_profile(

@@ -165,6 +165,41 @@ PrefixCacheOpt = Annotated[
 ]
 
 
+DisaggOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--disagg",
+        help="disaggregated prefill/decode as xPyD (InferenceX's and Dynamo's name): x prefill "
+        "and y decode instances, each of --parallel (or --prefill-parallel / "
+        "--decode-parallel), the prompt's KV moved between them (--kv-link); GPUs = both "
+        "pools'. Default: colocated (one pool does both)",
+    ),
+]
+PrefillParallelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prefill-parallel",
+        help="each prefill instance's parallelism (tp4, dep8); default --parallel",
+    ),
+]
+DecodeParallelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--decode-parallel",
+        help="each decode instance's parallelism (tp4, dep8); default --parallel",
+    ),
+]
+KvLinkOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--kv-link",
+        help="what the KV crosses from prefill to decode: nvlink (the GPU's scale-up link), "
+        "network (its NIC, bench/hardware/gpus.yaml scale_out) or auto (NVLink when both "
+        "pools fit in one scale-up domain); default auto",
+    ),
+]
+
+
 def serve_options(
     max_num_seqs: int | None,
     max_num_batched_tokens: int | None,
@@ -173,13 +208,17 @@ def serve_options(
     mtp_acceptance: float | None,
     memory_fraction: float | None,
     prefix_cache: str | None = None,
+    disagg: str | None = None,
+    prefill_parallel: str | None = None,
+    decode_parallel: str | None = None,
+    kv_link: str | None = None,
 ):
     """The engine knobs as the library takes them (bench.sim.engine.ServeOptions)."""
     from bench.sim.engine import ServeOptions
 
     return ServeOptions(
         max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance,
-        memory_fraction, prefix_cache,
+        memory_fraction, prefix_cache, disagg, prefill_parallel, decode_parallel, kv_link,
     )  # fmt: skip
 
 
@@ -200,6 +239,10 @@ def serve(
     mtp_acceptance: MtpAcceptanceOpt = None,
     memory_fraction: MemoryFractionOpt = None,
     prefix_cache: PrefixCacheOpt = None,
+    disagg: DisaggOpt = None,
+    prefill_parallel: PrefillParallelOpt = None,
+    decode_parallel: DecodeParallelOpt = None,
+    kv_link: KvLinkOpt = None,
     default_max_tokens: int = typer.Option(
         256, help="output length of chat requests without max_tokens"
     ),
@@ -217,7 +260,7 @@ def serve(
     )  # fmt: skip
     options = serve_options(
         d["max_num_seqs"], d["max_num_batched_tokens"], kv_precision, mtp, mtp_acceptance,
-        memory_fraction, prefix_cache,
+        memory_fraction, prefix_cache, disagg, prefill_parallel, decode_parallel, kv_link,
     )  # fmt: skip
     try:  # the engine `sim run` and the validation build, from the same options
         engine = VirtualExecutor(
@@ -231,7 +274,8 @@ def serve(
 
     def banner(bound: int) -> None:
         console.print(
-            f"[bold]SIMULATED[/bold] {dep.label}: KV cache {engine.capacity_tokens:,} tokens, "
+            f"[bold]SIMULATED[/bold] {dep.label}{_split(engine)}: KV cache "
+            f"{engine.capacity_tokens:,} tokens, "
             f"prefix cache {engine.prefix_policy} "
             f"({memory_plan(dep, engine.cfg.memory_fraction).describe()}), "
             f"batch-1 decode step {dep.step_time(1, 1, 0, 0) * 1e3:.1f} ms; "
@@ -251,6 +295,18 @@ def serve(
     console.print("stopped")
 
 
+def _split(engine) -> str:
+    """How a disaggregated engine's GPUs divide (nothing for a colocated one)."""
+    k = engine.knobs()
+    if "disagg" not in k:
+        return ""
+    return (
+        f", disaggregated {k['disagg']}: prefill {k['prefill_gpus']} GPUs "
+        f"({k['prefill_parallel']}), decode {k['decode_gpus']} GPUs ({k['decode_parallel']}), "
+        f"KV over {k['kv_link']} ({k['kv_link_gbps']:g} GB/s per GPU); {engine.gpus} GPUs in all"
+    )
+
+
 def run(
     gpu: SimGpuOpt = None,
     model: SimModelOpt = None,
@@ -266,6 +322,10 @@ def run(
     mtp_acceptance: MtpAcceptanceOpt = None,
     memory_fraction: MemoryFractionOpt = None,
     prefix_cache: PrefixCacheOpt = None,
+    disagg: DisaggOpt = None,
+    prefill_parallel: PrefillParallelOpt = None,
+    decode_parallel: DecodeParallelOpt = None,
+    kv_link: KvLinkOpt = None,
     scenario: ScenarioOpt = None,
     request_rates: RequestRatesOpt = None,
     concurrency: ConcurrencyPointsOpt = None,
@@ -314,7 +374,7 @@ def run(
     )  # fmt: skip
     options = serve_options(
         d["max_num_seqs"], d["max_num_batched_tokens"], kv_precision, mtp, mtp_acceptance,
-        memory_fraction, prefix_cache,
+        memory_fraction, prefix_cache, disagg, prefill_parallel, decode_parallel, kv_link,
     )  # fmt: skip
     deployment = dict(
         gpu=d["gpu"], model=d["model"], precision=d["precision"], tp=tp, parallel=parallel

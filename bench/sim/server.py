@@ -143,7 +143,7 @@ class SimServer:
         dep = self.engine.dep
         return {
             "gpu": dep.gpu.name,
-            "gpu_count": dep.gpus,
+            "gpu_count": self.engine.gpus,  # disaggregated: prefill + decode GPUs
             "model": dep.model.name,
             "precision": dep.precision.name,
             "parallel": dep.parallel,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import httpx
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -17,7 +18,7 @@ from bench.metrics import parse_thresholds
 from bench.scenario import parse_scenario
 from bench.sim.engine import ServeOptions
 from bench.sim.roofline import Deployment
-from bench.sim.server import SimServer
+from bench.sim.server import SimServer, start_sim_server_in_thread
 from bench.sim.virtual import VirtualExecutor, build_engine, run_virtual
 from bench.sim_tune import Config, Space, search
 
@@ -67,6 +68,23 @@ def test_ttft_is_prefill_then_transfer_then_the_first_decode_step():
     gaps = np.diff(rec.chunk_times_ns) / 1e9
     step = dep.step_time(1, prompt, 0, 0, prefill_seqs=0)  # reads the prompt's KV
     assert gaps[0] == pytest.approx(step, abs=2e-9)  # times are whole ns
+
+
+def test_prefill_pool_starts_a_prompt_when_it_arrives_not_at_the_decode_step():
+    """The prefill pool does not wait for the decode pool's steps: a prompt arriving mid
+    decode step is prefilled from its arrival, and its first token leaves at the end of the
+    first decode step that starts after its KV lands."""
+    eng = _h100(parallel="tp4", disagg="1P1D")
+    arrive = 0.5123  # inside one of the first request's decode steps
+    a, b = run_virtual(eng, [(0.0, 100, 2000), (arrive, 4000, 4)])
+    dep = Deployment.build("H100", "llama-3.3-70b", "fp8", 4)
+    landed = arrive + dep.step_time(0, 0, 4000, 4000 * 4000 / 2, prefill_seqs=1)
+    landed += eng.transfer_s(4000)
+    ends = a.chunk_times_ns / 1e9
+    starts = np.concatenate([[0.0], ends[:-1]])
+    assert not np.any(np.isclose(starts, arrive))  # it did arrive mid step
+    first = ends[np.argmax(starts >= landed - 1e-9)]
+    assert b.first_token_ns / 1e9 == pytest.approx(first, abs=2e-9)
 
 
 def test_split_removes_prefill_interference_from_tpot():
@@ -166,3 +184,21 @@ seed: 7
     assert all(o.status in ("searched", "pruned") for o in split.values())
     sens = {s["setting"]: s for s in result.sensitivity()}
     assert {e["value"] for e in sens["disagg"]["values"]} == {None, "1P1D", "1P2D"}
+
+
+def test_sim_serve_streams_from_a_split_and_announces_both_pools():
+    engine = build_engine("B200", "llama-3.1-8b", "fp8", disagg="1P1D")
+    base, stop = start_sim_server_in_thread("B200", "llama-3.1-8b", engine=engine)
+    try:
+        with httpx.Client(base_url=base, timeout=30) as c:
+            hw = c.get("/v1/models").json()["data"][0]["tokenbench_simulated"]
+            body = {"prompt": list(range(300)), "max_tokens": 8, "stream": True}
+            with c.stream("POST", "/v1/completions", json=body) as r:
+                chunks = [ln for ln in r.iter_lines() if ln.startswith('data: {"')]
+            metrics = c.get("/metrics").text
+    finally:
+        stop()
+    assert (hw["gpu_count"], hw["disagg"], hw["kv_link"]) == (2, "1P1D", "NVLink5")
+    assert len(chunks) >= 8
+    assert 'vllm:prompt_tokens_total{model_name="llama-3.1-8b"} 300' in metrics
+    assert 'vllm:generation_tokens_total{model_name="llama-3.1-8b"} 8' in metrics

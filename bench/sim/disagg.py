@@ -17,9 +17,10 @@ instance).
 and `sim serve` (bench.sim.server) drive it unchanged. Its steps are the decode pool's steps
 (every decoding sequence emits one token at each one's end, the invariant both drivers keep);
 the prefill pool and transfers are advanced by time in between, and when the decode pool is
-idle a step of no work lasts until the next prefill step or transfer ends. Requests reach the
-prefill pool at the step boundary after they arrive (so a prefill can start up to one decode
-step late: tens of ms against a TTFT of hundreds). Instances of a pool share one scheduler (one
+idle a step of no work lasts until the next prefill step or transfer ends. A driver says how
+long before the current step's end a request arrived (`ago_s`), so the prefill pool, which
+does not wait for the decode pool's steps, takes it into its first step that starts after it
+arrived. Instances of a pool share one scheduler (one
 engine with dp ranks, perfect balancing between instances). The prefill pool frees a prompt's
 blocks when its prefill ends (the transfer overlapping its next steps); its memory needs only
 the prompts in flight, and its KV room comes from the same memory arithmetic as the decode
@@ -123,6 +124,7 @@ class DisaggEngine:
         self.step_index = 0
         self._p_next = 0.0  # when the prefill pool's next step may start
         self._moving: list[tuple[float, int, Seq]] = []  # (arrives at decode, order, seq)
+        self._arrivals: list[tuple[float, int, Seq, list[int] | None]] = []  # not yet in a step
         self._order = 0
         self._in_prefill: dict[int, Seq] = {}  # decode seq id -> its prefill-pool seq
 
@@ -189,7 +191,12 @@ class DisaggEngine:
         return self.prefill.cache_hits
 
     def has_work(self) -> bool:
-        return self.prefill.has_work() or bool(self._moving) or self.decode.has_work()
+        return (
+            bool(self._arrivals)
+            or self.prefill.has_work()
+            or bool(self._moving)
+            or self.decode.has_work()
+        )
 
     def decoding(self) -> list[Seq]:
         return self.decode.decoding()
@@ -203,15 +210,16 @@ class DisaggEngine:
         max_tokens: int,
         tag: object = None,
         keys: list[int] | None = None,
+        ago_s: float = 0.0,
     ) -> Seq:
-        """Queue a request on the prefill pool; the returned sequence is the one the decode
-        pool will run (its tag is the driver's). ValueError when either pool could never
-        hold it."""
+        """Queue a request for the prefill pool, arrived `ago_s` before the end of the last
+        step; the returned sequence is the one the decode pool will run (its tag is the
+        driver's). ValueError when either pool could never hold it."""
         seq = self.decode.new_seq(rid, prompt_len, max_tokens, tag)
-        self._advance_prefill(self.now, inclusive=False)
-        if not self.prefill.has_work():
-            self._p_next = max(self._p_next, self.now)
-        self._in_prefill[seq.id] = self.prefill.add_request(rid, prompt_len, 1, seq, keys)
+        self.prefill.new_seq(rid, prompt_len, 1)  # the prefill pool could hold it too
+        self._order += 1
+        at = self.now - max(ago_s, 0.0)
+        heapq.heappush(self._arrivals, (at, self._order, seq, keys))
         return seq
 
     def abort(self, seq: Seq) -> None:
@@ -237,7 +245,9 @@ class DisaggEngine:
         res = self.decode.step(list_decoding) if self.decode.has_work() else None
         if res is None:
             due = [t for t in (self._moving[0][0] if self._moving else None,
-                               self._p_next if self.prefill.has_work() else None) if t is not None]  # fmt: skip
+                               self._p_next if self.prefill.has_work() else None,
+                               max(self._arrivals[0][0], self._p_next) if self._arrivals else None)
+                   if t is not None]  # fmt: skip
             res = StepResult(index=0, duration_s=max(min(due) - self.now, 0.0), n_decode=0,
                              n_prefill=0, decoding=[] if list_decoding else None)  # fmt: skip
         res.index = self.step_index
@@ -246,10 +256,25 @@ class DisaggEngine:
         return res
 
     def _advance_prefill(self, until: float, inclusive: bool) -> None:
-        """Run the prefill pool's steps that start before `until` (at it, if inclusive);
-        each finished prompt's KV leaves when its step ends."""
+        """Run the prefill pool's steps that start before `until` (at it, if inclusive), each
+        with the requests that arrived by its start; each finished prompt's KV leaves when
+        its step ends."""
         p = self.prefill
-        while p.has_work() and (self._p_next < until or (inclusive and self._p_next == until)):
+        while True:
+            if not p.has_work():
+                if not self._arrivals:
+                    break
+                self._p_next = max(self._p_next, self._arrivals[0][0])
+            start = self._p_next
+            if start > until or (start == until and not inclusive):
+                break
+            while self._arrivals and self._arrivals[0][0] <= start:
+                _, _, seq, keys = heapq.heappop(self._arrivals)
+                if seq.status != FINISHED:  # not aborted while it waited
+                    pf = p.add_request(seq.id, seq.prompt_len, 1, seq, keys)
+                    self._in_prefill[seq.id] = pf
+            if not p.has_work():
+                continue
             r = p.step()
             if r is None:
                 break

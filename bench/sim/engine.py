@@ -217,9 +217,12 @@ class Engine:
         max_tokens: int,
         tag: object = None,
         keys: list[int] | None = None,
+        ago_s: float = 0.0,
     ) -> Seq:
         """Queue a request. prompt_len >= 1 and max_tokens >= 1 tokens. keys: the prompt's
-        block keys at the cache's granularity (`self.cache.keys(tokens)`); none: no reuse."""
+        block keys at the cache's granularity (`self.cache.keys(tokens)`); none: no reuse.
+        ago_s: how long before the last step's end it arrived; one scheduler sees it at its
+        next step whenever it came (a disaggregated engine's prefill pool reads it)."""
         seq = self.new_seq(rid, prompt_len, max_tokens, tag)
         seq.keys = keys or []
         self.waiting.append(seq)

@@ -226,7 +226,7 @@ def _drive(
             try:
                 seq = engine.add_request(
                     k, int(lengths[k, 0]), int(lengths[k, 1]), tag=_Track(k),
-                    keys=keys[k] if keys is not None else None,
+                    keys=keys[k] if keys is not None else None, ago_s=t - at,
                 )  # fmt: skip
                 trace.tracks[k] = seq.tag
             except ValueError as exc:

@@ -113,8 +113,16 @@ def pool_deployment(dep: Deployment, instances: int) -> Deployment:
 class DisaggEngine:
     """A prefill pool, a KV link and a decode pool behind Engine's driver API."""
 
-    def __init__(self, prefill: Engine, decode: Engine, link: KvLink, spec: str) -> None:
+    def __init__(
+        self, prefill: Engine, decode: Engine, link: KvLink, spec: str,
+        parallels: tuple[str, str] = ("", ""),
+    ) -> None:  # fmt: skip
+        """parallels: one prefill and one decode instance's parallelism (tp4), as stored."""
         self.prefill, self.decode, self.link, self.spec = prefill, decode, link, spec
+        self.parallels = (
+            parallels[0] or prefill.dep.parallel,
+            parallels[1] or decode.dep.parallel,
+        )
         self.dep = decode.dep  # the deployment tokens come from (its MTP, its label)
         self.cfg = decode.cfg
         self.cache = prefill.cache  # prompts share prefixes on the prefill pool
@@ -143,11 +151,12 @@ class DisaggEngine:
         p, d = self.prefill.dep, self.decode.dep
         return {
             **self.decode.knobs(),
+            "parallel": self.parallels[1],  # one decode instance's
             "disagg": self.spec,
             "prefill_gpus": p.gpus,
             "decode_gpus": d.gpus,
-            "prefill_parallel": p.parallel,
-            "decode_parallel": d.parallel,
+            "prefill_parallel": self.parallels[0],  # each instance's
+            "decode_parallel": self.parallels[1],
             "prefill_kv_capacity_tokens": self.prefill.capacity_tokens,
             "kv_link": self.link.name,
             "kv_link_gbps": self.link.bytes_s / 1e9,
@@ -312,4 +321,5 @@ def build_disagg(
     p_dep, d_dep = pool_deployment(prefill, x), pool_deployment(decode, y)
     p = engine_for(p_dep, max_num_seqs, max_num_batched_tokens, memory_fraction, prefix_cache)
     d = engine_for(d_dep, max_num_seqs, max_num_batched_tokens, memory_fraction, "off")
-    return DisaggEngine(p, d, kv_link(p_dep, d_dep, p_dep.gpus + d_dep.gpus, link), f"{x}P{y}D")
+    kv = kv_link(p_dep, d_dep, p_dep.gpus + d_dep.gpus, link)
+    return DisaggEngine(p, d, kv, f"{x}P{y}D", (prefill.parallel, decode.parallel))

@@ -77,8 +77,12 @@ class Config:
         return tp * dp * instances
 
     def settings(self) -> dict[str, Any]:
-        """The configuration as the settings a tune experiment stores (bench.tune)."""
-        return {"gpu": self.gpu, **{k: getattr(self, k) for k in KNOBS}}
+        """The configuration as the settings a tune experiment stores (bench.tune); a
+        colocated one stores no disagg key (as it did before the split was searched)."""
+        out = {"gpu": self.gpu, **{k: getattr(self, k) for k in KNOBS}}
+        if out["disagg"] is None:
+            del out["disagg"]
+        return out
 
     def text(self) -> str:
         seqs = f" seqs {self.max_num_seqs}" if self.max_num_seqs else ""

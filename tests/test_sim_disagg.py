@@ -160,6 +160,16 @@ def test_bad_flags_are_one_line_errors(tmp_path, args, says):
     assert len(lines) == 1 and says in lines[0], res.output
 
 
+def test_sim_tune_bad_split_is_a_one_line_error():
+    res = CliRunner().invoke(
+        app, ["sim", "tune", "--slo", "p99_ttft_ms<=500", "--disagg", "1P1D,3X"],
+        env={"COLUMNS": "200"},
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "'3X' is not xPyD" in lines[0], res.output
+
+
 def test_sim_tune_searches_a_split():
     sc = parse_scenario(
         """
@@ -182,6 +192,8 @@ seed: 7
     assert "--disagg 1P2D" in split["1P2D"].config.command("llama-3.1-8b", "vllm")
     assert split["1P1D"].config.text() == "H100 1P1D tp1 fp8 seqs 16"
     assert all(o.status in ("searched", "pruned") for o in split.values())
+    assert split["1P2D"].config.settings()["disagg"] == "1P2D"
+    assert "disagg" not in Config("H100", "tp1", "fp8").settings()  # colocated: as before
     sens = {s["setting"]: s for s in result.sensitivity()}
     assert {e["value"] for e in sens["disagg"]["values"]} == {None, "1P1D", "1P2D"}
 

@@ -474,7 +474,7 @@ def print_error_bars(result, virtual, profile) -> dict:
 
 def gpus() -> None:
     """List the GPU profiles (bench/hardware/gpus.yaml) and the fitted efficiency parameters."""
-    from bench.hardware import load_gpus
+    from bench.hardware import interconnects, load_gpus
     from bench.sim.profiles import fitted_parameters
 
     table = Table(title="GPU profiles (bench/hardware/gpus.yaml)")
@@ -489,9 +489,12 @@ def gpus() -> None:
         "FP4",
         "TDP W",
         "scale-up GB/s",
+        "network GB/s",
     ]:
         table.add_column(col)
+    links = interconnects()
     for g in load_gpus().values():
+        nic = links.get(g.scale_out)
         tf = [f"{g.tflops.get(p):,.0f}" if g.tflops.get(p) else "-" for p in ("bf16", "fp8", "fp4")]
         table.add_row(
             g.name,
@@ -502,6 +505,7 @@ def gpus() -> None:
             *tf,
             f"{g.tdp_w:,.0f}",
             f"{g.scale_up_gbps:g}",
+            f"{nic.gbps:g} ({nic.name})" if nic else "-",  # a disaggregated KV transfer's
         )
     console.print(table)
     eff = Table(title="Fitted efficiency parameters (bench/sim/profiles/efficiency.yaml)")

@@ -274,7 +274,7 @@ def serve(
 
     def banner(bound: int) -> None:
         console.print(
-            f"[bold]SIMULATED[/bold] {dep.label}{_split(engine)}: KV cache "
+            f"[bold]SIMULATED[/bold] {engine.label}{_split(engine)}: KV cache "
             f"{engine.capacity_tokens:,} tokens, "
             f"prefix cache {engine.prefix_policy} "
             f"({memory_plan(dep, engine.cfg.memory_fraction).describe()}), "
@@ -300,11 +300,7 @@ def _split(engine) -> str:
     k = engine.knobs()
     if "disagg" not in k:
         return ""
-    return (
-        f", disaggregated {k['disagg']}: prefill {k['prefill_gpus']} GPUs "
-        f"({k['prefill_parallel']}), decode {k['decode_gpus']} GPUs ({k['decode_parallel']}), "
-        f"KV over {k['kv_link']} ({k['kv_link_gbps']:g} GB/s per GPU); {engine.gpus} GPUs in all"
-    )
+    return f", KV moved over {k['kv_link']} ({k['kv_link_gbps']:g} GB/s per GPU); decode pool"
 
 
 def run(

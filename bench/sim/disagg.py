@@ -144,6 +144,18 @@ class DisaggEngine:
         return self.prefill.dep.gpus + self.decode.dep.gpus
 
     @property
+    def label(self) -> str:
+        """What it simulates, in words: both pools and every GPU."""
+        d = self.decode.dep
+        x, y = parse_disagg(self.spec)
+        mtp = f" MTP{d.eff.mtp_tokens}" if d.eff.mtp_tokens else ""
+        return (
+            f"{d.model.name} {d.precision.name} on {self.gpus}x {d.gpu.name} {self.spec}: "
+            f"prefill {x} x {self.parallels[0].upper()}, decode {y} x "
+            f"{self.parallels[1].upper()} {d.engine}{mtp} (simulated)"
+        )
+
+    @property
     def max_model_len(self) -> int:
         return self.decode.max_model_len
 

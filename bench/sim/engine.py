@@ -210,6 +210,10 @@ class Engine:
         """GPUs the deployment occupies (a disaggregated one counts both pools)."""
         return self.dep.gpus
 
+    @property
+    def label(self) -> str:
+        return self.dep.label
+
     def add_request(
         self,
         rid: int,

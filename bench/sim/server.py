@@ -599,7 +599,7 @@ async def serve(
     server = await loop.create_server(lambda: HTTPProtocol(sim), host, port, backlog=1024)
     sim.start()
     bound = server.sockets[0].getsockname()[1]
-    log.info("simulated %s listening on http://%s:%d", engine.dep.label, host, bound)
+    log.info("simulated %s listening on http://%s:%d", engine.label, host, bound)
     if ready:
         ready(bound)
     try:

@@ -214,3 +214,24 @@ def test_sim_serve_streams_from_a_split_and_announces_both_pools():
     assert len(chunks) >= 8
     assert 'vllm:prompt_tokens_total{model_name="llama-3.1-8b"} 300' in metrics
     assert 'vllm:generation_tokens_total{model_name="llama-3.1-8b"} 8' in metrics
+
+
+def test_stored_run_divides_throughput_by_both_pools(tmp_path):
+    """A stored 1P1D run of TP1 on one GPU each: per-GPU figures (curves, cost) are the
+    deployment's throughput over 2 GPUs, the prefill GPU included."""
+    from bench.curves import run_curve
+    from bench.drive import measure
+
+    db = str(tmp_path / "t.db")
+    ex = VirtualExecutor("H100", "llama-3.1-8b", options=ServeOptions(disagg="1P1D"))
+    sc = ex.adopt(parse_scenario(
+        "name: s\nload: {shape: poisson, request_rate: 4, num_prompts: 60}\n"
+        "workload: {input: {dist: fixed, mean: 1000}, output: {dist: fixed, mean: 32}}\nseed: 3\n",
+        source="s",
+    ))  # fmt: skip
+    result = measure(sc, None, executor=ex, db=db, store=True, probe=None)
+    curve = run_curve(result.run_id, db)
+    (point,) = curve.points
+    assert point.output_tps > 0
+    assert point.output_tps_per_gpu == pytest.approx(point.output_tps / 2)
+    assert point.total_tps_per_gpu == pytest.approx(point.total_tps / 2)

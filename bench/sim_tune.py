@@ -17,7 +17,12 @@ The search, in virtual time (bench.sim.virtual), per GPU type:
    bound (times PRUNE_MARGIN) is below the `top`-th best capacity found is not searched;
 4. coarse to fine: the batch limits around the best configuration are refined (max-num-seqs
    halfway between the best value and its neighbours on a log scale; max-num-batched-tokens
-   halved and doubled) and searched the same way, once.
+   halved and doubled) and searched the same way, once;
+5. disaggregated prefill/decode (bench.sim.disagg): the best configuration's settings split
+   into xPyD prefill and decode pools of each TP degree (Space.disagg: 1P1D, 1P2D, 1P3D, 2P1D
+   by default) within max_gpus, saturated and pruned the same way. Only around the best, not
+   crossed with every coarse setting: a split changes where prefill runs, not which precision,
+   MTP or batch limit suits the model, and crossing it would triple the search.
 
 Each stored run carries `tune` metadata (experiment, settings, the `sim run` command that
 reproduces it), as `tokenbench tune` stores its runs, so compare, the dashboard and the deck
@@ -45,7 +50,8 @@ from bench.sweep import PointSpec, SweepPlan, scenario_at
 # capacity it would have to beat: the saturated point's own sampling and drain tail moves it
 # by a few percent, and a skipped configuration is never looked at again.
 PRUNE_MARGIN = 1.10
-KNOBS = ("parallel", "precision", "mtp", "max_num_seqs", "max_num_batched_tokens")
+KNOBS = ("parallel", "precision", "mtp", "max_num_seqs", "max_num_batched_tokens", "disagg")
+DISAGG_SPLITS = ["1P1D", "1P2D", "1P3D", "2P1D"]
 
 
 @dataclass(frozen=True)
@@ -58,30 +64,41 @@ class Config:
     mtp: int = 0
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    disagg: str | None = None  # "xPyD" instances of `parallel` each; None: colocated
 
     @property
     def gpus(self) -> int:
+        """GPUs of the deployment; a disaggregated one counts both pools (InferenceX)."""
+        from bench.sim.disagg import parse_disagg
         from bench.sim.roofline import parse_parallel
 
         tp, dp, _ = parse_parallel(self.parallel)
-        return tp * dp
+        instances = sum(parse_disagg(self.disagg)) if self.disagg else 1
+        return tp * dp * instances
 
     def settings(self) -> dict[str, Any]:
-        """The configuration as the settings a tune experiment stores (bench.tune)."""
-        return {"gpu": self.gpu, **{k: getattr(self, k) for k in KNOBS}}
+        """The configuration as the settings a tune experiment stores (bench.tune); a
+        colocated one stores no disagg key (as it did before the split was searched)."""
+        out = {"gpu": self.gpu, **{k: getattr(self, k) for k in KNOBS}}
+        if out["disagg"] is None:
+            del out["disagg"]
+        return out
 
     def text(self) -> str:
         seqs = f" seqs {self.max_num_seqs}" if self.max_num_seqs else ""
         tokens = f" tokens {self.max_num_batched_tokens}" if self.max_num_batched_tokens else ""
         mtp = f" MTP{self.mtp}" if self.mtp else ""
-        return f"{self.gpu} {self.parallel} {self.precision}{mtp}{seqs}{tokens}"
+        split = f" {self.disagg}" if self.disagg else ""
+        return f"{self.gpu}{split} {self.parallel} {self.precision}{mtp}{seqs}{tokens}"
 
     def executor(self, model: str, engine: str):
         """The virtual-time executor of this configuration, from the one chooser."""
         from bench.drive import choose_executor
         from bench.sim.engine import ServeOptions
 
-        options = ServeOptions(self.max_num_seqs, self.max_num_batched_tokens, mtp=self.mtp)
+        options = ServeOptions(
+            self.max_num_seqs, self.max_num_batched_tokens, mtp=self.mtp, disagg=self.disagg
+        )
         return choose_executor(
             virtual={"gpu": self.gpu, "model": model, "precision": self.precision,
                      "parallel": self.parallel, "engine": engine, "options": options}
@@ -97,6 +114,8 @@ class Config:
             argv += ["--max-num-seqs", str(self.max_num_seqs)]
         if self.max_num_batched_tokens:
             argv += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
+        if self.disagg:
+            argv += ["--disagg", self.disagg]
         return shlex.join(argv)
 
 
@@ -113,6 +132,7 @@ class Space:
     parallels: list[str] | None = None
     max_gpus: int = 8
     refine: bool = True
+    disagg: list[str] = field(default_factory=lambda: list(DISAGG_SPLITS))  # [] = colocated only
 
 
 @dataclass
@@ -131,7 +151,7 @@ class Outcome:
     capacity: Capacity | None = None
     run_id: str | None = None
     cost_rows: list[CostRow] = field(default_factory=list)
-    stage: str = "coarse"  # "coarse" or "refine"
+    stage: str = "coarse"  # "coarse", "refine" or "disagg"
 
     @property
     def value(self) -> float:
@@ -347,6 +367,25 @@ def configs_of(model: str, space: Space) -> list[Config]:
     return out
 
 
+def disagg_configs(best: Config, model: str, space: Space) -> list[Config]:
+    """The best configuration's settings split into prefill and decode pools: each split of
+    Space.disagg over each TP degree (space.parallels' tpN, or TP over 1, 2, 4, 8) whose GPUs
+    in all stay within max_gpus (a split needs at least 2)."""
+    from bench.sim.roofline import parse_parallel
+
+    parallels = space.parallels or parallels_for(model, best.gpu, space.max_gpus)
+    out = []
+    for par in parallels:
+        tp, dp, ep = parse_parallel(par)
+        if dp > 1 or ep > 1:
+            continue  # one scheduler per pool holds replicas of a TP deployment only
+        for split in space.disagg:
+            c = replace(best, parallel=par, disagg=split)
+            if c.gpus <= space.max_gpus:
+                out.append(c)
+    return out
+
+
 def refinements(best: Config, space: Space, engine: str = "vllm") -> list[Config]:
     """Batch limits around the best coarse configuration: max-num-seqs halfway (log scale)
     to its coarse neighbours, max-num-batched-tokens halved and doubled."""
@@ -412,6 +451,11 @@ def search(
             best = state.best_searched(gpu)
             if best is not None:
                 state.run(refinements(best.config, space, engine), "refine")
+    if space.disagg:
+        for gpu in space.gpus:
+            best = state.best_searched(gpu)
+            if best is not None:
+                state.run(disagg_configs(best.config, model, space), "disagg")
     return TuneResult(
         name, model, engine, scenario.name, list(slo), list(state.outcomes.values()),
         time.monotonic() - started, state.requests, top,

@@ -165,6 +165,41 @@ PrefixCacheOpt = Annotated[
 ]
 
 
+DisaggOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--disagg",
+        help="disaggregated prefill/decode as xPyD (InferenceX's and Dynamo's name): x prefill "
+        "and y decode instances, each of --parallel (or --prefill-parallel / "
+        "--decode-parallel), the prompt's KV moved between them (--kv-link); GPUs = both "
+        "pools'. Default: colocated (one pool does both)",
+    ),
+]
+PrefillParallelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prefill-parallel",
+        help="each prefill instance's parallelism (tp4, dep8); default --parallel",
+    ),
+]
+DecodeParallelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--decode-parallel",
+        help="each decode instance's parallelism (tp4, dep8); default --parallel",
+    ),
+]
+KvLinkOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--kv-link",
+        help="what the KV crosses from prefill to decode: nvlink (the GPU's scale-up link), "
+        "network (its NIC, bench/hardware/gpus.yaml scale_out) or auto (NVLink when both "
+        "pools fit in one scale-up domain); default auto",
+    ),
+]
+
+
 def serve_options(
     max_num_seqs: int | None,
     max_num_batched_tokens: int | None,
@@ -173,13 +208,17 @@ def serve_options(
     mtp_acceptance: float | None,
     memory_fraction: float | None,
     prefix_cache: str | None = None,
+    disagg: str | None = None,
+    prefill_parallel: str | None = None,
+    decode_parallel: str | None = None,
+    kv_link: str | None = None,
 ):
     """The engine knobs as the library takes them (bench.sim.engine.ServeOptions)."""
     from bench.sim.engine import ServeOptions
 
     return ServeOptions(
         max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance,
-        memory_fraction, prefix_cache,
+        memory_fraction, prefix_cache, disagg, prefill_parallel, decode_parallel, kv_link,
     )  # fmt: skip
 
 
@@ -200,6 +239,10 @@ def serve(
     mtp_acceptance: MtpAcceptanceOpt = None,
     memory_fraction: MemoryFractionOpt = None,
     prefix_cache: PrefixCacheOpt = None,
+    disagg: DisaggOpt = None,
+    prefill_parallel: PrefillParallelOpt = None,
+    decode_parallel: DecodeParallelOpt = None,
+    kv_link: KvLinkOpt = None,
     default_max_tokens: int = typer.Option(
         256, help="output length of chat requests without max_tokens"
     ),
@@ -217,7 +260,7 @@ def serve(
     )  # fmt: skip
     options = serve_options(
         d["max_num_seqs"], d["max_num_batched_tokens"], kv_precision, mtp, mtp_acceptance,
-        memory_fraction, prefix_cache,
+        memory_fraction, prefix_cache, disagg, prefill_parallel, decode_parallel, kv_link,
     )  # fmt: skip
     try:  # the engine `sim run` and the validation build, from the same options
         engine = VirtualExecutor(
@@ -231,7 +274,8 @@ def serve(
 
     def banner(bound: int) -> None:
         console.print(
-            f"[bold]SIMULATED[/bold] {dep.label}: KV cache {engine.capacity_tokens:,} tokens, "
+            f"[bold]SIMULATED[/bold] {engine.label}{_split(engine)}: KV cache "
+            f"{engine.capacity_tokens:,} tokens, "
             f"prefix cache {engine.prefix_policy} "
             f"({memory_plan(dep, engine.cfg.memory_fraction).describe()}), "
             f"batch-1 decode step {dep.step_time(1, 1, 0, 0) * 1e3:.1f} ms; "
@@ -251,6 +295,14 @@ def serve(
     console.print("stopped")
 
 
+def _split(engine) -> str:
+    """How a disaggregated engine's GPUs divide (nothing for a colocated one)."""
+    k = engine.knobs()
+    if "disagg" not in k:
+        return ""
+    return f", KV moved over {k['kv_link']} ({k['kv_link_gbps']:g} GB/s per GPU); decode pool"
+
+
 def run(
     gpu: SimGpuOpt = None,
     model: SimModelOpt = None,
@@ -266,6 +318,10 @@ def run(
     mtp_acceptance: MtpAcceptanceOpt = None,
     memory_fraction: MemoryFractionOpt = None,
     prefix_cache: PrefixCacheOpt = None,
+    disagg: DisaggOpt = None,
+    prefill_parallel: PrefillParallelOpt = None,
+    decode_parallel: DecodeParallelOpt = None,
+    kv_link: KvLinkOpt = None,
     scenario: ScenarioOpt = None,
     request_rates: RequestRatesOpt = None,
     concurrency: ConcurrencyPointsOpt = None,
@@ -314,7 +370,7 @@ def run(
     )  # fmt: skip
     options = serve_options(
         d["max_num_seqs"], d["max_num_batched_tokens"], kv_precision, mtp, mtp_acceptance,
-        memory_fraction, prefix_cache,
+        memory_fraction, prefix_cache, disagg, prefill_parallel, decode_parallel, kv_link,
     )  # fmt: skip
     deployment = dict(
         gpu=d["gpu"], model=d["model"], precision=d["precision"], tp=tp, parallel=parallel
@@ -414,7 +470,7 @@ def print_error_bars(result, virtual, profile) -> dict:
 
 def gpus() -> None:
     """List the GPU profiles (bench/hardware/gpus.yaml) and the fitted efficiency parameters."""
-    from bench.hardware import load_gpus
+    from bench.hardware import interconnects, load_gpus
     from bench.sim.profiles import fitted_parameters
 
     table = Table(title="GPU profiles (bench/hardware/gpus.yaml)")
@@ -429,9 +485,12 @@ def gpus() -> None:
         "FP4",
         "TDP W",
         "scale-up GB/s",
+        "network GB/s",
     ]:
         table.add_column(col)
+    links = interconnects()
     for g in load_gpus().values():
+        nic = links.get(g.scale_out)
         tf = [f"{g.tflops.get(p):,.0f}" if g.tflops.get(p) else "-" for p in ("bf16", "fp8", "fp4")]
         table.add_row(
             g.name,
@@ -442,6 +501,7 @@ def gpus() -> None:
             *tf,
             f"{g.tdp_w:,.0f}",
             f"{g.scale_up_gbps:g}",
+            f"{nic.gbps:g} ({nic.name})" if nic else "-",  # a disaggregated KV transfer's
         )
     console.print(table)
     eff = Table(title="Fitted efficiency parameters (bench/sim/profiles/efficiency.yaml)")

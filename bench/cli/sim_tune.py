@@ -29,6 +29,23 @@ def _names(text: str) -> list[str]:
     return [v.strip() for v in text.split(",") if v.strip()]
 
 
+def _splits(text: str) -> list[str]:
+    """--disagg's xPyD splits, each checked ('none': no split searched)."""
+    from bench.sim.disagg import parse_disagg
+
+    names = _names(text)
+    if [n.lower() for n in names] == ["none"]:
+        return []
+    out = []
+    for n in names:
+        try:
+            x, y = parse_disagg(n)
+        except ValueError as exc:
+            raise fail(f"{exc}; or 'none'") from None
+        out.append(f"{x}P{y}D")
+    return out
+
+
 def sim_tune(
     slo: Annotated[
         str,
@@ -75,6 +92,14 @@ def sim_tune(
     refine: Annotated[
         bool, typer.Option("--refine/--no-refine", help="refine the batch limits around the best")
     ] = True,
+    disagg: Annotated[
+        str,
+        typer.Option(
+            "--disagg",
+            help="disaggregated prefill/decode splits (xPyD) tried around each GPU type's best, "
+            "over each TP degree within --max-gpus; 'none' for colocated only",
+        ),
+    ] = "1P1D,1P2D,1P3D,2P1D",
     top: Annotated[int, typer.Option("--top", min=1, help="configurations kept per GPU type")] = 3,
     slo_iterations: Annotated[
         int, typer.Option("--slo-iterations", min=1, help="SLO-search points per configuration")
@@ -93,7 +118,7 @@ def sim_tune(
     db: DbOpt = None,
 ) -> None:
     """Search simulated configurations (GPU type and count, TP/EP, precision, MTP, batch
-    limits) for the cheapest way to hold an SLO on a workload, in virtual time; each searched
+    limits, disaggregated prefill/decode split) for the cheapest way to hold an SLO on a workload, in virtual time; each searched
     configuration is stored as a simulated run."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -114,6 +139,7 @@ def sim_tune(
         gpus=_names(gpus), precisions=_names(precisions), mtp=_ints(mtp, "--mtp"),
         max_num_seqs=_ints(max_num_seqs, "--max-num-seqs"), max_num_batched_tokens=tokens,
         parallels=_names(parallel) if parallel else None, max_gpus=max_gpus, refine=refine,
+        disagg=_splits(disagg),
     )  # fmt: skip
     if not space.gpus:
         raise fail("--gpus is empty: name one or more GPU types, e.g. --gpus B200,H100")
@@ -218,8 +244,9 @@ def print_tune(result) -> None:
     for s in result.sensitivity():
         loss = f"{'at least ' if s['loss_is_bound'] else ''}{s['loss']:.0%}"
         sens.add_row(
-            s["gpu"], s["setting"], _val(s["best_value"]), _val(s["worst_value"]), loss,
-            ", ".join(_each(e) for e in s["values"]),
+            s["gpu"], s["setting"], _val(s["best_value"], s["setting"]),
+            _val(s["worst_value"], s["setting"]), loss,
+            ", ".join(_each(e, s["setting"]) for e in s["values"]),
         )  # fmt: skip
     console.print(sens)
     for gpu in result.gpus():
@@ -234,13 +261,16 @@ def print_tune(result) -> None:
         console.print(f"Side by side: `tokenbench compare {' '.join(tops)}`", highlight=False)
 
 
-def _val(v) -> str:
-    return "default" if v is None else str(v)
+def _val(v, setting: str = "") -> str:
+    if v is None:
+        return "colocated" if setting == "disagg" else "default"
+    return str(v)
 
 
-def _each(e: dict) -> str:
+def _each(e: dict, setting: str = "") -> str:
+    v = _val(e["value"], setting)
     if not e["runs"]:
-        return f"{_val(e['value'])}: cannot run"
+        return f"{v}: cannot run"
     if e["at_most"] is not None:
-        return f"{_val(e['value'])}: at most {e['at_most']:,.0f}"
-    return f"{_val(e['value'])}: {e['capacity'] or 0:,.0f}"
+        return f"{v}: at most {e['at_most']:,.0f}"
+    return f"{v}: {e['capacity'] or 0:,.0f}"

@@ -32,11 +32,16 @@ class _Frozen(BaseModel):
 
 
 class Interconnect(_Frozen):
-    """A scale-up link: bandwidth per GPU, one direction."""
+    """A link: bandwidth per GPU, one direction (GB/s), and a transfer's set-up latency."""
 
     name: str
     gbps: float
+    latency_us: float = 0.0
     source: str
+
+    @property
+    def bytes_s(self) -> float:
+        return self.gbps * 1e9
 
 
 class GPUProfile(_Frozen):
@@ -57,6 +62,7 @@ class GPUProfile(_Frozen):
     tdp_w: float
     scale_up: str = ""
     scale_up_gbps: float = 0.0
+    scale_out: str = ""  # the network NIC per GPU (interconnects), for transfers between nodes
     world_size: int = 8
     rack_gpus: int = 0
     aliases: tuple[str, ...] = ()

@@ -42,6 +42,7 @@ from bench.curves import (
 )
 from bench.metrics import LATENCY_METRICS, Threshold
 from bench.plan import Demand, Plan, default_demand, plan_capacity
+from bench.sim.profiles.accuracy import NEAR_SATURATION
 
 # --------------------------------------------------------------------------- data model
 
@@ -195,6 +196,9 @@ class Report:
 
     # Prompt tokens served from cache per load point: intended, simulated or measured, counters
     prompt_cache: Table = field(default_factory=lambda: _prompt_cache_table([]))
+    # Each simulated point's figures with their expected error and near-saturation flag;
+    # no rows (and no sheet, slide or file) when every run was measured
+    sim_error: Table = field(default_factory=lambda: _sim_error_table([]))
 
     @property
     def plan_table(self) -> Table:
@@ -218,6 +222,7 @@ class Report:
             self.cost,
             self.percentiles,
             self.load_points,
+            *([self.sim_error] if self.sim_error.rows else []),
             self.prompt_cache,
             self.prices,
             self.energy,
@@ -627,6 +632,65 @@ def _prompt_cache_table(curves) -> Table:
     )
 
 
+# The figures of a simulated point the report gives with their expected error: (header,
+# CurvePoint.value name, decimals); the error is RunCurve.expected_error of the same name.
+SIM_ERROR_FIGURES = (
+    ("Output tok/s/GPU", "output_tokens_per_s", 0),
+    ("TTFT p50 (ms)", "p50_ttft_ms", 1),
+    ("TTFT p99 (ms)", "p99_ttft_ms", 1),
+    ("TPOT p50 (ms)", "p50_tpot_ms", 2),
+    ("TPOT p99 (ms)", "p99_tpot_ms", 2),
+)
+
+
+def _sim_error_table(curves) -> Table:
+    """Every simulated point's figures beside their expected error (bench.curves.
+    run_error_bars: what `sim run` printed), its utilisation of the simulated maximum request
+    rate and the near-saturation flag (issue 26). Measured runs have no row."""
+    headers = ["Run id", "Run", "GPU", "Load point", "Title"]
+    for label, _, _ in SIM_ERROR_FIGURES:
+        headers += [label, f"{label.split(' (')[0]} expected error"]
+    headers += ["Utilisation of simulated maximum", "Near saturation", "Where the error comes from"]
+    rows: list[list[Cell]] = []
+    for curve in curves:
+        if not curve.error_bars:
+            continue
+        for p in sorted(curve.points, key=lambda q: q.load_point):
+            row: list[Cell] = [curve.run_id, curve.legend, curve.gpu_type or "",
+                               Num(p.load_point + 1, 0), p.title]  # fmt: skip
+            for _, name, decimals in SIM_ERROR_FIGURES:
+                value = p.output_tps_per_gpu if name == "output_tokens_per_s" else p.value(name)
+                err = curve.expected_error(name)
+                row += [
+                    Num(value, decimals),
+                    Num(None if err is None else round(err * 100, 3), 0, "±", "%"),
+                ]
+            bars = p.error_bars or {}
+            util = bars.get("utilisation")
+            row += [
+                "unbounded rate"
+                if util is not None and math.isinf(util)
+                else Num(None if util is None else util * 100, 0, suffix="%"),
+                "near saturation" if bars.get("near_saturation") else "no",
+                f"simulated: {curve.error_bars['basis']}",
+            ]
+            rows.append(row)
+    return Table(
+        "sim_error",
+        "Simulated figures: expected error and saturation",
+        headers,
+        rows,
+        note="A simulated figure is a prediction: its expected error is the simulator's "
+        "held-out (leave-one-source-out) mean error for the run's category (dense, MoE, AMD), "
+        "or, for a run simulated with a calibration profile, the profile's own mean error per "
+        "quantity; the value lies within x/÷ (1 + error). A point at "
+        f"{NEAR_SATURATION:.0%} or more of the simulated maximum request rate is near "
+        "saturation: its latency can be off by far more than the stated error. Measured runs "
+        "carry no expected error and are not listed.",
+        empty_text="No simulated runs: every figure is measured.",
+    )
+
+
 def _prices_table(curves, catalogue: Catalogue) -> Table:
     headers = ["GPU", "Tier", "Kind", "Provider", "$/GPU-hr", "Source", "Date"]
     rows: list[list[Cell]] = []
@@ -844,9 +908,25 @@ def _latency_chart(curves, metric: str, slo, comparisons=()) -> Chart:
         f"P99 {name} (ms{', log scale' if log_x else ''})",
         "Output tokens/s per GPU",
         series,
+        note=_sim_error_note(curves, f"p99_{metric}_ms"),
         log_x=log_x,
         alt_text=alt,
     )
+
+
+def _sim_error_note(curves, name: str) -> str | None:
+    """A chart's line on its simulated runs' expected error (the dashboard and the HTML/PNG
+    charts draw it as error bars; the deck's native charts say it in words)."""
+    parts = []
+    for c in curves:
+        e, t = c.expected_error(name), c.expected_error("output_tokens_per_s")
+        if e is not None and t is not None:
+            flagged = [p.title for p in c.points if (p.error_bars or {}).get("near_saturation")]
+            near = f", near saturation at {', '.join(flagged)}" if flagged else ""
+            parts.append(f"{c.legend}: ±{e:.0%} on latency, ±{t:.0%} on throughput{near}")
+    if not parts:
+        return None
+    return "Expected error of simulated figures (appendix): " + "; ".join(parts) + "."
 
 
 def _span(xy) -> str:
@@ -1222,6 +1302,7 @@ def build_report(
         percentiles=_percentile_table(curves, thresholds),
         load_points=_load_point_table(curves, thresholds),
         prompt_cache=_prompt_cache_table(curves),
+        sim_error=_sim_error_table(curves),
         prices=_prices_table(curves, catalogue),
         energy=_energy_table(comparisons, db, catalogue),
         runs_table=_runs_table(facts),

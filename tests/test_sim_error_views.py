@@ -287,3 +287,19 @@ def test_sim_tune_profile_cli_prints_its_errors_and_refuses_a_missing_device(tmp
     assert len(msg) == 1 and re.search(
         r"calibrates H100-SXM, which is not among --gpus B200", msg[0]
     )
+
+
+def test_sim_serve_with_a_profile_announces_its_errors(tmp_path: Path):
+    """A run measured against `sim serve --profile` is stored with the profile's errors (the
+    endpoint announces them in /v1/models, bench.sim.detect), not the category's."""
+    from bench.sim.error_bars import calibration_record
+    from bench.sim.server import SimServer
+    from bench.sim.virtual import build_engine
+
+    prof = load_profile(_profile(tmp_path, 0.65))
+    record = calibration_record(prof)
+    assert record["expected_error"] == pytest.approx({"ttft_p50": 0.12, "tpot_p50": 0.07,
+                                                      "output_tps": 0.09})  # fmt: skip
+    engine = build_engine(prof.calibrated_device(), "llama-3.1-8b")
+    assert SimServer(engine, "llama-3.1-8b", calibration=record).hardware()["calibration"] == record
+    assert "calibration" not in SimServer(engine, "llama-3.1-8b").hardware()

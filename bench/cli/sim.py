@@ -211,10 +211,13 @@ def serve(
     from bench.sim.virtual import VirtualExecutor
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    _, d = apply_profile(
+    prof, d = apply_profile(
         profile, gpu, model, precision, engine_name, max_num_seqs, max_num_batched_tokens,
         SIM_DEFAULTS,
     )  # fmt: skip
+    from bench.sim.error_bars import calibration_record
+
+    calibration = calibration_record(prof) if prof is not None else None
     options = serve_options(
         d["max_num_seqs"], d["max_num_batched_tokens"], kv_precision, mtp, mtp_acceptance,
         memory_fraction, prefix_cache,
@@ -239,7 +242,8 @@ def serve(
         )
 
     try:
-        run_server(engine, dep.model.name, host, port, default_max_tokens, ready=banner)
+        run_server(engine, dep.model.name, host, port, default_max_tokens, ready=banner,
+                   calibration=calibration)  # fmt: skip
     except OSError as exc:
         err_console.print(
             f"[red]error:[/red] cannot listen on {host}:{port}: {exc.strerror or exc}"

@@ -197,6 +197,25 @@ def test_deck_and_workbook_carry_the_errors_and_flags(runs, tmp_path: Path):
     assert "held-out (leave-one-source-out)" in appendix[0]  # where the error comes from
     ttft = next(t for t in slides if "Throughput per GPU vs P99 TTFT" in t)
     assert f"±{err:.0%} on latency" in ttft and "near saturation at rate inf" in ttft
+    # the native chart: error bars on the simulated run's throughput, none on the measured one
+    from pptx.oxml.ns import qn
+
+    chart = next(
+        sh.chart
+        for s in deck.slides
+        for sh in s.shapes
+        if sh.has_chart
+        and sh._element.nvGraphicFramePr.cNvPr.get("title") == "Throughput per GPU vs P99 TTFT"
+    )
+    bars = {}
+    for ser in chart.plots[0].series:
+        found = ser._element.findall(qn("c:errBars"))
+        plus = [float(v.text) for b in found for v in b.find(qn("c:plus")).iter(qn("c:v"))]
+        ys = [float(v.text) for v in ser._element.find(qn("c:yVal")).iter(qn("c:v"))]
+        bars[ser.name] = (plus, ys)
+    sim_plus, sim_ys = next(v for k, v in bars.items() if "(simulated)" in k)
+    assert sim_plus == pytest.approx([y * err for y in sim_ys])
+    assert bars["H100 measured"][0] == []
 
     # a report of the measured run alone shows nothing new
     alone = build_report([measured_id], db, [], load_catalogue(), 1.0)

@@ -105,6 +105,10 @@ class Series:
     simulated: bool = False  # drawn dotted, as the dashboard does
     marker_only: bool = False  # a capacity point (or other mark): a marker, no line
     style_index: int = 0  # the run's place: its marker and dash (dashboards.figures.run_styles)
+    # a simulated run's relative expected error on x and y (RunCurve.expected_error): drawn as
+    # error bars, value x/÷ (1 + e); None on measured runs
+    x_error: float | None = None
+    y_error: float | None = None
 
 
 @dataclass
@@ -845,7 +849,9 @@ def _energy_assumptions(catalogue) -> list[list[Cell]]:
     return rows
 
 
-def _xy_series(curve: RunCurve, xs, ys, points, index: int) -> Series:
+def _xy_series(curve: RunCurve, xs, ys, points, index: int, x_name: str | None = None) -> Series:
+    """One run's line; with `x_name` (the x figure's Summary.value name) a simulated run's
+    expected errors on x and on throughput (y) come with it."""
     return Series(
         curve.legend,
         curve.colour,
@@ -854,6 +860,8 @@ def _xy_series(curve: RunCurve, xs, ys, points, index: int) -> Series:
         [p.title for p in points],
         simulated=curve.simulated,
         style_index=index,
+        x_error=curve.expected_error(x_name) if x_name else None,
+        y_error=curve.expected_error("output_tokens_per_s") if x_name else None,
     )
 
 
@@ -864,7 +872,7 @@ def _latency_chart(curves, metric: str, slo, comparisons=()) -> Chart:
     for i, curve in enumerate(curves):
         tps, latency = latency_curve(curve, metric, "p99")
         pts = [p for p in curve.points if p.latency(metric, "p99") is not None]
-        series.append(_xy_series(curve, latency, tps, pts, i))
+        series.append(_xy_series(curve, latency, tps, pts, i, f"p99_{metric}_ms"))
     xs = [x for s in series for x in s.x]
     ymax = max((max(v for v in s.y if v is not None) for s in series if s.y), default=0.0)
     limits = [t for t in slo if t.metric == f"p99_{metric}_ms" and t.op in ("<", "<=") and ymax]

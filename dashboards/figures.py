@@ -180,6 +180,17 @@ def _error_bar(values: Sequence[float], error: float | None, style: RunStyle) ->
     }
 
 
+def _with_error_bars(trace: go.Scatter, curve: RunCurve, x_name: str, style: RunStyle):
+    """A simulated run's trace with its expected error on both axes (x: the figure `x_name`,
+    y: throughput); a measured run's trace as it is."""
+    if curve.error_bars:
+        trace.error_x = _error_bar(list(trace.x), curve.expected_error(x_name), style)
+        trace.error_y = _error_bar(
+            list(trace.y), curve.expected_error("output_tokens_per_s"), style
+        )
+    return trace
+
+
 def _span_is_wide(values: Sequence[float]) -> bool:
     positive = [v for v in values if v is not None and v > 0]
     return bool(positive) and max(positive) / min(positive) > LOG_SPAN
@@ -292,13 +303,11 @@ def throughput_vs_latency(
         ys = [p.output_tps_per_gpu for p in pts]
         xs_all += xs
         y_top = max([y_top, *ys])
-        trace = _line_trace(curve, style, pts, xs, ys)
-        if curve.error_bars:  # a simulated run: its expected error on both axes
-            ex = _error_bar(xs, curve.expected_error(f"{stat}_{metric}_ms"), style)
-            ey = _error_bar(ys, curve.expected_error("output_tokens_per_s"), style)
-            trace.error_x, trace.error_y = ex, ey
-            if ey is not None:
-                y_top = max([y_top, *(y + up for y, up in zip(ys, ey["array"], strict=True))])
+        trace = _with_error_bars(
+            _line_trace(curve, style, pts, xs, ys), curve, f"{stat}_{metric}_ms", style
+        )
+        if trace.error_y.array is not None:
+            y_top = max([y_top, *(y + up for y, up in zip(ys, trace.error_y.array, strict=True))])
         fig.add_trace(trace)
     limits = _slo_limits(slo, metric, stat)
     for t in limits:
@@ -363,7 +372,9 @@ def throughput_vs_interactivity(
         pts = [p for p in curve.points if p.interactivity is not None]
         xs = [p.interactivity for p in pts]
         ys = [p.output_tps_per_gpu for p in pts]
-        fig.add_trace(_line_trace(curve, style, pts, xs, ys, mode="markers"))
+        # interactivity is 1000 / median TPOT: x/÷ (1 + e) of TPOT is x/÷ (1 + e) of it
+        trace = _line_trace(curve, style, pts, xs, ys, mode="markers")
+        fig.add_trace(_with_error_bars(trace, curve, "p50_tpot_ms", style))
         front = pareto_front(curve.points)
         fig.add_trace(
             _front_trace(

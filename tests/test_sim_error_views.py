@@ -129,7 +129,7 @@ def test_api_and_run_page_carry_what_sim_run_printed(runs):
 
 
 def test_compare_page_and_curves_put_error_bars_on_simulated_runs_only(runs):
-    from dashboards.figures import throughput_vs_latency
+    from dashboards.figures import throughput_vs_interactivity, throughput_vs_latency
 
     db, sim_id, measured_id, _ = runs
     err, _ = expected_error("H100", "llama-3.1-8b")
@@ -152,6 +152,11 @@ def test_compare_page_and_curves_put_error_bars_on_simulated_runs_only(runs):
     )
     assert list(s.error_y.array) == pytest.approx([y * err for y in s.y])
     assert m.error_x.array is None and m.error_y.array is None
+    fig = throughput_vs_interactivity([sim, measured])
+    s, m = (next(t for t in fig.data if t.meta == run and t.mode == "markers")
+            for run in (sim_id, measured_id))  # fmt: skip
+    assert list(s.error_x.array) == pytest.approx([x * err for x in s.x])  # 1000 / TPOT p50
+    assert m.error_x.array is None
 
 
 def test_deck_and_workbook_carry_the_errors_and_flags(runs, tmp_path: Path):

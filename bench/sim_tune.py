@@ -24,6 +24,11 @@ The search, in virtual time (bench.sim.virtual), per GPU type:
    crossed with every coarse setting: a split changes where prefill runs, not which precision,
    MTP or batch limit suits the model, and crossing it would triple the search.
 
+With a calibration profile (`--profile`, bench.sim.user_calibration), every configuration of
+the profile's GPU type runs on the profile's device (its fitted efficiency and overheads) and
+each capacity's range widens by the profile's own expected error, as `sim run --profile` does;
+other GPU types keep the published fits and their category's held-out error.
+
 Each stored run carries `tune` metadata (experiment, settings, the `sim run` command that
 reproduces it), as `tokenbench tune` stores its runs, so compare, the dashboard and the deck
 rank them the same way (bench.choose).
@@ -65,6 +70,7 @@ class Config:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     disagg: str | None = None  # "xPyD" instances of `parallel` each; None: colocated
+    profile: str | None = None  # a calibration profile's file: this GPU is its device
 
     @property
     def gpus(self) -> int:
@@ -89,24 +95,31 @@ class Config:
         tokens = f" tokens {self.max_num_batched_tokens}" if self.max_num_batched_tokens else ""
         mtp = f" MTP{self.mtp}" if self.mtp else ""
         split = f" {self.disagg}" if self.disagg else ""
-        return f"{self.gpu}{split} {self.parallel} {self.precision}{mtp}{seqs}{tokens}"
+        cal = " (calibrated)" if self.profile else ""
+        return f"{self.gpu}{cal}{split} {self.parallel} {self.precision}{mtp}{seqs}{tokens}"
 
-    def executor(self, model: str, engine: str):
-        """The virtual-time executor of this configuration, from the one chooser."""
+    def executor(self, model: str, engine: str, profile: Any = None):
+        """The virtual-time executor of this configuration, from the one chooser; on a
+        calibration profile's device (and stored with its errors) when `profile` is given."""
         from bench.drive import choose_executor
         from bench.sim.engine import ServeOptions
 
         options = ServeOptions(
             self.max_num_seqs, self.max_num_batched_tokens, mtp=self.mtp, disagg=self.disagg
         )
-        return choose_executor(
-            virtual={"gpu": self.gpu, "model": model, "precision": self.precision,
-                     "parallel": self.parallel, "engine": engine, "options": options}
-        )  # fmt: skip
+        virtual = {"gpu": self.gpu, "model": model, "precision": self.precision,
+                   "parallel": self.parallel, "engine": engine, "options": options}  # fmt: skip
+        if profile is not None:
+            from bench.sim.error_bars import calibration_record
+
+            virtual["gpu"] = profile.calibrated_device()
+            virtual["calibration"] = calibration_record(profile)
+        return choose_executor(virtual=virtual)
 
     def command(self, model: str, engine: str) -> str:
         """The `sim run` command line that simulates this configuration alone."""
-        argv = ["tokenbench", "sim", "run", "--gpu", self.gpu, "--model", model,
+        where = ["--profile", self.profile] if self.profile else ["--gpu", self.gpu]
+        argv = ["tokenbench", "sim", "run", *where, "--model", model,
                 "--precision", self.precision, "--parallel", self.parallel, "--engine", engine]  # fmt: skip
         if self.mtp:
             argv += ["--mtp", str(self.mtp)]
@@ -175,6 +188,15 @@ class TuneResult:
     elapsed_s: float
     simulated_requests: int
     top: int = 3
+    profile: Any = None  # the calibration profile one GPU type ran on (bench.sim.user_calibration)
+
+    def expected_errors(self, gpu: str) -> tuple[dict[str, float], str]:
+        """({quantity: relative error}, basis) of a GPU type's figures: the profile's own on
+        its GPU type, else the category's held-out error (bench.sim.profiles.accuracy)."""
+        from bench.sim.profiles.accuracy import expected_errors
+
+        on_profile = any(o.config.profile for o in self.outcomes if o.config.gpu == gpu)
+        return expected_errors(gpu, self.model, self.profile if on_profile else None)
 
     def searched(self, gpu: str | None = None) -> list[Outcome]:
         """Searched configurations with a capacity, best first (per GPU: cheapest first)."""
@@ -266,12 +288,10 @@ class TuneResult:
 
     def to_json(self) -> dict[str, Any]:
         """The `--json` document: every configuration, the answers, how long it took."""
-        from bench.sim.profiles.accuracy import expected_error
-
         errors = {}
         for gpu in self.gpus():
-            err, basis = expected_error(gpu, self.model)
-            errors[gpu] = {"relative": err, "basis": basis}
+            per, basis = self.expected_errors(gpu)
+            errors[gpu] = {"relative": max(per.values()), "basis": basis, "per_quantity": per}
         return {
             "experiment": self.experiment,
             "simulated": True,
@@ -340,12 +360,13 @@ def tier_verdict(entries: Sequence[dict[str, Any]]) -> str:
 # ---------------------------------------------------------------- the space
 
 
-def parallels_for(model: str, gpu: str, max_gpus: int) -> list[str]:
+def parallels_for(model: str, gpu: Any, max_gpus: int) -> list[str]:
     """TP over 1, 2, 4, 8 GPUs (within the GPU's scale-up domain and max_gpus); for a MoE
-    model also attention-DP + expert parallel (dep) and TP + expert parallel (tep)."""
+    model also attention-DP + expert parallel (dep) and TP + expert parallel (tep). `gpu` is
+    a name or a device (a calibration profile's)."""
     from bench.sim.profiles import get_gpu, get_model
 
-    g, m = get_gpu(gpu), get_model(model)
+    g, m = get_gpu(gpu) if isinstance(gpu, str) else gpu, get_model(model)
     sizes = [n for n in (1, 2, 4, 8) if n <= min(max_gpus, g.world_size)]
     out = [f"tp{n}" for n in sizes]
     if m.is_moe:
@@ -353,17 +374,21 @@ def parallels_for(model: str, gpu: str, max_gpus: int) -> list[str]:
     return out
 
 
-def configs_of(model: str, space: Space) -> list[Config]:
-    """Every coarse configuration of the space, GPU by GPU."""
+def configs_of(model: str, space: Space, profile: Any = None) -> list[Config]:
+    """Every coarse configuration of the space, GPU by GPU; those of the GPU type a
+    calibration profile describes (profile_gpu) on the profile's device."""
     out = []
+    on = profile_gpu(profile, space.gpus) if profile is not None else None
     for gpu in space.gpus:
-        parallels = space.parallels or parallels_for(model, gpu, space.max_gpus)
+        device = profile.calibrated_device() if gpu == on else gpu
+        path = str(profile.path) if gpu == on else None
+        parallels = space.parallels or parallels_for(model, device, space.max_gpus)
         for par in parallels:
             for prec in space.precisions:
                 for mtp in space.mtp:
                     for seqs in space.max_num_seqs:
                         for tokens in space.max_num_batched_tokens:
-                            out.append(Config(gpu, par, prec, mtp, seqs, tokens))
+                            out.append(Config(gpu, par, prec, mtp, seqs, tokens, profile=path))
     return out
 
 
@@ -384,6 +409,30 @@ def disagg_configs(best: Config, model: str, space: Space) -> list[Config]:
             if c.gpus <= space.max_gpus:
                 out.append(c)
     return out
+
+
+def profile_gpu(profile: Any, gpus: Sequence[str]) -> str:
+    """Which of `gpus` (as given: B200, h100, ...) is the GPU type the calibration profile's
+    device is; ValueError in one line when none is: a profile describes one device, and a
+    search that never runs on it would silently ignore it."""
+    from bench.sim.profiles import get_gpu
+
+    device = profile.device.name
+
+    def canonical(name: str) -> str:
+        try:
+            return get_gpu(name).name
+        except (KeyError, ValueError):
+            return name
+
+    for gpu in gpus:
+        if gpu == device or canonical(gpu) == device:
+            return gpu
+    raise ValueError(
+        f"{profile.path}: the profile calibrates {device}, which is not among --gpus "
+        f"{','.join(gpus)}: add {device} to --gpus, or leave --gpus out to tune on the "
+        "profile's device alone"
+    )
 
 
 def refinements(best: Config, space: Space, engine: str = "vllm") -> list[Config]:
@@ -429,10 +478,12 @@ def search(
     experiment: str | None = None,
     prune: bool = True,
     on_progress: Progress | None = None,
+    profile: Any = None,
 ) -> TuneResult:
     """Search the space for the configurations with the most capacity per GPU at `slo` on
     the scenario's workload (see the module doc). `prune=False` searches every fitting
-    configuration (brute force, what the pruning is tested against)."""
+    configuration (brute force, what the pruning is tested against). With `profile` (a
+    bench.sim.user_calibration.CalibrationProfile), its GPU type runs on its device."""
     if not slo:
         raise ValueError(
             "sim tune needs an SLO: give --slo (e.g. 'p99_ttft_ms<=2000,p99_tpot_ms<=50')"
@@ -444,8 +495,8 @@ def search(
     scenario.run_seed()
     name = experiment or f"sim-tune {model} {scenario.name}"
     state = _State(scenario, model, engine, list(slo), catalogue, db, store, top, slo_iterations,
-                   slo_draws, name, prune, on_progress)  # fmt: skip
-    state.run(configs_of(model, space), "coarse")
+                   slo_draws, name, prune, on_progress, profile)  # fmt: skip
+    state.run(configs_of(model, space, profile), "coarse")
     if space.refine:
         for gpu in space.gpus:
             best = state.best_searched(gpu)
@@ -458,7 +509,7 @@ def search(
                 state.run(disagg_configs(best.config, model, space), "disagg")
     return TuneResult(
         name, model, engine, scenario.name, list(slo), list(state.outcomes.values()),
-        time.monotonic() - started, state.requests, top,
+        time.monotonic() - started, state.requests, top, profile,
     )  # fmt: skip
 
 
@@ -477,6 +528,7 @@ class _State:
     experiment: str
     prune: bool
     on_progress: Progress | None
+    profile: Any = None
     outcomes: dict[Config, Outcome] = field(default_factory=dict)
     requests: int = 0
     done: int = 0
@@ -534,7 +586,7 @@ class _State:
         from bench.drive import measure
         from bench.sim.profiles import ProfileError
 
-        executor = c.executor(self.model, self.engine)
+        executor = c.executor(self.model, self.engine, self.profile if c.profile else None)
         try:
             sc = executor.adopt(self.scenario)
         except (ProfileError, ValueError) as exc:
@@ -562,7 +614,7 @@ class _State:
         from bench.tune import combo_key
 
         c = o.config
-        executor = c.executor(self.model, self.engine)
+        executor = c.executor(self.model, self.engine, self.profile if c.profile else None)
         sc = executor.adopt(self.scenario)
         sc.label = f"{c.text()} (sim tune)"
         plan = SweepPlan(

@@ -254,10 +254,13 @@ def serve(
     from bench.sim.virtual import VirtualExecutor
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    _, d = apply_profile(
+    prof, d = apply_profile(
         profile, gpu, model, precision, engine_name, max_num_seqs, max_num_batched_tokens,
         SIM_DEFAULTS,
     )  # fmt: skip
+    from bench.sim.error_bars import calibration_record
+
+    calibration = calibration_record(prof) if prof is not None else None
     options = serve_options(
         d["max_num_seqs"], d["max_num_batched_tokens"], kv_precision, mtp, mtp_acceptance,
         memory_fraction, prefix_cache, disagg, prefill_parallel, decode_parallel, kv_link,
@@ -283,7 +286,8 @@ def serve(
         )
 
     try:
-        run_server(engine, dep.model.name, host, port, default_max_tokens, ready=banner)
+        run_server(engine, dep.model.name, host, port, default_max_tokens, ready=banner,
+                   calibration=calibration)  # fmt: skip
     except OSError as exc:
         err_console.print(
             f"[red]error:[/red] cannot listen on {host}:{port}: {exc.strerror or exc}"
@@ -377,10 +381,9 @@ def run(
     )
     calibration = None
     if prof is not None:
-        from bench.sim.error_bars import expected_errors
+        from bench.sim.error_bars import calibration_record
 
-        errors, basis = expected_errors(None, None, prof)
-        calibration = {"profile": str(profile), "expected_error": errors, "basis": basis}
+        calibration = calibration_record(prof)
     virtual = choose_executor(
         virtual={
             **deployment,
@@ -414,19 +417,21 @@ def run(
     requests = sum(p.summary.completed + p.summary.failed for p in result.points)
     console.print(f"{requests:,} requests simulated in {time.monotonic() - started:.1f} s. "
                   f"`tokenbench show {(result.run_id or '')[:8]}`")  # fmt: skip
-    sim_error = print_error_bars(result, virtual, prof)
+    sim_error = print_error_bars(result, virtual, prof, db)
     conclude_sweep(result, sc, db, gates, summary_json, sim_error)
 
 
-def print_error_bars(result, virtual, profile) -> dict:
+def print_error_bars(result, virtual, profile, db: str | None = None) -> dict:
     """Each simulated point's figures with their expected error and its utilisation of the
-    deployment's saturation rate (bench.sim.error_bars); returns what the JSON carries."""
+    deployment's saturation rate (bench.sim.error_bars), the rate kept with the stored run
+    (the dashboard and the exports flag the same points); returns what the JSON carries."""
     from bench.sim.error_bars import (
         FIGURES,
         NEAR_SATURATION,
         expected_errors,
         point_error_bars,
         saturation_rate,
+        save_saturation,
     )
 
     dep = virtual.build().dep
@@ -441,6 +446,8 @@ def print_error_bars(result, virtual, profile) -> dict:
             p.summary.completed for p in done
         )
         sat = saturation_rate(virtual.build(), isl, osl)
+    if result.run_id:
+        save_saturation(result.run_id, sat, db)
     table = Table(title=f"Expected error of the simulated figures ({basis})")
     table.add_column("#")
     table.add_column("load")

@@ -10,6 +10,7 @@ import typer
 from bench.cli.common import _catalogue, fail, flag_overrides, resolve_scenario
 from bench.cli.options import DbOpt, NumPromptsOpt, PriceOpt, PricesFileOpt, ScenarioOpt, SeedOpt
 from bench.cli.sim import SIM_ENGINE, SIM_MODEL, EngineOpt, SimModelOpt
+from bench.cli.sim_calibrate import ProfileOpt
 from bench.console import Table, console, err_console
 
 
@@ -51,12 +52,18 @@ def sim_tune(
         str,
         typer.Option("--slo", help="the SLO to hold, e.g. 'p99_ttft_ms<=2000,p99_tpot_ms<=50'"),
     ],
-    model: SimModelOpt = SIM_MODEL,
+    model: SimModelOpt = None,
     gpus: Annotated[
-        str, typer.Option("--gpus", help="GPU types to compare, e.g. B200,H100 (see `sim gpus`)")
-    ] = "B200,H100",
+        str | None,
+        typer.Option(
+            "--gpus",
+            help="GPU types to compare, e.g. B200,H100 (see `sim gpus`); default B200,H100, "
+            "or with --profile the profile's device alone",
+        ),
+    ] = None,
+    profile: ProfileOpt = None,
     scenario: ScenarioOpt = None,
-    engine_name: EngineOpt = SIM_ENGINE,
+    engine_name: EngineOpt = None,
     precisions: Annotated[
         str,
         typer.Option(
@@ -118,8 +125,11 @@ def sim_tune(
     db: DbOpt = None,
 ) -> None:
     """Search simulated configurations (GPU type and count, TP/EP, precision, MTP, batch
-    limits, disaggregated prefill/decode split) for the cheapest way to hold an SLO on a workload, in virtual time; each searched
-    configuration is stored as a simulated run."""
+    limits, disaggregated prefill/decode split) for the cheapest way to hold an SLO on a
+    workload, in virtual time; each searched configuration is stored as a simulated run. With
+    --profile, the profile's GPU type runs on its calibrated device (model and engine default to
+    what it was fitted on) and its ranges widen by the profile's own error; the profile's device
+    must be among --gpus."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from bench.metrics import parse_thresholds
@@ -130,6 +140,19 @@ def sim_tune(
         thresholds = parse_thresholds(slo, flag="--slo")
     except ValueError as exc:
         raise fail(str(exc)) from None
+    prof = None
+    if profile is not None:
+        from bench.sim.profiles import ProfileError
+        from bench.sim.user_calibration import load_profile
+
+        try:
+            prof = load_profile(profile)
+        except ProfileError as exc:
+            raise fail(str(exc)) from None
+    model = model or (prof.settings.model if prof else SIM_MODEL)
+    engine_name = engine_name or (prof.settings.engine if prof else None) or SIM_ENGINE
+    if gpus is None:
+        gpus = prof.device.name if prof else "B200,H100"
     tokens = (
         [None]
         if max_num_batched_tokens is None
@@ -158,7 +181,7 @@ def sim_tune(
                 slo_iterations=slo_iterations, slo_draws=slo_draws, experiment=name,
                 on_progress=lambda done, total, what: bar.update(
                     task, completed=done, total=total, description=what
-                ),
+                ), profile=prof,
             )  # fmt: skip
     except (ValueError, KeyError, StoreError) as exc:
         raise fail(str(exc)) from None
@@ -182,7 +205,6 @@ def _usd(x: float | None) -> str:
 def print_tune(result) -> None:
     """The answer as tables: best per GPU type, cheapest per tier, what mattered most."""
     from bench.metrics import slo_text
-    from bench.sim.profiles.accuracy import expected_error
 
     counts = result.to_json()["counts"]
     console.print(
@@ -250,10 +272,12 @@ def print_tune(result) -> None:
         )  # fmt: skip
     console.print(sens)
     for gpu in result.gpus():
-        err, basis = expected_error(gpu, result.model)
+        per, basis = result.expected_errors(gpu)
+        lo, hi = min(per.values()), max(per.values())
+        span = f"±{hi:.0%}" if lo == hi else f"±{lo:.0%} to ±{hi:.0%} by quantity"
         console.print(
-            f"Expected error of simulated figures on {gpu}: ±{err:.0%} ({basis}); every "
-            "capacity range above includes it.",
+            f"Expected error of simulated figures on {gpu}: {span} ({basis}); every "
+            f"capacity range above includes it (±{hi:.0%}).",
             highlight=False,
         )
     tops = [o.run_id[:8] for gpu in result.gpus() for o in result.best(gpu)[:1] if o.run_id]

@@ -112,8 +112,17 @@ def count_prompt_tokens(body: dict, chat: bool) -> int:
 class SimServer:
     """The engine driven on the wall clock, plus the state /metrics reports."""
 
-    def __init__(self, engine: Engine, model_name: str, default_max_tokens: int = 256) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        model_name: str,
+        default_max_tokens: int = 256,
+        calibration: dict | None = None,
+    ) -> None:
         self.engine = engine
+        # a calibration profile's record (bench.sim.error_bars.calibration_record): announced,
+        # so a run against this endpoint states the profile's errors, not the category's
+        self.calibration = calibration
         self.model_name = model_name
         self.default_max_tokens = default_max_tokens
         self.wake = asyncio.Event()
@@ -150,6 +159,7 @@ class SimServer:
             "parallel": dep.parallel,
             "engine": dep.engine,
             **self.engine.knobs(),
+            **({"calibration": self.calibration} if self.calibration else {}),
         }
 
     def start(self) -> None:
@@ -589,12 +599,13 @@ async def serve(
     default_max_tokens: int = 256,
     ready: Callable[[int], None] | None = None,
     stop: asyncio.Event | None = None,
+    calibration: dict | None = None,
 ) -> None:
     """Serve until `stop` is set (or forever). `ready(port)` is called once listening.
 
     Binds before anything else starts, so a busy port raises OSError with nothing to undo.
     """
-    sim = SimServer(engine, model_name, default_max_tokens)
+    sim = SimServer(engine, model_name, default_max_tokens, calibration)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: HTTPProtocol(sim), host, port, backlog=1024)
     sim.start()
@@ -620,6 +631,7 @@ def run_server(
     port: int,
     default_max_tokens: int = 256,
     ready: Callable[[int], None] | None = None,
+    calibration: dict | None = None,
 ) -> None:
     """Blocking entry point for `tokenbench sim serve`. Ctrl-C or SIGTERM stop it cleanly:
     the listener and every connection are closed and every task is finished before the loop
@@ -632,7 +644,7 @@ def run_server(
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, stop.set)
-        await serve(engine, model_name, host, port, default_max_tokens, ready, stop)
+        await serve(engine, model_name, host, port, default_max_tokens, ready, stop, calibration)
 
     try:
         loop.run_until_complete(main())

@@ -69,6 +69,11 @@ class GPUProfile(_Frozen):
     notes: str = ""
     source: str
     efficiency: dict[str, float] = {}
+    # A CPU device (`tokenbench sim device`): its last-level cache and the bandwidth measured
+    # within it. Weights that fit stay there between steps and stream at that rate, not at
+    # DRAM's. 0 = not modelled (GPU entries: their L2 is far smaller than any model).
+    cache_mb: float = 0.0
+    cache_bw_tbs: float = 0.0
 
     @property
     def hbm_bytes(self) -> float:
@@ -78,6 +83,14 @@ class GPUProfile(_Frozen):
     @property
     def hbm_bw_bytes_s(self) -> float:
         return self.hbm_bw_tbs * 1e12
+
+    def stream_bw_bytes_s(self, resident_bytes: float) -> float:
+        """Peak rate at which `resident_bytes` read every step stream in: the measured cache
+        bandwidth when they fit in three quarters of the last-level cache (the rest holds a
+        step's activations, KV and the engine's own data), else the memory bandwidth."""
+        if self.cache_bw_tbs and resident_bytes <= self.cache_mb * MIB * 0.75:
+            return self.cache_bw_tbs * 1e12
+        return self.hbm_bw_bytes_s
 
     @property
     def scale_up_bytes_s(self) -> float:

@@ -239,7 +239,12 @@ class Deployment:
 
     @cached_property
     def _bw(self) -> float:
-        return self.gpu.hbm_bw_bytes_s * self.eff.mbu
+        """Achieved bandwidth of a step's reads: the device's peak for weights of this size
+        per GPU (a CPU's last-level cache when they fit there), times the fitted MBU."""
+        m = self.model
+        gathered = (m.embedding_params() - m.head_params()) * self.precision.bytes_per_param
+        streamed = self.weight_bytes_per_gpu - gathered / self.tp  # an untied embedding table
+        return self.gpu.stream_bw_bytes_s(streamed) * self.eff.mbu
 
     @cached_property
     def mtp_gain(self) -> float:

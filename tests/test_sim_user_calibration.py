@@ -284,3 +284,33 @@ def test_weights_that_fit_in_a_cpu_cache_stream_at_its_rate(tmp_path: Path):
     measured = host_device("host", threads=1)
     if last_level_cache_bytes():  # Linux sysfs: the cache is measured beside memory
         assert measured["cache_mb"] > 0 and measured["cache_bw_tbs"] > measured["hbm_bw_tbs"]
+
+
+def test_the_fields_per_request_error_is_the_median_of_nine_relative_errors():
+    """field_error in the field's terms: mean/p90/p99 of TTFT, ITL and E2E, |sim/meas - 1|,
+    their median. Every latency 25% longer (times stretched about each send) is 25% off on
+    all nine; the same records are 0% off."""
+    import copy
+
+    from bench.sim.user_calibration import field_error, field_stats, replay_records
+
+    p = _point(8, TRUTH)
+    records = replay_records(p, build_engine(DEVICE, SETTINGS, efficiency_values(TRUTH, "nvidia")))
+    measured = field_stats(records)
+    assert set(measured) == {
+        f"{m}_{s}" for m in ("ttft", "itl", "e2el") for s in ("mean", "p90", "p99")
+    }
+    assert field_error(measured, field_stats(records))["median"] == 0.0
+
+    def stretched(r, factor: float = 1.25):
+        s = copy.copy(r)
+        s.first_token_ns = int(r.sent_ns + factor * (r.first_token_ns - r.sent_ns))
+        s.end_ns = int(r.sent_ns + factor * (r.end_ns - r.sent_ns))
+        chunks = np.asarray(r.chunk_times_ns, float)
+        s.chunk_times_ns = (r.sent_ns + factor * (chunks - r.sent_ns)).astype(np.int64)
+        return s
+
+    slower = [stretched(r) for r in records]
+    errs = field_error(measured, field_stats(slower))
+    assert len(errs) == 10 and errs["median"] == pytest.approx(0.25, abs=1e-3)
+    assert all(v == pytest.approx(0.25, abs=2e-3) for v in errs.values())

@@ -153,6 +153,41 @@ class ObservedPoint:
     requests: np.ndarray  # (n, 3): send offset s, prompt tokens, output tokens
     measured: dict[str, float]
     concurrency: int | None = None  # a closed loop's users; None = open loop at the offsets
+    field_measured: dict[str, float] = field(default_factory=dict)  # field_stats of its records
+
+
+# The per-request error the field reports for a simulator against real runs (e.g. Vidur's and
+# the simulator-accuracy studies'): mean, p90 and p99 of TTFT, ITL and E2E latency, each as
+# |simulated / measured - 1|, their median per experiment, then the median over experiments.
+FIELD_METRICS = ("ttft", "itl", "e2el")
+FIELD_STATS = ("mean", "p90", "p99")
+
+
+def field_stats(records: list[RequestRecord]) -> dict[str, float]:
+    """Mean/p90/p99 of TTFT, ITL and E2E latency (ms) of the completed requests, by
+    bench.metrics.summarize (the definitions every report uses); keys like "itl_p90"."""
+    from bench.metrics import summarize
+
+    metrics = summarize(records, percentiles=(90.0, 99.0)).metrics
+    out = {}
+    for name in FIELD_METRICS:
+        values = metrics[name].as_dict()
+        for stat in FIELD_STATS:
+            if values.get(stat) is not None:
+                out[f"{name}_{stat}"] = float(values[stat])
+    return out
+
+
+def field_error(measured: dict[str, float], simulated: dict[str, float]) -> dict[str, float]:
+    """|simulated / measured - 1| per field statistic both have, and their median ("median")."""
+    errs = {
+        k: abs(simulated[k] / v - 1.0)
+        for k, v in measured.items()
+        if k in simulated and v and math.isfinite(simulated[k])
+    }
+    if errs:
+        errs["median"] = float(np.median(list(errs.values())))
+    return errs
 
 
 def quantities(records: list[RequestRecord]) -> dict[str, float]:
@@ -207,7 +242,11 @@ def observed_points(run_ref: str, db: str | None = None) -> tuple[list[ObservedP
         closed = (lp.mode or "").startswith("conc") or (lp.concurrency and not lp.target_rate)
         users = int(lp.concurrency) if closed and lp.concurrency else None
         load = f"concurrency {users}" if users else f"rate {lp.target_rate or 0:g}/s"
-        points.append(ObservedPoint(info.id, lp.load_point, load, req, quantities(recs), users))
+        points.append(
+            ObservedPoint(
+                info.id, lp.load_point, load, req, quantities(recs), users, field_stats(recs)
+            )
+        )
     return points, info
 
 
@@ -248,14 +287,18 @@ def build_engine(device: GPUProfile, settings: Settings, efficiency: dict[str, f
 
 def replay(point: ObservedPoint, engine: Any) -> dict[str, float]:
     """The point's requests through the engine in virtual time, scored as the measured ones."""
+    return quantities(replay_records(point, engine))
+
+
+def replay_records(point: ObservedPoint, engine: Any) -> list[RequestRecord]:
+    """The simulated records of the point's requests (open loop at their send offsets, or
+    closed loop with the same users)."""
     from bench.sim.virtual import replay_closed, run_virtual
 
     if point.concurrency:
         lengths = point.requests[:, 1:].astype(np.int64)
-        records = replay_closed(engine, lengths, point.concurrency)
-    else:
-        records = run_virtual(engine, [tuple(r) for r in point.requests])
-    return quantities(records)
+        return replay_closed(engine, lengths, point.concurrency)
+    return run_virtual(engine, [tuple(r) for r in point.requests])
 
 
 # -- the fit -------------------------------------------------------------------------------------

@@ -28,14 +28,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench.sim.user_calibration import (
     QUANTITY_NAMES,
     build_engine,
+    field_error,
+    field_stats,
     load_profile,
     observed_points,
-    replay,
+    quantities,
+    replay_records,
 )
 from bench.store import list_runs
 from tests.real_servers import tiny_llama
@@ -138,18 +142,25 @@ def test_calibrate_on_llama_server_and_predict_unseen_loads(tmp_path: Path):
     for run, parallel, sat_rps in held:
         settings = prof.settings.__class__(**{**prof.settings.as_dict(), "max_num_seqs": parallel})
         for point in observed_points(run, db)[0]:
-            pred = replay(point, build_engine(dev, settings, {}))
+            records = replay_records(point, build_engine(dev, settings, {}))
+            pred = quantities(records)
             errs = {q: pred[q] / point.measured[q] - 1 for q in QUANTITY_NAMES if q in pred}
+            # the field's per-request error: median of |sim/meas - 1| over mean/p90/p99 of
+            # TTFT, ITL and E2E latency
+            errs["field"] = field_error(point.field_measured, field_stats(records))["median"]
             rps = point.measured["output_tps"] / OUT
             util = rps / sat_rps if sat_rps else 1.0
             rows.append((f"--parallel {parallel}", point.load, util, errs))
     print("\nheld-out predictions: simulated / measured - 1")
-    print(f"{'setting':13} {'load':18} {'util':>5} " + " ".join(f"{q:>10}" for q in QUANTITY_NAMES))
+    columns = (*QUANTITY_NAMES, "field")
+    print(f"{'setting':13} {'load':18} {'util':>5} " + " ".join(f"{q:>10}" for q in columns))
     for setting, load, util, errs in rows:
-        cells = " ".join(
-            f"{errs[q]:>+10.1%}" if q in errs else f"{'-':>10}" for q in QUANTITY_NAMES
-        )
+        cells = " ".join(f"{errs[q]:>+10.1%}" if q in errs else f"{'-':>10}" for q in columns)
         print(f"{setting:13} {load:18} {util:>5.0%} {cells}")
+    field_median = float(np.median([e["field"] for _, _, _, e in rows]))
+    print(
+        f"per-request error in the field's terms, median over these experiments: {field_median:.0%}"
+    )
 
     # the CLI predicts with the profile too (another load, another batch limit)
     tokenbench(
@@ -165,7 +176,7 @@ def test_calibrate_on_llama_server_and_predict_unseen_loads(tmp_path: Path):
         worst = max(abs(e[q]) for _, _, e in below)
         print(f"{q}: worst held-out error below saturation {worst:.0%} (issue target {target:.0%})")
     for setting, load, errs in below:
-        assert set(errs) == set(QUANTITY_NAMES), (setting, load, errs)  # every figure predicted
+        assert set(QUANTITY_NAMES) <= set(errs), (setting, load, errs)  # every figure predicted
         for q, reached in REACHED.items():
             assert abs(errs[q]) <= reached, (setting, load, q, errs)
     for p in prof.params:  # the fit stayed inside the CPU's physical ranges

@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 import secrets
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -43,6 +44,15 @@ from bench.shapes import SHAPES
 from bench.tokenizer import TokenizerError, load_tokenizer
 from bench.traces import TRACE_FORMATS
 from bench.workload import _WORDS, LengthDist, MixedWorkload, TrafficClass, Workload
+
+
+def _checked_slo(v: str | None) -> str | None:
+    parse_slo(v, flag="slo")  # a bad SLO is an error naming the field, at load time
+    return v
+
+
+# An SLO as a scenario file gives it (bench.metrics.parse_slo's forms), checked when read.
+SloText = Annotated[str | None, AfterValidator(_checked_slo)]
 
 
 class ScenarioError(ValueError):
@@ -222,7 +232,7 @@ class ClassSpec(_Strict):
     share: float | None = Field(default=None, gt=0)
     request_rate: float | None = Field(default=None, gt=0)
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
-    slo: str | None = None
+    slo: SloText = None
 
     @field_validator("name")
     @classmethod
@@ -232,12 +242,6 @@ class ClassSpec(_Strict):
                 "a class name is letters, digits, '_' and '-', starting with a letter "
                 "(at most 40), e.g. chat or agent"
             )
-        return v
-
-    @field_validator("slo")
-    @classmethod
-    def _slo(cls, v: str | None) -> str | None:
-        parse_slo(v, flag="slo")
         return v
 
     @model_validator(mode="after")
@@ -270,7 +274,7 @@ class Scenario(_Strict):
     goodput: str | None = None
     # The SLO a sweep finds the capacity at when --slo is not given (bench.metrics.parse_slo:
     # "p99_ttft_ms<=2000,p99_tpot_ms<=50" or vLLM's "ttft:2000 tpot:50").
-    slo: str | None = None
+    slo: SloText = None
     percentiles: list[float] = Field(default_factory=lambda: list(DEFAULT_PERCENTILES))
     percentile_metrics: list[str] = Field(default_factory=lambda: list(LATENCY_METRICS))
     request_timeout_s: float = Field(default=600.0, gt=0)
@@ -361,12 +365,6 @@ class Scenario(_Strict):
     @classmethod
     def _goodput(cls, v: str | None) -> str | None:
         parse_goodput(v)
-        return v
-
-    @field_validator("slo")
-    @classmethod
-    def _slo(cls, v: str | None) -> str | None:
-        parse_slo(v, flag="slo")
         return v
 
     @field_validator("percentiles")

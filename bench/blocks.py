@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -110,11 +110,11 @@ class BlockPrompts:
 
 
 def intended_reuse(
-    hash_ids: Sequence[Sequence[int]], input_lens: Sequence[int], block_size: int
+    hash_ids: Sequence[Sequence[Hashable]], input_lens: Sequence[int], block_size: int
 ) -> dict:
     """The hit rate requests in this order imply, with a cache that keeps every block:
     prompt tokens (and blocks) whose hash id an earlier block had."""
-    seen: set[int] = set()
+    seen: set = set()
     hit_tokens = total_tokens = hit_blocks = blocks = 0
     for ids, n in zip(hash_ids, input_lens, strict=True):
         for k, h in enumerate(ids):
@@ -134,6 +134,40 @@ def intended_reuse(
         "prompt_tokens": total_tokens,
         "share": hit_tokens / total_tokens if total_tokens else None,
     }
+
+
+# Words per block when the reuse a workload implies is judged from its prompts' text
+# (`content_reuse`): vLLM's 16-token blocks, a word being the simulator's token.
+CONTENT_BLOCK = 16
+
+
+def block_keys(tokens: Sequence, block_tokens: int) -> list[int]:
+    """Chained keys of the full blocks of `tokens` (words or token ids): equal key i means
+    the first i+1 blocks are equal. A last partial block has no key (engines cache full
+    blocks only)."""
+    keys, parent = [], 0
+    for k in range(len(tokens) // block_tokens):
+        parent = hash((parent, *tokens[k * block_tokens : (k + 1) * block_tokens]))
+        keys.append(parent)
+    return keys
+
+
+def content_reuse(prompts: Iterable[Sequence], block_tokens: int = CONTENT_BLOCK) -> dict:
+    """`intended_reuse` of prompts given as words (or token ids), in send order: a full block
+    is a hit when an earlier prompt had the same prefix up to and including it (the chained
+    keys the simulator's cache matches on); a last partial block never is. For workloads
+    without a block-hashed trace (shared prefixes, multi-turn sessions, a traffic mix)."""
+    ids: list[list] = []
+    lens: list[int] = []
+    for n, tokens in enumerate(prompts):
+        keys: list = list(block_keys(tokens, block_tokens))
+        if len(tokens) % block_tokens:
+            keys.append(("tail", n))  # its own id: engines cache full blocks only
+        ids.append(keys)
+        lens.append(len(tokens))
+    out = intended_reuse(ids, lens, block_tokens)
+    out["basis"] = f"prompt text, {block_tokens}-word blocks"
+    return out
 
 
 def _mix(x: int) -> int:

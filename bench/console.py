@@ -212,10 +212,20 @@ def classes_table(classes: dict[str, dict], slo=(), *, title: str = "Per traffic
     from bench.metrics import class_scope
 
     t = Table(title=title, title_justify="left")
+    cached = any(class_cache_cells(doc) != ("—",) * 3 for doc in classes.values())
     cols = ("class", "completed", "failed", "req/s", "out tok/s", "p50 TTFT ms", "p99 TTFT ms",
             "p99 TPOT ms", "own SLO")  # fmt: skip
     for col in cols:
         t.add_column(col, justify="left" if col == "class" else "right")
+    if cached:
+        t.add_column("prompt cache hit\nintended / served / server", justify="right")
+        t.caption = (
+            "prompt cache hit: share of prompt tokens; intended = what the class's prompts "
+            "imply with a cache that keeps every block; served = usage cached_tokens (the "
+            "simulator's cache on a simulated run); server = its counters, only when one "
+            "class alone sent the point's requests"
+        )
+        t.caption_justify = "left"
     for name, doc in classes.items():
         point = point_from_summary(doc, load_point=0, title=name, offered=None, gpus=1)
         own = [t for t in slo if class_scope(t.metric)[0] == name]
@@ -233,8 +243,20 @@ def classes_table(classes: dict[str, dict], slo=(), *, title: str = "Per traffic
             _fmt(point.value("p99_ttft_ms"), 0),
             _fmt(point.value("p99_tpot_ms"), 1),
             verdict,
+            *([" / ".join(class_cache_cells(doc))] if cached else []),
         )
     return t
+
+
+CACHE_SOURCES = ("intended", "usage", "server")  # Summary.prompt_cache's, in shown order
+
+
+def class_cache_cells(doc: dict) -> tuple[str, ...]:
+    """A summary JSON's prompt-cache hit rates, intended / served (usage) / server, as
+    percentages ('—' where unknown)."""
+    parts = doc.get("prompt_cache") or {}
+    shares = ((parts.get(k) or {}).get("share") for k in CACHE_SOURCES)
+    return tuple("—" if v is None else f"{v:.1%}" for v in shares)
 
 
 def print_summary(summary: Summary, *, title: str = "Results", metrics=None, slo=()) -> None:

@@ -23,6 +23,7 @@ from bench.metrics import (
     meets_slo,
     parse_goodput,
     parse_slo,
+    restore_prompt_cache,
     slo_text,
     summarize,
     with_error_bound,
@@ -256,7 +257,10 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
         cols = load_columns(run.id, lp.load_point, db)
         if len(cols.state):
             cols = cols.measured(lp.warmup_s, lp.cooldown_s)
-            summary = summarize(cols, percentiles=percentiles, goodput=goodput).to_json()
+            fresh = summarize(cols, percentiles=percentiles, goodput=goodput)
+            # ... with what the records cannot say again: the reuse implied, server counters
+            restore_prompt_cache(fresh, lp.summary_json or {})
+            summary = fresh.to_json()
         elif lp.summary_json:
             summary = lp.summary_json
         else:
@@ -272,10 +276,6 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
         point.role, point.draw = str(params.get("role") or "grid"), params.get("draw")
         # The stored summary knows whether the point was cut short; a recomputed one does not.
         point.partial = point.partial or bool((lp.summary_json or {}).get("interrupted"))
-        # ... and what the records cannot say again: the trace's reuse, the server's counters
-        stored = (lp.summary_json or {}).get("prompt_cache") or {}
-        fresh = summary.get("prompt_cache") or {}
-        point.prompt_cache = _cache_parts(fresh, stored)
         curve.points.append(point)
     if run.simulated and curve.points:
         lateness = sim_lateness_ms(run.id, db)

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from bench.blocks import BlockPrompts
+from bench.blocks import BlockPrompts, content_reuse
 from bench.lengths import LENGTHS
 from bench.tokenizer import PromptTokenizer, words_for
 
@@ -248,12 +249,37 @@ class MixedWorkload:
                 )  # fmt: skip
         return out
 
+    def intended_reuse(self, specs: Sequence[RequestSpec], chat: bool) -> dict[str, dict]:
+        """The prompt-cache hit rate these requests imply with a cache that keeps every
+        block (bench.blocks.content_reuse over their rendered prompts, in send order): for
+        the whole mix under "" and for each class's own requests under its name (a class
+        judged alone: another class's prompts never share its blocks, each drawn from its
+        own seed). Rendered again here, after the point: never on the send path."""
+        words = [prompt_words(self, spec, chat) for spec in specs]
+        out = {"": content_reuse(words)}
+        for c in self.classes:
+            own = [w for w, s in zip(words, specs, strict=True) if s.traffic_class == c.name]
+            if own:
+                out[c.name] = content_reuse(own)
+        return out
+
     def render(self, spec: RequestSpec) -> tuple[str | list[int], list[dict]]:
         """The prompt as the request's own class renders it (its seed, prefixes, turns)."""
         for c in self.classes:
             if c.name == spec.traffic_class:
                 return c.workload.render(spec)
         raise ValueError(f"request {spec.index} has no traffic class of this mix")
+
+
+def prompt_words(workload: Workload | MixedWorkload, spec: RequestSpec, chat: bool) -> list:
+    """A request's prompt as the words (or token ids) it sends, at most its input length:
+    what the simulator counts as tokens and matches its prefix cache on, and what the
+    intended reuse is judged on. A chat request sends its messages' contents."""
+    prompt, messages = workload.render(spec)
+    if isinstance(prompt, str) and chat:
+        prompt = " ".join(str(m.get("content", "")) for m in messages)
+    tokens = prompt.split() if isinstance(prompt, str) else prompt
+    return tokens[: spec.input_len]
 
 
 def _words(rng: np.random.Generator, n: int) -> str:

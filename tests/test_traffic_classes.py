@@ -266,3 +266,58 @@ def test_a_mix_against_a_real_endpoint_reports_each_class(fake_server, tmp_path)
     assert set(classes) == {"chat", "agent"}
     assert classes["chat"]["completed"] + classes["agent"]["completed"] == doc["completed"]
     assert "Per traffic class" in proc.stdout and "own SLO" in proc.stdout
+
+
+def _prefix_hits(prompts: list[list[str]], block: int = 16) -> tuple[int, int]:
+    """(prompt tokens whose whole prefix up to their block's end an earlier prompt had,
+    prompt tokens): an infinite prefix cache counted with plain tuples, no hashing chain."""
+    seen: set[tuple] = set()
+    hit = total = 0
+    for words in prompts:
+        total += len(words)
+        for end in range(block, len(words) + 1, block):
+            prefix = tuple(words[:end])
+            hit += block if prefix in seen else 0
+            seen.add(prefix)
+    return hit, total
+
+
+def test_hit_rates_per_class_equal_an_independent_count_over_the_records(tmp_path):
+    """Each class's intended hit rate is what its own prompts imply (counted again here from
+    the stored scenario's prompts), and its served one what its own records' usage says."""
+    from bench.store import list_runs, load_records
+    from bench.workload import prompt_words
+
+    db = f"sqlite:///{tmp_path / 'mix.db'}"
+    out = tmp_path / "summary.json"
+    proc = tokenbench(
+        "sim", "run", "--gpu", "B200", "--scenario", str(MIX), "--num-prompts", "45",
+        "--request-rates", "1", "--seed", "7", "--db", db, "--summary-json", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    point = json.loads(out.read_text())["points"][0]
+    (run,) = list_runs(db)
+    records = load_records(run.id, 0, db)
+    sc = load_scenario(MIX)
+    sc.seed = 7
+    wl = sc.workload_plan()
+    specs = wl.specs(45)
+    assert [s.traffic_class for s in specs] == [r.traffic_class for r in records]
+    for name in ("chat", "agent"):
+        own = point["classes"][name]["prompt_cache"]
+        mine = [r for r in records if r.traffic_class == name]
+        cached = sum(r.cached_prompt_tokens for r in mine)
+        prompt = sum(r.prompt_tokens for r in mine)
+        assert own["usage"]["cached_tokens"] == cached
+        assert own["usage"]["share"] == pytest.approx(cached / prompt)
+        words = [prompt_words(wl, s, chat=False) for s in specs if s.traffic_class == name]
+        hit, total = _prefix_hits(words)
+        assert (own["intended"]["cached_tokens"], own["intended"]["prompt_tokens"]) == (hit, total)
+        assert "server" not in own  # two classes shared the server: its counters are neither's
+    assert point["classes"]["chat"]["prompt_cache"]["intended"]["share"] == 0.0  # random prompts
+    assert point["classes"]["agent"]["prompt_cache"]["intended"]["share"] > 0.3  # 70% shared
+    shown = tokenbench("show", run.id, "--db", db)
+    assert "intended / served / server" in shown.stdout, shown.stdout
+    agent = point["classes"]["agent"]["prompt_cache"]
+    row = next(line for line in shown.stdout.splitlines() if line.strip("│ ").startswith("agent"))
+    assert f"{agent['intended']['share']:.1%} / {agent['usage']['share']:.1%} / —" in row

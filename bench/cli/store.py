@@ -137,7 +137,7 @@ def show_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Print a run's summary, recomputed from its stored requests."""
-    from bench.metrics import summarize
+    from bench.metrics import restore_prompt_cache, summarize
     from bench.store import get_run, load_columns
 
     existing_database(db)
@@ -163,10 +163,7 @@ def show_command(
             )
             # What the records cannot say again: the server's cache counters, the notes.
             stored = (lp.summary_json if lp else None) or info.summary_json or {}
-            for source in ("intended", "server"):  # the trace's reuse, the server's counters
-                part = (stored.get("prompt_cache") or {}).get(source)
-                if part:
-                    summary.prompt_cache[source] = part
+            restore_prompt_cache(summary, stored)  # the reuse implied, the server's counters
             summary.notes = list(stored.get("notes") or [])
             summary.spec_decode = dict(stored.get("spec_decode") or {})  # server counters
             title = (

@@ -208,8 +208,7 @@ def thin_tails(name: str, confidence: dict, keys) -> list[str]:
 def classes_table(classes: dict[str, dict], slo=(), *, title: str = "Per traffic class") -> Table:
     """One row per traffic class from Summary.to_json()'s `classes`: its requests,
     throughput, P99s and, given the SLO (CLASS:NAME thresholds), whether it meets its own."""
-    from bench.curves import point_from_summary
-    from bench.metrics import class_scope
+    from bench.curves import class_verdict, point_from_summary
 
     t = Table(title=title, title_justify="left")
     cached = any(class_cache_cells(doc) != ("—",) * 3 for doc in classes.values())
@@ -226,13 +225,11 @@ def classes_table(classes: dict[str, dict], slo=(), *, title: str = "Per traffic
             "class alone sent the point's requests"
         )
         t.caption_justify = "left"
+    whole = point_from_summary({"classes": classes}, load_point=0, title="", offered=None, gpus=1)
     for name, doc in classes.items():
-        point = point_from_summary(doc, load_point=0, title=name, offered=None, gpus=1)
-        own = [t for t in slo if class_scope(t.metric)[0] == name]
-        verdict = ""
-        if own:
-            bare = [type(x)(class_scope(x.metric)[1], x.op, x.limit) for x in own]
-            verdict = "[green]meets[/]" if point.meets(bare) else "[red]breaks[/]"
+        point = whole.classes[name]
+        meets = class_verdict(whole, name, slo)
+        verdict = "" if meets is None else "[green]meets[/]" if meets else "[red]breaks[/]"
         t.add_row(
             name,
             f"{point.completed:,}",

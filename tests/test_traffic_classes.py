@@ -282,42 +282,152 @@ def _prefix_hits(prompts: list[list[str]], block: int = 16) -> tuple[int, int]:
     return hit, total
 
 
-def test_hit_rates_per_class_equal_an_independent_count_over_the_records(tmp_path):
-    """Each class's intended hit rate is what its own prompts imply (counted again here from
-    the stored scenario's prompts), and its served one what its own records' usage says."""
-    from bench.store import list_runs, load_records
-    from bench.workload import prompt_words
+@pytest.fixture(scope="module")
+def mixed_run(tmp_path_factory):
+    """A stored two-point simulated sweep of the shipped chat+agent mix (fixed seed: both
+    points send the same prompts): (db, run id, summary JSON of the sweep)."""
+    from bench.store import list_runs
 
-    db = f"sqlite:///{tmp_path / 'mix.db'}"
-    out = tmp_path / "summary.json"
+    folder = tmp_path_factory.mktemp("mix")
+    db = f"sqlite:///{folder / 'mix.db'}"
+    out = folder / "summary.json"
     proc = tokenbench(
         "sim", "run", "--gpu", "B200", "--scenario", str(MIX), "--num-prompts", "45",
-        "--request-rates", "1", "--seed", "7", "--db", db, "--summary-json", str(out),
+        "--request-rates", "0.5,4", "--seed", "7", "--slo-iterations", "0", "--slo-draws", "0",
+        "--db", db, "--summary-json", str(out),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    point = json.loads(out.read_text())["points"][0]
     (run,) = list_runs(db)
-    records = load_records(run.id, 0, db)
+    return db, run.id, json.loads(out.read_text())
+
+
+def _expected_class_cache(db: str, run_id: str, load_point: int) -> dict[str, dict]:
+    """Per class: (cached, prompt) tokens from its stored records' usage, and (hit, total)
+    from its own prompts rendered again and counted with plain tuples."""
+    from bench.store import load_records
+    from bench.workload import prompt_words
+
+    records = load_records(run_id, load_point, db)
     sc = load_scenario(MIX)
     sc.seed = 7
     wl = sc.workload_plan()
     specs = wl.specs(45)
     assert [s.traffic_class for s in specs] == [r.traffic_class for r in records]
+    out = {}
     for name in ("chat", "agent"):
-        own = point["classes"][name]["prompt_cache"]
         mine = [r for r in records if r.traffic_class == name]
-        cached = sum(r.cached_prompt_tokens for r in mine)
-        prompt = sum(r.prompt_tokens for r in mine)
-        assert own["usage"]["cached_tokens"] == cached
-        assert own["usage"]["share"] == pytest.approx(cached / prompt)
         words = [prompt_words(wl, s, chat=False) for s in specs if s.traffic_class == name]
-        hit, total = _prefix_hits(words)
-        assert (own["intended"]["cached_tokens"], own["intended"]["prompt_tokens"]) == (hit, total)
-        assert "server" not in own  # two classes shared the server: its counters are neither's
-    assert point["classes"]["chat"]["prompt_cache"]["intended"]["share"] == 0.0  # random prompts
-    assert point["classes"]["agent"]["prompt_cache"]["intended"]["share"] > 0.3  # 70% shared
-    shown = tokenbench("show", run.id, "--db", db)
+        out[name] = {
+            "usage": (
+                sum(r.cached_prompt_tokens for r in mine),
+                sum(r.prompt_tokens for r in mine),
+            ),
+            "intended": _prefix_hits(words),
+        }
+    return out
+
+
+def test_hit_rates_per_class_equal_an_independent_count_over_the_records(mixed_run):
+    """Each class's intended hit rate is what its own prompts imply (counted again here from
+    the scenario's prompts), and its served one what its own records' usage says."""
+    db, run_id, doc = mixed_run
+    for k, point in enumerate(doc["points"]):
+        want = _expected_class_cache(db, run_id, k)
+        for name in ("chat", "agent"):
+            own = point["classes"][name]["prompt_cache"]
+            cached, prompt = want[name]["usage"]
+            assert own["usage"]["cached_tokens"] == cached
+            assert own["usage"]["share"] == pytest.approx(cached / prompt)
+            hit, total = want[name]["intended"]
+            assert (own["intended"]["cached_tokens"], own["intended"]["prompt_tokens"]) == (
+                hit,
+                total,
+            )
+            assert "server" not in own  # both classes shared the server: its counters are neither's
+        assert point["classes"]["chat"]["prompt_cache"]["intended"]["share"] == 0.0  # random
+        assert point["classes"]["agent"]["prompt_cache"]["intended"]["share"] > 0.3  # 70% shared
+    shown = tokenbench("show", run_id, "--db", db)
     assert "intended / served / server" in shown.stdout, shown.stdout
-    agent = point["classes"]["agent"]["prompt_cache"]
+    agent = doc["points"][0]["classes"]["agent"]["prompt_cache"]
     row = next(line for line in shown.stdout.splitlines() if line.strip("│ ").startswith("agent"))
     assert f"{agent['intended']['share']:.1%} / {agent['usage']['share']:.1%} / —" in row
+
+
+def test_api_and_run_page_show_each_class_with_its_verdict_and_hit_rates(mixed_run):
+    from fastapi.testclient import TestClient
+
+    from server.app import create_app
+
+    db, run_id, doc = mixed_run
+    app = create_app(
+        db, api_token="t", allow_hosts=[], open_reads=True, server_names=["testserver"]
+    )
+    try:
+        with TestClient(app) as client:
+            got = client.get(f"/api/runs/{run_id}/classes").json()
+            detail = client.get(f"/api/runs/{run_id}").json()
+            page = client.get(f"/runs/{run_id}").text
+            planned = client.get(f"/api/plan?run={run_id}&mix=chat=10,agent=5").json()
+            both = client.get(f"/api/plan?run={run_id}&mix=chat=10&requests_per_s=3")
+    finally:
+        app.state.tb.jobs.shutdown()
+    assert got["slo"] == ["chat:p99_ttft_ms<=500", "chat:p99_tpot_ms<=50",
+                          "agent:p99_ttft_ms<=3000", "agent:p99_tpot_ms<=50"]  # fmt: skip
+    assert got["binding_class"] in ("chat", "agent")
+    assert f"class {got['binding_class']} binds" in got["capacity"]["text"]
+    assert [(r["load_point"], r["traffic_class"]) for r in got["rows"]] == [
+        (0, "agent"), (0, "chat"), (1, "agent"), (1, "chat")
+    ]  # fmt: skip
+    for r in got["rows"]:
+        want = _expected_class_cache(db, run_id, r["load_point"])[r["traffic_class"]]
+        hit, total = want["intended"]
+        cached, prompt = want["usage"]
+        assert r["prompt_cache"]["intended"] == pytest.approx(hit / total)
+        assert r["prompt_cache"]["usage"] == pytest.approx(cached / prompt)
+        assert r["prompt_cache"]["server"] is None
+        stored = doc["points"][r["load_point"]]["classes"][r["traffic_class"]]
+        assert r["completed"] == stored["completed"]
+        p99 = stored["metrics"]["ttft_ms"]["p99"]
+        assert r["p99_ttft_ms"] == pytest.approx(p99)
+        limit = 500 if r["traffic_class"] == "chat" else 3000
+        if p99 > limit:
+            assert r["meets_slo"] is False
+    lp = detail["load_points"][0]["summary"]["classes"]
+    assert set(lp) == {"chat", "agent"} and "intended" in lp["agent"]["prompt_cache"]
+    assert 'id="classes-table"' in page and f"class {got['binding_class']} binds" in page
+    agent0 = got["rows"][0]["prompt_cache"]["intended"]
+    assert f"{agent0:.1%}" in page
+    assert planned["demand"]["mix"] == {"chat": 10.0, "agent": 5.0}
+    assert planned["demand"]["requests_per_s"] == 15.0
+    assert both.status_code == 422 and both.json()["detail"][0]["loc"] == ["query", "mix"]
+
+
+def test_deck_and_workbook_carry_the_per_class_table(mixed_run, tmp_path):
+    import openpyxl
+    from pptx import Presentation
+
+    db, run_id, doc = mixed_run
+    for fmt in ("pptx", "xlsx"):
+        proc = tokenbench("export", run_id, "--format", fmt, "--out", str(tmp_path / f"r.{fmt}"),
+                          "--db", db)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    ws = openpyxl.load_workbook(tmp_path / "r.xlsx")["classes"]
+    rows = list(ws.iter_rows(values_only=True))
+    head = list(rows[0])
+    by = {(r[head.index("Load point")], r[head.index("Class")]): r for r in rows[1:] if r[6]}
+    assert set(by) == {(1, "agent"), (1, "chat"), (2, "agent"), (2, "chat")}
+    for (lp, name), r in by.items():
+        own = doc["points"][lp - 1]["classes"][name]
+        assert r[head.index("Completed")] == own["completed"]
+        share = own["prompt_cache"]["intended"]["share"] * 100
+        assert r[head.index("Cache hit intended")] == pytest.approx(share)
+    texts = [
+        shape.text_frame.text if shape.has_text_frame else
+        " ".join(c.text for row in shape.table.rows for c in row.cells) if shape.has_table else ""
+        for slide in Presentation(str(tmp_path / "r.pptx")).slides
+        for shape in slide.shapes
+    ]  # fmt: skip
+    deck = "\n".join(texts)
+    assert "Appendix: traffic classes" in deck
+    share = doc["points"][0]["classes"]["agent"]["prompt_cache"]["intended"]["share"] * 100
+    assert f"{share:.1f}%" in deck

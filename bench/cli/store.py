@@ -212,8 +212,9 @@ def show_command(
                 out.print(f"{label}: {value}", highlight=False, markup=False)
             if summary.get("classes"):
                 from bench.console import classes_table
+                from bench.curves import class_slo
 
-                out.print(classes_table(summary["classes"], _class_slo(info)))
+                out.print(classes_table(summary["classes"], class_slo(info)))
             if (summary.get("prompt_cache") or {}).get("largely_cached"):
                 out.print("[yellow]CACHED PROMPTS: most prompt tokens came from the server's cache")
             for note in summary.get("notes") or []:
@@ -276,21 +277,6 @@ def workers_table(title: str, workers: list[dict]) -> Table:
             ms(w.get("loop_lag_p99_ms")), "—" if busy is None else f"{busy:.0%}", verdict,
         )  # fmt: skip
     return table
-
-
-def _class_slo(info) -> list:
-    """The SLO a stored run's classes are judged at: the one its sweep stored, else its
-    scenario's (each class's own); [] when neither can be read."""
-    from bench.curves import stored_slo
-    from bench.scenario import ScenarioError, parse_scenario
-
-    found = stored_slo([info])
-    if found or not info.scenario_text:
-        return found
-    try:
-        return parse_scenario(info.scenario_text, source="stored").capacity_slo()
-    except (ScenarioError, ValueError):
-        return []
 
 
 def _summary_table(title: str, summary: dict) -> Table:

@@ -121,6 +121,8 @@ def render_html(report: Report) -> str:
     for table in (report.percentiles, report.cost, report.runs_table, report.energy,
                   report.prompt_cache):  # fmt: skip
         body.append(table_html(table))
+    if report.classes.rows:
+        body.append(table_html(report.classes))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{escape(report.title)}</title><style>{CSS}</style></head><body>"

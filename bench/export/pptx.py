@@ -728,6 +728,9 @@ def write_pptx(report: Report, out: Path) -> Path:
     if report.energy.rows:
         table_slides(prs, report, report.energy, title="Appendix: energy per output token",
                      max_pt=13)  # fmt: skip
+    if report.classes.rows:
+        table_slides(prs, report, report.classes, title="Appendix: traffic classes, each "
+                     "against its own SLO", max_pt=11, one_page_pt=10)  # fmt: skip
     if report.prompt_cache.rows:
         table_slides(prs, report, report.prompt_cache, title="Appendix: prompt cache hit "
                      "rates, intended, simulated and measured", max_pt=12)  # fmt: skip

@@ -197,6 +197,27 @@ def test_cli_run_reports_intended_beside_measured(fake_server, tmp_path):
     assert "trace reuses (intended" in proc.stdout
 
 
+def test_sim_run_without_rates_replays_the_traces_own_timestamps(tmp_path):
+    """`sim run` on a trace scenario with no --request-rates sends at the trace's timestamps
+    (it used to scale them to the simulator's default 4 req/s)."""
+    from bench.store import list_runs, load_records
+
+    sample = ROOT / "scenarios" / "traces" / "agentic-mooncake-sample.jsonl"
+    want = [json.loads(line)["timestamp"] for line in sample.read_text().splitlines()]
+    db = f"sqlite:///{tmp_path / 'tb.db'}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "sim", "run", "--gpu", "B200", "--model", "llama-3.3-70b",
+         "--scenario", str(ROOT / "scenarios" / "agentic-replay.yaml"), "--db", db],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (run,) = list_runs(db)
+    sent_ms = sorted(r.intended_ns / 1e6 for r in load_records(run.id, 0, db))
+    assert sent_ms == pytest.approx([t - want[0] for t in want], abs=1e-3)
+    rate = (len(want) - 1) / ((want[-1] - want[0]) / 1000)  # the trace's own mean rate
+    assert f"rate {rate:g} req/s" in proc.stdout
+
+
 def test_a_sweep_keeps_the_trace_at_each_rate_and_refuses_concurrency(tmp_path):
     from bench.sweep import PointSpec, scenario_at
 

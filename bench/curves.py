@@ -1151,8 +1151,9 @@ class ClassRow:
 
 
 def class_rows(curve: RunCurve, slo: Sequence[Threshold]) -> list[ClassRow]:
-    """Each load point's traffic classes in load order; [] for a run without classes."""
-    points = sorted(curve.points, key=lambda p: p.load_point)
+    """Each load point's traffic classes, by offered load (then the order measured); []
+    for a run without classes."""
+    points = sorted(curve.points, key=lambda p: (p.offered or 0.0, p.load_point))
     return [
         ClassRow(p, name, sub, class_verdict(p, name, slo))
         for p in points

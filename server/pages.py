@@ -450,7 +450,7 @@ def run_page(request: Request, ref: str) -> Response:
         run=run,
         curve=curve,
         class_rows=classes.rows,
-        class_slo=slo_text(classes.slo) if classes.slo else "",
+        class_slo=", ".join(str(t) for t in classes.slo),
         capacity=classes.capacity,
         figures_json=figures_json(figs),
         chart_names=list(figs),

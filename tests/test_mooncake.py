@@ -107,6 +107,29 @@ def test_without_a_tokenizer_blocks_are_words_and_equal_ids_equal_bytes(tmp_path
     assert words[2][16:20] == words[0][:4]
 
 
+def test_pooled_blocks_keep_identity_prefixes_and_word_counts():
+    """Without a tokenizer a block is pooled chunks: equal (seed, id) equal text at any
+    length (a short block a prefix of the full one), other ids or seeds other text, and
+    exactly one word per token asked for, block sizes that are no multiple of 16 too."""
+    from bench.blocks import chunk_pool
+    from bench.workload import _WORDS
+
+    pool = chunk_pool(tuple(_WORDS))
+    assert chunk_pool(tuple(_WORDS)) is pool  # one per process and vocabulary
+    full = pool.prompt(3, [7, 8, 9], 300, 100)
+    assert len(full.split(" ")[1:]) == 300 and full.startswith(" ")
+    for n in (1, 15, 16, 17, 99, 100, 101, 250):
+        assert full.startswith(pool.prompt(3, [7, 8, 9], n, 100))
+        assert len(pool.prompt(3, [7, 8, 9], n, 100).split(" ")[1:]) == n
+    block_8 = pool.prompt(3, [8], 100, 100)
+    assert full.split(" ")[101:201] == block_8.split(" ")[1:]  # an id's text wherever it is
+    assert pool.prompt(3, [5, 8], 200, 100).endswith(block_8)
+    assert pool.prompt(4, [7], 100, 100) != pool.prompt(3, [7], 100, 100)
+    assert pool.prompt(3, [6], 100, 100) != pool.prompt(3, [7], 100, 100)
+    words = [pool.prompt(1, [h], 512, 512) for h in range(200)]
+    assert len(set(words)) == 200
+
+
 def test_each_run_seed_gives_other_text_for_the_same_ids(tmp_path):
     path = write(tmp_path, ROWS)
     a = plan_for(path)

@@ -432,3 +432,21 @@ def test_deck_and_workbook_carry_the_per_class_table(mixed_run, tmp_path):
     assert "Appendix: traffic classes" in deck
     share = doc["points"][0]["classes"]["agent"]["prompt_cache"]["intended"]["share"] * 100
     assert f"{share:.1f}%" in deck
+
+
+def test_a_run_without_a_stored_sweep_slo_is_judged_by_its_scenarios_classes(mixed_run):
+    """A single `run` stores no sweep SLO: each class's own SLO is read from the stored
+    scenario's classes (re-parsing the stored scenario refuses a mix beside its default
+    top-level workload, which left the own-SLO column empty)."""
+    from types import SimpleNamespace
+
+    from bench.curves import class_slo
+    from bench.store import get_run
+
+    db, run_id, _ = mixed_run
+    info = get_run(run_id, db)
+    single = SimpleNamespace(extra_json={}, scenario=info.scenario)
+    assert [str(t) for t in class_slo(single)] == [
+        "chat:p99_ttft_ms<=500", "chat:p99_tpot_ms<=50",
+        "agent:p99_ttft_ms<=3000", "agent:p99_tpot_ms<=50",
+    ]  # fmt: skip

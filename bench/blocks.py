@@ -115,36 +115,68 @@ class BlockPrompts:
         return intended_reuse(self.hash_ids[:count], self.input_lens[:count], self.block_size)
 
 
+class ReuseCounter:
+    """The hit rate requests in send order imply with a cache that keeps every block, counted
+    one request at a time: a block is a hit when an earlier block had its id. Holds one
+    entry per distinct block; `max_blocks` bounds that (the count then stops and says how
+    many requests it covers)."""
+
+    def __init__(self, block_size: int, max_blocks: int | None = None) -> None:
+        self.block_size = block_size
+        self.max_blocks = max_blocks
+        self.seen: set = set()
+        self.hit_tokens = self.total_tokens = self.hit_blocks = self.blocks = 0
+        self.requests = 0
+        self.full = False
+
+    def add(self, ids: Sequence[Hashable], n: int) -> bool:
+        """Count one request (its block ids, its n prompt tokens); False, counting nothing,
+        once the bound is reached."""
+        if self.full or (
+            self.max_blocks is not None and len(self.seen) + len(ids) > self.max_blocks
+        ):
+            self.full = True
+            return False
+        for k, h in enumerate(ids):
+            size = min(self.block_size, n - k * self.block_size)
+            self.blocks += 1
+            self.total_tokens += size
+            if h in self.seen:
+                self.hit_blocks += 1
+                self.hit_tokens += size
+            self.seen.add(h)
+        self.requests += 1
+        return True
+
+    def result(self) -> dict:
+        return {
+            "cache": "infinite",
+            "block_size": self.block_size,
+            "blocks": self.blocks,
+            "blocks_seen_before": self.hit_blocks,
+            "cached_tokens": self.hit_tokens,
+            "prompt_tokens": self.total_tokens,
+            "share": self.hit_tokens / self.total_tokens if self.total_tokens else None,
+        }
+
+
 def intended_reuse(
     hash_ids: Sequence[Sequence[Hashable]], input_lens: Sequence[int], block_size: int
 ) -> dict:
     """The hit rate requests in this order imply, with a cache that keeps every block:
     prompt tokens (and blocks) whose hash id an earlier block had."""
-    seen: set = set()
-    hit_tokens = total_tokens = hit_blocks = blocks = 0
+    counter = ReuseCounter(block_size)
     for ids, n in zip(hash_ids, input_lens, strict=True):
-        for k, h in enumerate(ids):
-            size = min(block_size, n - k * block_size)
-            blocks += 1
-            total_tokens += size
-            if h in seen:
-                hit_blocks += 1
-                hit_tokens += size
-            seen.add(h)
-    return {
-        "cache": "infinite",
-        "block_size": block_size,
-        "blocks": blocks,
-        "blocks_seen_before": hit_blocks,
-        "cached_tokens": hit_tokens,
-        "prompt_tokens": total_tokens,
-        "share": hit_tokens / total_tokens if total_tokens else None,
-    }
+        counter.add(ids, n)
+    return counter.result()
 
 
 # Words per block when the reuse a workload implies is judged from its prompts' text
 # (`content_reuse`): vLLM's 16-token blocks, a word being the simulator's token.
 CONTENT_BLOCK = 16
+# At most this many distinct text blocks are remembered (~60 MB: a hash and a set slot
+# each), 16M prompt tokens of distinct text; later requests are left out and said so.
+CONTENT_MAX_BLOCKS = 1_000_000
 
 
 def block_keys(tokens: Sequence, block_tokens: int) -> list[int]:
@@ -158,22 +190,43 @@ def block_keys(tokens: Sequence, block_tokens: int) -> list[int]:
     return keys
 
 
+class ContentReuse:
+    """`intended_reuse` of prompts given as words (or token ids), one at a time in send
+    order: a full block is a hit when an earlier prompt had the same prefix up to and
+    including it (the chained keys the simulator's cache matches on); a last partial block
+    never is. For workloads without a block-hashed trace (shared prefixes, multi-turn
+    sessions, a traffic mix). Bounded by CONTENT_MAX_BLOCKS distinct blocks."""
+
+    def __init__(self, block_tokens: int = CONTENT_BLOCK, max_blocks: int = CONTENT_MAX_BLOCKS):
+        self.counter = ReuseCounter(block_tokens, max_blocks)
+        self.offered = 0
+
+    def add(self, tokens: Sequence) -> None:
+        size = self.counter.block_size
+        keys: list = list(block_keys(tokens, size))
+        if len(tokens) % size:
+            keys.append(("tail", self.offered))  # its own id: engines cache full blocks only
+        self.offered += 1
+        self.counter.add(keys, len(tokens))
+
+    def result(self) -> dict:
+        out = self.counter.result()
+        out["basis"] = f"prompt text, {self.counter.block_size}-word blocks"
+        if self.counter.requests < self.offered:
+            out["requests"] = self.counter.requests
+            out["note"] = (
+                f"counted over the first {self.counter.requests:,} of {self.offered:,} "
+                f"requests (at most {self.counter.max_blocks:,} distinct blocks are kept)"
+            )
+        return out
+
+
 def content_reuse(prompts: Iterable[Sequence], block_tokens: int = CONTENT_BLOCK) -> dict:
-    """`intended_reuse` of prompts given as words (or token ids), in send order: a full block
-    is a hit when an earlier prompt had the same prefix up to and including it (the chained
-    keys the simulator's cache matches on); a last partial block never is. For workloads
-    without a block-hashed trace (shared prefixes, multi-turn sessions, a traffic mix)."""
-    ids: list[list] = []
-    lens: list[int] = []
-    for n, tokens in enumerate(prompts):
-        keys: list = list(block_keys(tokens, block_tokens))
-        if len(tokens) % block_tokens:
-            keys.append(("tail", n))  # its own id: engines cache full blocks only
-        ids.append(keys)
-        lens.append(len(tokens))
-    out = intended_reuse(ids, lens, block_tokens)
-    out["basis"] = f"prompt text, {block_tokens}-word blocks"
-    return out
+    """ContentReuse over these prompts, in order."""
+    reuse = ContentReuse(block_tokens)
+    for tokens in prompts:
+        reuse.add(tokens)
+    return reuse.result()
 
 
 CHUNK_WORDS = 16  # words per pooled chunk

@@ -160,7 +160,8 @@ def annotate(
         # a mix of traffic classes: the reuse its prompts imply, for it and for each class
         chat = plan.endpoint.endswith("chat/completions")
         intended = plan.workload.intended_reuse(plan.specs, chat)
-        summary.prompt_cache["intended"] = intended.pop("")
+        if "" in intended:
+            summary.prompt_cache["intended"] = intended.pop("")
         for name, part in intended.items():
             if name in summary.classes:
                 summary.classes[name].prompt_cache["intended"] = part

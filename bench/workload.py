@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.blocks import BlockPrompts, content_reuse
+from bench.blocks import BlockPrompts, ContentReuse
 from bench.lengths import LENGTHS
 from bench.tokenizer import PromptTokenizer, words_for
 
@@ -251,17 +251,27 @@ class MixedWorkload:
 
     def intended_reuse(self, specs: Sequence[RequestSpec], chat: bool) -> dict[str, dict]:
         """The prompt-cache hit rate these requests imply with a cache that keeps every
-        block (bench.blocks.content_reuse over their rendered prompts, in send order): for
-        the whole mix under "" and for each class's own requests under its name (a class
-        judged alone: another class's prompts never share its blocks, each drawn from its
-        own seed). Rendered again here, after the point: never on the send path."""
-        words = [prompt_words(self, spec, chat) for spec in specs]
-        out = {"": content_reuse(words)}
-        for c in self.classes:
-            own = [w for w, s in zip(words, specs, strict=True) if s.traffic_class == c.name]
-            if own:
-                out[c.name] = content_reuse(own)
-        return out
+        block (bench.blocks.ContentReuse over their rendered prompts, in send order), for
+        each class's own requests under its name and for the mix under "" (the classes'
+        sums: one class's prompts never share another's blocks, each class drawing its own
+        from its own seed). Rendered again here, one at a time, after the point: never on
+        the send path."""
+        counts = {c.name: ContentReuse() for c in self.classes}
+        for spec in specs:
+            counts[spec.traffic_class].add(prompt_words(self, spec, chat))
+        out = {name: c.result() for name, c in counts.items() if c.offered}
+        if not out:
+            return {}
+        mix = dict(next(iter(out.values())))
+        for key in ("blocks", "blocks_seen_before", "cached_tokens", "prompt_tokens"):
+            mix[key] = sum(part[key] for part in out.values())
+        mix["share"] = mix["cached_tokens"] / mix["prompt_tokens"] if mix["prompt_tokens"] else None
+        notes = [f"class {k}: {part['note']}" for k, part in out.items() if "note" in part]
+        mix.pop("requests", None)
+        mix.pop("note", None)
+        if notes:
+            mix["note"] = "; ".join(notes)
+        return {"": mix, **out}
 
     def render(self, spec: RequestSpec) -> tuple[str | list[int], list[dict]]:
         """The prompt as the request's own class renders it (its seed, prefixes, turns)."""

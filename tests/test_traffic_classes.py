@@ -450,3 +450,21 @@ def test_a_run_without_a_stored_sweep_slo_is_judged_by_its_scenarios_classes(mix
         "chat:p99_ttft_ms<=500", "chat:p99_tpot_ms<=50",
         "agent:p99_ttft_ms<=3000", "agent:p99_tpot_ms<=50",
     ]  # fmt: skip
+
+
+def test_content_reuse_is_bounded_and_says_what_it_covers():
+    from bench.blocks import ContentReuse
+
+    prompt = [f"w{i}" for i in range(40)]  # two full 16-word blocks and a tail of 8
+    reuse = ContentReuse(max_blocks=6)
+    for _ in range(4):
+        reuse.add(prompt)
+    got = reuse.result()
+    # first: 3 new blocks (its tail its own); second: 2 hits and a new tail; a third could
+    # bring 3 more to the 4 kept, past 6
+    assert (got["blocks"], got["blocks_seen_before"], got["cached_tokens"]) == (6, 2, 32)
+    assert got["requests"] == 2 and "first 2 of 4 requests" in got["note"]
+    unbounded = ContentReuse()
+    for _ in range(4):
+        unbounded.add(prompt)
+    assert unbounded.result()["cached_tokens"] == 3 * 32 and "note" not in unbounded.result()

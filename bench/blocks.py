@@ -174,7 +174,7 @@ def intended_reuse(
 # Words per block when the reuse a workload implies is judged from its prompts' text
 # (`content_reuse`): vLLM's 16-token blocks, a word being the simulator's token.
 CONTENT_BLOCK = 16
-# At most this many distinct text blocks are remembered (~60 MB: a hash and a set slot
+# At most this many distinct text blocks are remembered (~70 MB measured: a hash and a set slot
 # each), 16M prompt tokens of distinct text; later requests are left out and said so.
 CONTENT_MAX_BLOCKS = 1_000_000
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from bench.metrics import (
     DEFAULT_PERCENTILES,
@@ -85,6 +85,10 @@ class CurvePoint:
     draw: int | None = None  # which fresh draw of prompts and arrivals ("draw" points)
     # The same figures per traffic class (Summary.classes), when the run mixed classes.
     classes: dict[str, CurvePoint] = field(default_factory=dict)
+    # A simulated point's figures with their expected error ({quantity: {value,
+    # expected_error, low, high}}), its utilisation of the saturation rate and whether it is
+    # near saturation (bench.sim.profiles.accuracy.point_error_bars); None when measured.
+    error_bars: dict | None = None
 
     def scope(self, name: str) -> tuple[CurvePoint | None, str]:
         """(the point whose figures `name` reads, the bare name): a traffic class's own
@@ -168,6 +172,16 @@ class RunCurve:
     # a simulated run's own expected error and its basis (a calibration profile's), else None:
     # the simulator's held-out error for its category applies
     sim_error: tuple[float, str] | None = None
+    # a simulated run's expected error per quantity, its basis and saturation rate
+    # (run_error_bars: what `sim run` printed); None for a measured run
+    error_bars: dict | None = None
+
+    def expected_error(self, name: str) -> float | None:
+        """The relative expected error of a figure (Summary.value names) on this run; None
+        when measured."""
+        from bench.sim.profiles.accuracy import relative_error
+
+        return relative_error(self.error_bars["expected_error"], name) if self.error_bars else None
 
     @property
     def legend(self) -> str:
@@ -282,12 +296,53 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
         lateness = sim_lateness_ms(run.id, db)
         for p in curve.points:
             p.late_ms = lateness.get(p.load_point)
+    curve.error_bars = run_error_bars(run, db)
+    if curve.error_bars is not None:
+        from bench.sim.profiles.accuracy import point_error_bars
+
+        errors, sat = (
+            curve.error_bars["expected_error"],
+            curve.error_bars["saturation_requests_per_s"],
+        )
+        for p in curve.points:
+            offered = p.offered if p.offered_kind == "rate" else None
+            p.error_bars = point_error_bars(p, errors, sat, offered)
     if not lps and run.summary_json:
         curve.points.append(
             point_from_summary(run.summary_json, load_point=0, title="run", offered=None, gpus=gpus)
         )
     curve.points.sort(key=lambda p: p.output_tps_per_gpu)
     return curve
+
+
+def run_error_bars(run: Any, db: Any = None) -> dict | None:
+    """A stored run's expected errors as `sim run` printed them: {"basis", "expected_error"
+    {quantity: e}, "saturation_requests_per_s" (None when the run has none stored, e.g. one
+    measured through `sim serve`), "near_saturation_at"}; None for a run that is not simulated.
+    `run` is a bench.store.RunInfo."""
+    import json
+
+    from bench.sim.profiles.accuracy import ARTIFACT, NEAR_SATURATION, expected_errors
+    from bench.store import load_artifact
+
+    if not run.simulated:
+        return None
+    sim = (run.extra_json or {}).get("sim") or {}
+    cal = sim.get("calibration") or {}
+    if cal.get("expected_error"):  # simulated with --profile: the profile's own errors
+        errors, basis = dict(cal["expected_error"]), str(cal.get("basis") or "calibration profile")
+    else:
+        errors, basis = expected_errors(
+            sim.get("gpu") or run.gpu_type, sim.get("model") or run.model
+        )
+    raw = load_artifact(run.id, ARTIFACT, db)
+    sat = json.loads(raw).get("saturation_requests_per_s") if raw else None
+    return {
+        "basis": basis,
+        "expected_error": errors,
+        "saturation_requests_per_s": sat,
+        "near_saturation_at": NEAR_SATURATION,
+    }
 
 
 # A simulated endpoint whose tokens left this much later than their simulated time moved

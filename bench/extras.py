@@ -16,6 +16,7 @@ from types import ModuleType
 # module -> (extra, the pip distribution that provides it)
 EXTRAS: dict[str, tuple[str, str]] = {
     "pptx": ("export", "python-pptx"),
+    "lxml": ("export", "lxml"),
     "openpyxl": ("export", "openpyxl"),
     "pyarrow": ("export", "pyarrow"),
     "kaleido": ("export", "kaleido"),

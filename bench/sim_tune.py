@@ -17,7 +17,17 @@ The search, in virtual time (bench.sim.virtual), per GPU type:
    bound (times PRUNE_MARGIN) is below the `top`-th best capacity found is not searched;
 4. coarse to fine: the batch limits around the best configuration are refined (max-num-seqs
    halfway between the best value and its neighbours on a log scale; max-num-batched-tokens
-   halved and doubled) and searched the same way, once.
+   halved and doubled) and searched the same way, once;
+5. disaggregated prefill/decode (bench.sim.disagg): the best configuration's settings split
+   into xPyD prefill and decode pools of each TP degree (Space.disagg: 1P1D, 1P2D, 1P3D, 2P1D
+   by default) within max_gpus, saturated and pruned the same way. Only around the best, not
+   crossed with every coarse setting: a split changes where prefill runs, not which precision,
+   MTP or batch limit suits the model, and crossing it would triple the search.
+
+With a calibration profile (`--profile`, bench.sim.user_calibration), every configuration of
+the profile's GPU type runs on the profile's device (its fitted efficiency and overheads) and
+each capacity's range widens by the profile's own expected error, as `sim run --profile` does;
+other GPU types keep the published fits and their category's held-out error.
 
 Each stored run carries `tune` metadata (experiment, settings, the `sim run` command that
 reproduces it), as `tokenbench tune` stores its runs, so compare, the dashboard and the deck
@@ -45,7 +55,8 @@ from bench.sweep import PointSpec, SweepPlan, scenario_at
 # capacity it would have to beat: the saturated point's own sampling and drain tail moves it
 # by a few percent, and a skipped configuration is never looked at again.
 PRUNE_MARGIN = 1.10
-KNOBS = ("parallel", "precision", "mtp", "max_num_seqs", "max_num_batched_tokens")
+KNOBS = ("parallel", "precision", "mtp", "max_num_seqs", "max_num_batched_tokens", "disagg")
+DISAGG_SPLITS = ["1P1D", "1P2D", "1P3D", "2P1D"]
 
 
 @dataclass(frozen=True)
@@ -58,38 +69,57 @@ class Config:
     mtp: int = 0
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    disagg: str | None = None  # "xPyD" instances of `parallel` each; None: colocated
+    profile: str | None = None  # a calibration profile's file: this GPU is its device
 
     @property
     def gpus(self) -> int:
+        """GPUs of the deployment; a disaggregated one counts both pools (InferenceX)."""
+        from bench.sim.disagg import parse_disagg
         from bench.sim.roofline import parse_parallel
 
         tp, dp, _ = parse_parallel(self.parallel)
-        return tp * dp
+        instances = sum(parse_disagg(self.disagg)) if self.disagg else 1
+        return tp * dp * instances
 
     def settings(self) -> dict[str, Any]:
-        """The configuration as the settings a tune experiment stores (bench.tune)."""
-        return {"gpu": self.gpu, **{k: getattr(self, k) for k in KNOBS}}
+        """The configuration as the settings a tune experiment stores (bench.tune); a
+        colocated one stores no disagg key (as it did before the split was searched)."""
+        out = {"gpu": self.gpu, **{k: getattr(self, k) for k in KNOBS}}
+        if out["disagg"] is None:
+            del out["disagg"]
+        return out
 
     def text(self) -> str:
         seqs = f" seqs {self.max_num_seqs}" if self.max_num_seqs else ""
         tokens = f" tokens {self.max_num_batched_tokens}" if self.max_num_batched_tokens else ""
         mtp = f" MTP{self.mtp}" if self.mtp else ""
-        return f"{self.gpu} {self.parallel} {self.precision}{mtp}{seqs}{tokens}"
+        split = f" {self.disagg}" if self.disagg else ""
+        cal = " (calibrated)" if self.profile else ""
+        return f"{self.gpu}{cal}{split} {self.parallel} {self.precision}{mtp}{seqs}{tokens}"
 
-    def executor(self, model: str, engine: str):
-        """The virtual-time executor of this configuration, from the one chooser."""
+    def executor(self, model: str, engine: str, profile: Any = None):
+        """The virtual-time executor of this configuration, from the one chooser; on a
+        calibration profile's device (and stored with its errors) when `profile` is given."""
         from bench.drive import choose_executor
         from bench.sim.engine import ServeOptions
 
-        options = ServeOptions(self.max_num_seqs, self.max_num_batched_tokens, mtp=self.mtp)
-        return choose_executor(
-            virtual={"gpu": self.gpu, "model": model, "precision": self.precision,
-                     "parallel": self.parallel, "engine": engine, "options": options}
-        )  # fmt: skip
+        options = ServeOptions(
+            self.max_num_seqs, self.max_num_batched_tokens, mtp=self.mtp, disagg=self.disagg
+        )
+        virtual = {"gpu": self.gpu, "model": model, "precision": self.precision,
+                   "parallel": self.parallel, "engine": engine, "options": options}  # fmt: skip
+        if profile is not None:
+            from bench.sim.error_bars import calibration_record
+
+            virtual["gpu"] = profile.calibrated_device()
+            virtual["calibration"] = calibration_record(profile)
+        return choose_executor(virtual=virtual)
 
     def command(self, model: str, engine: str) -> str:
         """The `sim run` command line that simulates this configuration alone."""
-        argv = ["tokenbench", "sim", "run", "--gpu", self.gpu, "--model", model,
+        where = ["--profile", self.profile] if self.profile else ["--gpu", self.gpu]
+        argv = ["tokenbench", "sim", "run", *where, "--model", model,
                 "--precision", self.precision, "--parallel", self.parallel, "--engine", engine]  # fmt: skip
         if self.mtp:
             argv += ["--mtp", str(self.mtp)]
@@ -97,6 +127,8 @@ class Config:
             argv += ["--max-num-seqs", str(self.max_num_seqs)]
         if self.max_num_batched_tokens:
             argv += ["--max-num-batched-tokens", str(self.max_num_batched_tokens)]
+        if self.disagg:
+            argv += ["--disagg", self.disagg]
         return shlex.join(argv)
 
 
@@ -113,6 +145,7 @@ class Space:
     parallels: list[str] | None = None
     max_gpus: int = 8
     refine: bool = True
+    disagg: list[str] = field(default_factory=lambda: list(DISAGG_SPLITS))  # [] = colocated only
 
 
 @dataclass
@@ -131,7 +164,7 @@ class Outcome:
     capacity: Capacity | None = None
     run_id: str | None = None
     cost_rows: list[CostRow] = field(default_factory=list)
-    stage: str = "coarse"  # "coarse" or "refine"
+    stage: str = "coarse"  # "coarse", "refine" or "disagg"
 
     @property
     def value(self) -> float:
@@ -155,6 +188,15 @@ class TuneResult:
     elapsed_s: float
     simulated_requests: int
     top: int = 3
+    profile: Any = None  # the calibration profile one GPU type ran on (bench.sim.user_calibration)
+
+    def expected_errors(self, gpu: str) -> tuple[dict[str, float], str]:
+        """({quantity: relative error}, basis) of a GPU type's figures: the profile's own on
+        its GPU type, else the category's held-out error (bench.sim.profiles.accuracy)."""
+        from bench.sim.profiles.accuracy import expected_errors
+
+        on_profile = any(o.config.profile for o in self.outcomes if o.config.gpu == gpu)
+        return expected_errors(gpu, self.model, self.profile if on_profile else None)
 
     def searched(self, gpu: str | None = None) -> list[Outcome]:
         """Searched configurations with a capacity, best first (per GPU: cheapest first)."""
@@ -246,12 +288,10 @@ class TuneResult:
 
     def to_json(self) -> dict[str, Any]:
         """The `--json` document: every configuration, the answers, how long it took."""
-        from bench.sim.profiles.accuracy import expected_error
-
         errors = {}
         for gpu in self.gpus():
-            err, basis = expected_error(gpu, self.model)
-            errors[gpu] = {"relative": err, "basis": basis}
+            per, basis = self.expected_errors(gpu)
+            errors[gpu] = {"relative": max(per.values()), "basis": basis, "per_quantity": per}
         return {
             "experiment": self.experiment,
             "simulated": True,
@@ -320,12 +360,13 @@ def tier_verdict(entries: Sequence[dict[str, Any]]) -> str:
 # ---------------------------------------------------------------- the space
 
 
-def parallels_for(model: str, gpu: str, max_gpus: int) -> list[str]:
+def parallels_for(model: str, gpu: Any, max_gpus: int) -> list[str]:
     """TP over 1, 2, 4, 8 GPUs (within the GPU's scale-up domain and max_gpus); for a MoE
-    model also attention-DP + expert parallel (dep) and TP + expert parallel (tep)."""
+    model also attention-DP + expert parallel (dep) and TP + expert parallel (tep). `gpu` is
+    a name or a device (a calibration profile's)."""
     from bench.sim.profiles import get_gpu, get_model
 
-    g, m = get_gpu(gpu), get_model(model)
+    g, m = get_gpu(gpu) if isinstance(gpu, str) else gpu, get_model(model)
     sizes = [n for n in (1, 2, 4, 8) if n <= min(max_gpus, g.world_size)]
     out = [f"tp{n}" for n in sizes]
     if m.is_moe:
@@ -333,18 +374,65 @@ def parallels_for(model: str, gpu: str, max_gpus: int) -> list[str]:
     return out
 
 
-def configs_of(model: str, space: Space) -> list[Config]:
-    """Every coarse configuration of the space, GPU by GPU."""
+def configs_of(model: str, space: Space, profile: Any = None) -> list[Config]:
+    """Every coarse configuration of the space, GPU by GPU; those of the GPU type a
+    calibration profile describes (profile_gpu) on the profile's device."""
     out = []
+    on = profile_gpu(profile, space.gpus) if profile is not None else None
     for gpu in space.gpus:
-        parallels = space.parallels or parallels_for(model, gpu, space.max_gpus)
+        device = profile.calibrated_device() if gpu == on else gpu
+        path = str(profile.path) if gpu == on else None
+        parallels = space.parallels or parallels_for(model, device, space.max_gpus)
         for par in parallels:
             for prec in space.precisions:
                 for mtp in space.mtp:
                     for seqs in space.max_num_seqs:
                         for tokens in space.max_num_batched_tokens:
-                            out.append(Config(gpu, par, prec, mtp, seqs, tokens))
+                            out.append(Config(gpu, par, prec, mtp, seqs, tokens, profile=path))
     return out
+
+
+def disagg_configs(best: Config, model: str, space: Space) -> list[Config]:
+    """The best configuration's settings split into prefill and decode pools: each split of
+    Space.disagg over each TP degree (space.parallels' tpN, or TP over 1, 2, 4, 8) whose GPUs
+    in all stay within max_gpus (a split needs at least 2)."""
+    from bench.sim.roofline import parse_parallel
+
+    parallels = space.parallels or parallels_for(model, best.gpu, space.max_gpus)
+    out = []
+    for par in parallels:
+        tp, dp, ep = parse_parallel(par)
+        if dp > 1 or ep > 1:
+            continue  # one scheduler per pool holds replicas of a TP deployment only
+        for split in space.disagg:
+            c = replace(best, parallel=par, disagg=split)
+            if c.gpus <= space.max_gpus:
+                out.append(c)
+    return out
+
+
+def profile_gpu(profile: Any, gpus: Sequence[str]) -> str:
+    """Which of `gpus` (as given: B200, h100, ...) is the GPU type the calibration profile's
+    device is; ValueError in one line when none is: a profile describes one device, and a
+    search that never runs on it would silently ignore it."""
+    from bench.sim.profiles import get_gpu
+
+    device = profile.device.name
+
+    def canonical(name: str) -> str:
+        try:
+            return get_gpu(name).name
+        except (KeyError, ValueError):
+            return name
+
+    for gpu in gpus:
+        if gpu == device or canonical(gpu) == device:
+            return gpu
+    raise ValueError(
+        f"{profile.path}: the profile calibrates {device}, which is not among --gpus "
+        f"{','.join(gpus)}: add {device} to --gpus, or leave --gpus out to tune on the "
+        "profile's device alone"
+    )
 
 
 def refinements(best: Config, space: Space, engine: str = "vllm") -> list[Config]:
@@ -390,10 +478,12 @@ def search(
     experiment: str | None = None,
     prune: bool = True,
     on_progress: Progress | None = None,
+    profile: Any = None,
 ) -> TuneResult:
     """Search the space for the configurations with the most capacity per GPU at `slo` on
     the scenario's workload (see the module doc). `prune=False` searches every fitting
-    configuration (brute force, what the pruning is tested against)."""
+    configuration (brute force, what the pruning is tested against). With `profile` (a
+    bench.sim.user_calibration.CalibrationProfile), its GPU type runs on its device."""
     if not slo:
         raise ValueError(
             "sim tune needs an SLO: give --slo (e.g. 'p99_ttft_ms<=2000,p99_tpot_ms<=50')"
@@ -405,16 +495,21 @@ def search(
     scenario.run_seed()
     name = experiment or f"sim-tune {model} {scenario.name}"
     state = _State(scenario, model, engine, list(slo), catalogue, db, store, top, slo_iterations,
-                   slo_draws, name, prune, on_progress)  # fmt: skip
-    state.run(configs_of(model, space), "coarse")
+                   slo_draws, name, prune, on_progress, profile)  # fmt: skip
+    state.run(configs_of(model, space, profile), "coarse")
     if space.refine:
         for gpu in space.gpus:
             best = state.best_searched(gpu)
             if best is not None:
                 state.run(refinements(best.config, space, engine), "refine")
+    if space.disagg:
+        for gpu in space.gpus:
+            best = state.best_searched(gpu)
+            if best is not None:
+                state.run(disagg_configs(best.config, model, space), "disagg")
     return TuneResult(
         name, model, engine, scenario.name, list(slo), list(state.outcomes.values()),
-        time.monotonic() - started, state.requests, top,
+        time.monotonic() - started, state.requests, top, profile,
     )  # fmt: skip
 
 
@@ -433,6 +528,7 @@ class _State:
     experiment: str
     prune: bool
     on_progress: Progress | None
+    profile: Any = None
     outcomes: dict[Config, Outcome] = field(default_factory=dict)
     requests: int = 0
     done: int = 0
@@ -490,7 +586,7 @@ class _State:
         from bench.drive import measure
         from bench.sim.profiles import ProfileError
 
-        executor = c.executor(self.model, self.engine)
+        executor = c.executor(self.model, self.engine, self.profile if c.profile else None)
         try:
             sc = executor.adopt(self.scenario)
         except (ProfileError, ValueError) as exc:
@@ -518,7 +614,7 @@ class _State:
         from bench.tune import combo_key
 
         c = o.config
-        executor = c.executor(self.model, self.engine)
+        executor = c.executor(self.model, self.engine, self.profile if c.profile else None)
         sc = executor.adopt(self.scenario)
         sc.label = f"{c.text()} (sim tune)"
         plan = SweepPlan(

@@ -132,6 +132,12 @@ def _hover(curve: RunCurve, p: CurvePoint) -> str:
         flags.append("interrupted: partial point")
     if p.late_ms:
         flags.append(f"simulator ran up to {p.late_ms:,.0f} ms late")
+    if p.error_bars and p.error_bars.get("near_saturation"):
+        util = p.error_bars["utilisation"]
+        load = "unbounded rate" if math.isinf(util) else f"{util:.0%} of the simulated maximum"
+        flags.append(f"near saturation ({load})")
+    if (e := curve.expected_error("p99_ttft_ms")) is not None:
+        flags.append(f"simulated: ±{e:.0%} expected error ({curve.error_bars['basis']})")
     return (
         f"<b>{curve.legend}</b><br>{p.title}<br>"
         f"{p.output_tps_per_gpu:,.0f} output tok/s/GPU · {p.requests_per_s:.2f} req/s<br>"
@@ -153,6 +159,36 @@ def _line_trace(curve: RunCurve, style: RunStyle, pts, xs, ys, mode="lines+marke
         text=[_hover(curve, p) for p in pts],
         hovertemplate="%{text}<extra></extra>",
     )
+
+
+def _error_bar(values: Sequence[float], error: float | None, style: RunStyle) -> dict | None:
+    """A simulated curve's expected error as plotly error bars: value x/÷ (1 + e)
+    (bench.sim.profiles.accuracy.bounds), thin, in the run's colour."""
+    from bench.sim.profiles.accuracy import bounds
+
+    if error is None:
+        return None
+    spans = [bounds(v, error) for v in values]
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": [hi - v for v, (_, hi) in zip(values, spans, strict=True)],
+        "arrayminus": [v - lo for v, (lo, _) in zip(values, spans, strict=True)],
+        "color": style.colour,
+        "thickness": 1,
+        "width": 4,
+    }
+
+
+def _with_error_bars(trace: go.Scatter, curve: RunCurve, x_name: str, style: RunStyle):
+    """A simulated run's trace with its expected error on both axes (x: the figure `x_name`,
+    y: throughput); a measured run's trace as it is."""
+    if curve.error_bars:
+        trace.error_x = _error_bar(list(trace.x), curve.expected_error(x_name), style)
+        trace.error_y = _error_bar(
+            list(trace.y), curve.expected_error("output_tokens_per_s"), style
+        )
+    return trace
 
 
 def _span_is_wide(values: Sequence[float]) -> bool:
@@ -267,7 +303,12 @@ def throughput_vs_latency(
         ys = [p.output_tps_per_gpu for p in pts]
         xs_all += xs
         y_top = max([y_top, *ys])
-        fig.add_trace(_line_trace(curve, style, pts, xs, ys))
+        trace = _with_error_bars(
+            _line_trace(curve, style, pts, xs, ys), curve, f"{stat}_{metric}_ms", style
+        )
+        if trace.error_y.array is not None:
+            y_top = max([y_top, *(y + up for y, up in zip(ys, trace.error_y.array, strict=True))])
+        fig.add_trace(trace)
     limits = _slo_limits(slo, metric, stat)
     for t in limits:
         fig.add_trace(_slo_line(t, (y_top or 1.0) * 1.08))
@@ -331,7 +372,9 @@ def throughput_vs_interactivity(
         pts = [p for p in curve.points if p.interactivity is not None]
         xs = [p.interactivity for p in pts]
         ys = [p.output_tps_per_gpu for p in pts]
-        fig.add_trace(_line_trace(curve, style, pts, xs, ys, mode="markers"))
+        # interactivity is 1000 / median TPOT: x/÷ (1 + e) of TPOT is x/÷ (1 + e) of it
+        trace = _line_trace(curve, style, pts, xs, ys, mode="markers")
+        fig.add_trace(_with_error_bars(trace, curve, "p50_tpot_ms", style))
         front = pareto_front(curve.points)
         fig.add_trace(
             _front_trace(

@@ -74,8 +74,41 @@ def _pct(value) -> str:
     return "—" if value is None else f"{value:.1%}"
 
 
+def _sim_err(curve, name: str) -> Markup:
+    """±X% after a simulated run's figure (its expected error, bench.curves.RunCurve.
+    expected_error, from the same functions `sim run` prints with); nothing on a measured run."""
+    e = curve.expected_error(name)
+    if e is None:
+        return Markup("")
+    basis = curve.error_bars["basis"]
+    return Markup(' <small class="err" title="simulated: {}">±{:.0%}</small>').format(basis, e)
+
+
+def _utilisation(value: float | None) -> str:
+    """A simulated point's load over the simulated maximum rate; an unbounded offered rate
+    (rate inf: every request at once) overloads by definition."""
+    if value is None:
+        return "—"
+    return "unbounded rate" if math.isinf(value) else f"{value:.0%}"
+
+
+def _near_saturation(point) -> Markup:
+    """A flag on a simulated point at NEAR_SATURATION or more of the simulated maximum rate."""
+    bars = point.error_bars or {}
+    if not bars.get("near_saturation"):
+        return Markup("")
+    return Markup(
+        ' <span class="flag" title="load at {} of the simulated maximum request rate: latency '
+        'there moves by far more than the stated error for a few per cent of load">near '
+        "saturation</span>"
+    ).format(_utilisation(bars["utilisation"]))
+
+
 _env.filters["num"] = _num
 _env.filters["pct"] = _pct
+_env.filters["err"] = _sim_err
+_env.filters["near_saturation"] = _near_saturation
+_env.filters["utilisation"] = _utilisation
 _env.filters["price"] = price_text  # $/GPU-hour at the precision its $/month needs
 
 

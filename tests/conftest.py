@@ -70,3 +70,14 @@ def server_factory() -> Iterator:
     yield make
     for server in started:
         server.stop()
+
+
+SERVER_FIXTURES = frozenset({"fake_server", "server_factory"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that starts a server subprocess is slow, marked or not (README: the fast subset
+    runs no server), so a new test cannot quietly lengthen `-m "not slow"`."""
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -30,22 +30,35 @@ from bench.workload import LengthDist, Workload
 
 
 class CpuPressure:
-    """Share of wall time during a block in which some task waited for a CPU (Linux PSI).
+    """How busy the machine was during a block: PSI CPU wait and the share of CPUs busy.
 
     A timing test on a shared 2-core machine may find the machine starved: then the client
     really was late (and should say so), and the kernel itself may stamp packets late. Tests
     use this to tell "our timing is wrong" from "the machine was too busy to time anything".
-    `share` stays None where the kernel has no /proc/pressure/cpu.
+    PSI (`share`) sees tasks queued for a CPU, but a mostly sleeping client beside two busy
+    loops is rarely queued long enough to show there, while each of its wake-ups still waits a
+    scheduler slice; `busy` (/proc/stat, all CPUs, our own work included) sees that case.
+    Either stays None where the kernel lacks the file.
     """
 
     STARVED = 0.5
+    NO_IDLE_CPU = 0.9
 
     def __init__(self) -> None:
         self.share: float | None = None
+        self.busy: float | None = None
 
     @property
     def starved(self) -> bool:
-        return self.share is not None and self.share > self.STARVED
+        psi_starved = self.share is not None and self.share > self.STARVED
+        no_idle_cpu = self.busy is not None and self.busy > self.NO_IDLE_CPU
+        return psi_starved or no_idle_cpu
+
+    def __str__(self) -> str:
+        def pct(v: float | None) -> str:
+            return "n/a" if v is None else f"{v:.0%}"
+
+        return f"CPU wait (PSI) {pct(self.share)}, CPUs busy {pct(self.busy)}"
 
 
 def _cpu_wait() -> tuple[int, int] | None:
@@ -57,15 +70,32 @@ def _cpu_wait() -> tuple[int, int] | None:
         return None
 
 
+def _cpu_times() -> tuple[int, int] | None:
+    """(all CPU jiffies, idle + iowait jiffies) from /proc/stat, None without it."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)
+
+
+def _busy_between(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    if before is None or after is None or after[0] == before[0]:
+        return None
+    return 1.0 - (after[1] - before[1]) / (after[0] - before[0])
+
+
 @contextmanager
 def cpu_pressure() -> Iterator[CpuPressure]:
     """Measure CPU pressure over the `with` block."""
     result = CpuPressure()
-    before = _cpu_wait()
+    before, times_before = _cpu_wait(), _cpu_times()
     yield result
-    after = _cpu_wait()
+    after, times_after = _cpu_wait(), _cpu_times()
     if before and after:
         result.share = (after[1] - before[1]) / max(1, after[0] - before[0])
+    result.busy = _busy_between(times_before, times_after)
 
 
 def busy_share(seconds: float = 0.5) -> float | None:
@@ -74,22 +104,9 @@ def busy_share(seconds: float = 0.5) -> float | None:
     PSI (cpu_pressure) sees tasks waiting for a CPU; two busy loops on two cores wait for
     nothing, yet leave no CPU idle. Tests that starve their own client on purpose need idle
     CPUs to mean anything, and ask this first."""
-
-    def sample() -> tuple[int, int] | None:
-        try:
-            with open("/proc/stat") as f:
-                fields = [int(v) for v in f.readline().split()[1:]]
-        except (OSError, ValueError):
-            return None
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-        return sum(fields), idle
-
-    before = sample()
+    before = _cpu_times()
     time.sleep(seconds)
-    after = sample()
-    if before is None or after is None or after[0] == before[0]:
-        return None
-    return 1.0 - (after[1] - before[1]) / (after[0] - before[0])
+    return _busy_between(before, _cpu_times())
 
 
 def wait_for(condition: Callable[[], object], timeout_s: float, what: str):

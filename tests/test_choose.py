@@ -85,7 +85,7 @@ def tuned(tmp_path_factory):
         source="tiny",
     )
     space = Space(gpus=["H100"], precisions=["fp8"], mtp=[0], max_num_seqs=[4, 16],
-                  parallels=["tp1"], refine=False)  # fmt: skip
+                  parallels=["tp1"], refine=False, disagg=[])  # fmt: skip
     result = search(sc, "llama-3.1-8b", space, SLO, load_catalogue(), db=db, top=2,
                     slo_iterations=5, slo_draws=0, experiment="tiny-tune", prune=False)  # fmt: skip
     return db, result

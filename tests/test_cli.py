@@ -146,7 +146,8 @@ def test_bad_flag_values_are_one_line_errors(fake_server, tmp_path, db):
 
 
 def test_ctrl_c_keeps_a_partial_summary_marked_interrupted(server_factory, tmp_path, db):
-    server = server_factory("--ttft-ms", "20", "--itl-ms", "20")
+    # Each request streams for ~1 s, so at 20 req/s about 20 are in flight at any moment.
+    server = server_factory("--ttft-ms", "20", "--itl-ms", "100")
     out = tmp_path / "s.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench", "run", "--base-url", server.url, "--num-prompts", "400",
@@ -154,10 +155,16 @@ def test_ctrl_c_keeps_a_partial_summary_marked_interrupted(server_factory, tmp_p
          "--db", db],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    # Interrupt once the run is well under way, by the server's own count of finished
-    # streams (a fixed sleep fires before start-up ends on a busy machine).
+
+    # Interrupt once the run is well under way and streams are open, by the server's own
+    # counts (a fixed sleep fires before start-up ends on a busy machine, and a client
+    # starved by other work may have nothing in flight at a given instant).
+    def under_way() -> bool:
+        stats = server.stats()
+        return stats["finished"] >= 15 and stats["requests"] - stats["finished"] >= 3
+
     deadline = time.monotonic() + 120
-    while server.stats()["finished"] < 15 and proc.poll() is None:
+    while not under_way() and proc.poll() is None:
         assert time.monotonic() < deadline, "the run never got going"
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)

@@ -55,6 +55,7 @@ def test_benchmarks_compile_and_import_no_test_module():
     assert found == [], "benchmarks import test modules"
 
 
+@pytest.mark.slow
 def test_a_run_without_telemetry_samples_never_imports_pandas(fake_server, tmp_path):
     """pandas (~0.6 s of CPU, ~75 MiB) is for telemetry frames and exports: a run whose
     server exposes no /metrics (scraping is on by default) stores and prints without it."""

@@ -189,6 +189,7 @@ def test_server_reports_cached_tokens_and_counters() -> None:
         stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gpu", ["b200", "h100"])
 def test_sim_run_agentic_trace_hit_rate(gpu: str, tmp_path) -> None:
     """`sim run` on a synthetic agentic trace: with B200's KV room the simulated hit rate is

@@ -126,3 +126,18 @@ def test_sim_run_takes_a_config_path(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'r.db'}"
     sim = get_run(list_runs(db=db)[0].id, db).extra_json["sim"]
     assert (sim["model"], sim["gpu"]) == ("my-llama", "L40S")
+
+
+def test_a_model_whose_every_layer_slides_is_simulated(tmp_path: Path) -> None:
+    # Mistral-7B-v0.1's config.json: sliding_window 4096 on all 32 layers, no full layer.
+    # It crashed the KV arithmetic (ZeroDivisionError). Its KV per token is that of a full
+    # model of the same shape, so its pool holds as many tokens, less the weight difference.
+    mistral = {**LLAMA_8B, "vocab_size": 32000, "sliding_window": 4096, "model_type": "mistral"}
+    model = get_model(str(_write(tmp_path, "Mistral-7B-v0.1", mistral)))
+    assert (model.sliding_window_layers, model.kv_layers) == (32, 0)
+    full = model.model_copy(update={"sliding_window_layers": 0, "sliding_window": None})
+    slid, same = Deployment.build("H100", model, "bf16"), Deployment.build("H100", full, "bf16")
+    assert slid.kv_pool_bytes_per_token == same.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2
+    assert slid.kv_capacity_tokens() == same.kv_capacity_tokens() > 0
+    # Decode over a 30k context reads only the 4,096-token window on every layer.
+    assert slid.step_time(64, 64 * 30000.0, 0, 0) < same.step_time(64, 64 * 30000.0, 0, 0)

@@ -29,7 +29,7 @@ seed: 7
 """
 # llama-3.1-8b on H100: TP 1 or 2, MTP off or on, two batch limits: 8 configurations.
 TINY = dict(gpus=["H100"], precisions=["fp8"], mtp=[0, 2], max_num_seqs=[4, 16],
-            parallels=["tp1", "tp2"], refine=False)  # fmt: skip
+            parallels=["tp1", "tp2"], refine=False, disagg=[])  # fmt: skip
 
 
 def _search(**kw):
@@ -133,7 +133,7 @@ def test_cli_json_document_and_stored_runs(tmp_path):
     args = ["sim", "tune", "--model", "llama-3.1-8b", "--gpus", "H100,B200", "--slo", SLO,
             "--scenario", str(scenario), "--precisions", "fp8", "--mtp", "0",
             "--max-num-seqs", "4,16", "--parallel", "tp1", "--no-refine", "--slo-draws", "0",
-            "--top", "2", "--name", "tiny-tune", "--json", "--db", db]  # fmt: skip
+            "--top", "2", "--name", "tiny-tune", "--disagg", "none", "--json", "--db", db]  # fmt: skip
     res = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
@@ -173,7 +173,8 @@ def test_cli_needs_a_fitting_slo():
 def test_cli_says_when_no_configuration_meets_the_slo(tmp_path):
     args = ["sim", "tune", "--model", "llama-3.1-8b", "--gpus", "H100", "--slo", "p99_ttft_ms<=1",
             "--precisions", "fp8", "--mtp", "0", "--max-num-seqs", "16", "--parallel", "tp1",
-            "--num-prompts", "40", "--no-refine", "--slo-draws", "0", "--db", str(tmp_path / "t.db")]  # fmt: skip
+            "--num-prompts", "40", "--no-refine", "--slo-draws", "0", "--disagg", "none",
+            "--db", str(tmp_path / "t.db")]  # fmt: skip
     res = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert res.exit_code == 1
     assert "no configuration met the SLO" in res.output

@@ -248,3 +248,39 @@ def test_a_parameter_stopped_near_its_lower_bound_is_said_to_be_there():
     high = ParamFit("t_fix_s", 0.0497, 1e-5, 0.05, "", math.inf, at_bound=True)
     assert low.why_not_pinned().startswith("on its lower bound")
     assert high.why_not_pinned().startswith("on its upper bound")
+
+
+def test_weights_that_fit_in_a_cpu_cache_stream_at_its_rate(tmp_path: Path):
+    """A CPU device with a measured last-level cache: a model whose streamed weights fit in
+    three quarters of it reads them at the cache's bandwidth, a larger one at memory's; the
+    embedding table (rows gathered) does not count. `sim device` measures both."""
+    import json
+
+    import yaml
+
+    from bench.hardware import MIB
+    from bench.sim.device_profile import host_device, last_level_cache_bytes, load_device
+    from bench.sim.profiles import get_model
+    from bench.sim.roofline import Deployment
+
+    path = tmp_path / "cpu.yaml"
+    entry = {"vendor": "cpu", "hbm_gb": 16.0, "hbm_bw_tbs": 0.01, "cache_mb": 32.0,
+             "cache_bw_tbs": 0.1, "tflops": {"bf16": 0.02, "fp8": None, "fp4": None},
+             "tdp_w": 0.0, "world_size": 1, "source": "test"}  # fmt: skip
+    path.write_text(yaml.safe_dump({"gpus": {"cpu": entry}}))
+    dev = load_device(path)
+    assert dev.stream_bw_bytes_s(24 * MIB) == 1e11
+    assert dev.stream_bw_bytes_s(24 * MIB + 1) == 1e10
+    cfg = tmp_path / "tiny" / "config.json"
+    cfg.parent.mkdir()
+    cfg.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 128,
+                               "num_attention_heads": 4, "num_key_value_heads": 2,
+                               "intermediate_size": 256, "vocab_size": 32000}))  # fmt: skip
+    tiny = Deployment.build(dev, get_model(str(cfg)), "fp32")
+    # 17.7 MB streamed (LM head 16.4 MB + body); the untied embedding's 16.4 MB is gathered
+    assert tiny._bw == pytest.approx(1e11 * tiny.eff.mbu)
+    big = Deployment.build(dev, "llama-3.1-8b", "bf16")
+    assert big._bw == pytest.approx(1e10 * big.eff.mbu)
+    measured = host_device("host", threads=1)
+    if last_level_cache_bytes():  # Linux sysfs: the cache is measured beside memory
+        assert measured["cache_mb"] > 0 and measured["cache_bw_tbs"] > measured["hbm_bw_tbs"]

@@ -132,6 +132,7 @@ def test_mixed_sweep_in_virtual_time_names_the_binding_class_and_stores_classes(
     assert get_run(run.id, db).extra_json["sweep"]["slo"]
 
 
+@pytest.mark.slow
 def test_spec_decode_acceptance_equals_the_counters(tmp_path):
     server = start_fake_server("--ttft-ms", "5", "--itl-ms", "2", "--spec-decode", "3:2,1,3,0")
     try:
@@ -253,6 +254,7 @@ def test_batches_and_databases_from_before_schema_0003_still_read(tmp_path, monk
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_a_mix_against_a_real_endpoint_reports_each_class(fake_server, tmp_path):
     out = tmp_path / "s.json"
     proc = tokenbench(

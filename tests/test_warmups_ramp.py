@@ -200,6 +200,7 @@ def fresh_scenario(url: str, **load) -> Scenario:
     )
 
 
+@pytest.mark.slow
 def test_warmups_reach_the_server_but_no_figure_and_no_stored_request(server_factory, tmp_path):
     server = server_factory("--ttft-ms", "5", "--itl-ms", "1")
     out, db = tmp_path / "s.json", f"sqlite:///{tmp_path / 'tb.db'}"
@@ -218,6 +219,7 @@ def test_warmups_reach_the_server_but_no_figure_and_no_stored_request(server_fac
     assert "Warm-up: 3 requests sent" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_a_ramped_run_writes_vllms_result_file(server_factory, tmp_path):
     """vLLM's result JSON of a ramp: its ramp_up_* keys, request_rate inf, and its name."""
     server = server_factory("--ttft-ms", "2", "--itl-ms", "1")
@@ -239,6 +241,7 @@ def test_a_ramped_run_writes_vllms_result_file(server_factory, tmp_path):
     assert doc["request_rate"] == "inf" and doc["completed"] == 5
 
 
+@pytest.mark.slow
 def test_ramp_sends_at_vllms_times_on_the_wire(server_factory):
     """The runner sends each request at the ramp's offset (intended == formula); lateness
     is the client's send lag, judged elsewhere."""
@@ -257,6 +260,7 @@ def test_ramp_sends_at_vllms_times_on_the_wire(server_factory):
     assert len(records) == 12 and server.stats()["requests"] == 14
 
 
+@pytest.mark.slow
 def test_a_sweep_warms_up_and_ramps_at_every_point(server_factory):
     from bench.sweep import SweepPlan
 
@@ -285,6 +289,7 @@ def test_warmups_in_virtual_time_are_simulated_and_left_out():
     assert point.summary.warmups == {"sent": 4, "completed": 4}
 
 
+@pytest.mark.slow
 def test_sim_run_takes_the_flags(tmp_path):
     db = f"sqlite:///{tmp_path / 'tb.db'}"
     out = tmp_path / "s.json"

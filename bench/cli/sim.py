@@ -165,6 +165,41 @@ PrefixCacheOpt = Annotated[
 ]
 
 
+DisaggOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--disagg",
+        help="disaggregated prefill/decode as xPyD (InferenceX's and Dynamo's name): x prefill "
+        "and y decode instances, each of --parallel (or --prefill-parallel / "
+        "--decode-parallel), the prompt's KV moved between them (--kv-link); GPUs = both "
+        "pools'. Default: colocated (one pool does both)",
+    ),
+]
+PrefillParallelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prefill-parallel",
+        help="each prefill instance's parallelism (tp4, dep8); default --parallel",
+    ),
+]
+DecodeParallelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--decode-parallel",
+        help="each decode instance's parallelism (tp4, dep8); default --parallel",
+    ),
+]
+KvLinkOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--kv-link",
+        help="what the KV crosses from prefill to decode: nvlink (the GPU's scale-up link), "
+        "network (its NIC, bench/hardware/gpus.yaml scale_out) or auto (NVLink when both "
+        "pools fit in one scale-up domain); default auto",
+    ),
+]
+
+
 def serve_options(
     max_num_seqs: int | None,
     max_num_batched_tokens: int | None,
@@ -173,13 +208,17 @@ def serve_options(
     mtp_acceptance: float | None,
     memory_fraction: float | None,
     prefix_cache: str | None = None,
+    disagg: str | None = None,
+    prefill_parallel: str | None = None,
+    decode_parallel: str | None = None,
+    kv_link: str | None = None,
 ):
     """The engine knobs as the library takes them (bench.sim.engine.ServeOptions)."""
     from bench.sim.engine import ServeOptions
 
     return ServeOptions(
         max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance,
-        memory_fraction, prefix_cache,
+        memory_fraction, prefix_cache, disagg, prefill_parallel, decode_parallel, kv_link,
     )  # fmt: skip
 
 
@@ -200,6 +239,10 @@ def serve(
     mtp_acceptance: MtpAcceptanceOpt = None,
     memory_fraction: MemoryFractionOpt = None,
     prefix_cache: PrefixCacheOpt = None,
+    disagg: DisaggOpt = None,
+    prefill_parallel: PrefillParallelOpt = None,
+    decode_parallel: DecodeParallelOpt = None,
+    kv_link: KvLinkOpt = None,
     default_max_tokens: int = typer.Option(
         256, help="output length of chat requests without max_tokens"
     ),
@@ -211,13 +254,16 @@ def serve(
     from bench.sim.virtual import VirtualExecutor
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    _, d = apply_profile(
+    prof, d = apply_profile(
         profile, gpu, model, precision, engine_name, max_num_seqs, max_num_batched_tokens,
         SIM_DEFAULTS,
     )  # fmt: skip
+    from bench.sim.error_bars import calibration_record
+
+    calibration = calibration_record(prof) if prof is not None else None
     options = serve_options(
         d["max_num_seqs"], d["max_num_batched_tokens"], kv_precision, mtp, mtp_acceptance,
-        memory_fraction, prefix_cache,
+        memory_fraction, prefix_cache, disagg, prefill_parallel, decode_parallel, kv_link,
     )  # fmt: skip
     try:  # the engine `sim run` and the validation build, from the same options
         engine = VirtualExecutor(
@@ -231,7 +277,8 @@ def serve(
 
     def banner(bound: int) -> None:
         console.print(
-            f"[bold]SIMULATED[/bold] {dep.label}: KV cache {engine.capacity_tokens:,} tokens, "
+            f"[bold]SIMULATED[/bold] {engine.label}{_split(engine)}: KV cache "
+            f"{engine.capacity_tokens:,} tokens, "
             f"prefix cache {engine.prefix_policy} "
             f"({memory_plan(dep, engine.cfg.memory_fraction).describe()}), "
             f"batch-1 decode step {dep.step_time(1, 1, 0, 0) * 1e3:.1f} ms; "
@@ -239,7 +286,8 @@ def serve(
         )
 
     try:
-        run_server(engine, dep.model.name, host, port, default_max_tokens, ready=banner)
+        run_server(engine, dep.model.name, host, port, default_max_tokens, ready=banner,
+                   calibration=calibration)  # fmt: skip
     except OSError as exc:
         err_console.print(
             f"[red]error:[/red] cannot listen on {host}:{port}: {exc.strerror or exc}"
@@ -249,6 +297,14 @@ def serve(
         )
         raise typer.Exit(2) from None
     console.print("stopped")
+
+
+def _split(engine) -> str:
+    """How a disaggregated engine's GPUs divide (nothing for a colocated one)."""
+    k = engine.knobs()
+    if "disagg" not in k:
+        return ""
+    return f", KV moved over {k['kv_link']} ({k['kv_link_gbps']:g} GB/s per GPU); decode pool"
 
 
 def run(
@@ -266,6 +322,10 @@ def run(
     mtp_acceptance: MtpAcceptanceOpt = None,
     memory_fraction: MemoryFractionOpt = None,
     prefix_cache: PrefixCacheOpt = None,
+    disagg: DisaggOpt = None,
+    prefill_parallel: PrefillParallelOpt = None,
+    decode_parallel: DecodeParallelOpt = None,
+    kv_link: KvLinkOpt = None,
     scenario: ScenarioOpt = None,
     request_rates: RequestRatesOpt = None,
     concurrency: ConcurrencyPointsOpt = None,
@@ -314,17 +374,16 @@ def run(
     )  # fmt: skip
     options = serve_options(
         d["max_num_seqs"], d["max_num_batched_tokens"], kv_precision, mtp, mtp_acceptance,
-        memory_fraction, prefix_cache,
+        memory_fraction, prefix_cache, disagg, prefill_parallel, decode_parallel, kv_link,
     )  # fmt: skip
     deployment = dict(
         gpu=d["gpu"], model=d["model"], precision=d["precision"], tp=tp, parallel=parallel
     )
     calibration = None
     if prof is not None:
-        from bench.sim.error_bars import expected_errors
+        from bench.sim.error_bars import calibration_record
 
-        errors, basis = expected_errors(None, None, prof)
-        calibration = {"profile": str(profile), "expected_error": errors, "basis": basis}
+        calibration = calibration_record(prof)
     virtual = choose_executor(
         virtual={
             **deployment,
@@ -362,19 +421,21 @@ def run(
     requests = sum(p.summary.completed + p.summary.failed for p in result.points)
     console.print(f"{requests:,} requests simulated in {time.monotonic() - started:.1f} s. "
                   f"`tokenbench show {(result.run_id or '')[:8]}`")  # fmt: skip
-    sim_error = print_error_bars(result, virtual, prof)
+    sim_error = print_error_bars(result, virtual, prof, db)
     conclude_sweep(result, sc, db, gates, summary_json, sim_error)
 
 
-def print_error_bars(result, virtual, profile) -> dict:
+def print_error_bars(result, virtual, profile, db: str | None = None) -> dict:
     """Each simulated point's figures with their expected error and its utilisation of the
-    deployment's saturation rate (bench.sim.error_bars); returns what the JSON carries."""
+    deployment's saturation rate (bench.sim.error_bars), the rate kept with the stored run
+    (the dashboard and the exports flag the same points); returns what the JSON carries."""
     from bench.sim.error_bars import (
         FIGURES,
         NEAR_SATURATION,
         expected_errors,
         point_error_bars,
         saturation_rate,
+        save_saturation,
     )
 
     dep = virtual.build().dep
@@ -389,6 +450,8 @@ def print_error_bars(result, virtual, profile) -> dict:
             p.summary.completed for p in done
         )
         sat = saturation_rate(virtual.build(), isl, osl)
+    if result.run_id:
+        save_saturation(result.run_id, sat, db)
     table = Table(title=f"Expected error of the simulated figures ({basis})")
     table.add_column("#")
     table.add_column("load")
@@ -418,7 +481,7 @@ def print_error_bars(result, virtual, profile) -> dict:
 
 def gpus() -> None:
     """List the GPU profiles (bench/hardware/gpus.yaml) and the fitted efficiency parameters."""
-    from bench.hardware import load_gpus
+    from bench.hardware import interconnects, load_gpus
     from bench.sim.profiles import fitted_parameters
 
     table = Table(title="GPU profiles (bench/hardware/gpus.yaml)")
@@ -433,9 +496,12 @@ def gpus() -> None:
         "FP4",
         "TDP W",
         "scale-up GB/s",
+        "network GB/s",
     ]:
         table.add_column(col)
+    links = interconnects()
     for g in load_gpus().values():
+        nic = links.get(g.scale_out)
         tf = [f"{g.tflops.get(p):,.0f}" if g.tflops.get(p) else "-" for p in ("bf16", "fp8", "fp4")]
         table.add_row(
             g.name,
@@ -446,6 +512,7 @@ def gpus() -> None:
             *tf,
             f"{g.tdp_w:,.0f}",
             f"{g.scale_up_gbps:g}",
+            f"{nic.gbps:g} ({nic.name})" if nic else "-",  # a disaggregated KV transfer's
         )
     console.print(table)
     eff = Table(title="Fitted efficiency parameters (bench/sim/profiles/efficiency.yaml)")

@@ -10,6 +10,7 @@ import typer
 from bench.cli.common import _catalogue, fail, flag_overrides, resolve_scenario
 from bench.cli.options import DbOpt, NumPromptsOpt, PriceOpt, PricesFileOpt, ScenarioOpt, SeedOpt
 from bench.cli.sim import SIM_ENGINE, SIM_MODEL, EngineOpt, SimModelOpt
+from bench.cli.sim_calibrate import ProfileOpt
 from bench.console import Table, console, err_console
 
 
@@ -29,17 +30,40 @@ def _names(text: str) -> list[str]:
     return [v.strip() for v in text.split(",") if v.strip()]
 
 
+def _splits(text: str) -> list[str]:
+    """--disagg's xPyD splits, each checked ('none': no split searched)."""
+    from bench.sim.disagg import parse_disagg
+
+    names = _names(text)
+    if [n.lower() for n in names] == ["none"]:
+        return []
+    out = []
+    for n in names:
+        try:
+            x, y = parse_disagg(n)
+        except ValueError as exc:
+            raise fail(f"{exc}; or 'none'") from None
+        out.append(f"{x}P{y}D")
+    return out
+
+
 def sim_tune(
     slo: Annotated[
         str,
         typer.Option("--slo", help="the SLO to hold, e.g. 'p99_ttft_ms<=2000,p99_tpot_ms<=50'"),
     ],
-    model: SimModelOpt = SIM_MODEL,
+    model: SimModelOpt = None,
     gpus: Annotated[
-        str, typer.Option("--gpus", help="GPU types to compare, e.g. B200,H100 (see `sim gpus`)")
-    ] = "B200,H100",
+        str | None,
+        typer.Option(
+            "--gpus",
+            help="GPU types to compare, e.g. B200,H100 (see `sim gpus`); default B200,H100, "
+            "or with --profile the profile's device alone",
+        ),
+    ] = None,
+    profile: ProfileOpt = None,
     scenario: ScenarioOpt = None,
-    engine_name: EngineOpt = SIM_ENGINE,
+    engine_name: EngineOpt = None,
     precisions: Annotated[
         str,
         typer.Option(
@@ -75,6 +99,14 @@ def sim_tune(
     refine: Annotated[
         bool, typer.Option("--refine/--no-refine", help="refine the batch limits around the best")
     ] = True,
+    disagg: Annotated[
+        str,
+        typer.Option(
+            "--disagg",
+            help="disaggregated prefill/decode splits (xPyD) tried around each GPU type's best, "
+            "over each TP degree within --max-gpus; 'none' for colocated only",
+        ),
+    ] = "1P1D,1P2D,1P3D,2P1D",
     top: Annotated[int, typer.Option("--top", min=1, help="configurations kept per GPU type")] = 3,
     slo_iterations: Annotated[
         int, typer.Option("--slo-iterations", min=1, help="SLO-search points per configuration")
@@ -93,8 +125,11 @@ def sim_tune(
     db: DbOpt = None,
 ) -> None:
     """Search simulated configurations (GPU type and count, TP/EP, precision, MTP, batch
-    limits) for the cheapest way to hold an SLO on a workload, in virtual time; each searched
-    configuration is stored as a simulated run."""
+    limits, disaggregated prefill/decode split) for the cheapest way to hold an SLO on a
+    workload, in virtual time; each searched configuration is stored as a simulated run. With
+    --profile, the profile's GPU type runs on its calibrated device (model and engine default to
+    what it was fitted on) and its ranges widen by the profile's own error; the profile's device
+    must be among --gpus."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from bench.metrics import parse_thresholds
@@ -105,6 +140,19 @@ def sim_tune(
         thresholds = parse_thresholds(slo, flag="--slo")
     except ValueError as exc:
         raise fail(str(exc)) from None
+    prof = None
+    if profile is not None:
+        from bench.sim.profiles import ProfileError
+        from bench.sim.user_calibration import load_profile
+
+        try:
+            prof = load_profile(profile)
+        except ProfileError as exc:
+            raise fail(str(exc)) from None
+    model = model or (prof.settings.model if prof else SIM_MODEL)
+    engine_name = engine_name or (prof.settings.engine if prof else None) or SIM_ENGINE
+    if gpus is None:
+        gpus = prof.device.name if prof else "B200,H100"
     tokens = (
         [None]
         if max_num_batched_tokens is None
@@ -114,6 +162,7 @@ def sim_tune(
         gpus=_names(gpus), precisions=_names(precisions), mtp=_ints(mtp, "--mtp"),
         max_num_seqs=_ints(max_num_seqs, "--max-num-seqs"), max_num_batched_tokens=tokens,
         parallels=_names(parallel) if parallel else None, max_gpus=max_gpus, refine=refine,
+        disagg=_splits(disagg),
     )  # fmt: skip
     if not space.gpus:
         raise fail("--gpus is empty: name one or more GPU types, e.g. --gpus B200,H100")
@@ -132,7 +181,7 @@ def sim_tune(
                 slo_iterations=slo_iterations, slo_draws=slo_draws, experiment=name,
                 on_progress=lambda done, total, what: bar.update(
                     task, completed=done, total=total, description=what
-                ),
+                ), profile=prof,
             )  # fmt: skip
     except (ValueError, KeyError, StoreError) as exc:
         raise fail(str(exc)) from None
@@ -156,7 +205,6 @@ def _usd(x: float | None) -> str:
 def print_tune(result) -> None:
     """The answer as tables: best per GPU type, cheapest per tier, what mattered most."""
     from bench.metrics import slo_text
-    from bench.sim.profiles.accuracy import expected_error
 
     counts = result.to_json()["counts"]
     console.print(
@@ -218,15 +266,18 @@ def print_tune(result) -> None:
     for s in result.sensitivity():
         loss = f"{'at least ' if s['loss_is_bound'] else ''}{s['loss']:.0%}"
         sens.add_row(
-            s["gpu"], s["setting"], _val(s["best_value"]), _val(s["worst_value"]), loss,
-            ", ".join(_each(e) for e in s["values"]),
+            s["gpu"], s["setting"], _val(s["best_value"], s["setting"]),
+            _val(s["worst_value"], s["setting"]), loss,
+            ", ".join(_each(e, s["setting"]) for e in s["values"]),
         )  # fmt: skip
     console.print(sens)
     for gpu in result.gpus():
-        err, basis = expected_error(gpu, result.model)
+        per, basis = result.expected_errors(gpu)
+        lo, hi = min(per.values()), max(per.values())
+        span = f"±{hi:.0%}" if lo == hi else f"±{lo:.0%} to ±{hi:.0%} by quantity"
         console.print(
-            f"Expected error of simulated figures on {gpu}: ±{err:.0%} ({basis}); every "
-            "capacity range above includes it.",
+            f"Expected error of simulated figures on {gpu}: {span} ({basis}); every "
+            f"capacity range above includes it (±{hi:.0%}).",
             highlight=False,
         )
     tops = [o.run_id[:8] for gpu in result.gpus() for o in result.best(gpu)[:1] if o.run_id]
@@ -234,13 +285,16 @@ def print_tune(result) -> None:
         console.print(f"Side by side: `tokenbench compare {' '.join(tops)}`", highlight=False)
 
 
-def _val(v) -> str:
-    return "default" if v is None else str(v)
+def _val(v, setting: str = "") -> str:
+    if v is None:
+        return "colocated" if setting == "disagg" else "default"
+    return str(v)
 
 
-def _each(e: dict) -> str:
+def _each(e: dict, setting: str = "") -> str:
+    v = _val(e["value"], setting)
     if not e["runs"]:
-        return f"{_val(e['value'])}: cannot run"
+        return f"{v}: cannot run"
     if e["at_most"] is not None:
-        return f"{_val(e['value'])}: at most {e['at_most']:,.0f}"
-    return f"{_val(e['value'])}: {e['capacity'] or 0:,.0f}"
+        return f"{v}: at most {e['at_most']:,.0f}"
+    return f"{v}: {e['capacity'] or 0:,.0f}"

@@ -195,9 +195,17 @@ def show_command(
         )
         return
     kind = "SIMULATED " if info.simulated else ("IMPORTED " if info.imported_from else "")
+    sim = (info.extra_json or {}).get("sim") or {}
+    split = (
+        f" ({sim['disagg']}: prefill {sim.get('prefill_gpus')} GPUs, "
+        f"{sim.get('prefill_parallel')} each; decode {sim.get('decode_gpus')} GPUs, "
+        f"{sim.get('decode_parallel')} each)"
+        if sim.get("disagg")
+        else ""
+    )
     out.print(
         f"[bold]{kind}run {info.id}[/bold] {info.name or ''}  status={info.status}  "
-        f"model={info.model or '-'}  gpu={info.gpu_type or '-'}x{info.gpu_count or '-'}  "
+        f"model={info.model or '-'}  gpu={info.gpu_type or '-'}x{info.gpu_count or '-'}{split}  "
         f"endpoint={info.endpoint or '-'}",
         highlight=False,
     )

@@ -31,6 +31,8 @@ def _readme(report: Report) -> str:
     lines = [report.title, report.subtitle, f"Generated {report.generated_at} by tokenbench"]
     if report.any_simulated:
         lines.append("Includes SIMULATED results, not measured on hardware.")
+        if report.sim_error.rows:
+            lines.append(f"{report.sim_error.name}.csv: {report.sim_error.note}")
     lines += ["", report.sentence or "No ratio between GPUs (see missing.csv).", "", "Files:"]
     lines += [f"  {t.name}.csv  {t.title}" for t in report.tables]
     return "\n".join(lines) + "\n"

@@ -123,6 +123,8 @@ def render_html(report: Report) -> str:
         body.append(table_html(table))
     if report.classes.rows:
         body.append(table_html(report.classes))
+    if report.sim_error.rows:
+        body.append(table_html(report.sim_error))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{escape(report.title)}</title><style>{CSS}</style></head><body>"

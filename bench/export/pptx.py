@@ -420,6 +420,43 @@ def _alt_text(frame, chart: Chart) -> None:
     props.set("title", chart.title)
 
 
+def _num_lit(values: Sequence[float]):
+    from lxml import etree
+
+    lit = etree.Element(qn("c:numLit"))
+    etree.SubElement(lit, qn("c:formatCode")).text = "General"
+    etree.SubElement(lit, qn("c:ptCount")).set("val", str(len(values)))
+    for i, v in enumerate(values):
+        pt = etree.SubElement(lit, qn("c:pt"))
+        pt.set("idx", str(i))
+        etree.SubElement(pt, qn("c:v")).text = repr(float(v))
+    return lit
+
+
+def _error_bars(plotted, axis: str, values: Sequence[float], error: float, colour: str) -> None:
+    """Native error bars on one scatter series (python-pptx has no API for them): a simulated
+    run's expected error, value x/÷ (1 + e) as bench.sim.profiles.accuracy.bounds gives it,
+    thin, in the run's colour, so the deck's chart shows what the dashboard's does."""
+    from lxml import etree
+
+    from bench.sim.profiles.accuracy import bounds
+
+    spans = [bounds(v, error) for v in values]
+    bars = etree.Element(qn("c:errBars"))
+    for tag, val in (("c:errDir", axis), ("c:errBarType", "both"), ("c:errValType", "cust"),
+                     ("c:noEndCap", "0")):  # fmt: skip
+        etree.SubElement(bars, qn(tag)).set("val", val)
+    plus, minus = etree.SubElement(bars, qn("c:plus")), etree.SubElement(bars, qn("c:minus"))
+    plus.append(_num_lit([hi - v for v, (_, hi) in zip(values, spans, strict=True)]))
+    minus.append(_num_lit([v - lo for v, (lo, _) in zip(values, spans, strict=True)]))
+    ln = etree.SubElement(etree.SubElement(bars, qn("c:spPr")), qn("a:ln"))
+    ln.set("w", str(Pt(1)))
+    fill = etree.SubElement(ln, qn("a:solidFill"))
+    etree.SubElement(fill, qn("a:srgbClr")).set("val", colour.lstrip("#").upper())
+    ser = plotted._element
+    ser.find(qn("c:xVal")).addprevious(bars)  # the schema's place: before xVal
+
+
 def _xy_chart(slide, chart: Chart, x, y, w, h):
     data = XyChartData()
     drawn = [s for s in chart.series if s.x]
@@ -459,6 +496,10 @@ def _xy_chart(slide, chart: Chart, x, y, w, h):
         marker.format.fill.solid()
         marker.format.fill.fore_color.rgb = _rgb(s.colour)
         marker.format.line.color.rgb = _rgb(s.colour)
+        if s.y_error is not None:  # throughput's; latency's is in the caption (LibreOffice
+            # 7.4 draws no x error bars from a pptx, so a deck could not be checked with them)
+            ys = [yv for yv in s.y if yv is not None]
+            _error_bars(plotted, "y", ys, s.y_error, s.colour)
     _style_axis(pc.category_axis, chart.x_title, "#,##0")  # the X value axis of an XY chart
     _style_axis(pc.value_axis, chart.y_title, "#,##0.###" if chart.log_y else "#,##0")
     for axis, log in ((pc.category_axis, chart.log_x), (pc.value_axis, chart.log_y)):
@@ -742,6 +783,9 @@ def write_pptx(report: Report, out: Path) -> Path:
         deck = without_columns(report.classes, ("Run id", "GPU", "Measured or simulated"))
         table_slides(prs, report, deck, title="Appendix: traffic classes, each against its "
                      "own SLO", max_pt=11, one_page_pt=10)  # fmt: skip
+    if report.sim_error.rows:
+        table_slides(prs, report, report.sim_error, title="Appendix: expected error of the "
+                     "simulated figures", max_pt=11, one_page_pt=9)  # fmt: skip
     if report.prompt_cache.rows:
         table_slides(prs, report, report.prompt_cache, title="Appendix: prompt cache hit "
                      "rates, intended, simulated and measured", max_pt=12)  # fmt: skip

@@ -43,6 +43,7 @@ from bench.curves import (
 )
 from bench.metrics import LATENCY_METRICS, Threshold
 from bench.plan import Demand, Plan, default_demand, plan_capacity
+from bench.sim.profiles.accuracy import NEAR_SATURATION
 
 # --------------------------------------------------------------------------- data model
 
@@ -105,6 +106,10 @@ class Series:
     simulated: bool = False  # drawn dotted, as the dashboard does
     marker_only: bool = False  # a capacity point (or other mark): a marker, no line
     style_index: int = 0  # the run's place: its marker and dash (dashboards.figures.run_styles)
+    # a simulated run's relative expected error on x and y (RunCurve.expected_error): drawn as
+    # error bars, value x/÷ (1 + e); None on measured runs
+    x_error: float | None = None
+    y_error: float | None = None
 
 
 @dataclass
@@ -198,6 +203,9 @@ class Report:
     prompt_cache: Table = field(default_factory=lambda: _prompt_cache_table([]))
     # Each traffic class at each load point, for runs that mixed classes (bench.curves.ClassRow)
     classes: Table = field(default_factory=lambda: _classes_table([], []))
+    # Each simulated point's figures with their expected error and near-saturation flag;
+    # no rows (and no sheet, slide or file) when every run was measured
+    sim_error: Table = field(default_factory=lambda: _sim_error_table([]))
 
     @property
     def plan_table(self) -> Table:
@@ -221,6 +229,7 @@ class Report:
             self.cost,
             self.percentiles,
             self.load_points,
+            *([self.sim_error] if self.sim_error.rows else []),
             self.prompt_cache,
             *([self.classes] if self.classes.rows else []),
             self.prices,
@@ -668,6 +677,65 @@ def _classes_table(curves, slo) -> Table:
     )
 
 
+# The figures of a simulated point the report gives with their expected error: (header,
+# CurvePoint.value name, decimals); the error is RunCurve.expected_error of the same name.
+SIM_ERROR_FIGURES = (
+    ("Output tok/s/GPU", "output_tokens_per_s", 0),
+    ("TTFT p50 (ms)", "p50_ttft_ms", 1),
+    ("TTFT p99 (ms)", "p99_ttft_ms", 1),
+    ("TPOT p50 (ms)", "p50_tpot_ms", 2),
+    ("TPOT p99 (ms)", "p99_tpot_ms", 2),
+)
+
+
+def _sim_error_table(curves) -> Table:
+    """Every simulated point's figures beside their expected error (bench.curves.
+    run_error_bars: what `sim run` printed), its utilisation of the simulated maximum request
+    rate and the near-saturation flag (issue 26). Measured runs have no row."""
+    headers = ["Run id", "Run", "GPU", "Load point", "Title"]
+    for label, _, _ in SIM_ERROR_FIGURES:
+        headers += [label, f"{label.split(' (')[0]} expected error"]
+    headers += ["Utilisation of simulated maximum", "Near saturation", "Where the error comes from"]
+    rows: list[list[Cell]] = []
+    for curve in curves:
+        if not curve.error_bars:
+            continue
+        for p in sorted(curve.points, key=lambda q: q.load_point):
+            row: list[Cell] = [curve.run_id, curve.legend, curve.gpu_type or "",
+                               Num(p.load_point + 1, 0), p.title]  # fmt: skip
+            for _, name, decimals in SIM_ERROR_FIGURES:
+                value = p.output_tps_per_gpu if name == "output_tokens_per_s" else p.value(name)
+                err = curve.expected_error(name)
+                row += [
+                    Num(value, decimals),
+                    Num(None if err is None else round(err * 100, 3), 0, "±", "%"),
+                ]
+            bars = p.error_bars or {}
+            util = bars.get("utilisation")
+            row += [
+                "unbounded rate"
+                if util is not None and math.isinf(util)
+                else Num(None if util is None else util * 100, 0, suffix="%"),
+                "near saturation" if bars.get("near_saturation") else "no",
+                f"simulated: {curve.error_bars['basis']}",
+            ]
+            rows.append(row)
+    return Table(
+        "sim_error",
+        "Simulated figures: expected error and saturation",
+        headers,
+        rows,
+        note="A simulated figure is a prediction: its expected error is the simulator's "
+        "held-out (leave-one-source-out) mean error for the run's category (dense, MoE, AMD), "
+        "or, for a run simulated with a calibration profile, the profile's own mean error per "
+        "quantity; the value lies within x/÷ (1 + error). A point at "
+        f"{NEAR_SATURATION:.0%} or more of the simulated maximum request rate is near "
+        "saturation: its latency can be off by far more than the stated error. Measured runs "
+        "carry no expected error and are not listed.",
+        empty_text="No simulated runs: every figure is measured.",
+    )
+
+
 def _prices_table(curves, catalogue: Catalogue) -> Table:
     headers = ["GPU", "Tier", "Kind", "Provider", "$/GPU-hr", "Source", "Date"]
     rows: list[list[Cell]] = []
@@ -822,7 +890,9 @@ def _energy_assumptions(catalogue) -> list[list[Cell]]:
     return rows
 
 
-def _xy_series(curve: RunCurve, xs, ys, points, index: int) -> Series:
+def _xy_series(curve: RunCurve, xs, ys, points, index: int, x_name: str | None = None) -> Series:
+    """One run's line; with `x_name` (the x figure's Summary.value name) a simulated run's
+    expected errors on x and on throughput (y) come with it."""
     return Series(
         curve.legend,
         curve.colour,
@@ -831,6 +901,8 @@ def _xy_series(curve: RunCurve, xs, ys, points, index: int) -> Series:
         [p.title for p in points],
         simulated=curve.simulated,
         style_index=index,
+        x_error=curve.expected_error(x_name) if x_name else None,
+        y_error=curve.expected_error("output_tokens_per_s") if x_name else None,
     )
 
 
@@ -841,7 +913,7 @@ def _latency_chart(curves, metric: str, slo, comparisons=()) -> Chart:
     for i, curve in enumerate(curves):
         tps, latency = latency_curve(curve, metric, "p99")
         pts = [p for p in curve.points if p.latency(metric, "p99") is not None]
-        series.append(_xy_series(curve, latency, tps, pts, i))
+        series.append(_xy_series(curve, latency, tps, pts, i, f"p99_{metric}_ms"))
     xs = [x for s in series for x in s.x]
     ymax = max((max(v for v in s.y if v is not None) for s in series if s.y), default=0.0)
     limits = [t for t in slo if t.metric == f"p99_{metric}_ms" and t.op in ("<", "<=") and ymax]
@@ -885,9 +957,25 @@ def _latency_chart(curves, metric: str, slo, comparisons=()) -> Chart:
         f"P99 {name} (ms{', log scale' if log_x else ''})",
         "Output tokens/s per GPU",
         series,
+        note=_sim_error_note(curves, f"p99_{metric}_ms"),
         log_x=log_x,
         alt_text=alt,
     )
+
+
+def _sim_error_note(curves, name: str) -> str | None:
+    """A chart's line on its simulated runs' expected error (the dashboard and the HTML/PNG
+    charts draw it as error bars; the deck's native charts say it in words)."""
+    parts = []
+    for c in curves:
+        e, t = c.expected_error(name), c.expected_error("output_tokens_per_s")
+        if e is not None and t is not None:
+            flagged = [p.title for p in c.points if (p.error_bars or {}).get("near_saturation")]
+            near = f", near saturation at {', '.join(flagged)}" if flagged else ""
+            parts.append(f"{c.legend}: ±{e:.0%} on latency, ±{t:.0%} on throughput{near}")
+    if not parts:
+        return None
+    return "Expected error of simulated figures (appendix): " + "; ".join(parts) + "."
 
 
 def _span(xy) -> str:
@@ -1264,6 +1352,7 @@ def build_report(
         load_points=_load_point_table(curves, thresholds),
         prompt_cache=_prompt_cache_table(curves),
         classes=_classes_table(curves, thresholds),
+        sim_error=_sim_error_table(curves),
         prices=_prices_table(curves, catalogue),
         energy=_energy_table(comparisons, db, catalogue),
         runs_table=_runs_table(facts),

@@ -443,6 +443,10 @@ def write_xlsx(report: Report, out: Path) -> Path:
     if report.any_simulated:
         about.append(["Includes SIMULATED results, not measured on hardware"])
         about.cell(about.max_row, 1).font = WARN_FONT
+        if report.sim_error.rows:
+            about.append([f"Each simulated figure's expected error and near-saturation flag: "
+                          f"sheet {report.sim_error.name} (its note says where the error "
+                          "comes from)"])  # fmt: skip
     about.append([])
     about.append([report.sentence or "No ratio between GPUs (see 'missing')."])
     about.cell(about.max_row, 1).font = Font(bold=True)

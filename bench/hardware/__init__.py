@@ -32,11 +32,16 @@ class _Frozen(BaseModel):
 
 
 class Interconnect(_Frozen):
-    """A scale-up link: bandwidth per GPU, one direction."""
+    """A link: bandwidth per GPU, one direction (GB/s), and a transfer's set-up latency."""
 
     name: str
     gbps: float
+    latency_us: float = 0.0
     source: str
+
+    @property
+    def bytes_s(self) -> float:
+        return self.gbps * 1e9
 
 
 class GPUProfile(_Frozen):
@@ -57,12 +62,18 @@ class GPUProfile(_Frozen):
     tdp_w: float
     scale_up: str = ""
     scale_up_gbps: float = 0.0
+    scale_out: str = ""  # the network NIC per GPU (interconnects), for transfers between nodes
     world_size: int = 8
     rack_gpus: int = 0
     aliases: tuple[str, ...] = ()
     notes: str = ""
     source: str
     efficiency: dict[str, float] = {}
+    # A CPU device (`tokenbench sim device`): its last-level cache and the bandwidth measured
+    # within it. Weights that fit stay there between steps and stream at that rate, not at
+    # DRAM's. 0 = not modelled (GPU entries: their L2 is far smaller than any model).
+    cache_mb: float = 0.0
+    cache_bw_tbs: float = 0.0
 
     @property
     def hbm_bytes(self) -> float:
@@ -72,6 +83,14 @@ class GPUProfile(_Frozen):
     @property
     def hbm_bw_bytes_s(self) -> float:
         return self.hbm_bw_tbs * 1e12
+
+    def stream_bw_bytes_s(self, resident_bytes: float) -> float:
+        """Peak rate at which `resident_bytes` read every step stream in: the measured cache
+        bandwidth when they fit in three quarters of the last-level cache (the rest holds a
+        step's activations, KV and the engine's own data), else the memory bandwidth."""
+        if self.cache_bw_tbs and resident_bytes <= self.cache_mb * MIB * 0.75:
+            return self.cache_bw_tbs * 1e12
+        return self.hbm_bw_bytes_s
 
     @property
     def scale_up_bytes_s(self) -> float:

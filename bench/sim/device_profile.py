@@ -31,20 +31,41 @@ REPEATS = 5  # the best of REPEATS: the machine's rate, not a neighbour's interr
 
 _PROBE = """
 import json, time, numpy as np
-n_bytes, n, reps = {n_bytes}, {n}, {reps}
-a = np.ones(n_bytes // 8); b = np.empty_like(a)
-bw = 0.0
-for _ in range(reps):
-    t = time.perf_counter(); np.copyto(b, a); dt = time.perf_counter() - t
-    bw = max(bw, 2 * a.nbytes / dt)
+n_bytes, n, reps, cache_bytes = {n_bytes}, {n}, {reps}, {cache_bytes}
+def copy_rate(n_bytes, reps):
+    a = np.ones(n_bytes // 8); b = np.empty_like(a)
+    bw = 0.0
+    for _ in range(reps):
+        t = time.perf_counter(); np.copyto(b, a); dt = time.perf_counter() - t
+        bw = max(bw, 2 * a.nbytes / dt)
+    return bw
+bw = copy_rate(n_bytes, reps)
+cache_bw = copy_rate(cache_bytes // 4, 20 * reps) if cache_bytes else 0.0
 x = np.random.default_rng(0).random((n, n), dtype=np.float32); y = x.copy()
 x @ y
 fl = 0.0
 for _ in range(reps):
     t = time.perf_counter(); x @ y; dt = time.perf_counter() - t
     fl = max(fl, 2 * n**3 / dt)
-print(json.dumps({{"bandwidth_bytes_s": bw, "fp32_flops": fl}}))
+print(json.dumps({{"bandwidth_bytes_s": bw, "fp32_flops": fl, "cache_bandwidth_bytes_s": cache_bw}}))
 """
+
+
+def last_level_cache_bytes() -> int:
+    """Size of the CPU's last-level cache (Linux sysfs, cpu0's highest level), 0 if unknown."""
+    best_level, size = 0, 0
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            text = (index / "size").read_text().strip().upper()
+        except (OSError, ValueError):
+            continue
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        value = int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+        if kind != "Instruction" and level > best_level:
+            best_level, size = level, value
+    return size
 
 
 def measure_host(threads: int = 1) -> dict[str, float]:
@@ -52,7 +73,9 @@ def measure_host(threads: int = 1) -> dict[str, float]:
     env = {**os.environ}
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = str(threads)
-    code = _PROBE.format(n_bytes=COPY_BYTES, n=MATMUL_N, reps=REPEATS)
+    code = _PROBE.format(
+        n_bytes=COPY_BYTES, n=MATMUL_N, reps=REPEATS, cache_bytes=last_level_cache_bytes()
+    )
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
     )
@@ -88,6 +111,12 @@ def host_device(
         + ("given" if gflops else f"measured (numpy float32 matmul {MATMUL_N}^2)")
     )
     cpu = platform.processor() or platform.machine()
+    cache = _cache_entry(measured)
+    if cache:
+        how.append(
+            f"last-level cache {cache['cache_mb']:g} MiB at {cache['cache_bw_tbs'] * 1e3:.1f} GB/s "
+            "measured (numpy copy within it; weights that fit stream at this rate)"
+        )
     return {
         "vendor": "cpu",
         "hbm_gb": round(_memory_bytes() / 1e9, 1),
@@ -98,7 +127,18 @@ def host_device(
         "world_size": 1,
         "notes": f"{cpu} with {threads} thread(s); the bf16 slot holds the FP32 rate",
         "source": f"tokenbench sim device on {socket.gethostname()}: " + "; ".join(how),
+        **cache,
     }
+
+
+def _cache_entry(measured: dict[str, float]) -> dict[str, float]:
+    """The device's cache fields from a measurement ({} when figures were given, the cache's
+    size is unknown, or it measured no faster than memory)."""
+    cache_bw = measured.get("cache_bandwidth_bytes_s", 0.0)
+    llc = last_level_cache_bytes()
+    if not llc or cache_bw <= measured.get("bandwidth_bytes_s", 0.0):
+        return {}
+    return {"cache_mb": round(llc / (1 << 20), 1), "cache_bw_tbs": float(f"{cache_bw / 1e12:.4g}")}
 
 
 def write_device(path: Path, name: str, entry: dict) -> Path:

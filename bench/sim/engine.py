@@ -42,6 +42,12 @@ class ServeOptions:
     mtp_acceptance: float | None = None
     memory_fraction: float | None = None
     prefix_cache: str | None = None  # a policy (bench.sim.prefix_cache) or "off"
+    # disaggregated prefill/decode (bench.sim.disagg): "xPyD" instances, each pool's
+    # parallelism (None: the deployment's own) and the KV link (auto, nvlink, network)
+    disagg: str | None = None
+    prefill_parallel: str | None = None
+    decode_parallel: str | None = None
+    kv_link: str | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,7 @@ class Seq:
         "shared",
         "refs",
         "cached_tokens",
+        "preloaded",
     )
 
     def __init__(self, rid: int, prompt_len: int, max_tokens: int, order: int, tag: object) -> None:
@@ -115,6 +122,7 @@ class Seq:
         self.shared = 0  # engine blocks it holds through the prefix cache (not its own)
         self.refs: list = []  # the cache's nodes it holds (or its llama.cpp slot)
         self.cached_tokens = -1  # prompt tokens the cache served at first admission
+        self.preloaded = 0  # prompt tokens whose KV arrived computed (disaggregated decode)
 
     def out_at(self, step: int) -> int:
         """Output tokens emitted by the end of step-1 (i.e. before step `step` runs)."""
@@ -197,6 +205,15 @@ class Engine:
 
     # -- driver API -------------------------------------------------------------------------
 
+    @property
+    def gpus(self) -> int:
+        """GPUs the deployment occupies (a disaggregated one counts both pools)."""
+        return self.dep.gpus
+
+    @property
+    def label(self) -> str:
+        return self.dep.label
+
     def add_request(
         self,
         rid: int,
@@ -204,9 +221,20 @@ class Engine:
         max_tokens: int,
         tag: object = None,
         keys: list[int] | None = None,
+        ago_s: float = 0.0,
     ) -> Seq:
         """Queue a request. prompt_len >= 1 and max_tokens >= 1 tokens. keys: the prompt's
-        block keys at the cache's granularity (`self.cache.keys(tokens)`); none: no reuse."""
+        block keys at the cache's granularity (`self.cache.keys(tokens)`); none: no reuse.
+        ago_s: how long before the last step's end it arrived; one scheduler sees it at its
+        next step whenever it came (a disaggregated engine's prefill pool reads it)."""
+        seq = self.new_seq(rid, prompt_len, max_tokens, tag)
+        seq.keys = keys or []
+        self.waiting.append(seq)
+        return seq
+
+    def new_seq(self, rid: int, prompt_len: int, max_tokens: int, tag: object = None) -> Seq:
+        """A sequence this engine could run, not queued; ValueError when it never could
+        (too long for the model's context or the KV cache)."""
         if prompt_len < 1 or max_tokens < 1:
             raise ValueError("prompt_len and max_tokens must be at least 1")
         if prompt_len + max_tokens > self.max_model_len:
@@ -221,9 +249,7 @@ class Engine:
                 f"({self.capacity_tokens} tokens)"
             )
         seq = Seq(rid, prompt_len, max_tokens, self._order, tag)
-        seq.keys = keys or []
         self._order += 1
-        self.waiting.append(seq)
         return seq
 
     def abort(self, seq: Seq) -> None:
@@ -276,8 +302,9 @@ class Engine:
                 budget -= n
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             seq = self.waiting[0]
-            hit = self._lookup(seq)
-            cached = hit.tokens if hit else 0
+            # KV that arrived from a prefill pool stands in for a cache hit, on own blocks
+            hit = None if seq.preloaded else self._lookup(seq)
+            cached = hit.tokens if hit else seq.preloaded
             shared = hit.shared if hit else 0
             n = min(seq.target - cached, budget)
             need = self._blocks_for(cached + n) - shared
@@ -369,6 +396,7 @@ class Engine:
         victim.preemptions += 1
         victim.target = victim.prompt_len + victim.out  # recompute prompt + generated so far
         victim.computed = 0
+        victim.preloaded = 0  # its transferred KV is gone with its blocks: recompute here
         self.waiting.appendleft(victim)
         self.num_preemptions += 1
         res.preempted.append(victim)

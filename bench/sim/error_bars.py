@@ -7,33 +7,37 @@ is what the published points measure); with a calibration profile, the profile's
 error per quantity over the points it was fitted on. Near saturation, latency swings by
 orders of magnitude for a few per cent of load, so a point at NEAR_SATURATION or more of the
 deployment's maximum request rate is flagged: its TTFT can be off by far more than the error.
+
+A stored simulated run gets the same figures back (bench.curves.run_error_bars): its errors from its stored
+metadata (a profile's, kept with the run, else its GPU and model's category), its saturation
+rate from the artifact `sim run` keeps with it (ARTIFACT), so the dashboard and the exports
+show what the CLI printed. A measured run gets none. The errors and their arithmetic live in
+bench.sim.profiles.accuracy (which the analysis layer may read); the saturation rate, which
+needs the engine, lives here.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-NEAR_SATURATION = 0.9  # achieved / maximum request rate at which a point is flagged
-# The figures a simulated point shows with an error bar: (label, Summary lookup, quantity)
-FIGURES = (
-    ("TTFT p50 ms", "p50_ttft_ms", "ttft_p50"),
-    ("TTFT p99 ms", "p99_ttft_ms", "ttft_p99"),
-    ("TPOT p50 ms", "p50_tpot_ms", "tpot_p50"),
-    ("TPOT p99 ms", "p99_tpot_ms", "tpot_p99"),
-    ("out tok/s", "output_tokens_per_s", "output_tps"),
+from bench.sim.profiles.accuracy import (  # noqa: F401 - the error bars' one home, re-exported
+    ARTIFACT,
+    FIGURES,
+    NEAR_SATURATION,
+    bounds,
+    expected_errors,
+    point_error_bars,
+    relative_error,
+    utilisation,
 )
 
 
-def expected_errors(gpu: str | None, model: str | None, profile: Any = None) -> tuple[dict, str]:
-    """({quantity: relative error}, its basis in words)."""
-    if profile is not None:
-        errs = profile.expected_error()
-        where = f" {profile.path}" if profile.path else ""
-        return errs, f"mean error of calibration profile{where} on the points it was fitted on"
-    from bench.sim.profiles.accuracy import expected_error
-
-    err, basis = expected_error(gpu, model)
-    return {q: err for _, _, q in FIGURES}, basis
+def calibration_record(profile: Any) -> dict:
+    """What a run simulated on a calibration profile stores of it (VirtualExecutor.calibration):
+    the file, its expected error per quantity and their basis; every verdict on the run widens
+    by these instead of the category's held-out error."""
+    errors, basis = expected_errors(None, None, profile)
+    return {"profile": str(profile.path), "expected_error": errors, "basis": basis}
 
 
 def saturation_rate(engine: Any, isl: float, osl: float) -> float:
@@ -48,24 +52,12 @@ def saturation_rate(engine: Any, isl: float, osl: float) -> float:
     return r["output_tps"] / osl_i
 
 
-def point_error_bars(
-    summary: Any, errors: dict[str, float], sat_rps: float | None, offered_rps: float | None = None
-) -> dict:
-    """One point's figures with [low, high] from the expected errors, its utilisation of the
-    saturation rate (the offered rate where one was set: an overloaded point completes only
-    what the engine can, which would hide the overload) and whether it is near saturation."""
-    out: dict[str, Any] = {}
-    for _, key, q in FIGURES:
-        try:
-            v = summary.value(key)
-        except KeyError:
-            v = None
-        e = errors.get(q)
-        if v is not None and e is not None:
-            # x/÷ (1 + e): a 200% error never makes a latency negative
-            out[q] = {"value": v, "expected_error": e, "low": v / (1 + e), "high": v * (1 + e)}
-    load = max(summary.requests_per_s, offered_rps or 0.0)
-    util = load / sat_rps if sat_rps else None
-    out["utilisation"] = util
-    out["near_saturation"] = bool(util is not None and util >= NEAR_SATURATION)
-    return out
+def save_saturation(run_id: str, sat_rps: float | None, db: Any = None) -> None:
+    """Keep a simulated run's saturation rate with it (ARTIFACT), so a later view can say
+    which of its points sat near saturation without re-simulating."""
+    import json
+
+    from bench.store import save_artifact
+
+    doc = {"saturation_requests_per_s": sat_rps, "near_saturation_at": NEAR_SATURATION}
+    save_artifact(run_id, ARTIFACT, json.dumps(doc), db=db)

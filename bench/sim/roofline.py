@@ -191,7 +191,22 @@ class Deployment:
 
     @cached_property
     def kv_bytes_per_token(self) -> float:
+        """Bytes of KV the full-attention layers hold and read per token of context."""
         return self.model.kv_bytes_per_token(self.kv_precision.name)
+
+    @cached_property
+    def kv_pool_bytes_per_token(self) -> float:
+        """Bytes of KV one token of context costs in the pool (the unit of kv_capacity_tokens):
+        its full-attention layers' KV. A model whose every layer slides (Mistral-7B-v0.1's
+        config.json) has none; its pool is counted in the sliding layers' KV instead, and a
+        sequence is charged its whole context, as if the window never slid: exact up to the
+        window (4,096 tokens for Mistral), fewer sequences admitted than an engine that frees
+        slid-out blocks beyond it."""
+        m = self.model
+        if m.kv_elements_per_token() == 0 and m.sliding_window_layers:
+            bpp = self.kv_precision.bytes_per_param
+            return m.sliding_kv_elements_per_token() * bpp
+        return m.kv_bytes_per_token(self.kv_precision.name)
 
     def window_kv_tokens(self, seq_tokens: float) -> int:
         """KV room the sliding-window layers of one sequence of `seq_tokens` tokens hold, in
@@ -224,7 +239,12 @@ class Deployment:
 
     @cached_property
     def _bw(self) -> float:
-        return self.gpu.hbm_bw_bytes_s * self.eff.mbu
+        """Achieved bandwidth of a step's reads: the device's peak for weights of this size
+        per GPU (a CPU's last-level cache when they fit there), times the fitted MBU."""
+        m = self.model
+        gathered = (m.embedding_params() - m.head_params()) * self.precision.bytes_per_param
+        streamed = self.weight_bytes_per_gpu - gathered / self.tp  # an untied embedding table
+        return self.gpu.stream_bw_bytes_s(streamed) * self.eff.mbu
 
     @cached_property
     def mtp_gain(self) -> float:
@@ -277,7 +297,7 @@ class Deployment:
                 f"or set --memory-fraction"
             )
         per_rank = plan.kv * self.kv_shards  # a token puts 1/kv_shards of its KV on each
-        return int(self.dp * per_rank // self.kv_bytes_per_token)
+        return int(self.dp * per_rank // self.kv_pool_bytes_per_token)
 
     def experts_touched(self, n_tok: float) -> float:
         """Expected experts some token routes to, of E, for n_tok tokens routed top-k."""

@@ -112,8 +112,17 @@ def count_prompt_tokens(body: dict, chat: bool) -> int:
 class SimServer:
     """The engine driven on the wall clock, plus the state /metrics reports."""
 
-    def __init__(self, engine: Engine, model_name: str, default_max_tokens: int = 256) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        model_name: str,
+        default_max_tokens: int = 256,
+        calibration: dict | None = None,
+    ) -> None:
         self.engine = engine
+        # a calibration profile's record (bench.sim.error_bars.calibration_record): announced,
+        # so a run against this endpoint states the profile's errors, not the category's
+        self.calibration = calibration
         self.model_name = model_name
         self.default_max_tokens = default_max_tokens
         self.wake = asyncio.Event()
@@ -129,6 +138,7 @@ class SimServer:
         self.write_max_s = 0.0  # worst time spent writing one step's tokens
         self._last_warn = 0.0
         self._task: asyncio.Task | None = None
+        self.step_due: float | None = None  # perf_counter time the step under way ends
         self.created = int(time.time())
         self.connections: set[asyncio.BaseTransport] = set()
         # Speculative decoding (--mtp) as vLLM counts it: the engine emits a decoding
@@ -143,12 +153,13 @@ class SimServer:
         dep = self.engine.dep
         return {
             "gpu": dep.gpu.name,
-            "gpu_count": dep.gpus,
+            "gpu_count": self.engine.gpus,  # disaggregated: prefill + decode GPUs
             "model": dep.model.name,
             "precision": dep.precision.name,
             "parallel": dep.parallel,
             "engine": dep.engine,
             **self.engine.knobs(),
+            **({"calibration": self.calibration} if self.calibration else {}),
         }
 
     def start(self) -> None:
@@ -163,8 +174,10 @@ class SimServer:
                 await self._task
 
     def submit(self, job: Job) -> None:
+        due = self.step_due  # a request that came during a step came before the step's end
+        ago = max(due - time.perf_counter(), 0.0) if due is not None else 0.0
         job.seq = self.engine.add_request(
-            self.next_id, job.prompt_tokens, job.max_tokens, job, keys=job.keys
+            self.next_id, job.prompt_tokens, job.max_tokens, job, keys=job.keys, ago_s=ago
         )
         self.next_id += 1
         self.wake.set()
@@ -183,6 +196,7 @@ class SimServer:
                 eng.abort(seq)
             self.aborts.clear()
             if not eng.has_work():
+                self.step_due = None
                 self.wake.clear()
                 await self.wake.wait()
                 deadline = clock()
@@ -191,6 +205,7 @@ class SimServer:
             if res is None:
                 continue
             deadline = max(deadline, clock() - 0.05) + res.duration_s
+            self.step_due = deadline
             n_out = len(res.decoding or ()) + len(res.first_tokens)
             if eng.dep.eff.mtp_tokens and res.decoding:
                 self.spec_drafts += len(res.decoding) / eng.dep.mtp_gain
@@ -584,17 +599,18 @@ async def serve(
     default_max_tokens: int = 256,
     ready: Callable[[int], None] | None = None,
     stop: asyncio.Event | None = None,
+    calibration: dict | None = None,
 ) -> None:
     """Serve until `stop` is set (or forever). `ready(port)` is called once listening.
 
     Binds before anything else starts, so a busy port raises OSError with nothing to undo.
     """
-    sim = SimServer(engine, model_name, default_max_tokens)
+    sim = SimServer(engine, model_name, default_max_tokens, calibration)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: HTTPProtocol(sim), host, port, backlog=1024)
     sim.start()
     bound = server.sockets[0].getsockname()[1]
-    log.info("simulated %s listening on http://%s:%d", engine.dep.label, host, bound)
+    log.info("simulated %s listening on http://%s:%d", engine.label, host, bound)
     if ready:
         ready(bound)
     try:
@@ -615,6 +631,7 @@ def run_server(
     port: int,
     default_max_tokens: int = 256,
     ready: Callable[[int], None] | None = None,
+    calibration: dict | None = None,
 ) -> None:
     """Blocking entry point for `tokenbench sim serve`. Ctrl-C or SIGTERM stop it cleanly:
     the listener and every connection are closed and every task is finished before the loop
@@ -627,7 +644,7 @@ def run_server(
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, stop.set)
-        await serve(engine, model_name, host, port, default_max_tokens, ready, stop)
+        await serve(engine, model_name, host, port, default_max_tokens, ready, stop, calibration)
 
     try:
         loop.run_until_complete(main())
@@ -651,12 +668,15 @@ def start_sim_server_in_thread(
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     default_max_tokens: int = 256,
+    engine: Engine | None = None,
 ) -> tuple[str, Callable[[], None]]:
-    """Start a simulated endpoint on 127.0.0.1 in a background thread.
+    """Start a simulated endpoint on 127.0.0.1 in a background thread (serving `engine` when
+    given, e.g. a disaggregated one, else one built from the other arguments).
 
     Returns (base URL such as "http://127.0.0.1:PORT", stop function). For the demo and tests.
     """
-    engine = build_engine(gpu, model, precision, tp, max_num_seqs, max_num_batched_tokens)
+    if engine is None:
+        engine = build_engine(gpu, model, precision, tp, max_num_seqs, max_num_batched_tokens)
     model_name = engine.dep.model.name
     loop = _new_loop()
     started = threading.Event()

@@ -26,6 +26,7 @@ from bench.records import (
     FAILED,
     RequestRecord,
 )
+from bench.sim.disagg import DisaggEngine
 from bench.sim.engine import Engine, ServeOptions, engine_for
 from bench.sim.prefix_cache import trace_block_keys
 from bench.sim.roofline import Deployment
@@ -63,22 +64,47 @@ def build_engine(
     mtp_acceptance: float | None = None,
     memory_fraction: float | None = None,
     prefix_cache: str | None = None,
-) -> Engine:
+    disagg: str | None = None,
+    prefill_parallel: str | None = None,
+    decode_parallel: str | None = None,
+    kv_link: str | None = None,
+) -> Engine | DisaggEngine:
     """An engine for a deployment, with the engine's own defaults for anything not given.
 
     parallel ("tp4", "dep8", "tep8") overrides tp. Each data-parallel rank is its own engine
     instance in a real server, so the per-instance limits (max_num_seqs,
     max_num_batched_tokens) are multiplied by dp for the one simulated scheduler.
+    disagg ("1P1D", bench.sim.disagg): prefill and decode pools of that many instances, each
+    of prefill_parallel / decode_parallel (default: the deployment's own), KV moved over
+    kv_link (auto: NVLink within the scale-up domain, else the network).
     """
     from bench.sim.roofline import parse_parallel
 
-    tp, dp, ep = parse_parallel(parallel) if parallel else (tp, 1, 1)
     acceptance = {"mtp_acceptance": mtp_acceptance} if mtp_acceptance is not None else {}
-    dep = Deployment.build(
-        gpu, model, precision, tp, kv_precision, dp=dp, ep=ep, engine=engine, mtp=mtp,
-        **acceptance,
+
+    def deployment(par: str | None) -> Deployment:
+        t, dp, ep = parse_parallel(par) if par else (tp, 1, 1)
+        return Deployment.build(
+            gpu, model, precision, t, kv_precision, dp=dp, ep=ep, engine=engine, mtp=mtp,
+            **acceptance,
+        )  # fmt: skip
+
+    if disagg is None:
+        if prefill_parallel or decode_parallel or kv_link:
+            raise ValueError(
+                "--prefill-parallel, --decode-parallel and --kv-link describe a disaggregated "
+                "deployment: give --disagg too (e.g. --disagg 1P1D)"
+            )
+        dep = deployment(parallel)
+        return engine_for(dep, max_num_seqs, max_num_batched_tokens, memory_fraction, prefix_cache)
+    from bench.sim.disagg import build_disagg
+
+    return build_disagg(
+        deployment(prefill_parallel or parallel), deployment(decode_parallel or parallel),
+        disagg, kv_link or "auto", max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, memory_fraction=memory_fraction,
+        prefix_cache=prefix_cache,
     )  # fmt: skip
-    return engine_for(dep, max_num_seqs, max_num_batched_tokens, memory_fraction, prefix_cache)
 
 
 def run_virtual(
@@ -195,7 +221,7 @@ def _drive(
             try:
                 seq = engine.add_request(
                     k, int(lengths[k, 0]), int(lengths[k, 1]), tag=_Track(k),
-                    keys=keys[k] if keys is not None else None,
+                    keys=keys[k] if keys is not None else None, ago_s=t - at,
                 )  # fmt: skip
                 trace.tracks[k] = seq.tag
             except ValueError as exc:
@@ -347,18 +373,22 @@ class VirtualExecutor:
             o.max_num_batched_tokens, o.kv_precision, parallel=self.parallel,
             engine=self.engine, mtp=o.mtp, mtp_acceptance=o.mtp_acceptance,
             memory_fraction=o.memory_fraction, prefix_cache=o.prefix_cache,
+            disagg=o.disagg, prefill_parallel=o.prefill_parallel,
+            decode_parallel=o.decode_parallel, kv_link=o.kv_link,
         )  # fmt: skip
 
     def adopt(self, scenario):
         """A copy of the scenario aimed at this deployment: its model, GPUs and a label
         saying virtual time (the plan needs a target URL, which nothing will call)."""
-        dep = self.build().dep
+        engine = self.build()
+        dep = engine.dep
         sc = scenario.model_copy(deep=True)
         sc.target.base_url = sc.target.base_url or VIRTUAL_URL
         sc.target.model = sc.target.model or dep.model.name
-        sc.gpu.type, sc.gpu.count = dep.gpu.name, dep.gpus
+        sc.gpu.type, sc.gpu.count = dep.gpu.name, engine.gpus  # a disaggregated one: P + D
+        split = f" {engine.spec}" if isinstance(engine, DisaggEngine) else ""
         sc.label = sc.label or (
-            f"{dep.gpu.name} x{dep.gpus} {dep.model.name} {self.precision} (virtual time)"
+            f"{dep.gpu.name} x{engine.gpus}{split} {dep.model.name} {self.precision} (virtual time)"
         )
         return sc
 
@@ -403,7 +433,7 @@ class VirtualExecutor:
         dep = engine.dep
         hw = {
             "gpu": dep.gpu.name,
-            "gpu_count": dep.gpus,
+            "gpu_count": engine.gpus,  # a disaggregated deployment: prefill + decode GPUs
             "model": dep.model.name,
             "precision": self.precision,
             "tp": dep.tp,

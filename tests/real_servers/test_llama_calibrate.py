@@ -9,19 +9,16 @@ in virtual time: the simulator's scheduling, batching and queueing against the e
 error per quantity is printed (pytest -s shows it).
 
 The issue's targets below saturation (medians within 15%, p99 within 30%) are MISSED, and the
-test asserts only what held in every run, with a margin (2026-12-03, 2 cores under a load
-average near 20, four runs; below saturation): output throughput within 15%. The rest is
-printed, not asserted: TPOT p50 was off 6-78%, TPOT p99 5-55%, TTFT p99 1-140%, TTFT p50 12%
-to 1,600% (a run whose calibrated device saturated below the measured load). Run to run the
-same point moved by tens of per cent: 36 requests per point on a machine this busy.
-The embedding/LM-head overcount (8.2M of this tiny model's 8.5M parameters; prefill was
-charged ~25x its GEMM FLOPs) is fixed in the roofline (issue 25): in sample the fit now stays
-inside its ranges (before: mfu 0.98-1.0 in two of three runs, t_tok_s on its lower bound) and
-TTFT p50 fits to 20-53% mean (190-331% before; three runs each side in sample, two before and
-three after held out, 2026-12-03, loaded 2-core VM), TTFT p99 11-47% (126-268%). Held out it did not robustly improve: worst below saturation
-TTFT p50 1,364-1,443% after and 112-1,717% before, TPOT p50 83-113% and 18-192%, output
-throughput 14-22% and 8-40%; with 36 requests per point on a machine this busy the same point
-moves by tens of per cent from run to run, so the assertion is left where it was.
+test asserts only what held in every run, with a margin: output throughput within 25%.
+With 96 requests per point (36 before: the same point moved by tens of per cent from run to
+run) and weights streamed at the measured last-level-cache rate (the tiny model's 17.7 MB sit
+in L3), three runs on 2 cores beside other work (2026-12-03), worst held-out error below
+saturation: TTFT p50 23%, 14%, 943%; TTFT p99 81%, 50%, 84%; TPOT p50 27%, 32%, 128%; TPOT p99
+42%, 30%, 40%; output throughput 0%, 0%, 1%. The third run's --parallel 4 saturation measured
+20% below the first's (the machine was busier then), so its calibrated device predicted the
+--parallel 2 server saturating below a load the real one served: the host's own variation is
+the largest error left. With 36 requests per point the same figures were 11-1,443% (TTFT p50)
+and 83-212% (TPOT p50).
 """
 
 from __future__ import annotations
@@ -45,7 +42,7 @@ from tests.real_servers import tiny_llama
 from tests.real_servers.llama_server import LlamaServer, start_llama_server, unavailable
 
 PARALLEL, OTHER_PARALLEL = 4, 2
-IN, OUT, N = 96, 32, 36  # prompt tokens, output tokens, requests per point
+IN, OUT, N = 96, 32, 96  # prompt tokens, output tokens, requests per point
 FIT_LOADS = (0.3, 0.65)  # of the saturation rate, beside the saturated closed loop
 HELD_LOADS = (0.5, 0.8)
 MEDIAN_TARGET, P99_TARGET = 0.15, 0.30  # the issue's; printed against, not asserted (missed)

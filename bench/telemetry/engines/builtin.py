@@ -65,6 +65,7 @@ ENGINES.register(
             "prefix_cache_hit_rate": (("sglang:cache_hit_rate", {}),),
             "generation_tokens_total": (("sglang:generation_tokens_total", {}),),
             # A recent mean acceptance length of speculative decoding (a gauge; no counters).
+            # The name is one of the essential metrics SGLang's own test_metrics.py checks.
             "spec_decode_accept_length": (("sglang:spec_accept_length", {}),),
         },
     ),

@@ -1,0 +1,329 @@
+"""Every simulated figure a user sees carries its expected error (issue 26): the dashboard's run
+page, comparison tables, curves and API, the deck and the workbook show what `sim run` printed
+(bench.sim.error_bars, one source), flag the points near saturation, and show nothing new on
+a measured run. `sim tune --profile` runs the profile's GPU type on its calibrated device and
+widens its ranges by the profile's own errors."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bench.cli import app
+from bench.cost import load_catalogue
+from bench.curves import run_curve
+from bench.export.formats import write
+from bench.export.report import build_report
+from bench.metrics import parse_thresholds
+from bench.scenario import parse_scenario
+from bench.sim.profiles import get_gpu
+from bench.sim.profiles.accuracy import bounds, expected_error
+from bench.sim.user_calibration import (
+    CalibrationProfile,
+    ParamFit,
+    PointResidual,
+    Settings,
+    bounds_for,
+    load_profile,
+    write_profile,
+)
+from bench.sim.virtual import simulate
+from bench.sim_tune import Space, search
+from bench.store import RunWriter
+from bench.store.engine import dispose_all
+
+COMMON = ["--num-prompts", "24", "--random-input-len", "300", "--random-output-len", "40"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A simulated H100 sweep (2 req/s, and everything at once: near saturation) stored by
+    `sim run` with its --summary-json, and a measured run of the same shape."""
+    tmp = tmp_path_factory.mktemp("errviews")
+    db, out = str(tmp / "t.db"), tmp / "s.json"
+    res = CliRunner().invoke(app, [
+        "sim", "run", "--gpu", "H100", "--model", "llama-3.1-8b", "--max-num-seqs", "16",
+        "--request-rates", "2,inf", *COMMON, "--db", db, "--summary-json", str(out),
+    ], env={"COLUMNS": "200"})  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    writer = RunWriter(db, name="measured", label="H100 measured", backend="vllm",
+                       model="llama-3.1-8b", gpu_type="H100-SXM", gpu_count=1)  # fmt: skip
+    rng = np.random.default_rng(3)
+    for lp, rate in enumerate((2.0, 8.0)):
+        writer.start_load_point(lp, label=f"point {lp + 1}: rate {rate:g} req/s", target_rate=rate)
+        reqs = [(float(t), 300, 40) for t in np.cumsum(rng.exponential(1 / rate, 24))]
+        for rec in simulate(reqs, "H100-SXM", "llama-3.1-8b", "fp8", 1, load_point=lp):
+            writer.submit(rec)
+        writer.end_load_point(lp)
+    writer.finish("completed")
+    yield db, doc["run_id"], writer.run_id, doc
+    dispose_all()
+
+
+def _site(db):
+    from server.app import create_app
+
+    return create_app(db, api_token="t", allow_hosts=[], open_reads=True,
+                      server_names=["testserver"])  # fmt: skip
+
+
+def _get(db, *paths):
+    from fastapi.testclient import TestClient
+
+    site = _site(db)
+    try:
+        with TestClient(site) as client:
+            return [client.get(p) for p in paths]
+    finally:
+        site.state.tb.jobs.shutdown()
+
+
+def test_api_and_run_page_carry_what_sim_run_printed(runs):
+    db, sim_id, measured_id, doc = runs
+    err, basis = expected_error("H100", "llama-3.1-8b")
+    api, page, api_m, page_m = _get(db, f"/api/curves?run={sim_id}", f"/runs/{sim_id}",
+                                    f"/api/curves?run={measured_id}", f"/runs/{measured_id}")  # fmt: skip
+    curve = api.json()[0]
+    assert curve["error_bars"]["basis"] == basis == doc["simulation_error"]["basis"]
+    assert curve["error_bars"]["saturation_requests_per_s"] == pytest.approx(
+        doc["simulation_error"]["saturation_requests_per_s"]
+    )
+    by_lp = {p["load_point"]: p["error_bars"] for p in curve["points"]}
+    for printed in doc["points"]:
+        shown, cli = by_lp[printed["index"]], printed["expected_error"]
+        assert shown["near_saturation"] == cli["near_saturation"]
+        if math.isinf(cli["utilisation"]):  # rate inf: JSON has no infinity
+            assert shown["utilisation"] is None
+        else:
+            assert shown["utilisation"] == pytest.approx(cli["utilisation"], rel=1e-6)
+        for q in ("ttft_p50", "ttft_p99", "tpot_p99", "output_tps"):
+            assert shown[q]["expected_error"] == cli[q]["expected_error"] == err
+            assert shown[q]["value"] == pytest.approx(cli[q]["value"], rel=1e-6)
+            assert (shown[q]["low"], shown[q]["high"]) == pytest.approx(
+                bounds(cli[q]["value"], err), rel=1e-6
+            )
+    assert [by_lp[i]["near_saturation"] for i in (0, 1)] == [False, True]
+
+    text = page.text
+    note = html.unescape(text.split('id="sim-error">')[1].split("</p>")[0])
+    assert f"± {err:.0%}" in note and f"(simulated: {basis})" in note
+    rows = text.split('id="points-table"')[1].split("</table>")[0].split("<tr>")[2:]
+    assert len(rows) == 2
+    for row in rows:  # five figures with an error each; the overloaded point flagged
+        assert row.count(f"±{err:.0%}</small>") == 5
+    flagged = [r for r in rows if "near saturation" in r]
+    assert len(flagged) == 1 and "rate inf" in flagged[0]
+
+    assert api_m.json()[0]["error_bars"] is None
+    assert all(p["error_bars"] is None for p in api_m.json()[0]["points"])
+    assert "±" not in page_m.text and "sim-error" not in page_m.text
+    assert "near saturation" not in page_m.text and "Utilisation (simulated)" not in page_m.text
+
+
+def test_compare_page_and_curves_put_error_bars_on_simulated_runs_only(runs):
+    from dashboards.figures import throughput_vs_interactivity, throughput_vs_latency
+
+    db, sim_id, measured_id, _ = runs
+    err, _ = expected_error("H100", "llama-3.1-8b")
+    (page,) = _get(db, f"/compare?run={sim_id}&run={measured_id}")
+    table = page.text.split('id="percentile-table"')[1].split("</table>")[0]
+    rows = table.split("<tr>")[2:]
+    sim_rows = [r for r in rows if "(simulated)" in r]
+    measured_rows = [r for r in rows if "H100 measured" in r]
+    assert len(sim_rows) == len(measured_rows) == 2
+    assert all(r.count(f"±{err:.0%}</small>") == 7 for r in sim_rows)
+    assert not any('class="err"' in r or "near saturation" in r for r in measured_rows)
+
+    sim, measured = run_curve(sim_id, db), run_curve(measured_id, db, index=1)
+    fig = throughput_vs_latency([sim, measured], "ttft", "p99")
+    traces = {t.meta: t for t in fig.data}
+    s, m = traces[sim_id], traces[measured_id]
+    lows = [bounds(x, err)[0] for x in s.x]
+    assert list(s.error_x.arrayminus) == pytest.approx(
+        [x - lo for x, lo in zip(s.x, lows, strict=True)]
+    )
+    assert list(s.error_y.array) == pytest.approx([y * err for y in s.y])
+    assert m.error_x.array is None and m.error_y.array is None
+    fig = throughput_vs_interactivity([sim, measured])
+    s, m = (next(t for t in fig.data if t.meta == run and t.mode == "markers")
+            for run in (sim_id, measured_id))  # fmt: skip
+    assert list(s.error_x.array) == pytest.approx([x * err for x in s.x])  # 1000 / TPOT p50
+    assert m.error_x.array is None
+
+
+def test_deck_and_workbook_carry_the_errors_and_flags(runs, tmp_path: Path):
+    from openpyxl import load_workbook
+    from pptx import Presentation
+
+    db, sim_id, measured_id, doc = runs
+    err, basis = expected_error("H100", "llama-3.1-8b")
+    report = build_report([sim_id, measured_id], db, [], load_catalogue(), 1.0)
+    table = report.sim_error
+    assert [r[0] for r in table.rows] == [sim_id, sim_id]  # the measured run has no row
+
+    wb = load_workbook(write(report, "xlsx", tmp_path / "r.xlsx"))
+    ws = wb["sim_error"]
+    head = [c.value for c in ws[1]]
+    rows = [[c.value for c in r] for r in ws.iter_rows(min_row=2, max_row=3)]
+    printed = {p["index"]: p["expected_error"] for p in doc["points"]}
+    for row in rows:
+        lp = row[head.index("Load point")] - 1
+        assert row[head.index("TTFT p99 expected error")] == pytest.approx(err * 100)
+        assert row[head.index("TTFT p99 (ms)")] == pytest.approx(
+            printed[lp]["ttft_p99"]["value"], rel=1e-3
+        )
+        assert (row[head.index("Near saturation")] == "near saturation") == printed[lp][
+            "near_saturation"
+        ]
+        assert row[head.index("Where the error comes from")] == f"simulated: {basis}"
+    assert measured_id not in {r[0] for r in rows}
+    about = " ".join(str(c.value) for r in wb["about"].iter_rows() for c in r if c.value)
+    assert "sheet sim_error" in about
+
+    deck = Presentation(str(write(report, "pptx", tmp_path / "r.pptx")))
+    slides = [
+        " ".join(sh.text_frame.text for sh in s.shapes if sh.has_text_frame)
+        + " ".join(
+            c.text for sh in s.shapes if sh.has_table for r in sh.table.rows for c in r.cells
+        )
+        for s in deck.slides
+    ]
+    appendix = [t for t in slides if "expected error of the simulated figures" in t]
+    assert len(appendix) == 1
+    assert f"±{err:.0%}" in appendix[0] and "near saturation" in appendix[0]
+    assert "held-out (leave-one-source-out)" in appendix[0]  # where the error comes from
+    ttft = next(t for t in slides if "Throughput per GPU vs P99 TTFT" in t)
+    assert f"±{err:.0%} on latency" in ttft and "near saturation at rate inf" in ttft
+    # the native chart: error bars on the simulated run's throughput, none on the measured one
+    from pptx.oxml.ns import qn
+
+    chart = next(
+        sh.chart
+        for s in deck.slides
+        for sh in s.shapes
+        if sh.has_chart
+        and sh._element.nvGraphicFramePr.cNvPr.get("title") == "Throughput per GPU vs P99 TTFT"
+    )
+    bars = {}
+    for ser in chart.plots[0].series:
+        found = ser._element.findall(qn("c:errBars"))
+        plus = [float(v.text) for b in found for v in b.find(qn("c:plus")).iter(qn("c:v"))]
+        ys = [float(v.text) for v in ser._element.find(qn("c:yVal")).iter(qn("c:v"))]
+        bars[ser.name] = (plus, ys)
+    sim_plus, sim_ys = next(v for k, v in bars.items() if "(simulated)" in k)
+    assert sim_plus == pytest.approx([y * err for y in sim_ys])
+    assert bars["H100 measured"][0] == []
+
+    # a report of the measured run alone shows nothing new
+    alone = build_report([measured_id], db, [], load_catalogue(), 1.0)
+    assert not alone.sim_error.rows and "sim_error" not in [t.name for t in alone.tables]
+    assert "sim_error" not in load_workbook(write(alone, "xlsx", tmp_path / "m.xlsx")).sheetnames
+    text = " ".join(
+        sh.text_frame.text
+        for s in Presentation(str(write(alone, "pptx", tmp_path / "m.pptx"))).slides
+        for sh in s.shapes
+        if sh.has_text_frame
+    )
+    assert "expected error" not in text.lower()
+
+
+# -- sim tune --profile ------------------------------------------------------------------------
+
+SCENARIO = """
+name: tiny
+load: {shape: poisson, request_rate: 4, num_prompts: 120}
+workload:
+  input: {dist: fixed, mean: 256}
+  output: {dist: fixed, mean: 48}
+seed: 7
+"""
+TUNE_SLO = "p99_ttft_ms<=500,p99_tpot_ms<=12"
+SPACE = dict(precisions=["fp8"], mtp=[0], max_num_seqs=[16], parallels=["tp1"], refine=False)
+# The profile's own errors (its one fitted point's residuals): TTFT 12%, TPOT 7%, tok/s 9%.
+MEASURED = {"ttft_p50": 100.0, "tpot_p50": 10.0, "output_tps": 1000.0}
+SIMULATED = {"ttft_p50": 112.0, "tpot_p50": 10.7, "output_tps": 1090.0}
+
+
+def _profile(tmp_path: Path, mbu: float | None = None) -> Path:
+    """An H100 calibration profile at the published fit's values (H100, vLLM), with `mbu`
+    instead of the fit's when given."""
+    from bench.sim.virtual import build_engine
+
+    eff = build_engine("H100", "llama-3.1-8b").dep.eff
+    values = {"mbu": mbu or eff.mbu, "mfu": eff.mfu, "mfu_prefill_ratio": eff.mfu_prefill / eff.mfu,
+              "kv_bw_ratio": eff.kv_bw_ratio, "t_layer_s": eff.t_layer_s, "t_tok_s": eff.t_tok_s}  # fmt: skip
+    params = [ParamFit(b.name, values[b.name], b.low, b.high, b.source, 1.05)
+              for b in bounds_for("nvidia")]  # fmt: skip
+    prof = CalibrationProfile(get_gpu("H100"), Settings(model="llama-3.1-8b"), params,
+                              [PointResidual("r", 0, "rate 4/s", MEASURED, SIMULATED)], [])  # fmt: skip
+    return write_profile(prof, tmp_path / f"mbu-{mbu}.yaml")
+
+
+def _tune(profile=None, gpus=("H100",)):
+    sc = parse_scenario(SCENARIO, source="tiny")
+    return search(sc, "llama-3.1-8b", Space(gpus=list(gpus), **SPACE),
+                  parse_thresholds(TUNE_SLO), load_catalogue(), store=False, slo_iterations=5,
+                  slo_draws=0, top=1, profile=profile)  # fmt: skip
+
+
+def test_sim_tune_runs_the_profiles_gpu_on_its_device_with_its_errors(tmp_path: Path):
+    same, slow = (load_profile(_profile(tmp_path, m)) for m in (None, 0.65))
+    published = _tune().searched()[0]
+    on_same = _tune(same).searched()[0]
+    on_slow = _tune(slow, gpus=("H100", "B200")).searched("H100")[0]
+    assert on_slow.config.profile == str(slow.path) and published.config.profile is None
+    # the profile's device is what runs: the fit's own values give the fit's capacity, a
+    # slower memory path (mbu 0.65 against the fit's 0.88) less
+    assert on_same.value == pytest.approx(published.value, rel=1e-3)  # written to 4 digits
+    assert 0 < on_slow.value < 0.95 * published.value
+    # the profile's own error (its largest, TTFT's 12%) widens its range, not the category's
+    assert on_slow.capacity.sim_error == pytest.approx(0.12)
+    assert published.capacity.sim_error == expected_error("H100", "llama-3.1-8b")[0]
+    cap = on_slow.capacity
+    assert cap.high >= cap.value * 1.12 * (1 - 1e-9) and cap.low <= cap.value * 0.88 * (1 + 1e-9)
+    assert "--profile" in on_slow.config.command("llama-3.1-8b", "vllm")
+    b200 = _tune(slow, gpus=("H100", "B200")).searched("B200")[0]
+    assert b200.config.profile is None and b200.capacity.sim_error == 0.14
+
+
+def test_sim_tune_profile_cli_prints_its_errors_and_refuses_a_missing_device(tmp_path: Path):
+    path = _profile(tmp_path, 0.65)
+    (tmp_path / "sc.yaml").write_text(SCENARIO)
+    base = ["sim", "tune", "--slo", TUNE_SLO, "--scenario", str(tmp_path / "sc.yaml"),
+            "--precisions", "fp8", "--mtp", "0", "--max-num-seqs", "16", "--parallel", "tp1",
+            "--no-refine", "--db", str(tmp_path / "t.db")]  # fmt: skip
+    res = CliRunner().invoke(app, [*base, "--profile", str(path)], env={"COLUMNS": "250"})
+    assert res.exit_code == 0, res.output
+    assert "H100-SXM (calibrated) tp1 fp8" in res.output  # the profile's device alone
+    line = next(ln for ln in res.output.splitlines() if ln.startswith("Expected error"))
+    assert "±7% to ±12% by quantity" in line and f"calibration profile {path}" in line
+    res = CliRunner().invoke(app, [*base, "--profile", str(path), "--gpus", "B200"])
+    assert res.exit_code == 2
+    msg = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(msg) == 1 and re.search(
+        r"calibrates H100-SXM, which is not among --gpus B200", msg[0]
+    )
+
+
+def test_sim_serve_with_a_profile_announces_its_errors(tmp_path: Path):
+    """A run measured against `sim serve --profile` is stored with the profile's errors (the
+    endpoint announces them in /v1/models, bench.sim.detect), not the category's."""
+    from bench.sim.error_bars import calibration_record
+    from bench.sim.server import SimServer
+    from bench.sim.virtual import build_engine
+
+    prof = load_profile(_profile(tmp_path, 0.65))
+    record = calibration_record(prof)
+    assert record["expected_error"] == pytest.approx({"ttft_p50": 0.12, "tpot_p50": 0.07,
+                                                      "output_tps": 0.09})  # fmt: skip
+    engine = build_engine(prof.calibrated_device(), "llama-3.1-8b")
+    assert SimServer(engine, "llama-3.1-8b", calibration=record).hardware()["calibration"] == record
+    assert "calibration" not in SimServer(engine, "llama-3.1-8b").hardware()

@@ -228,17 +228,20 @@ def test_sim_run_without_rates_replays_the_traces_own_timestamps(tmp_path):
     sample = ROOT / "scenarios" / "traces" / "agentic-mooncake-sample.jsonl"
     want = [json.loads(line)["timestamp"] for line in sample.read_text().splitlines()]
     db = f"sqlite:///{tmp_path / 'tb.db'}"
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "sim", "run", "--gpu", "B200", "--model", "llama-3.3-70b",
-         "--scenario", str(ROOT / "scenarios" / "agentic-replay.yaml"), "--db", db],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+
+    proc = CliRunner().invoke(app, [
+        "sim", "run", "--gpu", "B200", "--model", "llama-3.3-70b",
+        "--scenario", str(ROOT / "scenarios" / "agentic-replay.yaml"), "--db", db,
+    ], env={"COLUMNS": "250"})  # fmt: skip
+    assert proc.exit_code == 0, proc.output
     (run,) = list_runs(db)
     sent_ms = sorted(r.intended_ns / 1e6 for r in load_records(run.id, 0, db))
     assert sent_ms == pytest.approx([t - want[0] for t in want], abs=1e-3)
     rate = (len(want) - 1) / ((want[-1] - want[0]) / 1000)  # the trace's own mean rate
-    assert f"rate {rate:g} req/s" in proc.stdout
+    assert f"rate {rate:g} req/s" in proc.output
 
 
 def test_a_sweep_keeps_the_trace_at_each_rate_and_refuses_concurrency(tmp_path):

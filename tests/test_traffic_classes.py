@@ -27,6 +27,19 @@ def tokenbench(*args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+def invoke(*args: str):
+    """The CLI in this process (no subprocess: the fast subset starts none), with
+    `returncode`, `stdout` and `stderr` as tokenbench() gives them."""
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+
+    res = CliRunner().invoke(app, list(args), env={"COLUMNS": "250"})
+    return SimpleNamespace(returncode=res.exit_code, stdout=res.output, stderr=repr(res.exception))
+
+
 def test_shipped_mix_gives_each_request_a_class_with_its_own_lengths():
     sc = load_scenario(MIX)
     assert sc.class_shares() == pytest.approx({"chat": 2 / 3, "agent": 1 / 3})
@@ -293,7 +306,7 @@ def mixed_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mix")
     db = f"sqlite:///{folder / 'mix.db'}"
     out = folder / "summary.json"
-    proc = tokenbench(
+    proc = invoke(
         "sim", "run", "--gpu", "B200", "--scenario", str(MIX), "--num-prompts", "45",
         "--request-rates", "0.5,4", "--seed", "7", "--slo-iterations", "0", "--slo-draws", "0",
         "--db", db, "--summary-json", str(out),
@@ -348,7 +361,7 @@ def test_hit_rates_per_class_equal_an_independent_count_over_the_records(mixed_r
             assert "server" not in own  # both classes shared the server: its counters are neither's
         assert point["classes"]["chat"]["prompt_cache"]["intended"]["share"] == 0.0  # random
         assert point["classes"]["agent"]["prompt_cache"]["intended"]["share"] > 0.3  # 70% shared
-    shown = tokenbench("show", run_id, "--db", db)
+    shown = invoke("show", run_id, "--db", db)
     assert "intended / served / server" in shown.stdout, shown.stdout
     agent = doc["points"][0]["classes"]["agent"]["prompt_cache"]
     row = next(line for line in shown.stdout.splitlines() if line.strip("│ ").startswith("agent"))
@@ -411,7 +424,7 @@ def test_deck_and_workbook_carry_the_per_class_table(mixed_run, tmp_path):
 
     db, run_id, doc = mixed_run
     for fmt in ("pptx", "xlsx"):
-        proc = tokenbench("export", run_id, "--format", fmt, "--out", str(tmp_path / f"r.{fmt}"),
+        proc = invoke("export", run_id, "--format", fmt, "--out", str(tmp_path / f"r.{fmt}"),
                           "--db", db)  # fmt: skip
         assert proc.returncode == 0, proc.stderr
     ws = openpyxl.load_workbook(tmp_path / "r.xlsx")["classes"]

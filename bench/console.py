@@ -208,21 +208,28 @@ def thin_tails(name: str, confidence: dict, keys) -> list[str]:
 def classes_table(classes: dict[str, dict], slo=(), *, title: str = "Per traffic class") -> Table:
     """One row per traffic class from Summary.to_json()'s `classes`: its requests,
     throughput, P99s and, given the SLO (CLASS:NAME thresholds), whether it meets its own."""
-    from bench.curves import point_from_summary
-    from bench.metrics import class_scope
+    from bench.curves import class_verdict, point_from_summary
 
     t = Table(title=title, title_justify="left")
+    cached = any(class_cache_cells(doc) != ("—",) * 3 for doc in classes.values())
     cols = ("class", "completed", "failed", "req/s", "out tok/s", "p50 TTFT ms", "p99 TTFT ms",
             "p99 TPOT ms", "own SLO")  # fmt: skip
     for col in cols:
         t.add_column(col, justify="left" if col == "class" else "right")
+    if cached:
+        t.add_column("prompt cache hit\nintended / served / server", justify="right")
+        t.caption = (
+            "prompt cache hit: share of prompt tokens; intended = what the class's prompts "
+            "imply with a cache that keeps every block; served = usage cached_tokens (the "
+            "simulator's cache on a simulated run); server = its counters, only when one "
+            "class alone sent the point's requests"
+        )
+        t.caption_justify = "left"
+    whole = point_from_summary({"classes": classes}, load_point=0, title="", offered=None, gpus=1)
     for name, doc in classes.items():
-        point = point_from_summary(doc, load_point=0, title=name, offered=None, gpus=1)
-        own = [t for t in slo if class_scope(t.metric)[0] == name]
-        verdict = ""
-        if own:
-            bare = [type(x)(class_scope(x.metric)[1], x.op, x.limit) for x in own]
-            verdict = "[green]meets[/]" if point.meets(bare) else "[red]breaks[/]"
+        point = whole.classes[name]
+        meets = class_verdict(whole, name, slo)
+        verdict = "" if meets is None else "[green]meets[/]" if meets else "[red]breaks[/]"
         t.add_row(
             name,
             f"{point.completed:,}",
@@ -233,8 +240,20 @@ def classes_table(classes: dict[str, dict], slo=(), *, title: str = "Per traffic
             _fmt(point.value("p99_ttft_ms"), 0),
             _fmt(point.value("p99_tpot_ms"), 1),
             verdict,
+            *([" / ".join(class_cache_cells(doc))] if cached else []),
         )
     return t
+
+
+CACHE_SOURCES = ("intended", "usage", "server")  # Summary.prompt_cache's, in shown order
+
+
+def class_cache_cells(doc: dict) -> tuple[str, ...]:
+    """A summary JSON's prompt-cache hit rates, intended / served (usage) / server, as
+    percentages ('—' where unknown)."""
+    parts = doc.get("prompt_cache") or {}
+    shares = ((parts.get(k) or {}).get("share") for k in CACHE_SOURCES)
+    return tuple("—" if v is None else f"{v:.1%}" for v in shares)
 
 
 def print_summary(summary: Summary, *, title: str = "Results", metrics=None, slo=()) -> None:

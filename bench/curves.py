@@ -23,6 +23,8 @@ from bench.metrics import (
     meets_slo,
     parse_goodput,
     parse_slo,
+    restore_prompt_cache,
+    scoped_slo,
     slo_text,
     summarize,
     with_error_bound,
@@ -270,7 +272,10 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
         cols = load_columns(run.id, lp.load_point, db)
         if len(cols.state):
             cols = cols.measured(lp.warmup_s, lp.cooldown_s)
-            summary = summarize(cols, percentiles=percentiles, goodput=goodput).to_json()
+            fresh = summarize(cols, percentiles=percentiles, goodput=goodput)
+            # ... with what the records cannot say again: the reuse implied, server counters
+            restore_prompt_cache(fresh, lp.summary_json or {})
+            summary = fresh.to_json()
         elif lp.summary_json:
             summary = lp.summary_json
         else:
@@ -286,10 +291,6 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
         point.role, point.draw = str(params.get("role") or "grid"), params.get("draw")
         # The stored summary knows whether the point was cut short; a recomputed one does not.
         point.partial = point.partial or bool((lp.summary_json or {}).get("interrupted"))
-        # ... and what the records cannot say again: the trace's reuse, the server's counters
-        stored = (lp.summary_json or {}).get("prompt_cache") or {}
-        fresh = summary.get("prompt_cache") or {}
-        point.prompt_cache = _cache_parts(fresh, stored)
         curve.points.append(point)
     if run.simulated and curve.points:
         lateness = sim_lateness_ms(run.id, db)
@@ -1164,6 +1165,80 @@ def stored_slo(infos) -> list[Threshold]:
         return parse_slo(list(found[0]), flag="stored SLO")
     except ValueError:
         return []
+
+
+def class_slo(info) -> list[Threshold]:
+    """The SLO a stored run's traffic classes are judged at: the one its sweep stored, else
+    each class's own from its stored scenario (CLASS:NAME thresholds); [] when neither."""
+    found = stored_slo([info])
+    if found:
+        return found
+    out: list[Threshold] = []
+    for c in info.scenario().get("classes") or ():
+        if not isinstance(c, dict) or not c.get("slo") or not c.get("name"):
+            continue
+        try:
+            out += scoped_slo(parse_slo(c["slo"], flag=f"classes.{c['name']}.slo"), c["name"])
+        except ValueError:
+            return []
+    return out
+
+
+def class_verdict(point: CurvePoint, name: str, slo: Sequence[Threshold]) -> bool | None:
+    """Whether traffic class `name` meets its own SLO at this point (the CLASS:NAME
+    thresholds of `slo`, read on the class's own figures); None when it has none here."""
+    own = [t for t in slo if class_scope(t.metric)[0] == name]
+    sub = point.classes.get(name)
+    if not own or sub is None:
+        return None
+    return sub.meets([Threshold(class_scope(t.metric)[1], t.op, t.limit) for t in own])
+
+
+@dataclass
+class ClassRow:
+    """One traffic class at one load point: what the per-class views (run page, report,
+    API) show. `figures` is the class's own CurvePoint (its prompt_cache too)."""
+
+    point: CurvePoint
+    name: str
+    figures: CurvePoint
+    meets: bool | None  # its own SLO (None: no SLO of its own)
+
+
+def class_rows(curve: RunCurve, slo: Sequence[Threshold]) -> list[ClassRow]:
+    """Each load point's traffic classes, by offered load (then the order measured); []
+    for a run without classes."""
+    points = sorted(curve.points, key=lambda p: (p.offered or 0.0, p.load_point))
+    return [
+        ClassRow(p, name, sub, class_verdict(p, name, slo))
+        for p in points
+        for name, sub in sorted(p.classes.items())
+    ]
+
+
+@dataclass
+class ClassView:
+    """A stored run's traffic classes as every per-class view shows them (run page, API):
+    their SLOs, their rows per load point, and a sweep's capacity naming the class that binds."""
+
+    slo: list[Threshold]
+    rows: list[ClassRow]
+    capacity: Capacity | None
+
+    @property
+    def binding(self) -> str | None:
+        return self.capacity.binding if self.capacity is not None else None
+
+
+def class_view(curve: RunCurve, info) -> ClassView:
+    """`info` is the run's stored RunInfo (its SLO, its scenario's classes)."""
+    if not any(p.classes for p in curve.points):
+        return ClassView([], [], None)
+    slo = class_slo(info)
+    capacity = None
+    if slo and len(curve.points) > 1:  # a sweep: the load where the first class breaks
+        capacity = capacity_at_slo(curve, slo, curve.sim_error)
+    return ClassView(slo, class_rows(curve, slo), capacity)
 
 
 def resolve_slo(given, infos) -> tuple[list[Threshold], str]:

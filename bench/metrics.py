@@ -599,6 +599,23 @@ def _class_summaries(
     return out
 
 
+# What a summary recomputed from stored requests cannot say again: the reuse the workload
+# implied and the server's own counters (the session added them when the point ran).
+STORED_CACHE_SOURCES = ("intended", "server")
+
+
+def restore_prompt_cache(summary: Summary, stored: dict) -> None:
+    """Put a point's stored prompt-cache figures that its requests cannot give again
+    (STORED_CACHE_SOURCES) back on a recomputed summary, and each traffic class's on its
+    class: one rule for `show`, the curves and every view built on them."""
+    for source in STORED_CACHE_SOURCES:
+        part = (stored.get("prompt_cache") or {}).get(source)
+        if part:
+            summary.prompt_cache[source] = part
+    for name, sub in summary.classes.items():
+        restore_prompt_cache(sub, (stored.get("classes") or {}).get(name) or {})
+
+
 def _usage_notes(cols: Columns) -> list[str]:
     """Say so when a server's usage was not believed (bench.backends.bounds): the figures
     count the streamed tokens of those requests instead."""

@@ -496,6 +496,20 @@ def mean_rate(scenario) -> float | None:
     return SHAPES.get(load.shape).mean_rate(load)
 
 
+def own_rate(scenario, base_dir: Path | None = None) -> float | None:
+    """The rate at which one point sends the scenario's own load: its shape's mean rate, or
+    for a replayed trace (load.shape trace, a Mooncake/agentic dataset) the mean rate of
+    its timestamps as loaded, (n - 1) / span as arrivals.scaled_to_rate counts it, so a
+    point at this rate replays them exactly as they are. Reads the trace file; None for a
+    closed loop or a trace of one instant."""
+    rate = mean_rate(scenario)
+    if rate is not None or scenario.load.shape != "trace":
+        return rate
+    offsets = scenario.trace(base_dir).offsets_s
+    span = float(offsets[-1] - offsets[0]) if len(offsets) else 0.0
+    return (len(offsets) - 1) / span if span > 0 and len(offsets) > 1 else None
+
+
 def _resolve(path: str, base_dir: Path | None) -> Path:
     p = Path(path)
     if not p.is_absolute() and base_dir is not None and not p.exists():

@@ -35,6 +35,7 @@ from bench.telemetry import (
     spec_decode,
     start_scraper,
 )
+from bench.workload import MixedWorkload
 
 TickFn = Callable[[Progress], None]  # sees a point's live counters a few times a second
 log = logging.getLogger("tokenbench.telemetry")
@@ -150,9 +151,20 @@ def annotate(
     prompt-cache counters, a fixed seed, approximate prompt lengths."""
     if server_cache is not None:
         summary.prompt_cache["server"] = server_cache
+        if len(summary.classes) == 1:  # the server's counters are one class's only then
+            next(iter(summary.classes.values())).prompt_cache["server"] = server_cache
     blocks = getattr(plan.workload, "blocks", None)
     if blocks is not None:  # a block-hashed trace: the reuse it implies, beside the above
         summary.prompt_cache["intended"] = blocks.intended_reuse(len(plan.specs))
+    elif isinstance(plan.workload, MixedWorkload) and summary.classes:
+        # a mix of traffic classes: the reuse its prompts imply, for it and for each class
+        chat = plan.endpoint.endswith("chat/completions")
+        intended = plan.workload.intended_reuse(plan.specs, chat)
+        if "" in intended:
+            summary.prompt_cache["intended"] = intended.pop("")
+        for name, part in intended.items():
+            if name in summary.classes:
+                summary.classes[name].prompt_cache["intended"] = part
     if scenario.seed_fixed:
         summary.notes.append(
             f"--seed {scenario.seed} is fixed: this run sends the same prompts as every run "

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from bench.blocks import BlockPrompts
+from bench.blocks import BlockPrompts, ContentReuse
 from bench.lengths import LENGTHS
 from bench.tokenizer import PromptTokenizer, words_for
 
@@ -248,12 +249,47 @@ class MixedWorkload:
                 )  # fmt: skip
         return out
 
+    def intended_reuse(self, specs: Sequence[RequestSpec], chat: bool) -> dict[str, dict]:
+        """The prompt-cache hit rate these requests imply with a cache that keeps every
+        block (bench.blocks.ContentReuse over their rendered prompts, in send order), for
+        each class's own requests under its name and for the mix under "" (the classes'
+        sums: one class's prompts never share another's blocks, each class drawing its own
+        from its own seed). Rendered again here, one at a time, after the point: never on
+        the send path."""
+        counts = {c.name: ContentReuse() for c in self.classes}
+        for spec in specs:
+            counts[spec.traffic_class].add(prompt_words(self, spec, chat))
+        out = {name: c.result() for name, c in counts.items() if c.offered}
+        if not out:
+            return {}
+        mix = dict(next(iter(out.values())))
+        for key in ("blocks", "blocks_seen_before", "cached_tokens", "prompt_tokens"):
+            mix[key] = sum(part[key] for part in out.values())
+        mix["share"] = mix["cached_tokens"] / mix["prompt_tokens"] if mix["prompt_tokens"] else None
+        notes = [f"class {k}: {part['note']}" for k, part in out.items() if "note" in part]
+        mix.pop("requests", None)
+        mix.pop("note", None)
+        if notes:
+            mix["note"] = "; ".join(notes)
+        return {"": mix, **out}
+
     def render(self, spec: RequestSpec) -> tuple[str | list[int], list[dict]]:
         """The prompt as the request's own class renders it (its seed, prefixes, turns)."""
         for c in self.classes:
             if c.name == spec.traffic_class:
                 return c.workload.render(spec)
         raise ValueError(f"request {spec.index} has no traffic class of this mix")
+
+
+def prompt_words(workload: Workload | MixedWorkload, spec: RequestSpec, chat: bool) -> list:
+    """A request's prompt as the words (or token ids) it sends, at most its input length:
+    what the simulator counts as tokens and matches its prefix cache on, and what the
+    intended reuse is judged on. A chat request sends its messages' contents."""
+    prompt, messages = workload.render(spec)
+    if isinstance(prompt, str) and chat:
+        prompt = " ".join(str(m.get("content", "")) for m in messages)
+    tokens = prompt.split() if isinstance(prompt, str) else prompt
+    return tokens[: spec.input_len]
 
 
 def _words(rng: np.random.Generator, n: int) -> str:

@@ -18,6 +18,7 @@ from fastapi.responses import Response, StreamingResponse
 from bench.cost import PriceCatalogueError, price_per_gpu_hour
 from bench.curves import (
     capacity_ratio,
+    class_view,
     compare_runs,
     cost_rows_at,
     ratio_sentence,
@@ -39,6 +40,9 @@ from dashboards.data import run_time_series
 from server.datafiles import DataFileError, TooLargeError, without_contents
 from server.jobs import SCENARIOS_DIR, JobPlan, QueueFullError
 from server.models import (
+    CapacityOut,
+    ClassesOut,
+    ClassRowOut,
     CompareOut,
     ComparisonOut,
     CurveOut,
@@ -169,6 +173,25 @@ def run_detail(request: Request, ref: RunRef) -> RunDetail:
     return RunDetail.from_info(get_run(ref, tb(request).db_url))
 
 
+@router.get("/runs/{ref}/classes", response_model=ClassesOut, responses=NOT_FOUND)
+def run_classes(request: Request, ref: RunRef) -> ClassesOut:
+    """A run's traffic classes at each load point: requests, P99s, whether each meets its own
+    SLO, its prompt-cache hit rates, and a sweep's capacity naming the class that binds
+    (the run page's table; rows are empty for a run without classes)."""
+    state = tb(request)
+    run = get_run(ref, state.db_url)
+    curve = state.curve(run.id)
+    view = class_view(curve, run)
+    return ClassesOut(
+        run_id=run.id,
+        simulated=run.simulated,
+        slo=[str(t) for t in view.slo],
+        capacity=CapacityOut.from_capacity(view.capacity, curve.gpu_count),
+        binding_class=view.binding,
+        rows=[ClassRowOut.from_row(r) for r in view.rows],
+    )
+
+
 @router.get("/runs/{ref}/requests", response_model=RequestsPage, responses=NOT_FOUND)
 def run_requests(
     request: Request,
@@ -294,11 +317,19 @@ def plan(
     peak_factor: Annotated[float, Query(ge=1, le=100, description="peak / mean")] = 1.0,
     gpus_per_node: Annotated[int, Query(ge=1, le=1024)] = 8,
     slo: Slo = None,
+    mix: Annotated[
+        str | None,
+        Query(
+            max_length=1000,
+            description="demand as a mix of traffic classes, CLASS=REQ_PER_S: "
+            "'chat=30,agent=10' (as `tokenbench plan --mix`); not with the other demands",
+        ),
+    ] = None,
 ) -> PlanOut:
     """The buying answer: GPUs and nodes each run's system needs for the demand at the SLO,
     $/month and $/Mtok on every pricing tier, and the cheapest option meeting the SLO.
     Without a demand, the first run's scenario mean rate is used (`demand.source` says so)."""
-    from bench.plan import Demand, default_demand, plan_capacity
+    from bench.plan import Demand, default_demand, parse_mix, plan_capacity
 
     state = tb(request)
     curves = state.curves(run)
@@ -307,7 +338,15 @@ def plan(
         raise invalid(
             ["query", "tokens_per_day"], "give requests_per_s or tokens_per_day, not both"
         )
-    if requests_per_s is None and tokens_per_day is None:
+    if mix is not None:
+        if requests_per_s is not None or tokens_per_day is not None:
+            raise invalid(["query", "mix"], "give mix, or requests_per_s, or tokens_per_day (one)")
+        try:
+            classes = parse_mix(mix)
+        except ValueError as exc:
+            raise invalid(["query", "mix"], str(exc)) from None
+        demand = Demand(requests_per_s=sum(classes.values()), peak_factor=peak_factor, mix=classes)
+    elif requests_per_s is None and tokens_per_day is None:
         demand = default_demand([get_run(curves[0].run_id, state.db_url)])
         if demand is None:
             raise invalid(

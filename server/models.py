@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from bench.backends.dialects import Backend
 from bench.backends.openai import Endpoint
 from bench.cost import CostRow, TierKind
-from bench.curves import Capacity, CurvePoint, Ratio, RunComparison, RunCurve
+from bench.curves import Capacity, ClassRow, CurvePoint, Ratio, RunComparison, RunCurve
 from bench.plan import Demand, Plan, Recommendation, SystemPlan
 from bench.store import LoadPointInfo, RunInfo
 from bench.sweep import STOP_ERROR_RATE
@@ -82,6 +82,10 @@ class SummaryOut(BaseModel):
         "server's counters, and largely_cached",
     )
     notes: list[str] = Field(default_factory=list)
+    classes: dict[str, SummaryOut] = Field(
+        default_factory=dict,
+        description="each traffic class's own figures (same keys), when the run mixed classes",
+    )
 
     @classmethod
     def from_json(cls, data: dict | None) -> SummaryOut | None:
@@ -379,6 +383,50 @@ class PlanOut(BaseModel):
             gpus_per_node=p.gpus_per_node, systems=p.systems, recommendation=p.recommendation,
             assumptions=p.assumptions, sentence=p.sentence,
         )  # fmt: skip
+
+
+class ClassRowOut(BaseModel):
+    """One traffic class at one load point (bench.curves.ClassRow)."""
+
+    load_point: int
+    title: str
+    traffic_class: str
+    completed: int
+    failed: int
+    requests_per_s: float
+    output_tps: float
+    p50_ttft_ms: float | None
+    p99_ttft_ms: float | None
+    p99_tpot_ms: float | None
+    meets_slo: bool | None = Field(description="meets its own SLO; null: it has none")
+    prompt_cache: dict[str, float | None] = Field(
+        description="share of prompt tokens from the prefix cache: intended (what its "
+        "prompts imply, cache keeping every block), usage (its responses: the simulator's "
+        "cache on a simulated run), server (counters; only when it alone sent the point)"
+    )
+
+    @classmethod
+    def from_row(cls, r: ClassRow) -> ClassRowOut:
+        f = r.figures
+        return cls(
+            load_point=r.point.load_point, title=r.point.title, traffic_class=r.name,
+            completed=f.completed, failed=f.failed, requests_per_s=f.requests_per_s,
+            output_tps=f.output_tps, p50_ttft_ms=f.latency("ttft", "p50"),
+            p99_ttft_ms=f.latency("ttft", "p99"), p99_tpot_ms=f.latency("tpot", "p99"),
+            meets_slo=r.meets,
+            prompt_cache={k: f.cache_share(k) for k in ("intended", "usage", "server")},
+        )  # fmt: skip
+
+
+class ClassesOut(BaseModel):
+    """A run's traffic classes at each load point, judged against their own SLOs."""
+
+    run_id: str
+    simulated: bool
+    slo: list[str] = Field(description="the classes' SLOs (CLASS:NAME thresholds)")
+    capacity: CapacityOut | None = Field(description="a sweep's capacity at those SLOs")
+    binding_class: str | None = Field(description="the class whose own SLO breaks first")
+    rows: list[ClassRowOut]
 
 
 class RunCostOut(BaseModel):

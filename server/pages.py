@@ -21,7 +21,12 @@ from markupsafe import Markup
 
 from bench.choose import rank_settings
 from bench.cost import price_text
-from bench.curves import compare_runs, ratio_sentence, stored_slo
+from bench.curves import (
+    class_view,
+    compare_runs,
+    ratio_sentence,
+    stored_slo,
+)
 from bench.frontier import cost_view_tier, default_interactivity
 from bench.metrics import parse_thresholds, slo_text
 from bench.store import RunNotFoundError, get_run, list_runs
@@ -472,10 +477,14 @@ def run_page(request: Request, ref: str) -> Response:
         figs["cdf_tpot"] = figures.latency_cdfs(curve, cdfs, "tpot")
         figs["cdf_e2el"] = figures.latency_cdfs(curve, cdfs, "e2el")
         figs["errors"] = figures.errors_by_kind(curve, {d.load_point: d.errors for d in details})
+    classes = class_view(curve, run)
     return render(
         "run.html",
         run=run,
         curve=curve,
+        class_rows=classes.rows,
+        class_slo=", ".join(str(t) for t in classes.slo),
+        capacity=classes.capacity,
         figures_json=figures_json(figs),
         chart_names=list(figs),
     )

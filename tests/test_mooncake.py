@@ -107,6 +107,29 @@ def test_without_a_tokenizer_blocks_are_words_and_equal_ids_equal_bytes(tmp_path
     assert words[2][16:20] == words[0][:4]
 
 
+def test_pooled_blocks_keep_identity_prefixes_and_word_counts():
+    """Without a tokenizer a block is pooled chunks: equal (seed, id) equal text at any
+    length (a short block a prefix of the full one), other ids or seeds other text, and
+    exactly one word per token asked for, block sizes that are no multiple of 16 too."""
+    from bench.blocks import chunk_pool
+    from bench.workload import _WORDS
+
+    pool = chunk_pool(tuple(_WORDS))
+    assert chunk_pool(tuple(_WORDS)) is pool  # one per process and vocabulary
+    full = pool.prompt(3, [7, 8, 9], 300, 100)
+    assert len(full.split(" ")[1:]) == 300 and full.startswith(" ")
+    for n in (1, 15, 16, 17, 99, 100, 101, 250):
+        assert full.startswith(pool.prompt(3, [7, 8, 9], n, 100))
+        assert len(pool.prompt(3, [7, 8, 9], n, 100).split(" ")[1:]) == n
+    block_8 = pool.prompt(3, [8], 100, 100)
+    assert full.split(" ")[101:201] == block_8.split(" ")[1:]  # an id's text wherever it is
+    assert pool.prompt(3, [5, 8], 200, 100).endswith(block_8)
+    assert pool.prompt(4, [7], 100, 100) != pool.prompt(3, [7], 100, 100)
+    assert pool.prompt(3, [6], 100, 100) != pool.prompt(3, [7], 100, 100)
+    words = [pool.prompt(1, [h], 512, 512) for h in range(200)]
+    assert len(set(words)) == 200
+
+
 def test_each_run_seed_gives_other_text_for_the_same_ids(tmp_path):
     path = write(tmp_path, ROWS)
     a = plan_for(path)
@@ -195,6 +218,30 @@ def test_cli_run_reports_intended_beside_measured(fake_server, tmp_path):
     intended = summary["prompt_cache"]["intended"]
     assert (intended["cached_tokens"], intended["prompt_tokens"]) == (8192, 11157)
     assert "trace reuses (intended" in proc.stdout
+
+
+def test_sim_run_without_rates_replays_the_traces_own_timestamps(tmp_path):
+    """`sim run` on a trace scenario with no --request-rates sends at the trace's timestamps
+    (it used to scale them to the simulator's default 4 req/s)."""
+    from bench.store import list_runs, load_records
+
+    sample = ROOT / "scenarios" / "traces" / "agentic-mooncake-sample.jsonl"
+    want = [json.loads(line)["timestamp"] for line in sample.read_text().splitlines()]
+    db = f"sqlite:///{tmp_path / 'tb.db'}"
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+
+    proc = CliRunner().invoke(app, [
+        "sim", "run", "--gpu", "B200", "--model", "llama-3.3-70b",
+        "--scenario", str(ROOT / "scenarios" / "agentic-replay.yaml"), "--db", db,
+    ], env={"COLUMNS": "250"})  # fmt: skip
+    assert proc.exit_code == 0, proc.output
+    (run,) = list_runs(db)
+    sent_ms = sorted(r.intended_ns / 1e6 for r in load_records(run.id, 0, db))
+    assert sent_ms == pytest.approx([t - want[0] for t in want], abs=1e-3)
+    rate = (len(want) - 1) / ((want[-1] - want[0]) / 1000)  # the trace's own mean rate
+    assert f"rate {rate:g} req/s" in proc.output
 
 
 def test_a_sweep_keeps_the_trace_at_each_rate_and_refuses_concurrency(tmp_path):

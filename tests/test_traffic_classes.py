@@ -27,6 +27,19 @@ def tokenbench(*args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+def invoke(*args: str):
+    """The CLI in this process (no subprocess: the fast subset starts none), with
+    `returncode`, `stdout` and `stderr` as tokenbench() gives them."""
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+
+    res = CliRunner().invoke(app, list(args), env={"COLUMNS": "250"})
+    return SimpleNamespace(returncode=res.exit_code, stdout=res.output, stderr=repr(res.exception))
+
+
 def test_shipped_mix_gives_each_request_a_class_with_its_own_lengths():
     sc = load_scenario(MIX)
     assert sc.class_shares() == pytest.approx({"chat": 2 / 3, "agent": 1 / 3})
@@ -268,3 +281,205 @@ def test_a_mix_against_a_real_endpoint_reports_each_class(fake_server, tmp_path)
     assert set(classes) == {"chat", "agent"}
     assert classes["chat"]["completed"] + classes["agent"]["completed"] == doc["completed"]
     assert "Per traffic class" in proc.stdout and "own SLO" in proc.stdout
+
+
+def _prefix_hits(prompts: list[list[str]], block: int = 16) -> tuple[int, int]:
+    """(prompt tokens whose whole prefix up to their block's end an earlier prompt had,
+    prompt tokens): an infinite prefix cache counted with plain tuples, no hashing chain."""
+    seen: set[tuple] = set()
+    hit = total = 0
+    for words in prompts:
+        total += len(words)
+        for end in range(block, len(words) + 1, block):
+            prefix = tuple(words[:end])
+            hit += block if prefix in seen else 0
+            seen.add(prefix)
+    return hit, total
+
+
+@pytest.fixture(scope="module")
+def mixed_run(tmp_path_factory):
+    """A stored two-point simulated sweep of the shipped chat+agent mix (fixed seed: both
+    points send the same prompts): (db, run id, summary JSON of the sweep)."""
+    from bench.store import list_runs
+
+    folder = tmp_path_factory.mktemp("mix")
+    db = f"sqlite:///{folder / 'mix.db'}"
+    out = folder / "summary.json"
+    proc = invoke(
+        "sim", "run", "--gpu", "B200", "--scenario", str(MIX), "--num-prompts", "45",
+        "--request-rates", "0.5,4", "--seed", "7", "--slo-iterations", "0", "--slo-draws", "0",
+        "--db", db, "--summary-json", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (run,) = list_runs(db)
+    return db, run.id, json.loads(out.read_text())
+
+
+def _expected_class_cache(db: str, run_id: str, load_point: int) -> dict[str, dict]:
+    """Per class: (cached, prompt) tokens from its stored records' usage, and (hit, total)
+    from its own prompts rendered again and counted with plain tuples."""
+    from bench.store import load_records
+    from bench.workload import prompt_words
+
+    records = load_records(run_id, load_point, db)
+    sc = load_scenario(MIX)
+    sc.seed = 7
+    wl = sc.workload_plan()
+    specs = wl.specs(45)
+    assert [s.traffic_class for s in specs] == [r.traffic_class for r in records]
+    out = {}
+    for name in ("chat", "agent"):
+        mine = [r for r in records if r.traffic_class == name]
+        words = [prompt_words(wl, s, chat=False) for s in specs if s.traffic_class == name]
+        out[name] = {
+            "usage": (
+                sum(r.cached_prompt_tokens for r in mine),
+                sum(r.prompt_tokens for r in mine),
+            ),
+            "intended": _prefix_hits(words),
+        }
+    return out
+
+
+def test_hit_rates_per_class_equal_an_independent_count_over_the_records(mixed_run):
+    """Each class's intended hit rate is what its own prompts imply (counted again here from
+    the scenario's prompts), and its served one what its own records' usage says."""
+    db, run_id, doc = mixed_run
+    for k, point in enumerate(doc["points"]):
+        want = _expected_class_cache(db, run_id, k)
+        for name in ("chat", "agent"):
+            own = point["classes"][name]["prompt_cache"]
+            cached, prompt = want[name]["usage"]
+            assert own["usage"]["cached_tokens"] == cached
+            assert own["usage"]["share"] == pytest.approx(cached / prompt)
+            hit, total = want[name]["intended"]
+            assert (own["intended"]["cached_tokens"], own["intended"]["prompt_tokens"]) == (
+                hit,
+                total,
+            )
+            assert "server" not in own  # both classes shared the server: its counters are neither's
+        assert point["classes"]["chat"]["prompt_cache"]["intended"]["share"] == 0.0  # random
+        assert point["classes"]["agent"]["prompt_cache"]["intended"]["share"] > 0.3  # 70% shared
+    shown = invoke("show", run_id, "--db", db)
+    assert "intended / served / server" in shown.stdout, shown.stdout
+    agent = doc["points"][0]["classes"]["agent"]["prompt_cache"]
+    row = next(line for line in shown.stdout.splitlines() if line.strip("│ ").startswith("agent"))
+    assert f"{agent['intended']['share']:.1%} / {agent['usage']['share']:.1%} / —" in row
+
+
+def test_api_and_run_page_show_each_class_with_its_verdict_and_hit_rates(mixed_run):
+    from fastapi.testclient import TestClient
+
+    from server.app import create_app
+
+    db, run_id, doc = mixed_run
+    app = create_app(
+        db, api_token="t", allow_hosts=[], open_reads=True, server_names=["testserver"]
+    )
+    try:
+        with TestClient(app) as client:
+            got = client.get(f"/api/runs/{run_id}/classes").json()
+            detail = client.get(f"/api/runs/{run_id}").json()
+            page = client.get(f"/runs/{run_id}").text
+            planned = client.get(f"/api/plan?run={run_id}&mix=chat=10,agent=5").json()
+            both = client.get(f"/api/plan?run={run_id}&mix=chat=10&requests_per_s=3")
+    finally:
+        app.state.tb.jobs.shutdown()
+    assert got["slo"] == ["chat:p99_ttft_ms<=500", "chat:p99_tpot_ms<=50",
+                          "agent:p99_ttft_ms<=3000", "agent:p99_tpot_ms<=50"]  # fmt: skip
+    assert got["binding_class"] in ("chat", "agent")
+    assert f"class {got['binding_class']} binds" in got["capacity"]["text"]
+    assert [(r["load_point"], r["traffic_class"]) for r in got["rows"]] == [
+        (0, "agent"), (0, "chat"), (1, "agent"), (1, "chat")
+    ]  # fmt: skip
+    for r in got["rows"]:
+        want = _expected_class_cache(db, run_id, r["load_point"])[r["traffic_class"]]
+        hit, total = want["intended"]
+        cached, prompt = want["usage"]
+        assert r["prompt_cache"]["intended"] == pytest.approx(hit / total)
+        assert r["prompt_cache"]["usage"] == pytest.approx(cached / prompt)
+        assert r["prompt_cache"]["server"] is None
+        stored = doc["points"][r["load_point"]]["classes"][r["traffic_class"]]
+        assert r["completed"] == stored["completed"]
+        p99 = stored["metrics"]["ttft_ms"]["p99"]
+        assert r["p99_ttft_ms"] == pytest.approx(p99)
+        limit = 500 if r["traffic_class"] == "chat" else 3000
+        if p99 > limit:
+            assert r["meets_slo"] is False
+    lp = detail["load_points"][0]["summary"]["classes"]
+    assert set(lp) == {"chat", "agent"} and "intended" in lp["agent"]["prompt_cache"]
+    assert 'id="classes-table"' in page
+    assert f'id="binding-class">{got["binding_class"]}</strong>' in page
+    agent0 = got["rows"][0]["prompt_cache"]["intended"]
+    assert f"{agent0:.1%}" in page
+    assert planned["demand"]["mix"] == {"chat": 10.0, "agent": 5.0}
+    assert planned["demand"]["requests_per_s"] == 15.0
+    assert both.status_code == 422 and both.json()["detail"][0]["loc"] == ["query", "mix"]
+
+
+def test_deck_and_workbook_carry_the_per_class_table(mixed_run, tmp_path):
+    import openpyxl
+    from pptx import Presentation
+
+    db, run_id, doc = mixed_run
+    for fmt in ("pptx", "xlsx"):
+        proc = invoke("export", run_id, "--format", fmt, "--out", str(tmp_path / f"r.{fmt}"),
+                          "--db", db)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    ws = openpyxl.load_workbook(tmp_path / "r.xlsx")["classes"]
+    rows = list(ws.iter_rows(values_only=True))
+    head = list(rows[0])
+    by = {(r[head.index("Load point")], r[head.index("Class")]): r for r in rows[1:] if r[6]}
+    assert set(by) == {(1, "agent"), (1, "chat"), (2, "agent"), (2, "chat")}
+    for (lp, name), r in by.items():
+        own = doc["points"][lp - 1]["classes"][name]
+        assert r[head.index("Completed")] == own["completed"]
+        share = own["prompt_cache"]["intended"]["share"] * 100
+        assert r[head.index("Cache hit intended")] == pytest.approx(share)
+    texts = [
+        shape.text_frame.text if shape.has_text_frame else
+        " ".join(c.text for row in shape.table.rows for c in row.cells) if shape.has_table else ""
+        for slide in Presentation(str(tmp_path / "r.pptx")).slides
+        for shape in slide.shapes
+    ]  # fmt: skip
+    deck = "\n".join(texts)
+    assert "Appendix: traffic classes" in deck
+    share = doc["points"][0]["classes"]["agent"]["prompt_cache"]["intended"]["share"] * 100
+    assert f"{share:.1f}%" in deck
+
+
+def test_a_run_without_a_stored_sweep_slo_is_judged_by_its_scenarios_classes(mixed_run):
+    """A single `run` stores no sweep SLO: each class's own SLO is read from the stored
+    scenario's classes (re-parsing the stored scenario refuses a mix beside its default
+    top-level workload, which left the own-SLO column empty)."""
+    from types import SimpleNamespace
+
+    from bench.curves import class_slo
+    from bench.store import get_run
+
+    db, run_id, _ = mixed_run
+    info = get_run(run_id, db)
+    single = SimpleNamespace(extra_json={}, scenario=info.scenario)
+    assert [str(t) for t in class_slo(single)] == [
+        "chat:p99_ttft_ms<=500", "chat:p99_tpot_ms<=50",
+        "agent:p99_ttft_ms<=3000", "agent:p99_tpot_ms<=50",
+    ]  # fmt: skip
+
+
+def test_content_reuse_is_bounded_and_says_what_it_covers():
+    from bench.blocks import ContentReuse
+
+    prompt = [f"w{i}" for i in range(40)]  # two full 16-word blocks and a tail of 8
+    reuse = ContentReuse(max_blocks=6)
+    for _ in range(4):
+        reuse.add(prompt)
+    got = reuse.result()
+    # first: 3 new blocks (its tail its own); second: 2 hits and a new tail; a third could
+    # bring 3 more to the 4 kept, past 6
+    assert (got["blocks"], got["blocks_seen_before"], got["cached_tokens"]) == (6, 2, 32)
+    assert got["requests"] == 2 and "first 2 of 4 requests" in got["note"]
+    unbounded = ContentReuse()
+    for _ in range(4):
+        unbounded.add(prompt)
+    assert unbounded.result()["cached_tokens"] == 3 * 32 and "note" not in unbounded.result()

@@ -148,11 +148,20 @@ def vllm_request_overrides(
 
 
 def resolve_scenario(
-    scenario_file: Path | None, overrides, kind: str, defaults: dict | None = None
+    scenario_file: Path | None,
+    overrides,
+    kind: str,
+    defaults: dict | None = None,
+    *,
+    rate_default: float | None = None,
 ):
     """Scenario file (if any) < flags, through bench.overrides.resolve_scenario (the API's
-    jobs use the same function). Errors are one line naming the file line or the flag."""
+    jobs use the same function). Errors are one line naming the file line or the flag.
+    `rate_default` is the request rate when neither gives one (the simulator's 4 req/s),
+    never for a replayed trace: a rate given to a trace scales its timestamps, and its own
+    timestamps are what it replays when none is."""
     from bench.overrides import resolve_scenario as resolve
+    from bench.scenario import deep_merge
 
     text, source = "", "<flags>"
     if scenario_file is not None:
@@ -162,7 +171,14 @@ def resolve_scenario(
             raise fail(f"--scenario {scenario_file}: {exc.strerror or exc}") from None
         source = str(scenario_file)
     try:
-        sc, notes = resolve(text, source, overrides, kind, defaults)
+        sc, notes = resolve(text, source, overrides, kind, None if rate_default else defaults)
+        if rate_default and not (
+            sc.load.shape == "trace" or "request_rate" in sc.load.model_fields_set
+        ):
+            sc, notes = resolve(
+                text, source, overrides, kind,
+                deep_merge(defaults or {}, {"load": {"request_rate": rate_default}}),
+            )  # fmt: skip
     except ValueError as exc:  # ScenarioError too
         raise fail(str(exc)) from None
     for note in notes:

@@ -355,7 +355,7 @@ def run(
     from bench.cli.sweep import conclude_sweep, measure_sweep, print_sweep_result, sweep_plan
     from bench.cost import load_catalogue
     from bench.drive import choose_executor
-    from bench.scenario import mean_rate
+    from bench.scenario import own_rate
     from bench.sim.profiles import ProfileError
     from bench.sweep import PointSpec
 
@@ -367,7 +367,7 @@ def run(
         num_warmups=num_warmups, ramp_up_strategy=ramp_up_strategy,
         ramp_up_start_rps=ramp_up_start_rps, ramp_up_end_rps=ramp_up_end_rps,
     )  # fmt: skip
-    sc = resolve_scenario(scenario, overrides, "run", {"load": {"request_rate": 4}})
+    sc = resolve_scenario(scenario, overrides, "run", rate_default=4)
     prof, d = apply_profile(
         profile, gpu, model, precision, engine_name, max_num_seqs, max_num_batched_tokens,
         SIM_DEFAULTS,
@@ -404,7 +404,11 @@ def run(
         if sc.load.shape == "closed":
             plan.specs = [PointSpec("concurrency", sc.load.concurrency or 1)]
         else:
-            plan.specs = [PointSpec("rate", mean_rate(sc) or sc.load.request_rate)]
+            try:  # a replayed trace: at its own timestamps' rate, so they are kept as they are
+                rate = own_rate(sc, scenario.parent if scenario else None)
+            except (ValueError, OSError) as exc:
+                raise fail(str(exc)) from None
+            plan.specs = [PointSpec("rate", rate or sc.load.request_rate)]
     started = time.monotonic()
     result = measure_sweep(
         sc, plan, executor=virtual, db=db,

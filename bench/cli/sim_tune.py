@@ -167,7 +167,7 @@ def sim_tune(
     if not space.gpus:
         raise fail("--gpus is empty: name one or more GPU types, e.g. --gpus B200,H100")
     overrides = flag_overrides(num_prompts=num_prompts, seed=seed)
-    sc = resolve_scenario(scenario, overrides, "run", {"load": {"request_rate": 4}})
+    sc = resolve_scenario(scenario, overrides, "run", rate_default=4)
     catalogue = _catalogue(prices_file, price)
     bar = Progress(
         TextColumn("[bold]sim tune"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

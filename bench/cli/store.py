@@ -137,7 +137,7 @@ def show_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Print a run's summary, recomputed from its stored requests."""
-    from bench.metrics import summarize
+    from bench.metrics import restore_prompt_cache, summarize
     from bench.store import get_run, load_columns
 
     existing_database(db)
@@ -163,10 +163,7 @@ def show_command(
             )
             # What the records cannot say again: the server's cache counters, the notes.
             stored = (lp.summary_json if lp else None) or info.summary_json or {}
-            for source in ("intended", "server"):  # the trace's reuse, the server's counters
-                part = (stored.get("prompt_cache") or {}).get(source)
-                if part:
-                    summary.prompt_cache[source] = part
+            restore_prompt_cache(summary, stored)  # the reuse implied, the server's counters
             summary.notes = list(stored.get("notes") or [])
             summary.spec_decode = dict(stored.get("spec_decode") or {})  # server counters
             title = (
@@ -223,8 +220,9 @@ def show_command(
                 out.print(f"{label}: {value}", highlight=False, markup=False)
             if summary.get("classes"):
                 from bench.console import classes_table
+                from bench.curves import class_slo
 
-                out.print(classes_table(summary["classes"], _class_slo(info)))
+                out.print(classes_table(summary["classes"], class_slo(info)))
             if (summary.get("prompt_cache") or {}).get("largely_cached"):
                 out.print("[yellow]CACHED PROMPTS: most prompt tokens came from the server's cache")
             for note in summary.get("notes") or []:
@@ -287,21 +285,6 @@ def workers_table(title: str, workers: list[dict]) -> Table:
             ms(w.get("loop_lag_p99_ms")), "—" if busy is None else f"{busy:.0%}", verdict,
         )  # fmt: skip
     return table
-
-
-def _class_slo(info) -> list:
-    """The SLO a stored run's classes are judged at: the one its sweep stored, else its
-    scenario's (each class's own); [] when neither can be read."""
-    from bench.curves import stored_slo
-    from bench.scenario import ScenarioError, parse_scenario
-
-    found = stored_slo([info])
-    if found or not info.scenario_text:
-        return found
-    try:
-        return parse_scenario(info.scenario_text, source="stored").capacity_slo()
-    except (ScenarioError, ValueError):
-        return []
 
 
 def _summary_table(title: str, summary: dict) -> Table:

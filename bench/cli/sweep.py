@@ -336,10 +336,11 @@ def _stored_records(run_id: str | None, load_point: int, db: str | None) -> list
 
 def cache_line(cache: dict, served: str) -> str | None:
     """'intended 73.4% (the trace, infinite cache), simulated 63.1%, server counters -'."""
+    basis = "the prompts" if "basis" in (cache.get("intended") or {}) else "the trace"
     parts = [
         f"{name} {part['share']:.1%}{why}"
         for key, name, why in (
-            ("intended", "intended", " (the trace, infinite cache)"),
+            ("intended", "intended", f" ({basis}, infinite cache)"),
             ("usage", served, ""),
             ("server", "server counters", ""),
         )
@@ -363,6 +364,9 @@ def print_sweep_result(
     for k, point in enumerate(result.points):
         if line := cache_line(point.summary.prompt_cache, served):
             console.print(f"Prompt cache, point {k + 1} ({point.spec.title}): {line}")
+        for name, sub in point.summary.classes.items():  # and each traffic class's own
+            if line := cache_line(sub.prompt_cache, served):
+                console.print(f"  class {name}: {line}", highlight=False)
     if result.stopped_early:
         console.print(f"[yellow]{result.stopped_early}[/]")
     if result.knee is not None:

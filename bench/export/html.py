@@ -121,6 +121,8 @@ def render_html(report: Report) -> str:
     for table in (report.percentiles, report.cost, report.runs_table, report.energy,
                   report.prompt_cache):  # fmt: skip
         body.append(table_html(table))
+    if report.classes.rows:
+        body.append(table_html(report.classes))
     if report.sim_error.rows:
         body.append(table_html(report.sim_error))
     return (

@@ -337,6 +337,16 @@ def _numeric_cols(table: Table) -> set[int]:
     }
 
 
+def without_columns(table: Table, names: Sequence[str]) -> Table:
+    """The table less the named columns (a slide has less room than a sheet)."""
+    keep = [i for i, h in enumerate(table.headers) if h not in names]
+    return replace(
+        table,
+        headers=[table.headers[i] for i in keep],
+        rows=[[row[i] for i in keep] for row in table.rows],
+    )
+
+
 def table_slides(
     prs,
     report: Report,
@@ -769,6 +779,10 @@ def write_pptx(report: Report, out: Path) -> Path:
     if report.energy.rows:
         table_slides(prs, report, report.energy, title="Appendix: energy per output token",
                      max_pt=13)  # fmt: skip
+    if report.classes.rows:  # the run's legend already says its GPU and simulated or not
+        deck = without_columns(report.classes, ("Run id", "GPU", "Measured or simulated"))
+        table_slides(prs, report, deck, title="Appendix: traffic classes, each against its "
+                     "own SLO", max_pt=11, one_page_pt=10)  # fmt: skip
     if report.sim_error.rows:
         table_slides(prs, report, report.sim_error, title="Appendix: expected error of the "
                      "simulated figures", max_pt=11, one_page_pt=9)  # fmt: skip

@@ -34,6 +34,7 @@ from bench.curves import (
     CurvePoint,
     RunComparison,
     RunCurve,
+    class_rows,
     compare_runs,
     latency_curve,
     ratio_sentence,
@@ -200,6 +201,8 @@ class Report:
 
     # Prompt tokens served from cache per load point: intended, simulated or measured, counters
     prompt_cache: Table = field(default_factory=lambda: _prompt_cache_table([]))
+    # Each traffic class at each load point, for runs that mixed classes (bench.curves.ClassRow)
+    classes: Table = field(default_factory=lambda: _classes_table([], []))
     # Each simulated point's figures with their expected error and near-saturation flag;
     # no rows (and no sheet, slide or file) when every run was measured
     sim_error: Table = field(default_factory=lambda: _sim_error_table([]))
@@ -228,6 +231,7 @@ class Report:
             self.load_points,
             *([self.sim_error] if self.sim_error.rows else []),
             self.prompt_cache,
+            *([self.classes] if self.classes.rows else []),
             self.prices,
             self.energy,
             self.runs_table,
@@ -633,6 +637,43 @@ def _prompt_cache_table(curves) -> Table:
         "usage.prompt_tokens_details.cached_tokens, the simulator's own cache on simulated "
         "runs, the server's on measured ones. Server counters: its /metrics.",
         empty_text="No run reported prompt-cache figures.",
+    )
+
+
+def _classes_table(curves, slo) -> Table:
+    """Each traffic class at each load point of the runs that mixed classes: its requests,
+    P99s, whether it meets its own SLO (CLASS:NAME thresholds) and its cache hit rates."""
+    headers = [
+        "Run id", "Run", "GPU", "Measured or simulated", "Load point", "Title", "Class",
+        "Completed", "Failed", "Req/s", "Output tok/s", "TTFT p99 (ms)", "TPOT p99 (ms)",
+        "Meets its own SLO", "Cache hit intended", "Cache hit served (responses)",
+        "Cache hit server counters",
+    ]  # fmt: skip
+    rows: list[list[Cell]] = []
+    for curve in curves:
+        for r in class_rows(curve, slo):
+            f = r.figures
+            rows.append([
+                curve.run_id, curve.legend, curve.gpu_type or "", _provenance(curve),
+                Num(r.point.load_point + 1, 0), r.point.title, r.name,
+                Num(f.completed, 0), Num(f.failed, 0), Num(f.requests_per_s, 2),
+                Num(f.output_tps, 1), Num(f.latency("ttft", "p99"), 1),
+                Num(f.latency("tpot", "p99"), 2),
+                "—" if r.meets is None else "yes" if r.meets else "no",
+                *(Num(None if (v := f.cache_share(k)) is None else v * 100, 1, suffix="%")
+                  for k in ("intended", "usage", "server")),
+            ])  # fmt: skip
+    return Table(
+        "classes",
+        "Traffic classes: each class's own figures per load point",
+        headers,
+        rows,
+        note="Each class is judged against its own SLO (CLASS:NAME thresholds of the report's "
+        "SLO); the class that breaks first binds the capacity. Cache hit: share of the "
+        "class's prompt tokens from the prefix cache; intended = what its prompts imply "
+        "with a cache keeping every block; server counters only when the class alone sent "
+        "the point's requests.",
+        empty_text="No run mixed traffic classes.",
     )
 
 
@@ -1310,6 +1351,7 @@ def build_report(
         percentiles=_percentile_table(curves, thresholds),
         load_points=_load_point_table(curves, thresholds),
         prompt_cache=_prompt_cache_table(curves),
+        classes=_classes_table(curves, thresholds),
         sim_error=_sim_error_table(curves),
         prices=_prices_table(curves, catalogue),
         energy=_energy_table(comparisons, db, catalogue),

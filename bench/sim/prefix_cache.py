@@ -30,6 +30,8 @@ from pathlib import Path
 
 import yaml
 
+from bench.blocks import block_keys  # one chain for the simulator and the intended reuse
+
 PROFILE = Path(__file__).parent / "profiles" / "prefix_cache.yaml"
 POLICIES = ("lru", "radix", "slots")
 OFF = "off"
@@ -49,17 +51,6 @@ def policy_for(engine_family: str, override: str | None = None) -> str:
             )
         return override
     return _profile()["engines"].get(engine_family, OFF)
-
-
-def block_keys(tokens: Sequence, block_tokens: int) -> list[int]:
-    """Chained keys of the full blocks of `tokens` (words or token ids): equal key i means
-    the first i+1 blocks are equal. A last partial block has no key (engines cache full
-    blocks only)."""
-    keys, parent = [], 0
-    for k in range(len(tokens) // block_tokens):
-        parent = hash((parent, *tokens[k * block_tokens : (k + 1) * block_tokens]))
-        keys.append(parent)
-    return keys
 
 
 def trace_block_keys(

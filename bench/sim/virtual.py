@@ -30,6 +30,7 @@ from bench.sim.disagg import DisaggEngine
 from bench.sim.engine import Engine, ServeOptions, engine_for
 from bench.sim.prefix_cache import trace_block_keys
 from bench.sim.roofline import Deployment
+from bench.workload import prompt_words
 
 VIRTUAL_URL = "http://sim.virtual"  # a plan's target in virtual time; nothing calls it
 MAX_STEPS = 50_000_000  # engine steps a virtual run may take before it is called stuck
@@ -142,14 +143,8 @@ def plan_keys(engine: Engine, plan) -> list[list[int]] | None:
         ]
     if not wl.repeats_prompt_blocks:
         return None
-    out = []
-    for spec in plan.specs:
-        prompt, messages = wl.render(spec)
-        if isinstance(prompt, str) and plan.endpoint.endswith("chat/completions"):
-            prompt = " ".join(str(m.get("content", "")) for m in messages)
-        tokens = prompt.split() if isinstance(prompt, str) else prompt
-        out.append(cache.keys(tokens[: spec.input_len]))
-    return out
+    chat = plan.endpoint.endswith("chat/completions")
+    return [cache.keys(prompt_words(wl, spec, chat)) for spec in plan.specs]
 
 
 def _closed(

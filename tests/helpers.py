@@ -478,3 +478,16 @@ def suggested_commands(text: str) -> list[list[str]]:
 
     found = re.findall(r"`tokenbench ([^`]+)`", text) + re.findall(r"\(tokenbench ([^)]+)\)", text)
     return [shlex.split(command) for command in found]
+
+
+# A small workload for simulated tune searches: 120 requests of 256 in / 48 out per point
+# keeps each search near a second; batch limits well under the request count, so queues build
+# and every capacity is bracketed (tests/test_sim_tune.py, test_sim_error_views.py, test_choose.py).
+TINY_TUNE_SCENARIO = """
+name: tiny
+load: {shape: poisson, request_rate: 4, num_prompts: 120}
+workload:
+  input: {dist: fixed, mean: 256}
+  output: {dist: fixed, mean: 48}
+seed: 7
+"""

@@ -16,6 +16,7 @@ from bench.curves import Capacity, RunComparison, RunCurve, point_from_summary
 from bench.metrics import parse_thresholds
 from bench.scenario import parse_scenario
 from bench.sim_tune import Space, search
+from tests.helpers import TINY_TUNE_SCENARIO
 
 SLO = parse_thresholds("p99_ttft_ms<=500,p99_tpot_ms<=25")
 
@@ -80,8 +81,7 @@ def tuned(tmp_path_factory):
     """A stored sim tune: H100 at two batch limits, so two runs of one experiment."""
     db = str(tmp_path_factory.mktemp("choose") / "t.db")
     sc = parse_scenario(
-        "name: tiny\nload: {shape: poisson, request_rate: 4, num_prompts: 120}\n"
-        "workload: {input: {dist: fixed, mean: 256}, output: {dist: fixed, mean: 48}}\nseed: 7\n",
+        TINY_TUNE_SCENARIO,
         source="tiny",
     )
     space = Space(gpus=["H100"], precisions=["fp8"], mtp=[0], max_num_seqs=[4, 16],

@@ -38,6 +38,7 @@ from bench.sim.virtual import simulate
 from bench.sim_tune import Space, search
 from bench.store import RunWriter
 from bench.store.engine import dispose_all
+from tests.helpers import TINY_TUNE_SCENARIO
 
 COMMON = ["--num-prompts", "24", "--random-input-len", "300", "--random-output-len", "40"]
 
@@ -237,14 +238,6 @@ def test_deck_and_workbook_carry_the_errors_and_flags(runs, tmp_path: Path):
 
 # -- sim tune --profile ------------------------------------------------------------------------
 
-SCENARIO = """
-name: tiny
-load: {shape: poisson, request_rate: 4, num_prompts: 120}
-workload:
-  input: {dist: fixed, mean: 256}
-  output: {dist: fixed, mean: 48}
-seed: 7
-"""
 TUNE_SLO = "p99_ttft_ms<=500,p99_tpot_ms<=12"
 SPACE = dict(precisions=["fp8"], mtp=[0], max_num_seqs=[16], parallels=["tp1"], refine=False)
 # The profile's own errors (its one fitted point's residuals): TTFT 12%, TPOT 7%, tok/s 9%.
@@ -268,7 +261,7 @@ def _profile(tmp_path: Path, mbu: float | None = None) -> Path:
 
 
 def _tune(profile=None, gpus=("H100",)):
-    sc = parse_scenario(SCENARIO, source="tiny")
+    sc = parse_scenario(TINY_TUNE_SCENARIO, source="tiny")
     return search(sc, "llama-3.1-8b", Space(gpus=list(gpus), **SPACE),
                   parse_thresholds(TUNE_SLO), load_catalogue(), store=False, slo_iterations=5,
                   slo_draws=0, top=1, profile=profile)  # fmt: skip
@@ -296,7 +289,7 @@ def test_sim_tune_runs_the_profiles_gpu_on_its_device_with_its_errors(tmp_path: 
 
 def test_sim_tune_profile_cli_prints_its_errors_and_refuses_a_missing_device(tmp_path: Path):
     path = _profile(tmp_path, 0.65)
-    (tmp_path / "sc.yaml").write_text(SCENARIO)
+    (tmp_path / "sc.yaml").write_text(TINY_TUNE_SCENARIO)
     base = ["sim", "tune", "--slo", TUNE_SLO, "--scenario", str(tmp_path / "sc.yaml"),
             "--precisions", "fp8", "--mtp", "0", "--max-num-seqs", "16", "--parallel", "tp1",
             "--no-refine", "--db", str(tmp_path / "t.db")]  # fmt: skip

@@ -15,25 +15,16 @@ from bench.metrics import parse_thresholds
 from bench.scenario import parse_scenario
 from bench.sim_tune import PRUNE_MARGIN, Config, Space, search, tier_verdict
 from bench.store import get_run
+from tests.helpers import TINY_TUNE_SCENARIO
 
 SLO = "p99_ttft_ms<=500,p99_tpot_ms<=25"
-# A small workload: 120 requests of 256 in / 48 out per point keeps each search near a second;
-# batch limits well under the request count, so queues build and every capacity is bracketed.
-SCENARIO = """
-name: tiny
-load: {shape: poisson, request_rate: 4, num_prompts: 120}
-workload:
-  input: {dist: fixed, mean: 256}
-  output: {dist: fixed, mean: 48}
-seed: 7
-"""
 # llama-3.1-8b on H100: TP 1 or 2, MTP off or on, two batch limits: 8 configurations.
 TINY = dict(gpus=["H100"], precisions=["fp8"], mtp=[0, 2], max_num_seqs=[4, 16],
             parallels=["tp1", "tp2"], refine=False, disagg=[])  # fmt: skip
 
 
 def _search(**kw):
-    sc = parse_scenario(SCENARIO, source="tiny")
+    sc = parse_scenario(TINY_TUNE_SCENARIO, source="tiny")
     return search(sc, "llama-3.1-8b", Space(**{**TINY, **kw.pop("space", {})}),
                   parse_thresholds(SLO), load_catalogue(), store=False, slo_iterations=5,
                   slo_draws=0, top=1, **kw)  # fmt: skip
@@ -85,7 +76,7 @@ def test_pruning_skips_work_but_never_the_best(brute, pruned):
 
 
 def test_a_configuration_that_does_not_fit_is_dropped_with_the_reason():
-    sc = parse_scenario(SCENARIO, source="tiny")
+    sc = parse_scenario(TINY_TUNE_SCENARIO, source="tiny")
     space = Space(gpus=["H100"], precisions=["bf16", "fp4"], mtp=[0], max_num_seqs=[8],
                   parallels=["tp1"], refine=False)  # fmt: skip
     result = search(sc, "llama-3.3-70b", space, parse_thresholds(SLO), load_catalogue(),
@@ -128,7 +119,7 @@ def test_tier_verdict_says_not_separable_when_the_ranges_overlap():
 
 def test_cli_json_document_and_stored_runs(tmp_path):
     scenario = tmp_path / "tiny.yaml"
-    scenario.write_text(SCENARIO.replace("seed: 7\n", ""))  # a drawn seed, shared by all
+    scenario.write_text(TINY_TUNE_SCENARIO.replace("seed: 7\n", ""))  # a drawn seed, shared by all
     db = str(tmp_path / "t.db")
     args = ["sim", "tune", "--model", "llama-3.1-8b", "--gpus", "H100,B200", "--slo", SLO,
             "--scenario", str(scenario), "--precisions", "fp8", "--mtp", "0",

@@ -47,7 +47,8 @@ fl = 0.0
 for _ in range(reps):
     t = time.perf_counter(); x @ y; dt = time.perf_counter() - t
     fl = max(fl, 2 * n**3 / dt)
-print(json.dumps({{"bandwidth_bytes_s": bw, "fp32_flops": fl, "cache_bandwidth_bytes_s": cache_bw}}))
+print(json.dumps({{"bandwidth_bytes_s": bw, "fp32_flops": fl, "cache_bytes": cache_bytes,
+                  "cache_bandwidth_bytes_s": cache_bw}}))
 """
 
 
@@ -135,7 +136,7 @@ def _cache_entry(measured: dict[str, float]) -> dict[str, float]:
     """The device's cache fields from a measurement ({} when figures were given, the cache's
     size is unknown, or it measured no faster than memory)."""
     cache_bw = measured.get("cache_bandwidth_bytes_s", 0.0)
-    llc = last_level_cache_bytes()
+    llc = measured.get("cache_bytes", 0)
     if not llc or cache_bw <= measured.get("bandwidth_bytes_s", 0.0):
         return {}
     return {"cache_mb": round(llc / (1 << 20), 1), "cache_bw_tbs": float(f"{cache_bw / 1e12:.4g}")}

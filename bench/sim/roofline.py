@@ -202,11 +202,9 @@ class Deployment:
         sequence is charged its whole context, as if the window never slid: exact up to the
         window (4,096 tokens for Mistral), fewer sequences admitted than an engine that frees
         slid-out blocks beyond it."""
-        m = self.model
-        if m.kv_elements_per_token() == 0 and m.sliding_window_layers:
-            bpp = self.kv_precision.bytes_per_param
-            return m.sliding_kv_elements_per_token() * bpp
-        return m.kv_bytes_per_token(self.kv_precision.name)
+        if self.model.kv_layers == 0 and self.model.sliding_window_layers:
+            return self._sliding_kv_bytes
+        return self.kv_bytes_per_token
 
     def window_kv_tokens(self, seq_tokens: float) -> int:
         """KV room the sliding-window layers of one sequence of `seq_tokens` tokens hold, in

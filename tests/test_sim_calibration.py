@@ -339,3 +339,32 @@ def test_leave_one_source_out_is_pinned() -> None:
 def test_engine_clock_validation_is_pinned() -> None:
     res = validate(clock="engine")
     assert mean_abs_error(res) <= PINNED_ENGINE_MAE
+
+
+# NIM 1.8.0 (TensorRT-LLM) on 2x H100 TP2, Llama-3.3-70B FP8 [S75]: (input, output,
+# concurrency, ITL ms, output tok/s or None). Moderate batch, which no fitted point covers.
+NIM_POINTS = ((5000, 500, 5, 21.83, 218.48), (5000, 500, 25, 38.75, 623.4),
+              (5000, 500, 50, 59.73, 814.37), (500, 2000, 1, 18.91, None))  # fmt: skip
+
+
+@pytest.mark.parametrize(("isl", "osl", "conc", "itl_ms", "tps"), NIM_POINTS)
+def test_moderate_batch_decode_predicts_an_independent_source(isl, osl, conc, itl_ms, tps):
+    """Published measurements never fitted on: the engine clock at NIM's concurrency gives
+    its inter-token latency and throughput within the dense category's expected error (14%,
+    held out) plus a margin: 15%. Measured when added (2026-12-04): ITL -10%, -11%, -11%,
+    throughput +11%, +8%, +6%, and the batch-1 ITL -12%. Not asserted, because it misses: mean
+    TTFT -3%, +95%, +165% (the simulated scheduler queues the 5,000-token prompts longer than
+    NIM's does at concurrency 25 and 50)."""
+    import numpy as np
+
+    from bench.metrics import summarize
+    from bench.sim.virtual import build_engine, replay_closed
+
+    engine = build_engine("H100", "llama-3.3-70b", "fp8", 2, engine="trtllm")
+    n = max(4 * conc, 8)
+    records = replay_closed(engine, np.tile([isl, osl], (n, 1)), conc)
+    summary = summarize(records)
+    itl = summary.metrics["itl"].as_dict()["mean"]
+    assert itl == pytest.approx(itl_ms, rel=0.15)
+    if tps is not None:
+        assert summary.output_tokens_per_s == pytest.approx(tps, rel=0.15)

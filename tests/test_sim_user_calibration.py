@@ -32,8 +32,9 @@ from bench.sim.user_calibration import (  # noqa: E402
 DEVICE = get_gpu("H100")
 SETTINGS = Settings(model="llama-3.1-8b", precision="fp8", max_num_seqs=16)
 TRUTH = {"mbu": 0.72, "mfu": 0.3, "mfu_prefill_ratio": 1.6, "kv_bw_ratio": 0.7,
-         "t_layer_s": 2.5e-5, "t_tok_s": 5e-7}  # fmt: skip
-# (a GPU fit's per-step overhead is per layer, t_layer_s; t_fix_s is fixed there)
+         "t_layer_s": 2.5e-5, "t_tok_s": 5e-7, "t_req_s": 3e-3}  # fmt: skip
+# (a GPU fit's per-step overhead is per layer, t_layer_s; t_fix_s is fixed there; t_req_s is
+# the endpoint's front end, which only TTFT sees)
 
 
 def _point(rate: float, values: dict[str, float], n: int = 40, seed: int = 0) -> ObservedPoint:
@@ -50,13 +51,13 @@ def _point(rate: float, values: dict[str, float], n: int = 40, seed: int = 0) ->
 @pytest.fixture(scope="module")
 def fitted():
     points = [_point(r, TRUTH, seed=i) for i, r in enumerate((4, 16, 30))]
-    return calibrate(points, DEVICE, SETTINGS, max_nfev=40)
+    return calibrate(points, DEVICE, SETTINGS, max_nfev=60)
 
 
 def test_recovers_the_parameters_it_was_simulated_with(fitted):
-    for r in fitted.residuals:  # the fit reproduces what it was fitted on
-        for q in ("ttft_p50", "tpot_p50", "output_tps"):
-            assert abs(r.error(q)) < 0.05, (r.load, q, r.error(q))
+    for r in fitted.residuals:  # the fit reproduces what it was fitted on (7 parameters, 3
+        for q in ("ttft_p50", "tpot_p50", "output_tps"):  # points: within 6%, not exactly)
+            assert abs(r.error(q)) < 0.06, (r.load, q, r.error(q))
     for p in fitted.params:  # each pinned value lies within 3 standard errors of the truth
         if p.pinned:
             assert abs(math.log(p.value / TRUTH[p.name])) <= 3 * math.log(p.spread) + 0.05, p
@@ -208,7 +209,7 @@ def test_a_cpu_device_given_or_measured_simulates_a_cpu_engine(tmp_path: Path):
     settings = Settings(model=str(cfg), precision="fp32", max_num_seqs=4,
                         max_num_batched_tokens=2048)  # fmt: skip
     truth = {"mbu": 0.5, "mfu": 0.3, "mfu_prefill_ratio": 1.5, "kv_bw_ratio": 0.8,
-             "t_fix_s": 2e-3, "t_tok_s": 1e-4}  # fmt: skip
+             "t_fix_s": 2e-3, "t_tok_s": 1e-4, "t_multi_s": 1e-3, "t_req_s": 1e-3}  # fmt: skip
     points = []
     for i, rate in enumerate((5.0, 20.0)):
         rng = np.random.default_rng(i)
@@ -217,7 +218,7 @@ def test_a_cpu_device_given_or_measured_simulates_a_cpu_engine(tmp_path: Path):
         p = ObservedPoint("run", i, f"rate {rate:g}/s", req, {})
         p.measured = replay(p, build_engine(dev, settings, efficiency_values(truth, "cpu")))
         points.append(p)
-    prof = calibrate(points, dev, settings, max_nfev=15)
+    prof = calibrate(points, dev, settings, max_nfev=30)
     for p in prof.params:
         lo, hi, _ = CPU_BOUNDS[p.name]
         assert (p.low, p.high) == (lo, hi) and lo <= p.value <= hi
@@ -314,3 +315,53 @@ def test_the_fields_per_request_error_is_the_median_of_nine_relative_errors():
     errs = field_error(measured, field_stats(slower))
     assert len(errs) == 10 and errs["median"] == pytest.approx(0.25, abs=1e-3)
     assert all(v == pytest.approx(0.25, abs=2e-3) for v in errs.values())
+
+
+def test_front_end_time_adds_to_ttft_only_and_multi_token_steps_cost_more():
+    """t_req_s: the scheduler sees a request that much after it was sent, in virtual time and
+    on the real-time endpoint alike (TTFT grows by it; TPOT does not). t_multi_s: a step that
+    runs more than one token costs that much more than the one-token step (llama.cpp's GEMV
+    path against its tiled GEMM kernels)."""
+    import asyncio
+
+    import httpx
+
+    from bench.sim.roofline import Deployment
+    from bench.sim.server import start_sim_server_in_thread
+    from bench.sim.virtual import run_virtual
+
+    dev = get_gpu("H100")
+    plain = Deployment.build(dev, "llama-3.1-8b", "fp8")
+    multi = Deployment.build(dev, "llama-3.1-8b", "fp8", t_multi_s=2e-3)
+    assert multi.step_time(1, 500, 0, 0) == pytest.approx(plain.step_time(1, 500, 0, 0))
+    assert multi.step_time(2, 1000, 0, 0) == pytest.approx(plain.step_time(2, 1000, 0, 0) + 2e-3)
+
+    requests = [(0.0, 200, 20), (5.0, 200, 20)]  # far apart: nothing queues
+    base = run_virtual(build_engine(dev, SETTINGS, {}), requests)
+    front = run_virtual(build_engine(dev, SETTINGS, {"t_req_s": 0.25}), requests)
+    for b, f in zip(base, front, strict=True):
+        assert f.sent_ns == b.sent_ns
+        assert (f.first_token_ns - f.sent_ns) - (b.first_token_ns - b.sent_ns) == pytest.approx(
+            0.25e9, abs=1e3
+        )
+        assert f.tpot_ns == pytest.approx(b.tpot_ns)
+
+    async def ttft(url: str) -> float:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as c:
+            t0 = asyncio.get_running_loop().time()
+            body = {"model": "m", "prompt": "hi", "max_tokens": 2, "stream": True}
+            async with c.stream("POST", "/v1/completions", json=body) as resp:
+                async for line in resp.aiter_lines():
+                    if line.startswith("data: {"):
+                        return asyncio.get_running_loop().time() - t0
+        raise AssertionError("no token")
+
+    engine = build_engine(dev, SETTINGS, {"t_req_s": 0.3})
+    url, stop = start_sim_server_in_thread("H100", "llama-3.1-8b", engine=engine)
+    try:
+        assert asyncio.run(ttft(url)) >= 0.3
+        with httpx.Client(base_url=url, timeout=30) as c:  # refused at once, not after 0.3 s
+            body = {"model": "m", "prompt": "hi", "max_tokens": 10**7}
+            assert c.post("/v1/completions", json=body).status_code == 400
+    finally:
+        stop()

@@ -243,6 +243,11 @@ class DisaggEngine:
         heapq.heappush(self._arrivals, (at, self._order, seq, keys))
         return seq
 
+    def check(self, prompt_len: int, max_tokens: int) -> None:
+        """ValueError when either pool could never hold such a request."""
+        self.decode.check(prompt_len, max_tokens)
+        self.prefill.check(prompt_len, 1)
+
     def abort(self, seq: Seq) -> None:
         pf = self._in_prefill.pop(seq.id, None)
         if pf is not None:

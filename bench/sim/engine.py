@@ -235,6 +235,13 @@ class Engine:
     def new_seq(self, rid: int, prompt_len: int, max_tokens: int, tag: object = None) -> Seq:
         """A sequence this engine could run, not queued; ValueError when it never could
         (too long for the model's context or the KV cache)."""
+        self.check(prompt_len, max_tokens)
+        seq = Seq(rid, prompt_len, max_tokens, self._order, tag)
+        self._order += 1
+        return seq
+
+    def check(self, prompt_len: int, max_tokens: int) -> None:
+        """ValueError when this engine could never run such a request."""
         if prompt_len < 1 or max_tokens < 1:
             raise ValueError("prompt_len and max_tokens must be at least 1")
         if prompt_len + max_tokens > self.max_model_len:
@@ -248,9 +255,6 @@ class Engine:
                 f"a request of {prompt_len + max_tokens} tokens cannot fit in the KV cache "
                 f"({self.capacity_tokens} tokens)"
             )
-        seq = Seq(rid, prompt_len, max_tokens, self._order, tag)
-        self._order += 1
-        return seq
 
     def abort(self, seq: Seq) -> None:
         """Drop a request (client went away); frees its blocks."""

@@ -18,7 +18,7 @@ MTP) + prefill tokens:
     FLOPs count each query's context capped at the window)
     t_comm   = (tp > 1) 2 L (alpha_ar + all-reduce bytes / (BW_link eta))
              + (ep > 1) L_moe (2 alpha_a2a + all-to-all bytes / (BW_link eta))
-    t_over   = t_fix + L t_layer + n_tok (t_tok + L_moe t_moe_tok)
+    t_over   = t_fix + L t_layer + n_tok (t_tok + L_moe t_moe_tok) + t_multi [n_tok > 1]
     T_iter   = t_dense + t_expert + t_attnD + t_attnP + t_comm + t_over
 
 N_body excludes the embedding table and the LM head (vocab x hidden each; one matrix when
@@ -36,6 +36,10 @@ per sequence and yields g = 1 + a + ... + a^d tokens, after d drafting passes of
 (one more decoder layer plus the BF16 output head, for every decoding sequence); the engine
 emits one token per sequence per step, so a step lasts (T(verify) + d T(draft)) / g, with
 prefill scaled so its share per token is kept.
+t_multi is the extra cost of a step whose GEMMs run more than one row (a CPU engine's tiled
+kernels against its one-token GEMV path; 0 on GPUs). The endpoint's front end (t_req: HTTP,
+tokenisation, hand-off) is not part of a step: the engine loop sees a request t_req after it
+was sent (bench.sim.virtual, bench.sim.server).
 Everything here is a pure function of its inputs, so the engine stays deterministic.
 """
 
@@ -399,7 +403,7 @@ class Deployment:
         t += max(kv_read / (self._bw * e.kv_bw_ratio), attn_d / (self.attn_flops * e.mfu_attn))
         t += attn_p / (self.attn_flops * e.mfu_prefill)
         t += self._comm_time(n_tok)
-        t += e.t_fix_s + m.layers * e.t_layer_s
+        t += e.t_fix_s + m.layers * e.t_layer_s + (e.t_multi_s if n_tok > 1 else 0.0)
         return t + n_tok * (e.t_tok_s + m.moe_layers * e.t_moe_tok_s)
 
     @cached_property

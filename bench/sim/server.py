@@ -174,6 +174,19 @@ class SimServer:
                 await self._task
 
     def submit(self, job: Job) -> None:
+        """Queue a job; ValueError (before anything is written) when the engine could never
+        run it. A calibrated front end (t_req_s) hands it to the scheduler that much later, as
+        the virtual-time loop does."""
+        front = self.engine.dep.eff.t_req_s
+        if front <= 0:
+            self._enqueue(job)
+            return
+        self.engine.check(job.prompt_tokens, job.max_tokens)  # refuse now, not after the wait
+        asyncio.get_running_loop().call_later(front, self._enqueue, job)
+
+    def _enqueue(self, job: Job) -> None:
+        if job.done:  # the client left while the front end held it
+            return
         due = self.step_due  # a request that came during a step came before the step's end
         ago = max(due - time.perf_counter(), 0.0) if due is not None else 0.0
         job.seq = self.engine.add_request(
@@ -183,8 +196,10 @@ class SimServer:
         self.wake.set()
 
     def abort(self, job: Job) -> None:
-        if job.seq is not None and not job.done:
-            job.done = True
+        if job.done:
+            return
+        job.done = True
+        if job.seq is not None:  # None: still in the front end, never handed over
             self.aborts.append(job.seq)
 
     async def _run(self) -> None:

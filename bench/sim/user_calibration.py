@@ -46,9 +46,12 @@ QUANTITY_NAMES = tuple(q[0] for q in QUANTITIES)
 # act on one device, engine and precision (fp4_mfu_ratio and amd_ratio only scale mfu and mbu
 # across devices, which a one-device fit has no use for).
 # On a GPU the per-step overhead is fitted per layer (t_layer_s: kernel boundaries replayed from
-# a CUDA graph; t_fix_s is fixed there); a CPU engine's is one host time per step (t_fix_s).
+# a CUDA graph; t_fix_s is fixed there); a CPU engine's is one host time per step (t_fix_s) plus
+# t_multi_s on steps of more than one token. Both fit the front end's time (t_req_s), which
+# only TTFT sees.
 FIT_NAMES = (
     "mbu", "mfu", "mfu_prefill_ratio", "kv_bw_ratio", "t_fix_s", "t_layer_s", "t_tok_s",
+    "t_multi_s", "t_req_s",
 )  # fmt: skip
 MFU_PREFILL_MAX = 0.85  # bench.sim.calibration's cap on GPUs; a CPU's is its mfu bound
 PRIOR_WEIGHT = 0.05  # per parameter, on its normalised log position (as the published fit)
@@ -65,6 +68,12 @@ FLAT_SHARE = 0.05  # a direction whose slope is under 5% of the steepest one is 
 SIGMA_FLOOR = 0.05  # residual scale never below 5%: a percentile of a few dozen requests is
 # measured no closer than that, so a fit closer than 5% is not more certain
 
+# The front end of a GPU engine's endpoint, fitted from a user's TTFT (the published points the
+# shipped fit uses score no TTFT, so it is 0 there): vLLM's and SGLang's API servers parse,
+# tokenise and hand each request to a separate engine process.
+GPU_FRONT_END = (1e-5, 0.05, "front end before the scheduler sees a request (HTTP parse, "
+                 "tokenisation, hand-off to the engine process): 10 us to 50 ms")  # fmt: skip
+
 # A CPU's ranges. efficiency.yaml's are for GPU kernels with CUDA graphs; on a CPU the same
 # quantities are fractions of what the host measured (bench.sim.device_profile: a stream
 # copy and a matrix product) and host overheads of an engine without CUDA graphs.
@@ -77,6 +86,10 @@ CPU_BOUNDS: dict[str, tuple[float, float, str]] = {
     "kv_bw_ratio": (0.2, 1.0, "KV reads against weight reads' bandwidth, at most the same"),
     "t_fix_s": (1e-5, 0.05, "fixed host time per engine step (graph build, scheduling, "
                 "HTTP streaming): 10 us to 50 ms"),
+    "t_multi_s": (1e-6, 0.05, "extra time of a step that runs more than one token through "
+                  "the GEMMs (multi-row kernels instead of the one-token GEMV path)"),
+    "t_req_s": (1e-5, 0.05, "front end before the scheduler sees a request (HTTP parse, "
+                "tokenisation, hand-off to the engine loop)"),
     "t_tok_s": (1e-7, 2e-3, "host time per token of a step (sampling over the vocabulary, "
                 "detokenisation, one streamed event): 0.1 us to 2 ms on a CPU"),
 }  # fmt: skip
@@ -109,6 +122,7 @@ def bounds_for(vendor: str) -> list[Bound]:
         base = p.name.split(".")[0]
         if base in FIT_NAMES and base not in out:
             out[base] = Bound(base, p.initial, p.low, p.high, p.source)
+    out["t_req_s"] = Bound("t_req_s", 2e-3, *GPU_FRONT_END)
     return [out[n] for n in FIT_NAMES if n in out]
 
 

@@ -198,6 +198,7 @@ def _drive(
     give the next arrival (a closed loop's user). Setting `stop` ends it before the next
     step (a cancelled run)."""
     heapq.heapify(arrivals)
+    front = engine.dep.eff.t_req_s  # the front end's time before the scheduler sees a request
     n = len(lengths)
     trace = _Trace(np.full(n, np.nan), [None] * n, {}, np.zeros(0))
     step_end: list[float] = []
@@ -214,14 +215,14 @@ def _drive(
         if not engine.has_work():
             if not arrivals:
                 break
-            t = max(t, arrivals[0][0])
-        while arrivals and arrivals[0][0] <= t:
+            t = max(t, arrivals[0][0] + front)
+        while arrivals and arrivals[0][0] + front <= t:
             at, k = heapq.heappop(arrivals)
             trace.sent_s[k] = at
             try:
                 seq = engine.add_request(
                     k, int(lengths[k, 0]), int(lengths[k, 1]), tag=_Track(k),
-                    keys=keys[k] if keys is not None else None, ago_s=t - at,
+                    keys=keys[k] if keys is not None else None, ago_s=t - at - front,
                 )  # fmt: skip
                 trace.tracks[k] = seq.tag
             except ValueError as exc:

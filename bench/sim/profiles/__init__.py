@@ -170,6 +170,8 @@ class Efficiency(_Frozen):
     t_fix_s: float
     t_tok_s: float
     t_layer_s: float = 0.0
+    t_multi_s: float = 0.0
+    t_req_s: float = 0.0
     t_moe_tok_s: float
     moe_imbalance: float
     moe_mfu_ratio: float

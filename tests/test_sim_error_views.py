@@ -24,7 +24,7 @@ from bench.export.report import build_report
 from bench.metrics import parse_thresholds
 from bench.scenario import parse_scenario
 from bench.sim.profiles import get_gpu
-from bench.sim.profiles.accuracy import bounds, expected_error
+from bench.sim.profiles.accuracy import HELD_OUT_ERROR, bounds, expected_error
 from bench.sim.user_calibration import (
     CalibrationProfile,
     ParamFit,
@@ -286,7 +286,7 @@ def test_sim_tune_runs_the_profiles_gpu_on_its_device_with_its_errors(tmp_path: 
     assert cap.high >= cap.value * 1.12 * (1 - 1e-9) and cap.low <= cap.value * 0.88 * (1 + 1e-9)
     assert "--profile" in on_slow.config.command("llama-3.1-8b", "vllm")
     b200 = _tune(slow, gpus=("H100", "B200")).searched("B200")[0]
-    assert b200.config.profile is None and b200.capacity.sim_error == 0.14
+    assert b200.config.profile is None and b200.capacity.sim_error == HELD_OUT_ERROR["dense"]
 
 
 def test_sim_tune_profile_cli_prints_its_errors_and_refuses_a_missing_device(tmp_path: Path):

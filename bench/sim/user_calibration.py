@@ -53,7 +53,6 @@ FIT_NAMES = (
     "mbu", "mfu", "mfu_prefill_ratio", "kv_bw_ratio", "t_fix_s", "t_layer_s", "t_tok_s",
     "t_multi_s", "t_req_s",
 )  # fmt: skip
-MFU_PREFILL_MAX = 0.85  # bench.sim.calibration's cap on GPUs; a CPU's is its mfu bound
 PRIOR_WEIGHT = 0.05  # per parameter, on its normalised log position (as the published fit)
 FIT_NFEV = 200
 DIFF_STEP = 0.1
@@ -128,8 +127,13 @@ def bounds_for(vendor: str) -> list[Bound]:
 
 def efficiency_values(values: dict[str, float], vendor: str) -> dict[str, float]:
     """Efficiency fields (bench.sim.profiles.Efficiency) for fitted values: mfu_prefill =
-    mfu x mfu_prefill_ratio, capped (MFU_PREFILL_MAX on a GPU, the mfu bound on a CPU)."""
-    cap = CPU_BOUNDS["mfu"][1] if vendor.lower() == "cpu" else MFU_PREFILL_MAX
+    mfu x mfu_prefill_ratio, capped at the mfu range's top (a GPU's: efficiency.yaml's)."""
+    if vendor.lower() == "cpu":
+        cap = CPU_BOUNDS["mfu"][1]
+    else:
+        from bench.sim.calibration import mfu_prefill_max
+
+        cap = mfu_prefill_max()
     out = {k: float(v) for k, v in values.items() if k != "mfu_prefill_ratio"}
     out["mfu_prefill"] = float(min(values["mfu"] * values["mfu_prefill_ratio"], cap))
     return out

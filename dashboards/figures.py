@@ -161,34 +161,55 @@ def _line_trace(curve: RunCurve, style: RunStyle, pts, xs, ys, mode="lines+marke
     )
 
 
-def _error_bar(values: Sequence[float], error: float | None, style: RunStyle) -> dict | None:
+def _error_bar(values: Sequence[float | None], error: float | None, style: RunStyle) -> dict | None:
     """A simulated curve's expected error as plotly error bars: value x/÷ (1 + e)
-    (bench.sim.profiles.accuracy.bounds), thin, in the run's colour."""
+    (bench.sim.profiles.accuracy.bounds), thin, in the run's colour. A missing value (a
+    bar for a tier the GPU lacks) gets no bar."""
     from bench.sim.profiles.accuracy import bounds
 
     if error is None:
         return None
-    spans = [bounds(v, error) for v in values]
+    spans = [bounds(v, error) if v is not None else (None, None) for v in values]
     return {
         "type": "data",
         "symmetric": False,
-        "array": [hi - v for v, (_, hi) in zip(values, spans, strict=True)],
-        "arrayminus": [v - lo for v, (lo, _) in zip(values, spans, strict=True)],
+        "array": [None if v is None else hi - v for v, (_, hi) in zip(values, spans, strict=True)],
+        "arrayminus": [
+            None if v is None else v - lo for v, (lo, _) in zip(values, spans, strict=True)
+        ],
         "color": style.colour,
         "thickness": 1,
         "width": 4,
     }
 
 
-def _with_error_bars(trace: go.Scatter, curve: RunCurve, x_name: str, style: RunStyle):
+def _with_error_bars(
+    trace: go.Scatter,
+    curve: RunCurve,
+    x_name: str,
+    style: RunStyle,
+    y_name: str = "output_tokens_per_s",
+):
     """A simulated run's trace with its expected error on both axes (x: the figure `x_name`,
-    y: throughput); a measured run's trace as it is."""
+    y: the figure `y_name`, throughput by default); a measured run's trace as it is."""
     if curve.error_bars:
         trace.error_x = _error_bar(list(trace.x), curve.expected_error(x_name), style)
-        trace.error_y = _error_bar(
-            list(trace.y), curve.expected_error("output_tokens_per_s"), style
-        )
+        trace.error_y = _error_bar(list(trace.y), curve.expected_error(y_name), style)
     return trace
+
+
+def _cost_error_name(tokens: str) -> str:
+    """The throughput whose expected error a $/Mtok of `tokens` carries (Summary.value names).
+
+    $/Mtok is price / throughput (bench.cost.dollars_per_mtok), and the price is a catalogue
+    fact with no simulator error in it, so a simulated $/Mtok is as uncertain as the
+    throughput it divides by, inverted: throughput within tps x/÷ (1 + e) puts $/Mtok
+    within price / (tps (1 + e)) .. price (1 + e) / tps, which is $/Mtok x/÷ (1 + e), the
+    bars `_error_bar` draws (dividing by the utilisation scales both ends alike). Total
+    tokens/s has no quantity of its own, so it gets the largest of the run's errors
+    (bench.sim.profiles.accuracy.relative_error).
+    """
+    return "output_tokens_per_s" if tokens == "output" else "total_tokens_per_s"
 
 
 def _span_is_wide(values: Sequence[float]) -> bool:
@@ -507,7 +528,9 @@ def cost_vs_interactivity(
 
     InferenceX's cost view: lower is cheaper, right is faster per user. A menu picks the
     tier; tiers some GPUs lack say so in the title. Starts on `tier`, else
-    bench.frontier.cost_view_tier (the cheapest on-demand tier every GPU has).
+    bench.frontier.cost_view_tier (the cheapest on-demand tier every GPU has). A simulated
+    run's points carry its expected errors as on the throughput charts: x (1000 / TPOT p50)
+    TPOT p50's, y ($/Mtok) its throughput's (`_cost_error_name`).
     """
     tiers = run_tiers(curves, catalogue)
     priced = [c for c in curves if any(c.legend in who for who in tiers.values())]
@@ -524,20 +547,21 @@ def cost_vs_interactivity(
                 continue
             values += [u for _, u, _ in pts]
             owners.append(name)
+            trace = go.Scatter(
+                x=[x for x, _, _ in pts],
+                y=[u for _, u, _ in pts],
+                mode="lines+markers",
+                name=curve.legend,
+                meta=curve.run_id,
+                visible=name == tier,
+                line={"color": style.colour, "width": 2, "dash": style.dash},
+                marker={"color": style.colour, "symbol": style.symbol, "size": 9},
+                text=[f"<b>{curve.legend}</b><br>{t}<br>{name}" for _, _, t in pts],
+                hovertemplate="%{text}<br>$%{y:,.3f}/Mtok at %{x:,.1f} tok/s/user<extra></extra>",
+            )
+            # x: 1000 / TPOT p50 carries TPOT's error; y: $/Mtok its throughput's
             fig.add_trace(
-                go.Scatter(
-                    x=[x for x, _, _ in pts],
-                    y=[u for _, u, _ in pts],
-                    mode="lines+markers",
-                    name=curve.legend,
-                    meta=curve.run_id,
-                    visible=name == tier,
-                    line={"color": style.colour, "width": 2, "dash": style.dash},
-                    marker={"color": style.colour, "symbol": style.symbol, "size": 9},
-                    text=[f"<b>{curve.legend}</b><br>{t}<br>{name}" for _, _, t in pts],
-                    hovertemplate="%{text}<br>$%{y:,.3f}/Mtok at %{x:,.1f} tok/s/user"
-                    "<extra></extra>",
-                )
+                _with_error_bars(trace, curve, "p50_tpot_ms", style, _cost_error_name(tokens))
             )
     util = "" if utilisation >= 1 else f", {utilisation:.0%} utilisation"
 
@@ -599,7 +623,9 @@ def cost_per_tier(
     """$ per million tokens on every pricing tier, bars grouped by tier, one colour per run.
 
     Each run is priced at the point bench.curves.compare_runs picks: its capacity at the
-    SLO when one is given, else its peak throughput. `tokens` is "output" or "total".
+    SLO when one is given, else its peak throughput. `tokens` is "output" or "total". A
+    simulated run's bars carry its throughput's expected error (`_cost_error_name` says why
+    that is the $/Mtok's), a measured run's none.
     `catalogue` is a bench.cost.Catalogue; `slo` a list of bench.metrics.Threshold.
     """
     if comparisons is None:
@@ -610,7 +636,8 @@ def cost_per_tier(
             if row.tier not in tiers:
                 tiers.append(row.tier)
     fig = go.Figure()
-    for comp in comparisons:
+    styles = run_styles([comp.curve for comp in comparisons])
+    for comp, style in zip(comparisons, styles, strict=True):
         by_tier = {row.tier: row for row in comp.cost_rows}
         ys, texts = [], []
         for tier in tiers:
@@ -630,8 +657,11 @@ def cost_per_tier(
             )
         point = comp.capacity
         where = f"{comp.basis}: {point.title}" if point else f"{comp.basis}: none"
-        texts = [f"{t}<br>{where}" for t in texts]
         curve = comp.curve
+        error = curve.expected_error(_cost_error_name(tokens))
+        if error is not None:  # a simulated run: its throughput's error (_cost_error_name)
+            where += f"<br>simulated: $/Mtok x/÷ {1 + error:.2f} (throughput ±{error:.0%})"
+        texts = [f"{t}<br>{where}" for t in texts]
         fig.add_trace(
             go.Bar(
                 y=tiers,
@@ -639,6 +669,7 @@ def cost_per_tier(
                 orientation="h",
                 name=f"{curve.legend} (at capacity)" if point else f"{curve.legend} (no capacity)",
                 meta=curve.run_id,
+                error_x=_error_bar(ys, error, style),
                 marker={
                     "color": curve.colour,
                     "line": {"color": "#000000", "width": 0.5},

@@ -236,6 +236,88 @@ def test_deck_and_workbook_carry_the_errors_and_flags(runs, tmp_path: Path):
     assert "expected error" not in text.lower()
 
 
+def _cost_range(price: float, gpus: int, tps: float, err: float, util: float) -> tuple:
+    """($/Mtok, low, high) from DESIGN.md's formula with the throughput at its own ends:
+    price over the highest throughput is the cheapest, over the lowest the dearest."""
+    usd = lambda t: price * gpus / (t * 3600) * 1e6 / util  # noqa: E731
+    return usd(tps), usd(tps * (1 + err)), usd(tps / (1 + err))
+
+
+def test_cost_charts_carry_the_throughput_and_tpot_errors_on_simulated_runs_only(
+    runs, tmp_path: Path
+):
+    from pptx import Presentation
+    from pptx.oxml.ns import qn
+
+    from bench.cost import price_per_gpu_hour
+    from bench.curves import compare_runs
+    from bench.frontier import cost_view_tier, pareto_front
+    from dashboards.figures import cost_per_tier, cost_vs_interactivity
+
+    db, sim_id, measured_id, _ = runs
+    err, _ = expected_error("H100", "llama-3.1-8b")
+    cat = load_catalogue()
+    sim, measured = run_curve(sim_id, db), run_curve(measured_id, db, index=1)
+    curves = [sim, measured]
+
+    # $/Mtok against interactivity, at 50% utilisation: y from the throughput's error, x
+    # (1000 / TPOT p50) from TPOT p50's
+    tier = cost_view_tier(curves, cat)
+    fig = cost_vs_interactivity(curves, cat, utilisation=0.5, tier=tier, menu=False)
+    s, m = (next(t for t in fig.data if t.meta == run) for run in (sim_id, measured_id))
+    price = price_per_gpu_hour(cat.tier(cat.resolve_gpu(sim.gpu_type), tier), cat)
+    by_lp = {p.load_point: p for p in sim.points}
+    front = [by_lp[f.load_point] for f in pareto_front(sim.points)]
+    assert len(front) == len(s.y) == 2
+    ends = [_cost_range(price, sim.gpu_count, p.output_tps, err, 0.5) for p in front]
+    assert list(s.y) == pytest.approx([usd for usd, _, _ in ends])
+    assert list(s.error_y.array) == pytest.approx([hi - usd for usd, _, hi in ends])
+    assert list(s.error_y.arrayminus) == pytest.approx([usd - lo for usd, lo, _ in ends])
+    inter = [1000 / p.latency("tpot", "p50") for p in front]
+    assert list(s.x) == pytest.approx(inter)
+    assert list(s.error_x.array) == pytest.approx([x * err for x in inter])
+    assert list(s.error_x.arrayminus) == pytest.approx([x - x / (1 + err) for x in inter])
+    assert m.error_x.array is None and m.error_y.array is None
+
+    # $/Mtok per tier at capacity: the simulated run's bars x/÷ (1 + e), the measured's bare
+    fig = cost_per_tier(curves, cat)
+    comps = compare_runs(curves, [], cat)
+    s, m = (next(t for t in fig.data if t.meta == run) for run in (sim_id, measured_id))
+    rows = {r.tier: r for r in comps[0].cost_rows}
+    ends = [
+        _cost_range(rows[t].price_usd_per_gpu_hr, sim.gpu_count, comps[0].capacity.output_tps,
+                    err, 1.0) if v is not None else None
+        for t, v in zip(s.y, s.x, strict=True)
+    ]  # fmt: skip
+    assert sum(e is not None for e in ends) >= 2  # H100 has several priced tiers
+    for value, up, down, e in zip(s.x, s.error_x.array, s.error_x.arrayminus, ends, strict=True):
+        if e is None:
+            assert value is None and up is None and down is None
+        else:
+            assert (value, up, down) == pytest.approx((e[0], e[2] - e[0], e[0] - e[1]))
+    assert m.error_x.array is None and "simulated" not in " ".join(m.hovertext)
+
+    # the deck's native $/Mtok chart: the same bars on the simulated run, none on the measured
+    report = build_report([sim_id, measured_id], db, [], cat, 1.0)
+    deck = Presentation(str(write(report, "pptx", tmp_path / "r.pptx")))
+    chart = next(
+        sh.chart
+        for sl in deck.slides
+        for sh in sl.shapes
+        if sh.has_chart
+        and sh._element.nvGraphicFramePr.cNvPr.get("title", "").startswith("$/Mtok output vs")
+    )
+    bars = {}
+    for ser in chart.plots[0].series:
+        found = ser._element.findall(qn("c:errBars"))
+        plus = [float(v.text) for b in found for v in b.find(qn("c:plus")).iter(qn("c:v"))]
+        ys = [float(v.text) for v in ser._element.find(qn("c:yVal")).iter(qn("c:v"))]
+        bars[ser.name] = (plus, ys)
+    sim_plus, sim_ys = bars[sim.legend]
+    assert len(sim_ys) == 2 and sim_plus == pytest.approx([y * err for y in sim_ys])
+    assert bars[measured.legend][0] == []
+
+
 # -- sim tune --profile ------------------------------------------------------------------------
 
 TUNE_SLO = "p99_ttft_ms<=500,p99_tpot_ms<=12"

@@ -1044,7 +1044,7 @@ def _cost_interactivity_chart(curves, catalogue, utilisation, tier: str | None =
         except PriceCatalogueError:
             continue
         by_lp = {p.load_point: p for p in curve.points}
-        xs, ys, labels = [], [], []
+        xs, ys, kept = [], [], []
         for f in pareto_front(curve.points):
             usd = cost_at_utilisation(
                 dollars_per_mtok(price, curve.gpu_count, by_lp[f.load_point].output_tps),
@@ -1053,9 +1053,10 @@ def _cost_interactivity_chart(curves, catalogue, utilisation, tier: str | None =
             if usd is not None:
                 xs.append(f.interactivity)
                 ys.append(usd)
-                labels.append(f.title)
-        series.append(Series(curve.legend, curve.colour, xs, ys, labels,
-                             simulated=curve.simulated, style_index=i))  # fmt: skip
+                kept.append(f)
+        # a simulated run's errors: x (1000 / TPOT p50) TPOT p50's, y ($/Mtok = price /
+        # throughput) its throughput's, x/÷ (1 + e) either way (dashboards.figures._cost_error_name)
+        series.append(_xy_series(curve, xs, ys, kept, i, "p50_tpot_ms"))
     log_y = _wide([y for s in series for y in s.y])
     title = f"$/Mtok output vs interactivity: {tier or 'no prices'} ({utilisation:.0%} utilisation)"
     return Chart(

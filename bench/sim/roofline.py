@@ -244,9 +244,15 @@ class Deployment:
         """Achieved bandwidth of a step's reads: the device's peak for weights of this size
         per GPU (a CPU's last-level cache when they fit there), times the fitted MBU."""
         m = self.model
-        gathered = (m.embedding_params() - m.head_params()) * self.precision.bytes_per_param
+        gathered = (m.embedding_params() - m.head_params()) * self._embed_bpp
         streamed = self.weight_bytes_per_gpu - gathered / self.tp  # an untied embedding table
         return self.gpu.stream_bw_bytes_s(streamed) * self.eff.mbu
+
+    @cached_property
+    def _embed_bpp(self) -> float:
+        """Bytes per parameter of the embedding table and the LM head (BF16 in quantized
+        checkpoints: ModelProfile.kept_precision)."""
+        return self.model.kept_precision(self.precision.name).bytes_per_param
 
     @cached_property
     def mtp_gain(self) -> float:
@@ -260,7 +266,7 @@ class Deployment:
         active expert params, attention FLOPs per (query, context) pair in decode and in
         prefill, LM head params, LM head bytes (all over the whole model, before TP)."""
         m = self.model
-        bpp = self.precision.bytes_per_param
+        bpp = self._embed_bpp
         embed = m.embedding_params()
         body_params = max(m.active_params_b * 1e9 - m.active_expert_params() - embed, 0.0)
         body_bytes = max(self.weight_bytes - self.expert_bytes_total - embed * bpp, 0.0)
@@ -311,7 +317,7 @@ class Deployment:
         the body, the experts some token routes to, the LM head when the step computes any
         logits, and the n_tok embedding rows it gathers (not the whole table)."""
         body, head = self._shape[1], self._shape[6]
-        gathered = n_tok * self.model.hidden * self.precision.bytes_per_param
+        gathered = n_tok * self.model.hidden * self._embed_bpp
         read = body + (head if logits else 0.0) + gathered
         if self.model.is_moe:
             read += self.expert_bytes * self.experts_touched(n_tok)
@@ -385,7 +391,7 @@ class Deployment:
         head_work = min(logits / dp, nd) / e.mfu + rows_p / e.mfu_prefill
         flops = 2 * (body_params * work + head_params * head_work)
         read = body_bytes + (head_bytes if logits > 0 else 0.0)
-        read += n_tok * m.hidden * self.precision.bytes_per_param  # embedding rows gathered
+        read += n_tok * m.hidden * self._embed_bpp  # embedding rows gathered
         t = max(flops / (tp * F), read / tp / self._bw)
         if m.is_moe:
             t += self._expert_time(n_tok, work)

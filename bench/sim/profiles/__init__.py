@@ -68,6 +68,9 @@ class ModelProfile(_Frozen):
     shared_experts: int = 0
     vocab: int
     tie_word_embeddings: bool = False
+    # the checkpoint keeps its non-expert weights (attention, router, shared layers) in this
+    # precision whatever the experts are served in (gpt-oss: MXFP4 experts, BF16 elsewhere)
+    dense_precision: str | None = None
     context: int
     aliases: tuple[str, ...] = ()
     notes: str = ""
@@ -104,7 +107,26 @@ class ModelProfile(_Frozen):
         return self.kv_elements_per_token() * get_precision(kv_precision).bytes_per_param
 
     def weight_bytes(self, precision: str) -> float:
-        return self.params_b * 1e9 * get_precision(precision).bytes_per_param
+        """Bytes of the checkpoint served in `precision`: routed experts in it, the other
+        weights in it too unless the checkpoint keeps them wider (`dense_precision`), and the
+        embedding table and LM head as quantized checkpoints keep them (`kept_precision`)."""
+        embed = self.embedding_params()
+        experts = self.routed_expert_params() if self.is_moe else 0.0
+        rest = max(self.params_b * 1e9 - embed - experts, 0.0)
+        dense = get_precision(self.dense_precision or precision).bytes_per_param
+        return (
+            embed * self.kept_precision(precision).bytes_per_param
+            + rest * dense
+            + experts * get_precision(precision).bytes_per_param
+        )
+
+    def kept_precision(self, precision: str) -> Precision:
+        """The precision of the embedding table and the LM head when serving in `precision`.
+        FP8 and FP4 checkpoints quantize the linear layers of the decoder and keep these two in
+        BF16 [S76] (ModelOpt and llm-compressor leave `lm_head` out; an embedding is a table,
+        not a linear layer); BF16 and wider keep them as they are."""
+        prec = get_precision(precision)
+        return get_precision("bf16") if prec.bytes_per_param < 2 else prec
 
     def head_params(self) -> float:
         """Parameters of the LM head (vocab x hidden), the GEMM that turns a hidden state into

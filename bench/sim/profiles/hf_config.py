@@ -110,7 +110,18 @@ def profile_fields(path: Path) -> dict[str, Any]:
     out.update(_sliding(cfg, layers))
     if cfg.get("num_nextn_predict_layers"):
         out["mtp_layers"] = int(cfg["num_nextn_predict_layers"])
+    if _attention_kept_wide(cfg):
+        out["dense_precision"] = "bf16"
     return out
+
+
+def _attention_kept_wide(cfg: dict[str, Any]) -> bool:
+    """A quantized checkpoint that names its attention among the modules it does not
+    convert (gpt-oss's `modules_to_not_convert`, llm-compressor's `ignore`) keeps everything
+    but the experts in BF16."""
+    quant = cfg.get("quantization_config") or {}
+    kept = quant.get("modules_to_not_convert") or quant.get("ignore") or []
+    return any("self_attn" in str(name) for name in kept)
 
 
 def _attention(cfg: dict[str, Any], out: dict[str, Any]) -> int:

@@ -125,8 +125,27 @@ def measure(
         telemetry=telemetry, run_id=run_id,
     )  # fmt: skip
     if sweep is None:
-        return _one_point(session, plan, on_point)
-    return _sweep(session, sweep, plan_for, on_point)
+        result = _one_point(session, plan, on_point)
+    else:
+        result = _sweep(session, sweep, plan_for, on_point)
+    if hardware is not None and result.run_id:
+        _keep_simulated_saturation(result, plan, db)
+    return result
+
+
+def _keep_simulated_saturation(result: SweepResult, plan: RunPlan, db: str | None) -> None:
+    """A run measured through `tokenbench sim serve` keeps the saturation rate of the
+    simulated deployment for its workload, as a `sim run` does, so every view flags its
+    points near saturation; the simulator computes it (bench.sim.detect)."""
+    from bench.sim.detect import simulated_saturation
+    from bench.sim.error_bars import mean_lengths, save_saturation
+
+    lengths = mean_lengths(result.points)
+    if lengths is None:
+        return
+    sat = simulated_saturation(plan.base_url, *lengths, api_key=plan.api_key)
+    if sat is not None:
+        save_saturation(result.run_id, sat, db)
 
 
 def _one_point(

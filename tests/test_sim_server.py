@@ -207,3 +207,18 @@ def test_run_against_a_simulator_is_stored_simulated_on_its_gpus(url: str, tmp_p
     assert (as_run.type, as_run.count) == ("B200-SXM", 1)  # what the CLI then prices
     assert sc.model_dump() == given  # the caller's scenario is not changed
     assert summary.completed == 5
+    # the simulator says where its deployment saturates for this workload, and the run keeps
+    # it as `sim run` does: every view can flag its points near saturation
+    from bench.curves import run_error_bars
+    from bench.sim.detect import simulated_saturation
+    from bench.sim.error_bars import saturation_rate
+    from bench.sim.virtual import build_engine
+
+    isl = summary.total_input_tokens / summary.completed
+    osl = summary.total_output_tokens / summary.completed
+    expected = saturation_rate(build_engine("B200", "llama-3.1-8b", "fp8"), isl, osl)
+    assert simulated_saturation(url, isl, osl) == pytest.approx(expected)
+    bars = run_error_bars(info, db)
+    assert bars["saturation_requests_per_s"] == pytest.approx(expected)
+    assert simulated_saturation(url, 0, 8) is None  # refused: lengths below one token
+    assert simulated_saturation("http://127.0.0.1:9", isl, osl, timeout_s=2) is None

@@ -178,6 +178,23 @@ def bounded_get(
     status and the body. httpx's own timeout is per read, so a server trickling a byte at a
     time (or streaming forever) would hold a plain `httpx.get` for ever, and a gzip bomb
     would be inflated whole. Raises httpx.HTTPError, TimeoutError or ResponseTooLarge."""
+    return bounded_request(
+        "GET", url, timeout_s=timeout_s, headers=headers, max_bytes=max_bytes, client=client
+    )
+
+
+def bounded_request(
+    method: str,
+    url: str,
+    *,
+    timeout_s: float,
+    headers: dict | None = None,
+    json_body: dict | None = None,
+    max_bytes: int = SMALL_RESPONSE_MAX,
+    client=None,  # noqa: ANN001 - an httpx.Client to reuse; a new one when None
+) -> tuple[int, bytes]:
+    """bounded_get for any method, with an optional JSON body (the same one deadline and
+    body cap)."""
     import time
 
     import httpx
@@ -187,14 +204,14 @@ def bounded_get(
     if own:
         client = httpx.Client(timeout=timeout_s)
     try:
-        with client.stream("GET", url, headers=headers) as response:
+        with client.stream(method, url, headers=headers, json=json_body) as response:
             body = bytearray()
             for chunk in response.iter_bytes():
                 body += chunk
                 if len(body) > max_bytes:
-                    raise ResponseTooLarge(f"GET {url}: body over {max_bytes} bytes")
+                    raise ResponseTooLarge(f"{method} {url}: body over {max_bytes} bytes")
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"GET {url}: no complete answer within {timeout_s:g} s")
+                    raise TimeoutError(f"{method} {url}: no complete answer within {timeout_s:g} s")
             return response.status_code, bytes(body)
     finally:
         if own:

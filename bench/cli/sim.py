@@ -433,6 +433,7 @@ def print_error_bars(result, virtual, profile, db: str | None = None) -> dict:
         FIGURES,
         NEAR_SATURATION,
         expected_errors,
+        mean_lengths,
         point_error_bars,
         saturation_rate,
         save_saturation,
@@ -440,16 +441,8 @@ def print_error_bars(result, virtual, profile, db: str | None = None) -> dict:
 
     dep = virtual.build().dep
     errors, basis = expected_errors(dep.gpu.name, dep.model.name, profile)
-    done = [p for p in result.points if p.summary.completed]
-    sat = None
-    if done:
-        isl = sum(p.summary.total_input_tokens for p in done) / sum(
-            p.summary.completed for p in done
-        )
-        osl = sum(p.summary.total_output_tokens for p in done) / sum(
-            p.summary.completed for p in done
-        )
-        sat = saturation_rate(virtual.build(), isl, osl)
+    lengths = mean_lengths(result.points)
+    sat = saturation_rate(virtual.build(), *lengths) if lengths else None
     if result.run_id:
         save_saturation(result.run_id, sat, db)
     table = Table(title=f"Expected error of the simulated figures ({basis})")

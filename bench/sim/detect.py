@@ -11,9 +11,11 @@ import json
 
 import httpx
 
-from bench.backends.bounds import bounded_get
+from bench.backends.bounds import bounded_get, bounded_request
 
 SIMULATED_OWNER = "tokenbench-simulated"
+# where a simulator answers the request rate its deployment saturates at for a workload
+SATURATION_PATH = "/v1/tokenbench/saturation"
 
 
 def detect_simulated(
@@ -33,3 +35,25 @@ def detect_simulated(
         if isinstance(m, dict) and m.get("owned_by") == SIMULATED_OWNER:
             return dict(m.get("tokenbench_simulated") or {})
     return None
+
+
+def simulated_saturation(
+    base_url: str, input_len: float, output_len: float, api_key: str | None = None,
+    timeout_s: float = 60.0,
+) -> float | None:  # fmt: skip
+    """The request rate a tokenbench simulator's deployment saturates at for these mean
+    lengths (what `sim run` keeps with its runs), or None when it cannot say (an older
+    simulator, a disaggregated one, no answer in time)."""
+    url = base_url.rstrip("/")
+    url = url[: -len("/v1")] if url.endswith("/v1") else url
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    body = {"input_len": input_len, "output_len": output_len}
+    try:
+        status, raw = bounded_request(
+            "POST", f"{url}{SATURATION_PATH}", timeout_s=timeout_s, headers=headers,
+            json_body=body,
+        )  # fmt: skip
+        value = json.loads(raw).get("saturation_requests_per_s") if status == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError, TimeoutError):
+        return None
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None

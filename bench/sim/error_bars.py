@@ -52,6 +52,17 @@ def saturation_rate(engine: Any, isl: float, osl: float) -> float:
     return r["output_tps"] / osl_i
 
 
+def mean_lengths(points: Any) -> tuple[float, float] | None:
+    """Mean prompt and output tokens of a run's completed requests (its PointResults), the
+    workload its saturation rate is computed for; None when nothing completed."""
+    done = [p for p in points if p.summary is not None and p.summary.completed]
+    n = sum(p.summary.completed for p in done)
+    if not n:
+        return None
+    isl = sum(p.summary.total_input_tokens for p in done) / n
+    return isl, sum(p.summary.total_output_tokens for p in done) / n
+
+
 def save_saturation(run_id: str, sat_rps: float | None, db: Any = None) -> None:
     """Keep a simulated run's saturation rate with it (ARTIFACT), so a later view can say
     which of its points sat near saturation without re-simulating."""

@@ -8,7 +8,9 @@ end on the wall clock, then spins the last stretch, then writes every token of t
 
 Endpoints: POST /v1/completions, POST /v1/chat/completions (streaming SSE in OpenAI's format,
 ending with `data: [DONE]`, or one JSON body), GET /v1/models, GET /metrics (Prometheus text
-with vLLM's metric names plus tokenbench_sim_* lateness gauges), GET /health.
+with vLLM's metric names plus tokenbench_sim_* lateness gauges), GET /health, and POST
+/v1/tokenbench/saturation (the request rate the deployment saturates at for given mean
+lengths, which a run measured through it keeps to flag its points near saturation).
 
 Token counts: there is no tokenizer. A prompt's length is the number of whitespace-separated
 words in its text (for chat: in all message contents, no template tokens), or the length of a
@@ -33,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench.backends.openai import ENDPOINTS, METRICS_PATHS, MODELS_PATH
+from bench.sim.detect import SATURATION_PATH
 from bench.sim.engine import Engine, Seq
 from bench.sim.virtual import build_engine
 
@@ -440,6 +443,7 @@ class HTTPProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.job: Job | None = None
         self.keep_alive = True
+        self.busy = False  # a response being computed off the loop (the saturation rate)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -454,7 +458,7 @@ class HTTPProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
-        if self.job is None:
+        if self.job is None and not self.busy:
             self._try_parse()
 
     def write(self, data: bytes) -> None:
@@ -538,6 +542,8 @@ class HTTPProtocol(asyncio.Protocol):
         if method == "GET" and path == METRICS_PATHS[0]:
             self._send(200, "OK", b"text/plain; version=0.0.4", sim.metrics_text().encode())
             return self.finish_response()
+        if method == "POST" and path == SATURATION_PATH:
+            return self._saturation(body)
         if method == "GET" and path in ("/health", "/"):
             self._send(200, "OK", b"text/plain", b"ok (simulated)\n")
             return self.finish_response()
@@ -552,6 +558,39 @@ class HTTPProtocol(asyncio.Protocol):
                 self._error(400, str(exc))
             return None
         return self._error(404, f"no route {method} {path}")
+
+    def _saturation(self, raw: bytes) -> None:
+        """The request rate this endpoint's deployment saturates at for a workload's mean
+        lengths ({"input_len", "output_len"}), so a run measured through it can flag the points
+        near saturation as `sim run` does. Computed in a thread on a fresh engine of the same
+        deployment (a closed loop in virtual time): the live engine and the loop's token
+        schedule are not touched. A disaggregated deployment answers null."""
+        from bench.sim.error_bars import saturation_rate
+
+        try:
+            body = json.loads(raw or b"{}")
+            isl, osl = float(body["input_len"]), float(body["output_len"])
+            if not (isl >= 1 and osl >= 1):
+                raise ValueError
+        except (ValueError, KeyError, TypeError):
+            return self._error(400, 'saturation takes {"input_len": >= 1, "output_len": >= 1}')
+        eng = self.sim.engine
+        if not isinstance(eng, Engine):  # a disaggregated pair has no one slot limit
+            self.send_json(200, {"saturation_requests_per_s": None})
+            return self.finish_response()
+        self.busy = True
+        work = asyncio.get_running_loop().run_in_executor(
+            None, saturation_rate, Engine(eng.dep, eng.cfg), isl, osl
+        )
+        work.add_done_callback(self._saturation_done)
+        return None
+
+    def _saturation_done(self, work: asyncio.Future) -> None:
+        self.busy = False
+        if work.exception() is not None:
+            return self._error(500, f"saturation failed: {work.exception()}")
+        self.send_json(200, {"saturation_requests_per_s": work.result()})
+        return self.finish_response()
 
     def _start_job(self, chat: bool, raw: bytes) -> None:
         sim = self.sim

@@ -69,8 +69,8 @@ def test_vllm_kv_room_per_gpu_is_vllms_arithmetic(gpu: str) -> None:
 def test_70b_fp8_on_one_h100_holds_about_six_2k_sequences() -> None:
     # issue 25: at 80e9 bytes the KV room was ~4 sequences; at 81,559 MiB vLLM leaves ~13.0k
     # tokens after weights (72.65 GB: 70.55 GB of FP8 layers plus the BF16 embedding and LM
-    # head, as vLLM's "Model loading took 67.7 GiB" for 70B FP8 says), activations and
-    # non-torch memory (25.8k when the embedding and head were counted in FP8)
+    # head; vLLM logs "Loading model weights took 67.6979 GB", GiB, for 70B FP8 [S76]),
+    # activations and non-torch memory (25.8k when the embedding and head counted as FP8)
     dep = Deployment.build("h100", "llama-3.3-70b", "fp8", engine="vllm")
     tokens = dep.kv_capacity_tokens()
     assert 12_500 < tokens < 13_500

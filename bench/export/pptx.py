@@ -533,8 +533,9 @@ def _bar_chart(slide, chart: Chart, x, y, w, h):
     for s, plotted in zip(chart.series, pc.plots[0].series, strict=True):
         plotted.format.fill.solid()
         plotted.format.fill.fore_color.rgb = _rgb(s.colour)
-        if s.y_error is not None:  # a simulated run's $/Mtok x/÷ (1 + e), as the dashboard's
-            _error_bars(plotted, None, s.y, s.y_error, s.colour)
+        if s.y_error is not None:  # a simulated run's $/Mtok x/÷ (1 + e), as the dashboard's;
+            # in ink, not the run's colour: the lower half lies on the bar and would vanish
+            _error_bars(plotted, None, s.y, s.y_error, str(INK))
     plot = pc.plots[0]
     plot.gap_width = 60
     plot.has_data_labels = True

@@ -397,6 +397,17 @@ def test_cost_bars_and_tables_carry_the_range_on_simulated_runs_only(runs, tmp_p
     tier = next(iter(ends))
     assert f"${ends[tier][1]:,.3f}" in cost_html and f"${ends[tier][2]:,.3f}" in cost_html
 
+    # the summary's $/Mtok (tiers x runs) as text, on the slide and the page: "x (low-high)"
+    j_sim, j_measured = (report.summary_cost.headers.index(r.legend) for r in (sim, measured))
+    slide_cells = {c.text for sl in deck.slides for sh in sl.shapes if sh.has_table
+                   for row in sh.table.rows for c in row.cells}  # fmt: skip
+    for row in report.summary_cost.rows:
+        usd, lo, hi = ends[row[0]]
+        text = f"${usd:,.3f} (${lo:,.3f}-${hi:,.3f})"
+        assert row[j_sim].text() == text and text in slide_cells and text in page
+        assert row[j_sim].value == pytest.approx(usd)  # CSV and Excel keep the bare number
+        assert "(" not in row[j_measured].text()
+
     # the workbook: the range as formulas over the at-utilisation $/Mtok, recalculated
     book = write(report, "xlsx", tmp_path / "r.xlsx")
     ws = load_workbook(book)["cost"]

@@ -57,11 +57,20 @@ class Num:
     decimals: int = 0
     prefix: str = ""  # "$"
     suffix: str = ""  # "%"
+    # a simulated figure's [low, high] (accuracy.bounds): text tables (slides, HTML) show it
+    # beside the value; Excel and CSV keep the bare value (their tables carry low/high columns)
+    span: tuple[float, float] | None = None
 
     def text(self) -> str:
         if self.value is None or (isinstance(self.value, float) and not math.isfinite(self.value)):
             return "—"
-        return f"{self.prefix}{self.value:,.{self.decimals}f}{self.suffix}"
+        text = self._fmt(self.value)
+        return (
+            f"{text} ({self._fmt(self.span[0])}-{self._fmt(self.span[1])})" if self.span else text
+        )
+
+    def _fmt(self, v: float) -> str:
+        return f"{self.prefix}{v:,.{self.decimals}f}{self.suffix}"
 
 
 Cell = str | Num | None
@@ -401,17 +410,20 @@ def _summary_cost_table(comparisons, utilisation) -> Table:
         cells: list[Cell] = [tier]
         for c in comparisons:
             r = next((r for r in c.cost_rows if r.tier == tier), None)
-            cells.append(
-                Num(r.output_usd_per_mtok_at_utilisation, 3, prefix="$") if r else "no tier"
-            )
+            usd = r.output_usd_per_mtok_at_utilisation if r else None
+            span = cost_span(c.curve, "output", usd)
+            cells.append(Num(usd, 3, prefix="$", span=span) if r else "no tier")
         rows.append(cells)
+    simulated = any(c.curve.error_bars for c in comparisons)
     return Table(
         "summary_cost",
         "$/Mtok output at capacity",
         headers,
         rows,
-        f"$ per million output tokens at {utilisation:.0%} utilisation",
-    )
+        f"$ per million output tokens at {utilisation:.0%} utilisation"
+        + ("; a simulated run's range in brackets (its throughput's expected error)"
+           if simulated else ""),
+    )  # fmt: skip
 
 
 COST_SPAN_NOTE = (

@@ -577,6 +577,22 @@ def cost_at_utilisation(usd_per_mtok: float | None, utilisation: float) -> float
     return usd_per_mtok / utilisation
 
 
+def cost_error_name(tokens: Literal["output", "total"]) -> str:
+    """The throughput whose expected error a simulated $/Mtok of `tokens` carries (a
+    Summary.value name, for RunCurve.expected_error).
+
+    $/Mtok is price / throughput (`dollars_per_mtok`), and the price is a catalogue fact with
+    no simulator error in it, so a simulated $/Mtok is as uncertain as the throughput it
+    divides by, inverted: throughput within tps x/÷ (1 + e) puts $/Mtok within
+    price / (tps (1 + e)) .. price (1 + e) / tps, which is $/Mtok x/÷ (1 + e), what
+    bench.sim.profiles.accuracy.bounds gives (dividing by the utilisation scales both ends
+    alike). Total tokens/s has no quantity of its own, so it gets the largest of the run's
+    errors (bench.sim.profiles.accuracy.relative_error). One source for the dashboard's
+    cost charts and the exports' ($/Mtok tables, the deck's bars).
+    """
+    return "output_tokens_per_s" if tokens == "output" else "total_tokens_per_s"
+
+
 def utilisation_multiple(low: float, high: float) -> float:
     """How many times more a token costs at utilisation ``low`` than at ``high`` (high/low)."""
     _check_utilisation(low)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from bench.cost import cost_error_name
 from bench.curves import CurvePoint, RunComparison, RunCurve, compare_runs
 from bench.frontier import cost_view_tier, pareto_front, throughput_at_interactivity
 from bench.metrics import LATENCY_LABELS, THIN_SAMPLES
@@ -196,20 +197,6 @@ def _with_error_bars(
         trace.error_x = _error_bar(list(trace.x), curve.expected_error(x_name), style)
         trace.error_y = _error_bar(list(trace.y), curve.expected_error(y_name), style)
     return trace
-
-
-def _cost_error_name(tokens: str) -> str:
-    """The throughput whose expected error a $/Mtok of `tokens` carries (Summary.value names).
-
-    $/Mtok is price / throughput (bench.cost.dollars_per_mtok), and the price is a catalogue
-    fact with no simulator error in it, so a simulated $/Mtok is as uncertain as the
-    throughput it divides by, inverted: throughput within tps x/÷ (1 + e) puts $/Mtok
-    within price / (tps (1 + e)) .. price (1 + e) / tps, which is $/Mtok x/÷ (1 + e), the
-    bars `_error_bar` draws (dividing by the utilisation scales both ends alike). Total
-    tokens/s has no quantity of its own, so it gets the largest of the run's errors
-    (bench.sim.profiles.accuracy.relative_error).
-    """
-    return "output_tokens_per_s" if tokens == "output" else "total_tokens_per_s"
 
 
 def _span_is_wide(values: Sequence[float]) -> bool:
@@ -530,7 +517,7 @@ def cost_vs_interactivity(
     tier; tiers some GPUs lack say so in the title. Starts on `tier`, else
     bench.frontier.cost_view_tier (the cheapest on-demand tier every GPU has). A simulated
     run's points carry its expected errors as on the throughput charts: x (1000 / TPOT p50)
-    TPOT p50's, y ($/Mtok) its throughput's (`_cost_error_name`).
+    TPOT p50's, y ($/Mtok) its throughput's (`bench.cost.cost_error_name`).
     """
     tiers = run_tiers(curves, catalogue)
     priced = [c for c in curves if any(c.legend in who for who in tiers.values())]
@@ -561,7 +548,7 @@ def cost_vs_interactivity(
             )
             # x: 1000 / TPOT p50 carries TPOT's error; y: $/Mtok its throughput's
             fig.add_trace(
-                _with_error_bars(trace, curve, "p50_tpot_ms", style, _cost_error_name(tokens))
+                _with_error_bars(trace, curve, "p50_tpot_ms", style, cost_error_name(tokens))
             )
     util = "" if utilisation >= 1 else f", {utilisation:.0%} utilisation"
 
@@ -624,8 +611,8 @@ def cost_per_tier(
 
     Each run is priced at the point bench.curves.compare_runs picks: its capacity at the
     SLO when one is given, else its peak throughput. `tokens` is "output" or "total". A
-    simulated run's bars carry its throughput's expected error (`_cost_error_name` says why
-    that is the $/Mtok's), a measured run's none.
+    simulated run's bars carry its throughput's expected error (bench.cost.cost_error_name
+    says why that is the $/Mtok's), a measured run's none.
     `catalogue` is a bench.cost.Catalogue; `slo` a list of bench.metrics.Threshold.
     """
     if comparisons is None:
@@ -658,8 +645,8 @@ def cost_per_tier(
         point = comp.capacity
         where = f"{comp.basis}: {point.title}" if point else f"{comp.basis}: none"
         curve = comp.curve
-        error = curve.expected_error(_cost_error_name(tokens))
-        if error is not None:  # a simulated run: its throughput's error (_cost_error_name)
+        error = curve.expected_error(cost_error_name(tokens))
+        if error is not None:  # a simulated run: its throughput's error (cost_error_name)
             where += f"<br>simulated: $/Mtok x/÷ {1 + error:.2f} (throughput ±{error:.0%})"
         texts = [f"{t}<br>{where}" for t in texts]
         fig.add_trace(

@@ -318,6 +318,123 @@ def test_cost_charts_carry_the_throughput_and_tpot_errors_on_simulated_runs_only
     assert bars[measured.legend][0] == []
 
 
+def _bar_errors(chart, name: str) -> tuple[dict, dict, list]:
+    """One bar series' error bars in the deck's XML: ({point: plus}, {point: minus}, bars)."""
+    from pptx.oxml.ns import qn
+
+    ser = next(s for s in chart.plots[0].series if s.name == name)._element
+    found = ser.findall(qn("c:errBars"))
+
+    def points(tag: str) -> dict[int, float]:
+        return {int(pt.get("idx")): float(pt.find(qn("c:v")).text)
+                for b in found for pt in b.find(qn(tag)).iter(qn("c:pt"))}  # fmt: skip
+
+    return points("c:plus"), points("c:minus"), found
+
+
+def test_cost_bars_and_tables_carry_the_range_on_simulated_runs_only(runs, tmp_path: Path):
+    """The deck's $/Mtok bars carry x/÷ (1 + e) as native error bars, and the cost table
+    (CSV, HTML) and the workbook's cost sheet give its low and high: simulated runs only."""
+    import csv
+
+    from openpyxl import load_workbook
+    from pptx import Presentation
+    from pptx.oxml.ns import qn
+
+    from bench.curves import compare_runs
+
+    db, sim_id, measured_id, _ = runs
+    cat = load_catalogue()
+    sim, measured = run_curve(sim_id, db), run_curve(measured_id, db, index=1)
+    err, _ = expected_error("H100", "llama-3.1-8b")  # the throughput's (the category's)
+    err_total = max(sim.error_bars["expected_error"].values())  # total tok/s: the largest
+    util = 0.5
+    comp = compare_runs([sim, measured], [], cat, util)[0]
+    tps, total_tps = comp.capacity.output_tps, comp.capacity.total_tps
+    ends = {r.tier: _cost_range(r.price_usd_per_gpu_hr, sim.gpu_count, tps, err, util)
+            for r in comp.cost_rows}  # fmt: skip
+    total_ends = {r.tier: _cost_range(r.price_usd_per_gpu_hr, sim.gpu_count, total_tps,
+                                      err_total, util) for r in comp.cost_rows}  # fmt: skip
+    assert len(ends) >= 2
+
+    report = build_report([sim_id, measured_id], db, [], cat, util)
+    deck = Presentation(str(write(report, "pptx", tmp_path / "r.pptx")))
+    chart = next(
+        sh.chart
+        for sl in deck.slides
+        for sh in sl.shapes
+        if sh.has_chart
+        and sh._element.nvGraphicFramePr.cNvPr.get("title", "").startswith("$/Mtok of output")
+    )
+    tiers = list(chart.plots[0].categories)
+    plus, minus, found = _bar_errors(chart, sim.legend)
+    assert len(found) == 1 and found[0].find(qn("c:errDir")) is None  # a bar's: no direction
+    want = {i: ends[t] for i, t in enumerate(tiers) if t in ends}
+    assert set(plus) == set(minus) == set(want)
+    for i, (usd, lo, hi) in want.items():
+        assert (plus[i], minus[i]) == pytest.approx((hi - usd, usd - lo))
+    assert _bar_errors(chart, measured.legend)[2] == []
+
+    # the cost table: CSV numbers and HTML text, the measured run's cells empty
+    at = f"at {util:.0%} utilisation"
+    names = [
+        f"{t} $/Mtok {at}, simulated {e}" for t in ("Output", "Total") for e in ("low", "high")
+    ]
+    with open(write(report, "csv", tmp_path / "csv") / "cost.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["Run"] for r in rows} == {sim.legend, measured.legend}
+    for r in rows:
+        got = [r[n] for n in names]
+        if r["Run"] == measured.legend:
+            assert got == ["", "", "", ""]
+            continue
+        (_, lo, hi), (_, tlo, thi) = ends[r["Tier"]], total_ends[r["Tier"]]
+        assert [float(v) for v in got] == pytest.approx([lo, hi, tlo, thi])
+        assert float(r[f"Output $/Mtok {at}"]) == pytest.approx(ends[r["Tier"]][0])
+    page = write(report, "html", tmp_path / "r.html").read_text()
+    cost_html = page[page.index("$/Mtok per pricing tier at capacity") :]
+    assert all(html.escape(n) in cost_html for n in names)
+    tier = next(iter(ends))
+    assert f"${ends[tier][1]:,.3f}" in cost_html and f"${ends[tier][2]:,.3f}" in cost_html
+
+    # the summary's $/Mtok (tiers x runs) as text, on the slide and the page: "x (low-high)"
+    j_sim, j_measured = (report.summary_cost.headers.index(r.legend) for r in (sim, measured))
+    slide_cells = {c.text for sl in deck.slides for sh in sl.shapes if sh.has_table
+                   for row in sh.table.rows for c in row.cells}  # fmt: skip
+    for row in report.summary_cost.rows:
+        usd, lo, hi = ends[row[0]]
+        text = f"${usd:,.3f} (${lo:,.3f}-${hi:,.3f})"
+        assert row[j_sim].text() == text and text in slide_cells and text in page
+        assert row[j_sim].value == pytest.approx(usd)  # CSV and Excel keep the bare number
+        assert "(" not in row[j_measured].text()
+
+    # the workbook: the range as formulas over the at-utilisation $/Mtok, recalculated
+    book = write(report, "xlsx", tmp_path / "r.xlsx")
+    ws = load_workbook(book)["cost"]
+    head = [c.value for c in ws[1]]
+    low = head.index("Output $/Mtok at utilisation, simulated low") + 1
+    assert str(ws.cell(2, low).value).startswith("=IF(ISNUMBER(J2),J2/(1+")
+    from tests.test_export_report import _recalculated, _rows
+
+    (tmp_path / "calc").mkdir()
+    values = _rows(_recalculated(book, tmp_path / "calc")["cost"])
+    by_run = {(r[0], r[2]): r for r in values if r[2] in ends}
+    assert {run for run, _ in by_run} == {sim.legend, measured.legend}
+    for (run, t), r in by_run.items():
+        got = r[head.index("Output $/Mtok expected error (simulated)") :][:6]
+        if run == measured.legend:
+            assert all(v in (None, "") for v in got)
+        else:
+            (_, lo, hi), (_, tlo, thi) = ends[t], total_ends[t]
+            assert got == pytest.approx((err, lo, hi, err_total, tlo, thi))
+
+    # a report of the measured run alone has no such columns
+    alone = build_report([measured_id], db, [], cat, util)
+    assert not any("simulated" in h for h in alone.cost.headers)
+    assert not any("simulated" in str(c.value) for c in
+                   load_workbook(write(alone, "xlsx", tmp_path / "m.xlsx"))["cost"][1])  # fmt: skip
+
+
 # -- sim tune --profile ------------------------------------------------------------------------
 
 TUNE_SLO = "p99_ttft_ms<=500,p99_tpot_ms<=12"

@@ -420,41 +420,50 @@ def _alt_text(frame, chart: Chart) -> None:
     props.set("title", chart.title)
 
 
-def _num_lit(values: Sequence[float]):
+def _num_lit(values: Sequence[float | None]):
+    """Literal numbers for a chart part; a None (a bar for a tier the GPU lacks) is a point
+    left out, as a blank cell is."""
     from lxml import etree
 
     lit = etree.Element(qn("c:numLit"))
     etree.SubElement(lit, qn("c:formatCode")).text = "General"
     etree.SubElement(lit, qn("c:ptCount")).set("val", str(len(values)))
     for i, v in enumerate(values):
+        if v is None:
+            continue
         pt = etree.SubElement(lit, qn("c:pt"))
         pt.set("idx", str(i))
         etree.SubElement(pt, qn("c:v")).text = repr(float(v))
     return lit
 
 
-def _error_bars(plotted, axis: str, values: Sequence[float], error: float, colour: str) -> None:
-    """Native error bars on one scatter series (python-pptx has no API for them): a simulated
-    run's expected error, value x/÷ (1 + e) as bench.sim.profiles.accuracy.bounds gives it,
-    thin, in the run's colour, so the deck's chart shows what the dashboard's does."""
+def _error_bars(
+    plotted, axis: str | None, values: Sequence[float | None], error: float, colour: str
+) -> None:
+    """Native error bars on one series (python-pptx has no API for them): a simulated run's
+    expected error, value x/÷ (1 + e) as bench.sim.profiles.accuracy.bounds gives it, thin,
+    in the run's colour, so the deck's chart shows what the dashboard's does. `axis` "x" or
+    "y" on a scatter series; None on a bar series, whose bars run along its value axis
+    (c:errDir is for scatter charts). A missing value (a tier the GPU lacks) gets no bar."""
     from lxml import etree
 
     from bench.sim.profiles.accuracy import bounds
 
-    spans = [bounds(v, error) for v in values]
+    spans = [(v, *bounds(v, error)) if v is not None else None for v in values]
     bars = etree.Element(qn("c:errBars"))
-    for tag, val in (("c:errDir", axis), ("c:errBarType", "both"), ("c:errValType", "cust"),
-                     ("c:noEndCap", "0")):  # fmt: skip
+    settings = (("c:errBarType", "both"), ("c:errValType", "cust"), ("c:noEndCap", "0"))
+    for tag, val in ((("c:errDir", axis),) if axis else ()) + settings:
         etree.SubElement(bars, qn(tag)).set("val", val)
     plus, minus = etree.SubElement(bars, qn("c:plus")), etree.SubElement(bars, qn("c:minus"))
-    plus.append(_num_lit([hi - v for v, (_, hi) in zip(values, spans, strict=True)]))
-    minus.append(_num_lit([v - lo for v, (lo, _) in zip(values, spans, strict=True)]))
+    plus.append(_num_lit([None if s is None else s[2] - s[0] for s in spans]))
+    minus.append(_num_lit([None if s is None else s[0] - s[1] for s in spans]))
     ln = etree.SubElement(etree.SubElement(bars, qn("c:spPr")), qn("a:ln"))
     ln.set("w", str(Pt(1)))
     fill = etree.SubElement(ln, qn("a:solidFill"))
     etree.SubElement(fill, qn("a:srgbClr")).set("val", colour.lstrip("#").upper())
     ser = plotted._element
-    ser.find(qn("c:xVal")).addprevious(bars)  # the schema's place: before xVal
+    # the schema's place: before xVal (scatter), before cat (bar)
+    ser.find(qn("c:xVal" if axis else "c:cat")).addprevious(bars)
 
 
 def _xy_chart(slide, chart: Chart, x, y, w, h):
@@ -524,6 +533,9 @@ def _bar_chart(slide, chart: Chart, x, y, w, h):
     for s, plotted in zip(chart.series, pc.plots[0].series, strict=True):
         plotted.format.fill.solid()
         plotted.format.fill.fore_color.rgb = _rgb(s.colour)
+        if s.y_error is not None:  # a simulated run's $/Mtok x/÷ (1 + e), as the dashboard's;
+            # in ink, not the run's colour: the lower half lies on the bar and would vanish
+            _error_bars(plotted, None, s.y, s.y_error, str(INK))
     plot = pc.plots[0]
     plot.gap_width = 60
     plot.has_data_labels = True

@@ -26,6 +26,7 @@ from bench.choose import SettingsRanking, rank_settings
 from bench.cost import (
     Catalogue,
     PriceCatalogueError,
+    cost_error_name,
     load_catalogue,
     price_decimals,
     price_per_gpu_hour,
@@ -43,7 +44,7 @@ from bench.curves import (
 )
 from bench.metrics import LATENCY_METRICS, Threshold
 from bench.plan import Demand, Plan, default_demand, plan_capacity
-from bench.sim.profiles.accuracy import NEAR_SATURATION
+from bench.sim.profiles.accuracy import NEAR_SATURATION, bounds
 
 # --------------------------------------------------------------------------- data model
 
@@ -56,11 +57,20 @@ class Num:
     decimals: int = 0
     prefix: str = ""  # "$"
     suffix: str = ""  # "%"
+    # a simulated figure's [low, high] (accuracy.bounds): text tables (slides, HTML) show it
+    # beside the value; Excel and CSV keep the bare value (their tables carry low/high columns)
+    span: tuple[float, float] | None = None
 
     def text(self) -> str:
         if self.value is None or (isinstance(self.value, float) and not math.isfinite(self.value)):
             return "—"
-        return f"{self.prefix}{self.value:,.{self.decimals}f}{self.suffix}"
+        text = self._fmt(self.value)
+        return (
+            f"{text} ({self._fmt(self.span[0])}-{self._fmt(self.span[1])})" if self.span else text
+        )
+
+    def _fmt(self, v: float) -> str:
+        return f"{self.prefix}{v:,.{self.decimals}f}{self.suffix}"
 
 
 Cell = str | Num | None
@@ -400,20 +410,58 @@ def _summary_cost_table(comparisons, utilisation) -> Table:
         cells: list[Cell] = [tier]
         for c in comparisons:
             r = next((r for r in c.cost_rows if r.tier == tier), None)
-            cells.append(
-                Num(r.output_usd_per_mtok_at_utilisation, 3, prefix="$") if r else "no tier"
-            )
+            usd = r.output_usd_per_mtok_at_utilisation if r else None
+            span = cost_span(c.curve, "output", usd)
+            cells.append(Num(usd, 3, prefix="$", span=span) if r else "no tier")
         rows.append(cells)
+    simulated = any(c.curve.error_bars for c in comparisons)
     return Table(
         "summary_cost",
         "$/Mtok output at capacity",
         headers,
         rows,
-        f"$ per million output tokens at {utilisation:.0%} utilisation",
-    )
+        f"$ per million output tokens at {utilisation:.0%} utilisation"
+        + ("; a simulated run's range in brackets (its throughput's expected error)"
+           if simulated else ""),
+    )  # fmt: skip
+
+
+COST_SPAN_NOTE = (
+    "A simulated run's $/Mtok is price / simulated throughput, so it carries the throughput's "
+    "expected error: it lies within $/Mtok x/÷ (1 + error), the simulated low and high columns "
+    "(total tokens/s: the largest of the run's errors). Measured runs leave them empty."
+)
+
+
+def cost_span(curve: RunCurve, tokens: Literal["output", "total"], usd_per_mtok: float | None):
+    """[low, high] of a $/Mtok of `tokens` on a simulated run: its throughput's expected error
+    (bench.cost.cost_error_name says why), x/÷ (1 + e) by accuracy.bounds; None on a measured
+    run or a missing value."""
+    error = curve.expected_error(cost_error_name(tokens))
+    if error is None or usd_per_mtok is None:
+        return None
+    return bounds(usd_per_mtok, error)
+
+
+def _cost_span_cells(curve: RunCurve, row) -> list[Cell]:
+    """Low and high of a cost row's output and total $/Mtok at utilisation (`cost_span`);
+    empty cells on a measured run."""
+    cells: list[Cell] = []
+    for tokens, value in (("output", row.output_usd_per_mtok_at_utilisation),
+                          ("total", row.total_usd_per_mtok_at_utilisation)):  # fmt: skip
+        lo, hi = cost_span(curve, tokens, value) or (None, None)
+        cells += [Num(lo, 3, prefix="$"), Num(hi, 3, prefix="$")]
+    return cells
 
 
 def _cost_table(comparisons, utilisation) -> Table:
+    """$/Mtok per run and tier at capacity. When a run is simulated, low and high columns give
+    the at-utilisation figures' range from its throughput's expected error (`cost_span`),
+    empty on measured runs; a report of measured runs alone has no such columns."""
+    simulated = any(c.curve.error_bars for c in comparisons)
+    at = f"at {utilisation:.0%} utilisation"
+    spans = [f"{t} $/Mtok {at}, simulated {end}" for t in ("Output", "Total")
+             for end in ("low", "high")] if simulated else []  # fmt: skip
     headers = [
         "Run",
         "GPU",
@@ -426,6 +474,7 @@ def _cost_table(comparisons, utilisation) -> Table:
         "Total $/Mtok (busy)",
         f"Output $/Mtok at {utilisation:.0%} utilisation",
         f"Total $/Mtok at {utilisation:.0%} utilisation",
+        *spans,
         "Note",
     ]
     rows: list[list[Cell]] = []
@@ -444,6 +493,7 @@ def _cost_table(comparisons, utilisation) -> Table:
                     Num(r.total_usd_per_mtok, 3, prefix="$"),
                     Num(r.output_usd_per_mtok_at_utilisation, 3, prefix="$"),
                     Num(r.total_usd_per_mtok_at_utilisation, 3, prefix="$"),
+                    *(_cost_span_cells(c.curve, r) if simulated else []),
                     r.note or "",
                 ]
             )
@@ -452,6 +502,7 @@ def _cost_table(comparisons, utilisation) -> Table:
         "$/Mtok per pricing tier at capacity",
         headers,
         rows,
+        note=COST_SPAN_NOTE if simulated else None,
         empty_text="No $/Mtok: no run has both a priced GPU type and a capacity point.",
     )
 
@@ -1097,8 +1148,10 @@ def _cost_chart(comparisons, utilisation) -> Chart:
             left_out.append(c.curve.legend)
             continue
         by_tier = {r.tier: r.output_usd_per_mtok_at_utilisation for r in c.cost_rows}
+        # a simulated run's bars carry its throughput's error (bench.cost.cost_error_name)
         series.append(Series(c.curve.legend, c.curve.colour, [], [by_tier.get(t) for t in tiers],
-                             simulated=c.curve.simulated, style_index=i))  # fmt: skip
+                             simulated=c.curve.simulated, style_index=i,
+                             y_error=c.curve.expected_error(cost_error_name("output"))))  # fmt: skip
     note = f"left out (no $/Mtok): {', '.join(left_out)}" if left_out else None
     return Chart(
         "cost_per_tier",

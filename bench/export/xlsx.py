@@ -25,7 +25,8 @@ from openpyxl.styles import Alignment, Font, PatternFill
 from openpyxl.utils import get_column_letter
 from openpyxl.workbook.defined_name import DefinedName
 
-from bench.export.report import Num, Report, Table, cell_text, cell_value
+from bench.cost import cost_error_name
+from bench.export.report import COST_SPAN_NOTE, Num, Report, Table, cell_text, cell_value
 from bench.formulas import xlsx_text
 
 HEADER_FONT = Font(bold=True, color="FFFFFF")
@@ -258,6 +259,11 @@ def _cost(wb: Workbook, report: Report, prices, cap_rows) -> dict[tuple[str, str
     headers = ["Run", "GPU", "Tier", "$/GPU-hour", "GPUs per replica", "Output tok/s",
                "Total tok/s", "Output $/Mtok (busy)", "Total $/Mtok (busy)",
                "Output $/Mtok at utilisation", "Total $/Mtok at utilisation"]  # fmt: skip
+    simulated = any(c.curve.error_bars for c in report.comparisons)
+    if simulated:  # as report.cost: a range from the throughput's error, measured runs empty
+        headers += [f"{t} $/Mtok {what}" for t in ("Output", "Total")
+                    for what in ("expected error (simulated)", "at utilisation, simulated low",
+                                 "at utilisation, simulated high")]  # fmt: skip
     _header(ws, 1, headers)
     rows: dict[tuple[str, str], int] = {}
     r = 2
@@ -279,13 +285,32 @@ def _cost(wb: Workbook, report: Report, prices, cap_rows) -> dict[tuple[str, str
             ws.cell(r, 9, f'=IF(G{r}>0,D{r}*E{r}/(G{r}*3600)*1000000,"")').number_format = USD3
             ws.cell(r, 10, f'=IF(F{r}>0,H{r}/Utilisation,"")').number_format = USD3
             ws.cell(r, 11, f'=IF(G{r}>0,I{r}/Utilisation,"")').number_format = USD3
+            if simulated:
+                _cost_span(ws, r, c.curve)
             rows[(c.curve.legend, row.tier)] = r
             r += 1
     ws.cell(r + 1, 1, "$/Mtok = $/GPU-hour x GPUs / (tokens/s x 3600) x 1e6; at utilisation: "
             "divided by the Utilisation input (idle hours are paid for too).")  # fmt: skip
-    _widths(ws, [40, 12, 26, 12, 10, 12, 12, 14, 14, 16, 16])
+    if simulated:
+        ws.cell(r + 2, 1, COST_SPAN_NOTE)
+    _widths(ws, [40, 12, 26, 12, 10, 12, 12, 14, 14, 16, 16] + [16] * (6 if simulated else 0))
     ws.freeze_panes = "B2"
     return rows
+
+
+def _cost_span(ws, r: int, curve) -> None:
+    """A simulated run's $/Mtok at utilisation within x/÷ (1 + e), e its throughput's expected
+    error (bench.cost.cost_error_name; accuracy.bounds as formulas, so the range follows a
+    changed price or utilisation); a measured run's cells stay empty."""
+    for col, tokens, value in ((12, "output", "J"), (15, "total", "K")):
+        error = curve.expected_error(cost_error_name(tokens))
+        if error is None:
+            continue
+        e = get_column_letter(col)
+        ws.cell(r, col, error).number_format = "0.0%"
+        for offset, op in ((1, "/"), (2, "*")):  # low, high
+            formula = f'=IF(ISNUMBER({value}{r}),{value}{r}{op}(1+{e}{r}),"")'
+            ws.cell(r, col + offset, formula).number_format = USD3
 
 
 def _summary_cost(wb: Workbook, report: Report, cost_rows) -> None:

@@ -204,21 +204,8 @@ def test_deck_and_workbook_carry_the_errors_and_flags(runs, tmp_path: Path):
     ttft = next(t for t in slides if "Throughput per GPU vs P99 TTFT" in t)
     assert f"±{err:.0%} on latency" in ttft and "near saturation at rate inf" in ttft
     # the native chart: error bars on the simulated run's throughput, none on the measured one
-    from pptx.oxml.ns import qn
 
-    chart = next(
-        sh.chart
-        for s in deck.slides
-        for sh in s.shapes
-        if sh.has_chart
-        and sh._element.nvGraphicFramePr.cNvPr.get("title") == "Throughput per GPU vs P99 TTFT"
-    )
-    bars = {}
-    for ser in chart.plots[0].series:
-        found = ser._element.findall(qn("c:errBars"))
-        plus = [float(v.text) for b in found for v in b.find(qn("c:plus")).iter(qn("c:v"))]
-        ys = [float(v.text) for v in ser._element.find(qn("c:yVal")).iter(qn("c:v"))]
-        bars[ser.name] = (plus, ys)
+    bars = _scatter_errors(_deck_chart(deck, "Throughput per GPU vs P99 TTFT"))
     sim_plus, sim_ys = next(v for k, v in bars.items() if "(simulated)" in k)
     assert sim_plus == pytest.approx([y * err for y in sim_ys])
     assert bars["H100 measured"][0] == []
@@ -247,7 +234,6 @@ def test_cost_charts_carry_the_throughput_and_tpot_errors_on_simulated_runs_only
     runs, tmp_path: Path
 ):
     from pptx import Presentation
-    from pptx.oxml.ns import qn
 
     from bench.cost import price_per_gpu_hour
     from bench.curves import compare_runs
@@ -300,22 +286,34 @@ def test_cost_charts_carry_the_throughput_and_tpot_errors_on_simulated_runs_only
     # the deck's native $/Mtok chart: the same bars on the simulated run, none on the measured
     report = build_report([sim_id, measured_id], db, [], cat, 1.0)
     deck = Presentation(str(write(report, "pptx", tmp_path / "r.pptx")))
-    chart = next(
+    bars = _scatter_errors(_deck_chart(deck, "$/Mtok output vs"))
+    sim_plus, sim_ys = bars[sim.legend]
+    assert len(sim_ys) == 2 and sim_plus == pytest.approx([y * err for y in sim_ys])
+    assert bars[measured.legend][0] == []
+
+
+def _deck_chart(deck, title: str):
+    """The deck's native chart whose title starts with `title`."""
+    return next(
         sh.chart
         for sl in deck.slides
         for sh in sl.shapes
-        if sh.has_chart
-        and sh._element.nvGraphicFramePr.cNvPr.get("title", "").startswith("$/Mtok output vs")
+        if sh.has_chart and sh._element.nvGraphicFramePr.cNvPr.get("title", "").startswith(title)
     )
+
+
+def _scatter_errors(chart) -> dict[str, tuple[list[float], list[float]]]:
+    """Per series of a scatter chart: the plus half-widths of its error bars ([] for none)
+    and its y values."""
+    from pptx.oxml.ns import qn
+
     bars = {}
     for ser in chart.plots[0].series:
         found = ser._element.findall(qn("c:errBars"))
         plus = [float(v.text) for b in found for v in b.find(qn("c:plus")).iter(qn("c:v"))]
         ys = [float(v.text) for v in ser._element.find(qn("c:yVal")).iter(qn("c:v"))]
         bars[ser.name] = (plus, ys)
-    sim_plus, sim_ys = bars[sim.legend]
-    assert len(sim_ys) == 2 and sim_plus == pytest.approx([y * err for y in sim_ys])
-    assert bars[measured.legend][0] == []
+    return bars
 
 
 def _bar_errors(chart, name: str) -> tuple[dict, dict, list]:
@@ -359,13 +357,7 @@ def test_cost_bars_and_tables_carry_the_range_on_simulated_runs_only(runs, tmp_p
 
     report = build_report([sim_id, measured_id], db, [], cat, util)
     deck = Presentation(str(write(report, "pptx", tmp_path / "r.pptx")))
-    chart = next(
-        sh.chart
-        for sl in deck.slides
-        for sh in sl.shapes
-        if sh.has_chart
-        and sh._element.nvGraphicFramePr.cNvPr.get("title", "").startswith("$/Mtok of output")
-    )
+    chart = _deck_chart(deck, "$/Mtok of output")
     tiers = list(chart.plots[0].categories)
     plus, minus, found = _bar_errors(chart, sim.legend)
     assert len(found) == 1 and found[0].find(qn("c:errDir")) is None  # a bar's: no direction

@@ -366,6 +366,9 @@ def test_cost_bars_and_tables_carry_the_range_on_simulated_runs_only(runs, tmp_p
     for i, (usd, lo, hi) in want.items():
         assert (plus[i], minus[i]) == pytest.approx((hi - usd, usd - lo))
     assert _bar_errors(chart, measured.legend)[2] == []
+    # hatched as on the dashboard: the measured run of the same GPU shares its colour
+    fills = {ser.name: ser._element.find(qn("c:spPr"))[0].tag for ser in chart.plots[0].series}
+    assert fills == {sim.legend: qn("a:pattFill"), measured.legend: qn("a:solidFill")}
 
     # the cost table: CSV numbers and HTML text, the measured run's cells empty
     at = f"at {util:.0%} utilisation"

@@ -18,7 +18,7 @@ from pptx import Presentation
 from pptx.chart.data import CategoryChartData, XyChartData
 from pptx.dml.color import RGBColor
 from pptx.enum.chart import XL_CHART_TYPE, XL_LEGEND_POSITION, XL_MARKER_STYLE
-from pptx.enum.dml import MSO_LINE_DASH_STYLE
+from pptx.enum.dml import MSO_LINE_DASH_STYLE, MSO_PATTERN_TYPE
 from pptx.enum.shapes import MSO_SHAPE
 from pptx.enum.text import MSO_ANCHOR, MSO_AUTO_SIZE, PP_ALIGN
 from pptx.oxml.ns import qn
@@ -531,8 +531,16 @@ def _bar_chart(slide, chart: Chart, x, y, w, h):
     )
     pc = frame.chart
     for s, plotted in zip(chart.series, pc.plots[0].series, strict=True):
-        plotted.format.fill.solid()
-        plotted.format.fill.fore_color.rgb = _rgb(s.colour)
+        fill = plotted.format.fill
+        if s.simulated:  # hatched, as the dashboard's bars: a measured run of the same GPU
+            fill.patterned()  # shares the colour, and the legend must still tell them apart
+            fill.pattern = MSO_PATTERN_TYPE.WIDE_UPWARD_DIAGONAL
+            fill.fore_color.rgb = _rgb(s.colour)
+            fill.back_color.rgb = RGBColor(0xFF, 0xFF, 0xFF)
+        else:
+            fill.solid()
+            fill.fore_color.rgb = _rgb(s.colour)
+        plotted.format.line.color.rgb = _rgb(s.colour)
         if s.y_error is not None:  # a simulated run's $/Mtok x/÷ (1 + e), as the dashboard's;
             # in ink, not the run's colour: the lower half lies on the bar and would vanish
             _error_bars(plotted, None, s.y, s.y_error, str(INK))

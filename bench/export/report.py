@@ -1106,7 +1106,7 @@ def _cost_interactivity_chart(curves, catalogue, utilisation, tier: str | None =
                 ys.append(usd)
                 kept.append(f)
         # a simulated run's errors: x (1000 / TPOT p50) TPOT p50's, y ($/Mtok = price /
-        # throughput) its throughput's, x/÷ (1 + e) either way (dashboards.figures._cost_error_name)
+        # throughput) its throughput's, x/÷ (1 + e) either way (bench.cost.cost_error_name)
         series.append(_xy_series(curve, xs, ys, kept, i, "p50_tpot_ms"))
     log_y = _wide([y for s in series for y in s.y])
     title = f"$/Mtok output vs interactivity: {tier or 'no prices'} ({utilisation:.0%} utilisation)"

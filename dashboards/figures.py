@@ -166,18 +166,16 @@ def _error_bar(values: Sequence[float | None], error: float | None, style: RunSt
     """A simulated curve's expected error as plotly error bars: value x/÷ (1 + e)
     (bench.sim.profiles.accuracy.bounds), thin, in the run's colour. A missing value (a
     bar for a tier the GPU lacks) gets no bar."""
-    from bench.sim.profiles.accuracy import bounds
+    from bench.sim.profiles.accuracy import error_bar_widths
 
     if error is None:
         return None
-    spans = [bounds(v, error) if v is not None else (None, None) for v in values]
+    up, down = error_bar_widths(values, error)
     return {
         "type": "data",
         "symmetric": False,
-        "array": [None if v is None else hi - v for v, (_, hi) in zip(values, spans, strict=True)],
-        "arrayminus": [
-            None if v is None else v - lo for v, (lo, _) in zip(values, spans, strict=True)
-        ],
+        "array": up,
+        "arrayminus": down,
         "color": style.colour,
         "thickness": 1,
         "width": 4,

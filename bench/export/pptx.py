@@ -447,16 +447,16 @@ def _error_bars(
     (c:errDir is for scatter charts). A missing value (a tier the GPU lacks) gets no bar."""
     from lxml import etree
 
-    from bench.sim.profiles.accuracy import bounds
+    from bench.sim.profiles.accuracy import error_bar_widths
 
-    spans = [(v, *bounds(v, error)) if v is not None else None for v in values]
+    up, down = error_bar_widths(values, error)
     bars = etree.Element(qn("c:errBars"))
     settings = (("c:errBarType", "both"), ("c:errValType", "cust"), ("c:noEndCap", "0"))
     for tag, val in ((("c:errDir", axis),) if axis else ()) + settings:
         etree.SubElement(bars, qn(tag)).set("val", val)
     plus, minus = etree.SubElement(bars, qn("c:plus")), etree.SubElement(bars, qn("c:minus"))
-    plus.append(_num_lit([None if s is None else s[2] - s[0] for s in spans]))
-    minus.append(_num_lit([None if s is None else s[0] - s[1] for s in spans]))
+    plus.append(_num_lit(up))
+    minus.append(_num_lit(down))
     ln = etree.SubElement(etree.SubElement(bars, qn("c:spPr")), qn("a:ln"))
     ln.set("w", str(Pt(1)))
     fill = etree.SubElement(ln, qn("a:solidFill"))

@@ -12,10 +12,19 @@ import json
 import httpx
 
 from bench.backends.bounds import bounded_get, bounded_request
+from bench.backends.openai import MODELS_PATH
 
 SIMULATED_OWNER = "tokenbench-simulated"
 # where a simulator answers the request rate its deployment saturates at for a workload
 SATURATION_PATH = "/v1/tokenbench/saturation"
+
+
+def _endpoint(base_url: str, path: str, api_key: str | None) -> tuple[str, dict]:
+    """The URL of `path` ("/v1/...") on the server a base URL names, given with or without
+    its /v1, and the request's auth header."""
+    root = base_url.rstrip("/")
+    root = root[: -len("/v1")] if root.endswith("/v1") else root
+    return f"{root}{path}", ({"Authorization": f"Bearer {api_key}"} if api_key else {})
 
 
 def detect_simulated(
@@ -23,11 +32,9 @@ def detect_simulated(
 ) -> dict | None:
     """The simulated hardware ({gpu, gpu_count, ...}) when base_url is a tokenbench simulator,
     else None (a real server, or one that does not answer /v1/models in time)."""
-    url = base_url.rstrip("/")
-    url = url if url.endswith("/v1") else f"{url}/v1"
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    url, headers = _endpoint(base_url, MODELS_PATH, api_key)
     try:
-        status, body = bounded_get(f"{url}/models", headers=headers, timeout_s=timeout_s)
+        status, body = bounded_get(url, headers=headers, timeout_s=timeout_s)
         models = json.loads(body).get("data") or [] if status == 200 else []
     except (httpx.HTTPError, ValueError, AttributeError, TimeoutError):
         return None
@@ -44,15 +51,12 @@ def simulated_saturation(
     """The request rate a tokenbench simulator's deployment saturates at for these mean
     lengths (what `sim run` keeps with its runs), or None when it cannot say (an older
     simulator, a disaggregated one, no answer in time)."""
-    url = base_url.rstrip("/")
-    url = url[: -len("/v1")] if url.endswith("/v1") else url
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    url, headers = _endpoint(base_url, SATURATION_PATH, api_key)
     body = {"input_len": input_len, "output_len": output_len}
     try:
         status, raw = bounded_request(
-            "POST", f"{url}{SATURATION_PATH}", timeout_s=timeout_s, headers=headers,
-            json_body=body,
-        )  # fmt: skip
+            "POST", url, timeout_s=timeout_s, headers=headers, json_body=body
+        )
         value = json.loads(raw).get("saturation_requests_per_s") if status == 200 else None
     except (httpx.HTTPError, ValueError, AttributeError, TimeoutError):
         return None

@@ -67,11 +67,12 @@ FLAT_SHARE = 0.05  # a direction whose slope is under 5% of the steepest one is 
 SIGMA_FLOOR = 0.05  # residual scale never below 5%: a percentile of a few dozen requests is
 # measured no closer than that, so a fit closer than 5% is not more certain
 
-# The front end of a GPU engine's endpoint, fitted from a user's TTFT (the published points the
-# shipped fit uses score no TTFT, so it is 0 there): vLLM's and SGLang's API servers parse,
-# tokenise and hand each request to a separate engine process.
-GPU_FRONT_END = (1e-5, 0.05, "front end before the scheduler sees a request (HTTP parse, "
-                 "tokenisation, hand-off to the engine process): 10 us to 50 ms")  # fmt: skip
+# The endpoint's front end, fitted from a user's TTFT on a CPU and a GPU alike (the published
+# points the shipped fit uses score no TTFT, so it is 0 there): llama-server parses and
+# tokenises before its engine loop sees a request; vLLM's and SGLang's API servers hand it to
+# a separate engine process.
+FRONT_END = (1e-5, 0.05, "front end before the scheduler sees a request (HTTP parse, "
+             "tokenisation, hand-off to the engine loop or process): 10 us to 50 ms")  # fmt: skip
 
 # A CPU's ranges. efficiency.yaml's are for GPU kernels with CUDA graphs; on a CPU the same
 # quantities are fractions of what the host measured (bench.sim.device_profile: a stream
@@ -87,8 +88,7 @@ CPU_BOUNDS: dict[str, tuple[float, float, str]] = {
                 "HTTP streaming): 10 us to 50 ms"),
     "t_multi_s": (1e-6, 0.05, "extra time of a step that runs more than one token through "
                   "the GEMMs (multi-row kernels instead of the one-token GEMV path)"),
-    "t_req_s": (1e-5, 0.05, "front end before the scheduler sees a request (HTTP parse, "
-                "tokenisation, hand-off to the engine loop)"),
+    "t_req_s": FRONT_END,
     "t_tok_s": (1e-7, 2e-3, "host time per token of a step (sampling over the vocabulary, "
                 "detokenisation, one streamed event): 0.1 us to 2 ms on a CPU"),
 }  # fmt: skip
@@ -121,7 +121,7 @@ def bounds_for(vendor: str) -> list[Bound]:
         base = p.name.split(".")[0]
         if base in FIT_NAMES and base not in out:
             out[base] = Bound(base, p.initial, p.low, p.high, p.source)
-    out["t_req_s"] = Bound("t_req_s", 2e-3, *GPU_FRONT_END)
+    out["t_req_s"] = Bound("t_req_s", 2e-3, *FRONT_END)
     return [out[n] for n in FIT_NAMES if n in out]
 
 

@@ -9,6 +9,7 @@ the simulator was not tuned on is off, which is the situation of every user's ru
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 # Held-out (leave-one-source-out) mean absolute error, by the category the validation table
@@ -79,6 +80,19 @@ def bounds(value: float, error: float) -> tuple[float, float]:
     """[low, high] of a figure with a relative expected error: x/÷ (1 + e), so a 200% error
     never makes a latency negative."""
     return value / (1 + error), value * (1 + error)
+
+
+def error_bar_widths(
+    values: Sequence[float | None], error: float
+) -> tuple[list[float | None], list[float | None]]:
+    """The upper and lower half-widths of `bounds` for each value, as charts draw error bars
+    (plotly's array/arrayminus, the deck's c:plus/c:minus); None where a value is missing (a
+    bar for a tier the GPU lacks)."""
+    spans = [(v, *bounds(v, error)) if v is not None else None for v in values]
+    return (
+        [None if s is None else s[2] - s[0] for s in spans],
+        [None if s is None else s[0] - s[1] for s in spans],
+    )
 
 
 def utilisation(

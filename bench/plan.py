@@ -99,6 +99,12 @@ class TierCost:
     usd_per_mtok: float | None  # at the mean demand, idle capacity included
     busy_usd_per_mtok: float | None  # at capacity, every GPU busy (InferenceX's figure)
     basis: str = "quoted"  # bench.cost.price_basis: quoted, derived (how), computed
+    # (low, high) of each figure from the capacity's range (`span`); None = that end is
+    # open or unknown. The range is what the GPU count's range costs, so it covers what the
+    # capacity's does: sampling, bracket, reruns, and the simulator's expected error.
+    usd_per_month_range: tuple[float | None, float | None] = (None, None)
+    usd_per_mtok_range: tuple[float | None, float | None] = (None, None)
+    busy_usd_per_mtok_range: tuple[float | None, float | None] = (None, None)
 
 
 @dataclass
@@ -385,13 +391,19 @@ def _system(comp: RunComparison, demand: Demand, catalogue: Catalogue, per_node:
         plan.gpus_range = (None, plan.gpus)
     elif kind == "peak":
         plan.note = "no SLO: sized at peak throughput, latency not held to anything"
-    plan.tiers = _tiers(comp, plan.gpus, mean_tokens_per_s, catalogue)
+    plan.tiers = _tiers(comp, plan.gpus, plan.gpus_range, mean_tokens_per_s, catalogue)
     priced = [t for t in plan.tiers if t.usd_per_month is not None]
     plan.cheapest = min(priced, key=lambda t: t.usd_per_month) if priced else None
     return plan
 
 
-def _tiers(comp: RunComparison, gpus: int, mean_tokens_per_s, catalogue: Catalogue):
+def _tiers(
+    comp: RunComparison,
+    gpus: int,
+    gpus_range: tuple[int | None, int | None],
+    mean_tokens_per_s,
+    catalogue: Catalogue,
+):
     if not comp.curve.gpu_type:
         return []
     try:
@@ -399,18 +411,25 @@ def _tiers(comp: RunComparison, gpus: int, mean_tokens_per_s, catalogue: Catalog
     except PriceCatalogueError:
         return []
     busy = {r.tier: r.output_usd_per_mtok for r in comp.cost_rows}
+    cap = comp.at_slo
+    if cap is not None and cap.kind == "at_least":  # the count is already "at most"
+        gpus_range = (None, None)
     out = []
     for tier in tiers:
         try:
             price: float | None = price_per_gpu_hour(tier, catalogue)
         except PriceCatalogueError:
             price = None
-        month = None if price is None else gpus * price * HOURS_PER_MONTH
-        per_mtok = (
-            dollars_per_mtok(price, gpus, mean_tokens_per_s)
-            if price is not None and mean_tokens_per_s
-            else None
-        )
+
+        def month(n: int | None, price=price) -> float | None:
+            return None if price is None or n is None else n * price * HOURS_PER_MONTH
+
+        def per_mtok(n: int | None, price=price) -> float | None:
+            if price is None or n is None or not mean_tokens_per_s:
+                return None
+            return dollars_per_mtok(price, n, mean_tokens_per_s)
+
+        busy_now = busy.get(tier.name)
         out.append(
             TierCost(
                 tier=tier.name,
@@ -419,13 +438,48 @@ def _tiers(comp: RunComparison, gpus: int, mean_tokens_per_s, catalogue: Catalog
                 source=tier.source,
                 date=tier.date,
                 price_usd_per_gpu_hr=price,
-                usd_per_month=month,
-                usd_per_mtok=per_mtok,
-                busy_usd_per_mtok=busy.get(tier.name),
+                usd_per_month=month(gpus),
+                usd_per_mtok=per_mtok(gpus),
+                busy_usd_per_mtok=busy_now,
                 basis=price_basis(tier),
+                # Fewer GPUs (the low count) cost less: the low end of each range.
+                usd_per_month_range=(month(gpus_range[0]), month(gpus_range[1])),
+                usd_per_mtok_range=(per_mtok(gpus_range[0]), per_mtok(gpus_range[1])),
+                busy_usd_per_mtok_range=_busy_range(busy_now, cap),
             )
         )
     return out
+
+
+def _busy_range(busy: float | None, cap) -> tuple[float | None, float | None]:
+    """The busy $/Mtok's range: price / throughput, so the capacity's high end gives the low
+    cost. (None, None) where the capacity has no two-sided range."""
+    if busy is None or cap is None or cap.value is None or cap.kind == "at_least":
+        return (None, None)
+    low = busy * cap.value / cap.high if cap.high else None
+    high = busy * cap.value / cap.low if cap.low else None
+    return (low, high)
+
+
+def span_text(
+    value: float | None,
+    span: tuple[float | None, float | None],
+    decimals: int,
+    unit: str = "",
+) -> str:
+    """ "$10,154/month ($9,026-$11,282)"; "$10,154/month ($9,026-open)" where the high end is
+    open; the bare figure where the range is unknown or a single value; "—" without a figure.
+    One wording for the CLI and the sentence (the exports' Num cells show the same range)."""
+    if value is None:
+        return "—"
+    text = f"${value:,.{decimals}f}{unit}"
+    lo, hi = span
+    if lo is None and hi is None:
+        return text
+    ends = [f"${v:,.{decimals}f}" if v is not None else end for v, end in ((lo, "?"), (hi, "open"))]
+    if ends[0] == ends[1]:
+        return text
+    return f"{text} ({ends[0]}-{ends[1]})"
 
 
 def _sentence(s: SystemPlan, tier: TierCost, demand: Demand, slo) -> str:
@@ -437,13 +491,17 @@ def _sentence(s: SystemPlan, tier: TierCost, demand: Demand, slo) -> str:
     elif s.capacity_kind == "interpolated" and hi is None:
         rng = " (the capacity's interval is open: more GPUs may be needed)"
     bound = " at most" if s.capacity_kind == "at_least" else ""
-    per_mtok = f", ${tier.usd_per_mtok:,.3f}/Mtok output" if tier.usd_per_mtok else ""
+    per_mtok = (
+        f", {span_text(tier.usd_per_mtok, tier.usd_per_mtok_range, 3, '/Mtok output')}"
+        if tier.usd_per_mtok
+        else ""
+    )
     derived = f", {tier.basis}" if tier.basis != "quoted" else ""
     return (
         f"Cheapest option {held} for {demand.text()}:{bound} {s.gpus} x {s.gpu_type} "
         f"({s.nodes} node{'s' if s.nodes != 1 else ''}){rng}, {s.legend}, on {tier.tier} "
         f"({price_text(tier.price_usd_per_gpu_hr)}/GPU-hour{derived}): "
-        f"${tier.usd_per_month:,.0f}/month{per_mtok}."
+        f"{span_text(tier.usd_per_month, tier.usd_per_month_range, 0, '/month')}{per_mtok}."
     )
 
 
@@ -512,6 +570,10 @@ def _assumptions(demand, slo, slo_source, per_node, comparisons) -> list[str]:
         f"$/month: GPUs x $/GPU-hour x {HOURS_PER_MONTH:.0f} hours, paid whether busy or idle.",
         "$/Mtok: $/month over the output tokens served at the mean demand (idle capacity "
         "included); 'busy' $/Mtok is at capacity with every GPU busy.",
+        "Ranges: a $/month or $/Mtok range is what the GPU count's range costs, and that "
+        "follows the capacity's range (sampling, the bracket between loads, reruns and, for a "
+        "simulated run, the simulator's expected error); busy $/Mtok's is price over the "
+        "capacity's range.",
         "Prices: the catalogue's tiers with their sources and dates (`tokenbench prices`).",
     ]
     if demand.output_tokens_per_day is None:

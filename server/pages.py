@@ -29,6 +29,7 @@ from bench.curves import (
 )
 from bench.frontier import cost_view_tier, default_interactivity
 from bench.metrics import parse_thresholds, slo_text
+from bench.plan import span_text
 from bench.store import RunNotFoundError, get_run, list_runs
 from bench.telemetry import load_telemetry
 from dashboards import figures
@@ -110,6 +111,7 @@ _env.filters["err"] = _sim_err
 _env.filters["near_saturation"] = _near_saturation
 _env.filters["utilisation"] = _utilisation
 _env.filters["price"] = price_text  # $/GPU-hour at the precision its $/month needs
+_env.globals["span"] = span_text  # a plan's $ figure with its range, as the CLI prints it
 
 
 def render(name: str, status: int = 200, **context) -> HTMLResponse:

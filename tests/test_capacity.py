@@ -357,6 +357,51 @@ def test_plan_sizes_every_system_for_the_peak_and_prices_every_tier():
     assert any(a.startswith("Demand: 20 req/s mean, peak x1.5") for a in plan.assumptions)
 
 
+def test_plan_costs_carry_the_gpu_counts_range_and_a_simulated_runs_error():
+    """$/month and $/Mtok at the demand are what the GPU count's range costs (the capacity's
+    range decides it); busy $/Mtok is price / throughput over the capacity's range. A
+    simulated twin's range folds in the simulator's error, so its costs' ranges are wider."""
+    from bench.export.report import _plan_table
+    from bench.plan import span_text
+
+    cat = load_catalogue()
+    pts = [_point(1, 600, 300, 30), _point(2, 1000, 500, 44), _point(4, 1800, 900, 59)]
+    measured = _curve(pts, "B200-SXM", run_id="m")
+    simulated = _curve(pts, "B200-SXM", run_id="s")
+    simulated.simulated, simulated.sim_error = True, (0.5, "test error")
+    comps = compare_runs([measured, simulated], SLO, cat)
+    plan = plan_capacity(comps, Demand(requests_per_s=20, peak_factor=1.5), cat)
+    m, s = plan.systems
+    assert m.gpus == s.gpus == 11 and m.gpus_range == (8, 15)
+    tokens_per_s = 20 * 1320 / 2.8
+    for system, comp in zip((m, s), comps, strict=True):
+        lo, hi = system.gpus_range
+        cap = comp.at_slo
+        for t in system.tiers:
+            price = price_per_gpu_hour(cat.tier("B200-SXM", t.tier), cat)
+            month = HOURS_PER_YEAR / 12 * price
+            assert t.usd_per_month_range == pytest.approx((lo * month, hi * month))
+            mtok = price / (tokens_per_s * 3600) * 1e6
+            assert t.usd_per_mtok_range == pytest.approx((lo * mtok, hi * mtok))
+            busy_lo, busy_hi = t.busy_usd_per_mtok_range
+            assert busy_lo == pytest.approx(t.busy_usd_per_mtok * cap.value / cap.high)
+            assert busy_hi == pytest.approx(t.busy_usd_per_mtok * cap.value / cap.low)
+            assert busy_lo < t.busy_usd_per_mtok < busy_hi
+    # The simulator's ±50% widens the capacity (1000-1800 -> 500-2700), so the count too.
+    assert s.gpus_range[0] < m.gpus_range[0] and s.gpus_range[1] > m.gpus_range[1]
+    rec = plan.recommendation.tier
+    shown = span_text(rec.usd_per_month, rec.usd_per_month_range, 0, "/month")
+    assert shown.count("$") == 3 and shown in plan.sentence
+    # Every text export shows the ranges (Num spans); the CSV keeps the bare figure.
+    table = _plan_table(plan)
+    month_col = table.headers.index("$/month")
+    for row, system in zip(table.rows, plan.systems, strict=True):
+        cell = row[month_col]
+        assert cell.value == system.cheapest.usd_per_month
+        assert cell.span == pytest.approx(system.cheapest.usd_per_month_range)
+    assert "range" in table.note
+
+
 def test_plan_by_tokens_per_day_and_bounds():
     cat = load_catalogue()
     at_least = _curve([_point(1, 1000, 300, 30)], "B200-SXM", run_id="a")
@@ -365,6 +410,8 @@ def test_plan_by_tokens_per_day_and_bounds():
     plan = plan_capacity(comps, Demand(output_tokens_per_day=86_400 * 2500), cat)
     a, b = plan.systems
     assert a.gpus == 3 and a.gpus_range == (None, 3) and "lower bound" in a.note
+    # "at most" already says it: no $ range beside a lower-bound capacity
+    assert all(t.usd_per_month_range == (None, None) for t in a.tiers)
     assert b.gpus is None and "cannot be sized" in b.note
     assert plan.recommendation.legend == a.legend
     with pytest.raises(ValueError, match="peak factor"):

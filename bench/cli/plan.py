@@ -14,10 +14,6 @@ from bench.cli.options import DbOption
 from bench.console import Table, console
 
 
-def _money(x: float | None, digits: int = 0) -> str:
-    return "—" if x is None else f"${x:,.{digits}f}"
-
-
 def _gpu_range(s) -> str:
     lo, hi = s.gpus_range
     if s.gpus is None:
@@ -65,7 +61,7 @@ def plan_command(
     """GPUs and nodes each system needs for a demand at the SLO, $/month and $/Mtok on every
     pricing tier, and the cheapest option. Without a demand, the scenario's mean rate."""
     from bench.curves import compare_runs, resolve_slo, run_curves, slo_line
-    from bench.plan import Demand, default_demand, plan_capacity
+    from bench.plan import Demand, default_demand, plan_capacity, span_text
     from bench.store import StoreError, get_run
 
     try:
@@ -123,12 +119,13 @@ def plan_command(
             _gpu_range(s),
             "—" if s.nodes is None else f"{s.nodes:,}",
             cheap.tier if cheap else "—",
-            _money(cheap.usd_per_month if cheap else None),
-            _money(cheap.usd_per_mtok if cheap else None, 3),
+            span_text(cheap.usd_per_month, cheap.usd_per_month_range, 0) if cheap else "—",
+            span_text(cheap.usd_per_mtok, cheap.usd_per_mtok_range, 3) if cheap else "—",
         )
     console.print(head)
     tiers = Table(
-        title="$/month  ($/Mtok output at the demand) on every tier", title_justify="left"
+        title="$/month; $/Mtok output at the demand, on every tier (range: the GPU count's)",
+        title_justify="left",
     )
     tiers.add_column("tier")
     for s in plan.systems:
@@ -143,7 +140,8 @@ def plan_command(
             cells.append(
                 "no tier"
                 if t is None
-                else f"{_money(t.usd_per_month)} ({_money(t.usd_per_mtok, 3)})"
+                else f"{span_text(t.usd_per_month, t.usd_per_month_range, 0)}; "
+                f"{span_text(t.usd_per_mtok, t.usd_per_mtok_range, 3, '/Mtok')}"
             )
         tiers.add_row(name, *cells)
     if names:

@@ -1204,13 +1204,33 @@ def _plan_table(plan: Plan | None) -> Table:
                 price_decimals(t.price_usd_per_gpu_hr if t else None),
                 prefix="$",
             ),
-            Num(t.usd_per_month if t else None, 0, prefix="$"),
-            Num(t.usd_per_mtok if t else None, 3, prefix="$"),
-            Num(t.busy_usd_per_mtok if t else None, 3, prefix="$"),
+            Num(t.usd_per_month if t else None, 0, prefix="$",
+                span=_closed(t.usd_per_month_range) if t else None),
+            Num(t.usd_per_mtok if t else None, 3, prefix="$",
+                span=_closed(t.usd_per_mtok_range) if t else None),
+            Num(t.busy_usd_per_mtok if t else None, 3, prefix="$",
+                span=_closed(t.busy_usd_per_mtok_range) if t else None),
         ])  # fmt: skip
-    return Table("plan", "The answer", headers, rows,
+    note = (
+        (
+            "In brackets: what the GPU count's range costs; it follows the capacity's range "
+            "(sampling, the bracket, reruns and, for a simulated run, the simulator's expected error)."
+            if any(_closed(t.usd_per_month_range) for s in plan.systems for t in s.tiers)
+            else None
+        )
+        if plan
+        else None
+    )
+    return Table("plan", "The answer", headers, rows, note=note,
                  empty_text="No plan: no demand was given and the runs' scenario has no mean "
                  "rate (export with a demand, e.g. --demand-rps).")  # fmt: skip
+
+
+def _closed(span: tuple[float | None, float | None]) -> tuple[float, float] | None:
+    """A plan figure's (low, high) for a Num cell: both ends known and apart, else None (a
+    half-open range shows in the GPUs column's words)."""
+    lo, hi = span
+    return (lo, hi) if lo is not None and hi is not None and lo != hi else None
 
 
 def _tier_note(curves, catalogue) -> str | None:

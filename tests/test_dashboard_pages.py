@@ -12,7 +12,7 @@ from bench.cost import load_catalogue
 from bench.curves import compare_runs, ratio_sentence, run_curves
 from bench.frontier import throughput_at_interactivity
 from bench.metrics import parse_slo
-from bench.plan import Demand, plan_capacity
+from bench.plan import Demand, plan_capacity, span_text
 from tests.helpers import b200_h100_site
 
 SLO = "p99_ttft_ms<=150"
@@ -54,8 +54,16 @@ def test_plan_panel_and_readout(site):
     plan = plan_capacity(comps, Demand(requests_per_s=3, peak_factor=1.5), load_catalogue(),
                          slo_source="given")  # fmt: skip
     assert _text(page, "plan-sentence") == plan.sentence
+    table = page.split('id="plan-table"')[1].split("</table>")[0]
     for s in plan.systems:
         assert html.escape(s.capacity_text) in page
+        # $/month and $/Mtok with the range the GPU count's range costs, as the CLI prints it
+        t = s.cheapest
+        month = span_text(t.usd_per_month, t.usd_per_month_range, 0)
+        assert f'<td class="n">{month}</td>' in table
+        assert f'<td class="n">{span_text(t.usd_per_mtok, t.usd_per_mtok_range, 3)}</td>' in table
+    assert any(" ($" in span_text(s.cheapest.usd_per_month, s.cheapest.usd_per_month_range, 0)
+               for s in plan.systems)  # fmt: skip
     rows = re.findall(
         r'<tr><td>.*?</td><td class="n">([^<]*)</td>', page.split('id="readout-table"')[1]
     )

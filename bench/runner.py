@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from bench.backends.capture import Capture, ReadStats, to_record
-from bench.backends.openai import CHAT, MODELS_PATH
+from bench.backends.openai import CHAT, MODELS_PATH, server_url
 from bench.backends.transport import Transport, make_transport
 from bench.executor import Progress, RunPlan, RunResult, StoredAs
 from bench.records import FAILED, RequestRecord
@@ -755,11 +755,9 @@ def list_models(
 
     from bench.backends.bounds import bounded_get
 
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    url, headers = server_url(base_url, MODELS_PATH, api_key)
     try:
-        _, body = bounded_get(
-            base_url.rstrip("/") + MODELS_PATH, headers=headers, timeout_s=timeout_s
-        )
+        _, body = bounded_get(url, headers=headers, timeout_s=timeout_s)
         data = json.loads(body).get("data") or []
         return [str(m["id"]) for m in data] or None
     except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError, TimeoutError):

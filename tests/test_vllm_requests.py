@@ -13,7 +13,7 @@ import json
 import pytest
 
 from bench.backends.dialects import get_dialect
-from bench.backends.openai import CHAT, COMPLETIONS, build_body
+from bench.backends.openai import CHAT, COMPLETIONS, MODELS_PATH, build_body, server_url
 from bench.backends.transport import RawTransport
 from bench.cli.common import flag_overrides
 from bench.executor import plan_from_scenario
@@ -78,6 +78,19 @@ def test_headers_go_with_every_request():
     assert b"\r\nX-Team: infra\r\nX-Trace: on\r\n" in head
     with pytest.raises(ValueError, match="one-line value"):
         plan_for(header=["X-Bad=a\r\nInjected: 1"])
+
+
+def test_the_key_goes_with_every_request_and_a_base_url_may_end_in_v1():
+    head = RawTransport("http://127.0.0.1:9", api_key="sk-abc").prepare(COMPLETIONS, b"{}")
+    assert b"\r\nAuthorization: Bearer sk-abc\r\n" in head
+    assert b"Authorization" not in RawTransport("http://127.0.0.1:9").prepare(COMPLETIONS, b"{}")
+    # /v1/models on the same server whether the base URL has its /v1 (OpenAI's) or not (vLLM's)
+    for base in ("http://h:1", "http://h:1/", "http://h:1/v1", "http://h:1/v1/"):
+        assert server_url(base, MODELS_PATH, "k") == (
+            "http://h:1/v1/models",
+            {"Authorization": "Bearer k"},
+        )
+    assert server_url("http://h:1", MODELS_PATH) == ("http://h:1/v1/models", {})
 
 
 def test_host_port_and_openai_chat_mean_what_they_mean_in_vllm():

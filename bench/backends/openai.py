@@ -41,6 +41,20 @@ MODELS_PATH = "/v1/models"
 METRICS_PATHS = ("/metrics", "/prometheus/metrics")
 
 
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The bearer header every OpenAI-compatible server reads; none without a key."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def server_url(base_url: str, path: str, api_key: str | None = None) -> tuple[str, dict]:
+    """The URL of `path` ("/v1/...") on the server a base URL names, given with or without
+    its /v1 (vLLM's --base-url has none, OpenAI clients' has one), and the request's auth
+    header."""
+    root = base_url.rstrip("/")
+    root = root[: -len("/v1")] if root.endswith("/v1") else root
+    return f"{root}{path}", auth_headers(api_key)
+
+
 @dataclass(frozen=True)
 class OpenAIDialect:
     """The OpenAI stream format, and what one server family accepts to force an exact

@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 
 from bench.backends.bounds import check_stream, ends_with_done
 from bench.backends.capture import Capture, mark_closed
+from bench.backends.openai import auth_headers
 from bench.records import (
     ERR_BAD_FRAMING,
     ERR_CONNECT,
@@ -612,8 +613,8 @@ class RawTransport:
         self.ssl_context = ssl.create_default_context() if scheme == "https" else None
         self.prefix = urlsplit(base_url).path.rstrip("/")
         host_header = self.host if self.port in (80, 443) else f"{self.host}:{self.port}"
-        auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
-        auth += "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        lines = auth_headers(api_key) | (headers or {})
+        auth = "".join(f"{k}: {v}\r\n" for k, v in lines.items())
         auth = auth.replace("{", "{{").replace("}", "}}")  # literal in the format string
         self._head_fmt = (
             "POST {path} HTTP/1.1\r\n"
@@ -919,8 +920,7 @@ class HttpxTransport:
             max_keepalive_connections=max_connections or None,
         )
         headers = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
+        headers.update(auth_headers(api_key))
         headers.update(extra_headers or {})
         self.client = httpx.AsyncClient(
             base_url=base_url.rstrip("/"), headers=headers, limits=limits, timeout=None

@@ -12,19 +12,11 @@ import json
 import httpx
 
 from bench.backends.bounds import bounded_get, bounded_request
-from bench.backends.openai import MODELS_PATH
+from bench.backends.openai import MODELS_PATH, server_url
 
 SIMULATED_OWNER = "tokenbench-simulated"
 # where a simulator answers the request rate its deployment saturates at for a workload
 SATURATION_PATH = "/v1/tokenbench/saturation"
-
-
-def _endpoint(base_url: str, path: str, api_key: str | None) -> tuple[str, dict]:
-    """The URL of `path` ("/v1/...") on the server a base URL names, given with or without
-    its /v1, and the request's auth header."""
-    root = base_url.rstrip("/")
-    root = root[: -len("/v1")] if root.endswith("/v1") else root
-    return f"{root}{path}", ({"Authorization": f"Bearer {api_key}"} if api_key else {})
 
 
 def detect_simulated(
@@ -32,7 +24,7 @@ def detect_simulated(
 ) -> dict | None:
     """The simulated hardware ({gpu, gpu_count, ...}) when base_url is a tokenbench simulator,
     else None (a real server, or one that does not answer /v1/models in time)."""
-    url, headers = _endpoint(base_url, MODELS_PATH, api_key)
+    url, headers = server_url(base_url, MODELS_PATH, api_key)
     try:
         status, body = bounded_get(url, headers=headers, timeout_s=timeout_s)
         models = json.loads(body).get("data") or [] if status == 200 else []
@@ -51,7 +43,7 @@ def simulated_saturation(
     """The request rate a tokenbench simulator's deployment saturates at for these mean
     lengths (what `sim run` keeps with its runs), or None when it cannot say (an older
     simulator, a disaggregated one, no answer in time)."""
-    url, headers = _endpoint(base_url, SATURATION_PATH, api_key)
+    url, headers = server_url(base_url, SATURATION_PATH, api_key)
     body = {"input_len": input_len, "output_len": output_len}
     try:
         status, raw = bounded_request(

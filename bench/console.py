@@ -71,6 +71,13 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
+def _fmt_expected(curve, name: str, value: float | None, digits: int) -> str:
+    """A figure, and on a simulated run its expected range beside it: "771.6 (686-867)"."""
+    span = curve.expected_span(name, value)
+    text = _fmt(value, digits)
+    return f"{text} ({_fmt(span[0], digits)}-{_fmt(span[1], digits)})" if span else text
+
+
 def summary_tables(
     summary: Summary, *, title: str = "Results", metrics: tuple[str, ...] | None = None
 ) -> list[Table]:
@@ -389,8 +396,43 @@ def cost_rows_table(rows, *, title: str) -> Table:
     return t
 
 
+def error_bars_table(basis: str, errors: dict[str, float], rows: list[tuple[str, str, dict]]):
+    """Simulated points' figures with their expected error and their utilisation of the
+    simulated saturation rate: `sim run` prints it after running, `show` for a stored run.
+    rows: (number, load title, bench.sim.profiles.accuracy.point_error_bars)."""
+    from bench.sim.profiles.accuracy import FIGURES
+
+    table = Table(title=f"Expected error of the simulated figures ({basis})")
+    table.add_column("#")
+    table.add_column("load")
+    for label, _, q in FIGURES:
+        table.add_column(f"{label} ±{errors[q]:.0%}" if q in errors else label)
+    table.add_column("utilisation")
+    for number, title, bars in rows:
+        cells = [f"{bars[q]['value']:,.1f}" if q in bars else "-" for _, _, q in FIGURES]
+        util = bars.get("utilisation")
+        flag = " [yellow]near saturation[/yellow]" if bars.get("near_saturation") else ""
+        table.add_row(number, title, *cells, f"{util:.0%}{flag}" if util is not None else "-")
+    return table
+
+
+def near_saturation_note(sat: float | None) -> str:
+    """What a "near saturation" flag means, under the error-bars table."""
+    from bench.sim.profiles.accuracy import NEAR_SATURATION
+
+    top = f" of {sat:.3g} req/s" if sat else ""
+    return (
+        f"[yellow]near saturation[/yellow] (at {NEAR_SATURATION:.0%} or more of the simulated "
+        f"maximum{top}): latency there moves by far more than the stated error for a few per "
+        "cent of load"
+    )
+
+
 def comparison_tables(comparisons, utilisation: float = 1.0) -> list[Table]:
-    """`tokenbench compare`: capacity, P99s at matched load, and $/Mtok per tier."""
+    """`tokenbench compare`: capacity, P99s at matched load, and $/Mtok per tier; a simulated
+    run's figures carry their expected range (RunCurve.expected_span)."""
+    from bench.cost import cost_error_name
+
     head = Table(title="Comparison", title_justify="left")
     head.add_column("")
     for c in comparisons:
@@ -432,7 +474,9 @@ def comparison_tables(comparisons, utilisation: float = 1.0) -> list[Table]:
     for metric in ("ttft", "tpot", "e2el"):
         row(
             f"p99 {metric.upper()} ms at capacity",
-            lambda c, m=metric: _fmt(c.capacity.latency(m) if c.capacity else None, 1),
+            lambda c, m=metric: _fmt_expected(
+                c.curve, f"p99_{m}_ms", c.capacity.latency(m) if c.capacity else None, 1
+            ),
         )
     row(
         "matched load (out tok/s per GPU)",
@@ -441,14 +485,19 @@ def comparison_tables(comparisons, utilisation: float = 1.0) -> list[Table]:
     for metric in ("ttft", "tpot"):
         row(
             f"p99 {metric.upper()} ms at matched load",
-            lambda c, m=metric: _fmt(
-                c.at_matched_load.latency(m) if c.at_matched_load else None, 1
+            lambda c, m=metric: _fmt_expected(
+                c.curve,
+                f"p99_{m}_ms",
+                c.at_matched_load.latency(m) if c.at_matched_load else None,
+                1,
             ),
         )
     tables = [head]
 
+    simulated = any(c.curve.simulated for c in comparisons)
     cost = Table(
-        title=f"$/Mtok output tokens at the basis point ({utilisation:.0%} utilisation)",
+        title=f"$/Mtok output tokens at the basis point ({utilisation:.0%} utilisation)"
+        + ("; a simulated run's range is its throughput's expected error" if simulated else ""),
         title_justify="left",
     )
     cost.add_column("tier")
@@ -461,7 +510,8 @@ def comparison_tables(comparisons, utilisation: float = 1.0) -> list[Table]:
         cells = []
         for c in comparisons:
             match = next((r for r in c.cost_rows if r.tier == tier), None)
-            cells.append(_fmt(match.output_usd_per_mtok_at_utilisation if match else None, 3))
+            usd = match.output_usd_per_mtok_at_utilisation if match else None
+            cells.append(_fmt_expected(c.curve, cost_error_name("output"), usd, 3))
         cost.add_row(tier, *cells)
     if tiers:
         tables.append(cost)

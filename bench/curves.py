@@ -183,6 +183,17 @@ class RunCurve:
 
         return relative_error(self.error_bars["expected_error"], name) if self.error_bars else None
 
+    def expected_span(self, name: str, value: float | None) -> tuple[float, float] | None:
+        """[low, high] of a figure (Summary.value names; a $/Mtok by bench.cost.cost_error_name)
+        with its expected error, x/÷ (1 + e) (accuracy.bounds); None on a measured run or
+        without a value. One rule for the CLI's tables and the exports' low/high columns."""
+        from bench.sim.profiles.accuracy import bounds
+
+        error = self.expected_error(name)
+        if error is None or value is None:
+            return None
+        return bounds(value, error)
+
     @property
     def legend(self) -> str:
         tag = " (simulated)" if self.simulated else ""
@@ -315,15 +326,24 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
     return curve
 
 
+def load_saturation(run_id: str, db: Any = None) -> float | None:
+    """The saturation rate kept with a simulated run (bench.sim.error_bars.save_saturation);
+    None when none was."""
+    import json
+
+    from bench.sim.profiles.accuracy import ARTIFACT
+    from bench.store import load_artifact
+
+    raw = load_artifact(run_id, ARTIFACT, db)
+    return json.loads(raw).get("saturation_requests_per_s") if raw else None
+
+
 def run_error_bars(run: Any, db: Any = None) -> dict | None:
     """A stored run's expected errors as `sim run` printed them: {"basis", "expected_error"
     {quantity: e}, "saturation_requests_per_s" (None when the run has none stored, e.g. one
     measured through `sim serve`), "near_saturation_at"}; None for a run that is not simulated.
     `run` is a bench.store.RunInfo."""
-    import json
-
-    from bench.sim.profiles.accuracy import ARTIFACT, NEAR_SATURATION, expected_errors
-    from bench.store import load_artifact
+    from bench.sim.profiles.accuracy import NEAR_SATURATION, expected_errors
 
     if not run.simulated:
         return None
@@ -335,8 +355,7 @@ def run_error_bars(run: Any, db: Any = None) -> dict | None:
         errors, basis = expected_errors(
             sim.get("gpu") or run.gpu_type, sim.get("model") or run.model
         )
-    raw = load_artifact(run.id, ARTIFACT, db)
-    sat = json.loads(raw).get("saturation_requests_per_s") if raw else None
+    sat = load_saturation(run.id, db)
     return {
         "basis": basis,
         "expected_error": errors,

@@ -130,6 +130,11 @@ def measure(
         result = _sweep(session, sweep, plan_for, on_point)
     if hardware is not None and result.run_id:
         _keep_simulated_saturation(result, plan, db)
+    elif store and result.run_id and executor.stored_as().sim is not None:
+        from bench.sim.error_bars import keep_virtual_saturation
+
+        # virtual time: the executor's own engine answers (`sim run`, the demo, the service)
+        keep_virtual_saturation(result.run_id, result.points, executor.build(), db)
     return result
 
 

@@ -402,6 +402,35 @@ def test_plan_costs_carry_the_gpu_counts_range_and_a_simulated_runs_error():
     assert "range" in table.note
 
 
+def test_compare_tables_carry_a_simulated_runs_expected_range():
+    """`tokenbench compare`: a simulated run's P99s and $/Mtok show their range, x/÷ (1 + e)
+    with the run's own expected error per quantity; a measured run's stay bare."""
+    from rich.console import Console
+
+    from bench.console import comparison_tables
+
+    cat = load_catalogue()
+    pts = [_point(1, 600, 300, 30), _point(2, 1000, 500, 44), _point(4, 1800, 900, 59)]
+    measured = _curve(pts, "B200-SXM", run_id="measured")
+    simulated = _curve(pts, "B200-SXM", run_id="simulated")
+    simulated.simulated = True
+    errors = {"ttft_p99": 0.2, "tpot_p99": 0.1, "output_tps": 0.25}
+    simulated.error_bars = {"basis": "test", "expected_error": errors}
+    comps = compare_runs([measured, simulated], SLO, cat)
+    console = Console(record=True, width=400)
+    for table in comparison_tables(comps):
+        console.print(table)
+    text = console.export_text()
+    ttft = comps[1].capacity.latency("ttft")
+    row = next(line for line in text.splitlines() if "p99 TTFT ms at capacity" in line)
+    assert f"{ttft:,.1f} ({ttft / 1.2:,.1f}-{ttft * 1.2:,.1f})" in row
+    assert row.count("(") == 1  # the measured run's cell has no range
+    tier = comps[1].cost_rows[0]
+    usd = tier.output_usd_per_mtok_at_utilisation
+    row = next(line for line in text.splitlines() if line.startswith(f"│ {tier.tier} "))
+    assert f"{usd:,.3f} ({usd / 1.25:,.3f}-{usd * 1.25:,.3f})" in row and row.count("(") == 1
+
+
 def test_plan_by_tokens_per_day_and_bounds():
     cat = load_catalogue()
     at_least = _curve([_point(1, 1000, 300, 30)], "B200-SXM", run_id="a")

@@ -129,6 +129,52 @@ def test_api_and_run_page_carry_what_sim_run_printed(runs):
     assert "near saturation" not in page_m.text and "Utilisation (simulated)" not in page_m.text
 
 
+def test_show_prints_what_sim_run_printed_and_nothing_on_a_measured_run(runs):
+    db, sim_id, measured_id, doc = runs
+    err, basis = expected_error("H100", "llama-3.1-8b")
+    shown = CliRunner().invoke(app, ["show", sim_id, "--db", db], env={"COLUMNS": "250"})
+    assert shown.exit_code == 0, shown.output
+    text = shown.output
+    assert f"Expected error of the simulated figures ({basis})" in text
+    assert f"TTFT p99 ms ±{err:.0%}" in text
+    for printed in doc["points"]:  # each point's row: its figures and utilisation
+        row = next(
+            line for line in text.splitlines() if line.startswith(f"│ {printed['index'] + 1} ")
+        )
+        cli = printed["expected_error"]
+        assert f"{cli['ttft_p99']['value']:,.1f}" in row
+        util = cli["utilisation"]
+        assert ("near saturation" in row) == cli["near_saturation"]
+        assert f"{util:.0%}" in row  # "inf%" at rate inf, as `sim run` printed it
+    assert "near saturation (at 90% or more of the simulated maximum" in text
+    measured = CliRunner().invoke(app, ["show", measured_id, "--db", db], env={"COLUMNS": "250"})
+    assert measured.exit_code == 0 and "Expected error" not in measured.output
+
+
+def test_a_virtual_run_keeps_its_saturation_whoever_runs_it(tmp_path: Path):
+    """The demo and the service run virtual time through bench.drive.measure, not `sim run`:
+    the run still keeps its saturation rate, so every view flags its points near it."""
+    from bench.curves import load_saturation
+    from bench.drive import choose_executor, measure
+    from bench.sim.error_bars import saturation_rate
+    from bench.sweep import PointSpec, SweepPlan
+
+    db = str(tmp_path / "v.db")
+    sc = parse_scenario(
+        "target: {base_url: 'http://127.0.0.1:9', model: llama-3.1-8b}\n"
+        "load: {shape: poisson, request_rate: 2, num_prompts: 24}\n"
+        "workload: {input: {dist: fixed, mean: 300}, output: {dist: fixed, mean: 40}}\n"
+    )
+    virtual = {"gpu": "H100", "model": "llama-3.1-8b", "precision": "fp8", "tp": 1}
+    executor = choose_executor(virtual=virtual)
+    result = measure(sc, SweepPlan(specs=[PointSpec("rate", 2)]), executor=executor, db=db)
+    kept = load_saturation(result.run_id, db)
+    assert kept == pytest.approx(saturation_rate(executor.build(), 300, 40), rel=1e-9)
+    assert run_curve(result.run_id, db).points[0].error_bars["utilisation"] == pytest.approx(
+        2.0 / kept, rel=0.2
+    )
+
+
 def test_compare_page_and_curves_put_error_bars_on_simulated_runs_only(runs):
     from dashboards.figures import throughput_vs_interactivity, throughput_vs_latency
 

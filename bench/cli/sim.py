@@ -429,45 +429,32 @@ def print_error_bars(result, virtual, profile, db: str | None = None) -> dict:
     """Each simulated point's figures with their expected error and its utilisation of the
     deployment's saturation rate (bench.sim.error_bars), the rate kept with the stored run
     (the dashboard and the exports flag the same points); returns what the JSON carries."""
+    from bench.console import error_bars_table, near_saturation_note
+    from bench.curves import load_saturation
     from bench.sim.error_bars import (
-        FIGURES,
         NEAR_SATURATION,
         expected_errors,
         mean_lengths,
         point_error_bars,
         saturation_rate,
-        save_saturation,
     )
 
     dep = virtual.build().dep
     errors, basis = expected_errors(dep.gpu.name, dep.model.name, profile)
-    lengths = mean_lengths(result.points)
-    sat = saturation_rate(virtual.build(), *lengths) if lengths else None
-    if result.run_id:
-        save_saturation(result.run_id, sat, db)
-    table = Table(title=f"Expected error of the simulated figures ({basis})")
-    table.add_column("#")
-    table.add_column("load")
-    for label, _, q in FIGURES:
-        table.add_column(f"{label} ±{errors[q]:.0%}" if q in errors else label)
-    table.add_column("utilisation")
-    points = {}
+    if result.run_id:  # drive.measure kept it with the stored run
+        sat = load_saturation(result.run_id, db)
+    else:
+        lengths = mean_lengths(result.points)
+        sat = saturation_rate(virtual.build(), *lengths) if lengths else None
+    points, rows = {}, []
     for p in result.points:
         offered = p.spec.value if p.spec.kind == "rate" else None
         bars = point_error_bars(p.summary, errors, sat, offered)
         points[p.index] = bars
-        cells = [f"{bars[q]['value']:,.1f}" if q in bars else "-" for _, _, q in FIGURES]
-        util = bars["utilisation"]
-        flag = " [yellow]near saturation[/yellow]" if bars["near_saturation"] else ""
-        table.add_row(str(p.index + 1), p.spec.title, *cells,
-                      f"{util:.0%}{flag}" if util is not None else "-")  # fmt: skip
-    console.print(table)
+        rows.append((str(p.index + 1), p.spec.title, bars))
+    console.print(error_bars_table(basis, errors, rows))
     if any(b["near_saturation"] for b in points.values()):
-        console.print(
-            f"[yellow]near saturation[/yellow] (at {NEAR_SATURATION:.0%} or more of the "
-            f"simulated maximum of {sat:.3g} req/s): latency there moves by far more than the "
-            "stated error for a few per cent of load"
-        )
+        console.print(near_saturation_note(sat))
     return {"basis": basis, "expected_error": errors, "saturation_requests_per_s": sat,
             "near_saturation_at": NEAR_SATURATION, "points": points}  # fmt: skip
 

@@ -232,8 +232,26 @@ def show_command(
         else:
             out.print(title)
             out.print_json(json.dumps(summary, default=str))
+    if info.simulated:
+        _print_expected_error(info, db)
     if len(points) > 1:
         _print_capacity(info, db)
+
+
+def _print_expected_error(info, db) -> None:
+    """A simulated run's expected error per figure and each point's utilisation of the
+    simulated saturation rate, as `sim run` printed them (bench.curves.run_curve)."""
+    from bench.console import error_bars_table, near_saturation_note
+    from bench.curves import run_curve
+
+    curve = run_curve(info.id, db)
+    if not curve.error_bars:
+        return
+    points = sorted((p for p in curve.points if p.error_bars), key=lambda p: p.load_point)
+    rows = [(str(p.load_point + 1), p.title, p.error_bars) for p in points]
+    out.print(error_bars_table(curve.error_bars["basis"], curve.error_bars["expected_error"], rows))
+    if any(p.error_bars.get("near_saturation") for p in points):
+        out.print(near_saturation_note(curve.error_bars.get("saturation_requests_per_s")))
 
 
 def _print_capacity(info, db) -> None:

@@ -44,7 +44,7 @@ from bench.curves import (
 )
 from bench.metrics import LATENCY_METRICS, Threshold
 from bench.plan import Demand, Plan, default_demand, plan_capacity
-from bench.sim.profiles.accuracy import NEAR_SATURATION, bounds
+from bench.sim.profiles.accuracy import NEAR_SATURATION
 
 # --------------------------------------------------------------------------- data model
 
@@ -437,10 +437,7 @@ def cost_span(curve: RunCurve, tokens: Literal["output", "total"], usd_per_mtok:
     """[low, high] of a $/Mtok of `tokens` on a simulated run: its throughput's expected error
     (bench.cost.cost_error_name says why), x/÷ (1 + e) by accuracy.bounds; None on a measured
     run or a missing value."""
-    error = curve.expected_error(cost_error_name(tokens))
-    if error is None or usd_per_mtok is None:
-        return None
-    return bounds(usd_per_mtok, error)
+    return curve.expected_span(cost_error_name(tokens), usd_per_mtok)
 
 
 def _cost_span_cells(curve: RunCurve, row) -> list[Cell]:

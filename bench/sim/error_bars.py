@@ -63,6 +63,15 @@ def mean_lengths(points: Any) -> tuple[float, float] | None:
     return isl, sum(p.summary.total_output_tokens for p in done) / n
 
 
+def keep_virtual_saturation(run_id: str, points: Any, engine: Any, db: Any = None) -> float | None:
+    """Compute and keep the saturation rate of a virtual-time run's engine for the run's own
+    workload (mean_lengths), whoever ran it (`sim run`, the demo, the service); returns it."""
+    lengths = mean_lengths(points)
+    sat = saturation_rate(engine, *lengths) if lengths else None
+    save_saturation(run_id, sat, db)
+    return sat
+
+
 def save_saturation(run_id: str, sat_rps: float | None, db: Any = None) -> None:
     """Keep a simulated run's saturation rate with it (ARTIFACT), so a later view can say
     which of its points sat near saturation without re-simulating."""

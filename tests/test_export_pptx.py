@@ -86,6 +86,31 @@ def test_titles_sit_in_title_placeholders_and_charts_have_alt_text(deck):
         assert descr == chart.alt_text and len(descr) > 60
 
 
+def _plotted(series) -> list:
+    """A scatter series' y values without the blanks that pad it to the chart's longest
+    series (pptx._same_point_count)."""
+    values = list(series.values)
+    while values and values[-1] is None:
+        values.pop()
+    return values
+
+
+def test_scatter_series_share_one_point_count_so_libreoffice_draws_them_all(deck):
+    """LibreOffice drops a scatter series shorter than one after it; every series is padded to
+    the chart's largest count with blanks, and its real points are all there."""
+    from pptx.oxml.ns import qn
+
+    _, prs, _ = deck
+    for chart in _charts(prs):
+        if not chart.chart_type.name.startswith("XY_SCATTER"):
+            continue
+        counts = {int(n.get("val")) for n in chart._chartSpace.iter(qn("c:ptCount"))
+                  if n.getparent().tag == qn("c:numCache")}  # fmt: skip
+        assert len(counts) == 1, chart.chart_title.text_frame.text
+        longest = max(len(s._element.xpath("./c:yVal//c:pt")) for s in chart.plots[0].series)
+        assert counts == {longest}
+
+
 def test_charts_are_native_and_hold_the_curves(deck):
     from bench.frontier import pareto_front
 
@@ -100,7 +125,7 @@ def test_charts_are_native_and_hold_the_curves(deck):
         for curve, s in zip(report.curves, series, strict=False):
             tps, latency = latency_curve(curve, metric, "p99")
             assert s.name == curve.legend and "(simulated)" in s.name
-            assert list(s.values) == pytest.approx(tps)  # y: throughput per GPU
+            assert _plotted(s) == pytest.approx(tps)  # y: throughput per GPU
             xs = [float(v.text) for v in s._element.xpath("./c:xVal//c:v")]
             assert xs == pytest.approx(latency)  # x: P99 latency, ms
         names = [s.name for s in series]
@@ -108,9 +133,9 @@ def test_charts_are_native_and_hold_the_curves(deck):
         assert f"SLO {limit}" in names  # the SLO line
         for comp in report.comparisons:  # and each capacity at the SLO, as a marker
             s = series[names.index(f"Capacity at the SLO: {comp.curve.legend}")]
-            assert list(s.values) == pytest.approx([comp.capacity.output_tps_per_gpu])
+            assert _plotted(s) == pytest.approx([comp.capacity.output_tps_per_gpu])
     for curve, s in zip(report.curves, inter.plots[0].series, strict=True):
-        assert list(s.values) == pytest.approx(
+        assert _plotted(s) == pytest.approx(
             [f.output_tps_per_gpu for f in pareto_front(curve.points)]
         )
     # Runs differ by marker and dash, not colour alone.

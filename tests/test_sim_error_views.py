@@ -170,9 +170,9 @@ def test_a_virtual_run_keeps_its_saturation_whoever_runs_it(tmp_path: Path):
     result = measure(sc, SweepPlan(specs=[PointSpec("rate", 2)]), executor=executor, db=db)
     kept = load_saturation(result.run_id, db)
     assert kept == pytest.approx(saturation_rate(executor.build(), 300, 40), rel=1e-9)
-    assert run_curve(result.run_id, db).points[0].error_bars["utilisation"] == pytest.approx(
-        2.0 / kept, rel=0.2
-    )
+    bars = run_curve(result.run_id, db).points[0].error_bars  # 2 req/s: far below it
+    assert bars["utilisation"] is not None and 0 < bars["utilisation"] < 0.1
+    assert bars["near_saturation"] is False
 
 
 def test_compare_page_and_curves_put_error_bars_on_simulated_runs_only(runs):
@@ -251,10 +251,12 @@ def test_deck_and_workbook_carry_the_errors_and_flags(runs, tmp_path: Path):
     assert f"±{err:.0%} on latency" in ttft and "near saturation at rate inf" in ttft
     # the native chart: error bars on the simulated run's throughput, none on the measured one
 
-    bars = _scatter_errors(_deck_chart(deck, "Throughput per GPU vs P99 TTFT"))
-    sim_plus, sim_ys = next(v for k, v in bars.items() if "(simulated)" in k)
-    assert sim_plus == pytest.approx([y * err for y in sim_ys])
-    assert bars["H100 measured"][0] == []
+    chart = _deck_chart(deck, "Throughput per GPU vs P99 TTFT")
+    for axis in ("y", "x"):  # throughput's and the latency's, x/÷ (1 + e) as the dashboard's
+        bars = _scatter_errors(chart, axis)
+        sim_plus, sim_values = next(v for k, v in bars.items() if "(simulated)" in k)
+        assert sim_values and sim_plus == pytest.approx([v * err for v in sim_values])
+        assert bars["H100 measured"][0] == []
 
     # a report of the measured run alone shows nothing new
     alone = build_report([measured_id], db, [], load_catalogue(), 1.0)
@@ -332,10 +334,12 @@ def test_cost_charts_carry_the_throughput_and_tpot_errors_on_simulated_runs_only
     # the deck's native $/Mtok chart: the same bars on the simulated run, none on the measured
     report = build_report([sim_id, measured_id], db, [], cat, 1.0)
     deck = Presentation(str(write(report, "pptx", tmp_path / "r.pptx")))
-    bars = _scatter_errors(_deck_chart(deck, "$/Mtok output vs"))
-    sim_plus, sim_ys = bars[sim.legend]
-    assert len(sim_ys) == 2 and sim_plus == pytest.approx([y * err for y in sim_ys])
-    assert bars[measured.legend][0] == []
+    chart = _deck_chart(deck, "$/Mtok output vs")
+    for axis in ("y", "x"):  # $/Mtok's (throughput's error) and interactivity's (TPOT p50's)
+        bars = _scatter_errors(chart, axis)
+        sim_plus, sim_values = bars[sim.legend]
+        assert len(sim_values) == 2 and sim_plus == pytest.approx([v * err for v in sim_values])
+        assert bars[measured.legend][0] == []
 
 
 def _deck_chart(deck, title: str):
@@ -348,17 +352,21 @@ def _deck_chart(deck, title: str):
     )
 
 
-def _scatter_errors(chart) -> dict[str, tuple[list[float], list[float]]]:
-    """Per series of a scatter chart: the plus half-widths of its error bars ([] for none)
-    and its y values."""
+def _scatter_errors(chart, axis: str = "y") -> dict[str, tuple[list[float], list[float]]]:
+    """Per series of a scatter chart: the plus half-widths of its error bars along `axis`
+    ([] for none) and its values on that axis."""
     from pptx.oxml.ns import qn
 
     bars = {}
     for ser in chart.plots[0].series:
-        found = ser._element.findall(qn("c:errBars"))
+        found = [
+            b
+            for b in ser._element.findall(qn("c:errBars"))
+            if b.find(qn("c:errDir")).get("val") == axis
+        ]
         plus = [float(v.text) for b in found for v in b.find(qn("c:plus")).iter(qn("c:v"))]
-        ys = [float(v.text) for v in ser._element.find(qn("c:yVal")).iter(qn("c:v"))]
-        bars[ser.name] = (plus, ys)
+        values = ser._element.find(qn(f"c:{axis}Val"))
+        bars[ser.name] = (plus, [float(v.text) for v in values.iter(qn("c:v"))])
     return bars
 
 

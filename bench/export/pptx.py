@@ -466,6 +466,25 @@ def _error_bars(
     ser.find(qn("c:xVal" if axis else "c:cat")).addprevious(bars)
 
 
+def _same_point_count(pc) -> None:
+    """Give every series of a scatter chart the chart's largest point count (c:ptCount; the
+    points a series lacks are blanks, which OOXML allows). LibreOffice 7.4 drops every series
+    shorter than one after it when it reads a pptx scatter chart (checked: series of 4, 5 and
+    6 points show only the last), which hid the first run of a B200-vs-H100 chart whenever
+    the second had more load points; PowerPoint reads either form."""
+    caches = [
+        c
+        for tag in ("c:xVal", "c:yVal")
+        for v in pc._chartSpace.iter(qn(tag))
+        for c in v.iter(qn("c:numCache"))
+    ]
+    counts = [c.find(qn("c:ptCount")) for c in caches]
+    most = max((int(n.get("val")) for n in counts if n is not None), default=0)
+    for n in counts:
+        if n is not None:
+            n.set("val", str(most))
+
+
 def _xy_chart(slide, chart: Chart, x, y, w, h):
     data = XyChartData()
     drawn = [s for s in chart.series if s.x]
@@ -505,10 +524,14 @@ def _xy_chart(slide, chart: Chart, x, y, w, h):
         marker.format.fill.solid()
         marker.format.fill.fore_color.rgb = _rgb(s.colour)
         marker.format.line.color.rgb = _rgb(s.colour)
-        if s.y_error is not None:  # throughput's; latency's is in the caption (LibreOffice
-            # 7.4 draws no x error bars from a pptx, so a deck could not be checked with them)
-            ys = [yv for yv in s.y if yv is not None]
-            _error_bars(plotted, "y", ys, s.y_error, s.colour)
+        shown = [(xv, yv) for xv, yv in zip(s.x, s.y, strict=True) if yv is not None]
+        if s.y_error is not None:  # throughput's (or $/Mtok's)
+            _error_bars(plotted, "y", [yv for _, yv in shown], s.y_error, s.colour)
+        if s.x_error is not None:  # the latency's or interactivity's, as the dashboard draws
+            # it; PowerPoint draws it, LibreOffice 7.4 ignores x bars in a pptx, so the
+            # caption says it too
+            _error_bars(plotted, "x", [xv for xv, _ in shown], s.x_error, s.colour)
+    _same_point_count(pc)
     _style_axis(pc.category_axis, chart.x_title, "#,##0")  # the X value axis of an XY chart
     _style_axis(pc.value_axis, chart.y_title, "#,##0.###" if chart.log_y else "#,##0")
     for axis, log in ((pc.category_axis, chart.log_x), (pc.value_axis, chart.log_y)):

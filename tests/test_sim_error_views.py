@@ -215,6 +215,13 @@ def test_deck_and_workbook_carry_the_errors_and_flags(runs, tmp_path: Path):
     report = build_report([sim_id, measured_id], db, [], load_catalogue(), 1.0)
     table = report.sim_error
     assert [r[0] for r in table.rows] == [sim_id, sim_id]  # the measured run has no row
+    summary = next(t for t in report.tables if t.name == "summary")
+    sim_col = 1 + [c.curve.run_id for c in report.comparisons].index(sim_id)
+    for label in ("P99 TTFT (ms)", "P99 TPOT (ms)", "Interactivity (tok/s per user)"):
+        row = next(r for r in summary.rows if r[0] == label)
+        cell, other = row[sim_col], row[3 - sim_col]
+        assert cell.span == pytest.approx(bounds(cell.value, err)), label
+        assert other.span is None and "(" not in other.text()
 
     wb = load_workbook(write(report, "xlsx", tmp_path / "r.xlsx"))
     ws = wb["sim_error"]

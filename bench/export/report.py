@@ -372,8 +372,17 @@ def _summary_table(comparisons, slo, utilisation) -> Table:
     def row(label: str, fn) -> None:
         rows.append([label] + [fn(c) for c in comparisons])
 
-    def at_cap(fn, decimals: int):
-        return lambda c: Num(fn(c, c.capacity), decimals) if c.capacity is not None else None
+    def at_cap(fn, decimals: int, name: str | None = None):
+        """A figure at capacity; `name` (its Summary.value name) gives a simulated run's
+        expected range beside it (RunCurve.expected_span)."""
+
+        def cell(c):
+            if c.capacity is None:
+                return None
+            v = fn(c, c.capacity)
+            return Num(v, decimals, span=c.curve.expected_span(name, v) if name else None)
+
+        return cell
 
     row("GPU", lambda c: f"{c.curve.gpu_type or 'unknown GPU'} x{c.curve.gpu_count}")
     row("Measured or simulated", lambda c: _provenance(c.curve))
@@ -395,10 +404,13 @@ def _summary_table(comparisons, slo, utilisation) -> Table:
     )
     row("Decided by", lambda c: (c.at_slo.deciding or "—") if c.at_slo else "—")
     row("Requests/s per GPU", at_cap(lambda c, p: p.requests_per_s / c.curve.gpu_count, 2))
-    row("P99 TTFT (ms)", at_cap(lambda c, p: p.latency("ttft"), 0))
-    row("P99 TPOT (ms)", at_cap(lambda c, p: p.latency("tpot"), 1))
-    row("Interactivity (tok/s per user)", at_cap(lambda c, p: p.interactivity, 1))
+    row("P99 TTFT (ms)", at_cap(lambda c, p: p.latency("ttft"), 0, "p99_ttft_ms"))
+    row("P99 TPOT (ms)", at_cap(lambda c, p: p.latency("tpot"), 1, "p99_tpot_ms"))
+    # 1000 / TPOT p50: x/÷ (1 + e) is the same range inverted
+    row("Interactivity (tok/s per user)", at_cap(lambda c, p: p.interactivity, 1, "p50_tpot_ms"))
     note = "SLO " + ", ".join(str(t) for t in slo) if slo else "No SLO: peak throughput"
+    if any(c.curve.error_bars for c in comparisons):
+        note += "; a simulated run's P99s and interactivity carry its expected range in brackets"
     return Table("summary", "Capacity at the SLO", headers, rows, note)
 
 

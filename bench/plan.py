@@ -505,6 +505,17 @@ def _sentence(s: SystemPlan, tier: TierCost, demand: Demand, slo) -> str:
     )
 
 
+def _overlap(a: tuple[float | None, float | None], b: tuple[float | None, float | None]) -> bool:
+    """Whether two $/month ranges overlap (an open end reaches as far as it may)."""
+    lo_a, hi_a = a
+    lo_b, hi_b = b
+    if None in (lo_a, lo_b) and None in (hi_a, hi_b):
+        return False  # neither range is known on both sides: nothing to say
+    a_below_b = hi_a is not None and lo_b is not None and hi_a < lo_b
+    b_below_a = hi_b is not None and lo_a is not None and hi_b < lo_a
+    return not (a_below_b or b_below_a)
+
+
 def _flips(best: SystemPlan, systems: Sequence[SystemPlan]) -> str:
     """The tiers on which another system would cost less per month than `best`: the
     answer depends on how the GPUs are paid for, and the headline says where it flips."""
@@ -523,10 +534,15 @@ def _flips(best: SystemPlan, systems: Sequence[SystemPlan]) -> str:
                     + (f" ({t.basis})" if t.basis != "quoted" else "")
                     for s, t in ((best, mine), (other, theirs))
                 )
+                close = (
+                    " — their ranges overlap, so too close to call"
+                    if _overlap(mine.usd_per_month_range, theirs.usd_per_month_range)
+                    else ""
+                )
                 flips.append(
                     f"on {mine.tier} {other.legend} costs less "
                     f"(${theirs.usd_per_month:,.0f} vs ${mine.usd_per_month:,.0f}/month; "
-                    f"{prices})"
+                    f"{prices}){close}"
                 )
     return (" The answer flips: " + "; ".join(flips) + ".") if flips else ""
 

@@ -431,6 +431,15 @@ def test_compare_tables_carry_a_simulated_runs_expected_range():
     assert f"{usd:,.3f} ({usd / 1.25:,.3f}-{usd * 1.25:,.3f})" in row and row.count("(") == 1
 
 
+def test_a_flip_is_too_close_to_call_only_where_the_ranges_overlap():
+    from bench.plan import _overlap
+
+    assert _overlap((100, 200), (150, 300)) and _overlap((150, 300), (100, 200))
+    assert not _overlap((100, 140), (150, 300)) and not _overlap((150, 300), (100, 140))
+    assert _overlap((100, None), (150, 300))  # open above: reaches it
+    assert not _overlap((None, None), (150, 300))  # unknown: nothing to say
+
+
 def test_plan_by_tokens_per_day_and_bounds():
     cat = load_catalogue()
     at_least = _curve([_point(1, 1000, 300, 30)], "B200-SXM", run_id="a")
@@ -607,6 +616,14 @@ def test_plan_shows_prices_whose_products_add_up_names_flips_and_states_its_basi
     # B200's hyperscaler price is derived, not quoted, and there H100 costs less per month
     assert "The answer flips: on hyperscaler-on-demand" in text
     assert "derived: 2 x neocloud-on-demand, not quoted" in text
+    # a flip inside both $/month ranges is called too close; one outside them is not
+    best = next(s for s in plan.systems if s.legend == plan.recommendation.legend)
+    other = next(s for s in plan.systems if s is not best)
+    mine, theirs = (
+        next(t for t in sys.tiers if t.tier == "hyperscaler-on-demand") for sys in (best, other)
+    )
+    overlap = theirs.usd_per_month_range[1] >= mine.usd_per_month_range[0]
+    assert ("too close to call" in text) == overlap
     assert any(a.shape in line for line in plan.assumptions)
     # the verdict's sentence names the tiers it priced and where the comparison turns
     verdict = ratio_sentence(comps)

@@ -251,6 +251,7 @@ def test_xlsx_recalculates_in_libreoffice_when_a_price_changes(demo_db, tmp_path
             assert got[4] == system.gpus
             assert got[5] == pytest.approx(tier.usd_per_month, rel=1e-9)
             assert got[6] == pytest.approx(tier.usd_per_mtok, rel=1e-9)
+            assert got[8:12] == (None,) * 4  # a lower-bound capacity: no range
 
     # A finance person doubles the B200's neocloud price and sets utilisation to 50%.
     wb = load_workbook(path)
@@ -319,6 +320,34 @@ def test_xlsx_recalculates_in_libreoffice_when_a_price_changes(demo_db, tmp_path
     assert month_pow[(b200, "owned-tco")] == pytest.approx(
         gpus * (owned + 3 * power) * HOURS_PER_MONTH
     )
+
+
+@pytest.mark.slow
+def test_xlsx_plan_ranges_recalculate_to_the_plans(tmp_path):
+    """The workbook's range columns (GPUs, $/month, $/Mtok at each end of the capacity's range)
+    recalculate in LibreOffice to bench.plan's own ranges, on sweeps whose capacities are
+    interpolated (the demo's, in virtual time) and carry the simulator's error."""
+    from bench.demo import DEMO_SLO, TARGETS, virtual_sweep
+    from bench.plan import Demand
+
+    db = str(tmp_path / "v.db")
+    ids = [virtual_sweep(t, (4.0, 8.0, 12.0, 16.0, 24.0), 30.0, DEMO_SLO, db) for t in TARGETS]
+    report = build_report(
+        ids, db, None, load_catalogue(), 1.0, demand=Demand(requests_per_s=100, peak_factor=2)
+    )
+    systems = report.plan.systems
+    assert all(s.capacity_kind == "interpolated" and None not in s.gpus_range for s in systems)
+    book = _recalculated(write(report, "xlsx", tmp_path / "p.xlsx"), tmp_path / "calc")
+    # the sizing rows (GPUs per replica is a number there; the tier rows have a tier's name)
+    sized = {r[0]: r for r in _rows(book["plan"], 4) if isinstance(r[2], (int, float))}
+    tiers = {(r[0], r[2]): r for r in _rows(book["plan"]) if r[2] and r[3] is not None}
+    for system in systems:
+        assert (sized[system.legend][9], sized[system.legend][10]) == system.gpus_range
+        for tier in system.tiers:
+            got = tiers[(system.legend, tier.tier)]
+            assert (got[8], got[9]) == pytest.approx(tier.usd_per_month_range, rel=1e-9)
+            assert (got[10], got[11]) == pytest.approx(tier.usd_per_mtok_range, rel=1e-9)
+    dispose_all()
 
 
 def test_report_carries_capacity_confidence_caveats_and_the_plan(demo_db):

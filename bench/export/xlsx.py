@@ -218,7 +218,8 @@ def _capacity(wb: Workbook, report: Report) -> list[int]:
     headers = ["Run", "GPU", "GPUs per replica", "Capacity at the SLO", "Load point",
                "Output tok/s (replica)", "Total tok/s (replica)", "Requests/s (replica)",
                "Output tokens per request", "Output tok/s per GPU", "Power per GPU (W)",
-               "Power from"]  # fmt: skip
+               "Power from", "Capacity range low (tok/s per GPU)",
+               "Capacity range high (tok/s per GPU)"]  # fmt: skip
     _header(ws, 1, headers)
     energy = {row[0]: row for row in report.energy.rows}
     out = []
@@ -235,19 +236,29 @@ def _capacity(wb: Workbook, report: Report) -> list[int]:
             c.at_slo.text() if c.at_slo else c.basis, p.title,
             p.output_tps, p.total_tps, p.requests_per_s, per_request, p.output_tps_per_gpu,
             cell_value(e[2]) if e else None, cell_value(e[3]) if e else "",
+            *_capacity_range(c.at_slo),
         ]  # fmt: skip
         for j, v in enumerate(values, start=1):
             xlsx_text(ws.cell(r, j, v))
         for j, fmt in ((6, "#,##0.0"), (7, "#,##0.0"), (8, "#,##0.000"), (9, "#,##0.0"),
-                       (10, "#,##0.0"), (11, "#,##0")):  # fmt: skip
+                       (10, "#,##0.0"), (11, "#,##0"), (13, "#,##0.0"), (14, "#,##0.0")):  # fmt: skip
             ws.cell(r, j).number_format = fmt
         out.append(r)
         r += 1
     ws.cell(r + 1, 1, "Measured (or simulated) at each run's capacity at the SLO; the formula "
             "sheets read these cells.")  # fmt: skip
-    _widths(ws, [40, 12, 10, 48, 40, 14, 14, 14, 14, 14, 12, 26])
+    _widths(ws, [40, 12, 10, 48, 40, 14, 14, 14, 14, 14, 12, 26, 16, 16])
     ws.freeze_panes = "B2"
     return out
+
+
+def _capacity_range(cap) -> tuple[float | None, float | None]:
+    """The capacity's two-sided range (bench.curves.Capacity: sampling, bracket, reruns and a
+    simulated run's error), which the plan sheet sizes the GPU range from; empty when it is
+    a bound or one-sided, as bench.plan leaves the range there."""
+    if cap is None or cap.kind == "at_least" or cap.low is None or cap.high is None:
+        return (None, None)
+    return (cap.low, cap.high)
 
 
 # ---------------------------------------------------------------- formula sheets
@@ -344,7 +355,8 @@ def _plan(wb: Workbook, report: Report, prices, cap_rows) -> None:
     ws["A1"].font = Font(bold=True, size=12)
     _header(ws, 3, ["Run", "GPU", "GPUs per replica", "Requests/s per replica at capacity",
                     "Output tok/s per replica at capacity", "GPUs to buy", "Nodes",
-                    "Mean output tok/s at the demand", "Note"])  # fmt: skip
+                    "Mean output tok/s at the demand", "Note", "GPUs to buy (range low)",
+                    "GPUs to buy (range high)"])  # fmt: skip
     sized: dict[str, int] = {}
     systems = {s.run_id: s for s in (report.plan.systems if report.plan else [])}
     r = 4
@@ -362,12 +374,12 @@ def _plan(wb: Workbook, report: Report, prices, cap_rows) -> None:
         ws.cell(r, 4, f"=capacity!$H${cr}").number_format = "#,##0.000"
         ws.cell(r, 5, f"=capacity!$F${cr}").number_format = "#,##0.0"
         # Sized for the peak, whole replicas: the demand in requests/s, else output tokens/day.
-        gpus = (
-            f"=IF(ISNUMBER(DemandRps),CEILING(DemandRps*PeakFactor/D{r},1)*C{r},"
-            f"IF(ISNUMBER(DemandTokensPerDay),CEILING(DemandTokensPerDay/86400*PeakFactor/E{r},1)"
-            f"*C{r},C{r}))"
-        )
-        _input(ws, r, 6, gpus, "0")
+        _input(ws, r, 6, "=" + _sized(r), "0")
+        # The range: the same sizing at the capacity's high end (fewer GPUs) and low end.
+        for col, end in ((10, "N"), (11, "M")):
+            scale = f"capacity!${end}${cr}/capacity!$J${cr}"
+            ws.cell(r, col, f'=IF(N(capacity!${end}${cr})>0,{_sized(r, scale)},"")'
+                    ).number_format = "0"  # fmt: skip
         ws.cell(r, 7, f"=CEILING(F{r}/GpusPerNode,1)").number_format = "0"
         mean = (
             f"=IF(ISNUMBER(DemandRps),DemandRps*capacity!$I${cr},"
@@ -382,7 +394,9 @@ def _plan(wb: Workbook, report: Report, prices, cap_rows) -> None:
 
     r += 2
     _header(ws, r, ["Run", "GPU", "Tier", "$/GPU-hour", "GPUs", "$/month",
-                    "$/Mtok output at the demand", "Cheapest for this run"])  # fmt: skip
+                    "$/Mtok output at the demand", "Cheapest for this run", "$/month (range low)",
+                    "$/month (range high)", "$/Mtok at the demand (range low)",
+                    "$/Mtok at the demand (range high)"])  # fmt: skip
     first = r + 1
     r = first
     spans: dict[str, tuple[int, int]] = {}
@@ -402,6 +416,15 @@ def _plan(wb: Workbook, report: Report, prices, cap_rows) -> None:
             ws.cell(r, 6, f"=E{r}*D{r}*HoursPerMonth").number_format = USD0
             ws.cell(r, 7, f'=IF(N($H${row_of})>0,F{r}/($H${row_of}*3600*HoursPerMonth)*1000000,"")'
                     ).number_format = USD3  # fmt: skip
+            # what the GPU count's range costs (bench.plan: TierCost.*_range)
+            for col, gpus_col in ((9, "J"), (10, "K")):
+                count = f"${gpus_col}${row_of}"
+                ws.cell(r, col, f'=IF(N({count})>0,{count}*D{r}*HoursPerMonth,"")'
+                        ).number_format = USD0  # fmt: skip
+                month = ws.cell(r, col).column_letter
+                ws.cell(r, col + 2, f'=IF(AND(N({month}{r})>0,N($H${row_of})>0),'
+                        f'{month}{r}/($H${row_of}*3600*HoursPerMonth)*1000000,"")'
+                        ).number_format = USD3  # fmt: skip
             r += 1
         spans[c.curve.legend] = (start, r - 1)
         for k in range(start, r):
@@ -418,8 +441,22 @@ def _plan(wb: Workbook, report: Report, prices, cap_rows) -> None:
         ws.cell(r + 2, 1, "on which tier")
         ws.cell(r + 2, 6, f"=INDEX(C{first}:C{last},MATCH(F{r},F{first}:F{last},0))")
     ws.cell(r + 4, 1, "$/month = GPUs x $/GPU-hour x HoursPerMonth, busy or idle; $/Mtok at the "
-            "demand = $/month over the output tokens served in a month at the mean demand.")  # fmt: skip
-    _widths(ws, [40, 12, 26, 16, 16, 14, 16, 28, 60])
+            "demand = $/month over the output tokens served in a month at the mean demand. "
+            "The range columns size the fleet at the two ends of the capacity's range "
+            "(capacity sheet), as the plan's text does.")  # fmt: skip
+    _widths(ws, [40, 12, 26, 16, 16, 14, 16, 28, 60, 16, 16, 16])
+
+
+def _sized(r: int, scale: str | None = None) -> str:
+    """GPUs to buy on plan row r, as bench.plan sizes them: whole replicas for the peak of the
+    demand in requests/s (else output tokens/day) over the capacity per replica, that
+    capacity times `scale` (an end of its range over its value) when given."""
+    k = f"*{scale}" if scale else ""
+    return (
+        f"IF(ISNUMBER(DemandRps),CEILING(DemandRps*PeakFactor/(D{r}{k}),1)*C{r},"
+        f"IF(ISNUMBER(DemandTokensPerDay),CEILING(DemandTokensPerDay/86400*PeakFactor/(E{r}{k}),1)"
+        f"*C{r},C{r}))"
+    )
 
 
 def _gpu_of(report: Report, comp) -> str | None:

@@ -65,9 +65,16 @@ def test_plan_panel_and_readout(site):
     assert any(" ($" in span_text(s.cheapest.usd_per_month, s.cheapest.usd_per_month_range, 0)
                for s in plan.systems)  # fmt: skip
     rows = re.findall(
-        r'<tr><td>.*?</td><td class="n">([^<]*)</td>', page.split('id="readout-table"')[1]
+        r'<tr><td>.*?</td><td class="n">([^<]*)(?: <small class="err"[^>]*>±(\d+)%</small>)?</td>',
+        page.split('id="readout-table"')[1],
     )
     expected = [throughput_at_interactivity(c, 60.0) for c in curves]
-    assert rows[:2] == [f"{v:,.0f}" if v is not None else "off its front" for v in expected]
+    assert [v for v, _ in rows[:2]] == [
+        f"{v:,.0f}" if v is not None else "off its front" for v in expected
+    ]
+    for (v, err), c in zip(rows[:2], curves, strict=True):  # a simulated run's ± beside it
+        e = c.expected_error("output_tokens_per_s")
+        assert err == (f"{e * 100:.0f}" if e is not None and v != "off its front" else "")
+    assert any(err for _, err in rows[:2])  # the site's runs are simulated
     # without a demand the panel asks for one (the stored scenario has no rate)
     assert "Give a demand" in client.get(f"/compare?run={ids[0]}&run={ids[1]}").text

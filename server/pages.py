@@ -20,7 +20,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
 from bench.choose import rank_settings
-from bench.cost import price_text
+from bench.cost import cost_error_name, price_text
 from bench.curves import (
     class_view,
     compare_runs,
@@ -112,6 +112,7 @@ _env.filters["near_saturation"] = _near_saturation
 _env.filters["utilisation"] = _utilisation
 _env.filters["price"] = price_text  # $/GPU-hour at the precision its $/month needs
 _env.globals["span"] = span_text  # a plan's $ figure with its range, as the CLI prints it
+_env.globals["cost_error_name"] = cost_error_name  # which throughput error a $/Mtok carries
 
 
 def render(name: str, status: int = 200, **context) -> HTMLResponse:

@@ -186,8 +186,14 @@ def test_compare_page_and_curves_put_error_bars_on_simulated_runs_only(runs):
     sim_rows = [r for r in rows if "(simulated)" in r]
     measured_rows = [r for r in rows if "H100 measured" in r]
     assert len(sim_rows) == len(measured_rows) == 2
-    assert all(r.count(f"±{err:.0%}</small>") == 7 for r in sim_rows)
+    assert all(r.count(f"±{err:.0%}</small>") == 8 for r in sim_rows)  # interactivity too
     assert not any('class="err"' in r or "near saturation" in r for r in measured_rows)
+    # the capacity table: P99 TTFT and TPOT, $/Mtok and the matched-load throughput
+    table = page.text.split('id="capacity-table"')[1].split("</table>")[0]
+    rows = table.split("<tr>")[2:]
+    sim_row = next(r for r in rows if "(simulated)" in r)
+    measured_row = next(r for r in rows if "H100 measured" in r)
+    assert sim_row.count(f"±{err:.0%}</small>") == 4 and 'class="err"' not in measured_row
 
     sim, measured = run_curve(sim_id, db), run_curve(measured_id, db, index=1)
     fig = throughput_vs_latency([sim, measured], "ttft", "p99")

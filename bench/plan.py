@@ -99,9 +99,9 @@ class TierCost:
     usd_per_mtok: float | None  # at the mean demand, idle capacity included
     busy_usd_per_mtok: float | None  # at capacity, every GPU busy (InferenceX's figure)
     basis: str = "quoted"  # bench.cost.price_basis: quoted, derived (how), computed
-    # (low, high) of each figure from the capacity's range (`span`); None = that end is
-    # open or unknown. The range is what the GPU count's range costs, so it covers what the
-    # capacity's does: sampling, bracket, reruns, and the simulator's expected error.
+    # (low, high) of each figure (span_text words it); None = that end is open or unknown.
+    # The range is what the GPU count's range costs, so it covers what the capacity's range
+    # does: sampling, bracket, reruns, and a simulated run's expected error.
     usd_per_month_range: tuple[float | None, float | None] = (None, None)
     usd_per_mtok_range: tuple[float | None, float | None] = (None, None)
     busy_usd_per_mtok_range: tuple[float | None, float | None] = (None, None)

@@ -109,7 +109,8 @@ def measure(
             first = scenario_at(scenario, sweep.specs[0], point_duration_s=sweep.point_duration_s)
         plan = plan_for(first)
     hardware = None
-    if executor.stored_as().sim is None and store and not simulated and probe is not None:
+    virtual_time = executor.stored_as().sim is not None
+    if not virtual_time and store and not simulated and probe is not None:
         hardware = probe(plan.base_url, plan.api_key)
         if hardware is not None and display is not None:
             display.warn(
@@ -130,7 +131,7 @@ def measure(
         result = _sweep(session, sweep, plan_for, on_point)
     if hardware is not None and result.run_id:
         _keep_simulated_saturation(result, plan, db)
-    elif store and result.run_id and executor.stored_as().sim is not None:
+    elif store and result.run_id and virtual_time:
         from bench.sim.error_bars import keep_virtual_saturation
 
         # virtual time: the executor's own engine answers (`sim run`, the demo, the service)

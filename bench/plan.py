@@ -391,7 +391,9 @@ def _system(comp: RunComparison, demand: Demand, catalogue: Catalogue, per_node:
         plan.gpus_range = (None, plan.gpus)
     elif kind == "peak":
         plan.note = "no SLO: sized at peak throughput, latency not held to anything"
-    plan.tiers = _tiers(comp, plan.gpus, plan.gpus_range, mean_tokens_per_s, catalogue)
+    # a lower bound's count is already "at most": its costs carry no range
+    costed = (None, None) if kind == "at_least" else plan.gpus_range
+    plan.tiers = _tiers(comp, plan.gpus, costed, mean_tokens_per_s, catalogue)
     priced = [t for t in plan.tiers if t.usd_per_month is not None]
     plan.cheapest = min(priced, key=lambda t: t.usd_per_month) if priced else None
     return plan
@@ -412,8 +414,6 @@ def _tiers(
         return []
     busy = {r.tier: r.output_usd_per_mtok for r in comp.cost_rows}
     cap = comp.at_slo
-    if cap is not None and cap.kind == "at_least":  # the count is already "at most"
-        gpus_range = (None, None)
     out = []
     for tier in tiers:
         try:

@@ -1220,14 +1220,13 @@ def _plan_table(plan: Plan | None) -> Table:
             Num(t.busy_usd_per_mtok if t else None, 3, prefix="$",
                 span=_closed(t.busy_usd_per_mtok_range) if t else None),
         ])  # fmt: skip
+    ranged = plan is not None and any(
+        _closed(t.usd_per_month_range) for s in plan.systems for t in s.tiers
+    )
     note = (
-        (
-            "In brackets: what the GPU count's range costs; it follows the capacity's range "
-            "(sampling, the bracket, reruns and, for a simulated run, the simulator's expected error)."
-            if any(_closed(t.usd_per_month_range) for s in plan.systems for t in s.tiers)
-            else None
-        )
-        if plan
+        "In brackets: what the GPU count's range costs; it follows the capacity's range "
+        "(sampling, the bracket, reruns and, for a simulated run, the simulator's expected error)."
+        if ranged
         else None
     )
     return Table("plan", "The answer", headers, rows, note=note,

@@ -73,9 +73,9 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 def _fmt_expected(curve, name: str, value: float | None, digits: int) -> str:
     """A figure, and on a simulated run its expected range beside it: "771.6 (686-867)"."""
-    span = curve.expected_span(name, value)
-    text = _fmt(value, digits)
-    return f"{text} ({_fmt(span[0], digits)}-{_fmt(span[1], digits)})" if span else text
+    from bench.curves import with_range
+
+    return with_range(value, curve.expected_span(name, value), lambda v: _fmt(v, digits))
 
 
 def summary_tables(

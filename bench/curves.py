@@ -10,7 +10,7 @@ the summary stored with them.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -198,6 +198,27 @@ class RunCurve:
     def legend(self) -> str:
         tag = " (simulated)" if self.simulated else ""
         return f"{self.label}{tag}"
+
+
+def with_range(
+    value: float | None,
+    span: tuple[float | None, float | None] | None,
+    fmt: Callable[[float], str],
+    unit: str = "",
+) -> str:
+    """ "771.6 (686.0-867.0)": a figure with its range, in one wording for the CLI's tables, the
+    plan's sentence and the exports' cells. The bare figure where the range is unknown or its
+    ends read the same once rounded; an unknown low end reads "?" and an open high end "open"
+    (a capacity the sweep never saw end); an em dash without a figure. `unit` follows the
+    figure only ("$10,154/month ($9,026-$11,282)")."""
+    if value is None:
+        return "—"
+    text = fmt(value) + unit
+    if span is None or span == (None, None):
+        return text
+    lo, hi = span
+    ends = (fmt(lo) if lo is not None else "?", fmt(hi) if hi is not None else "open")
+    return text if ends[0] == ends[1] else f"{text} ({ends[0]}-{ends[1]})"
 
 
 def point_from_summary(

@@ -34,7 +34,7 @@ from bench.cost import (
     price_per_gpu_hour,
     price_text,
 )
-from bench.curves import RunComparison
+from bench.curves import RunComparison, with_range
 from bench.metrics import Threshold, slo_text
 
 HOURS_PER_MONTH = HOURS_PER_YEAR / 12  # 730
@@ -467,19 +467,9 @@ def span_text(
     decimals: int,
     unit: str = "",
 ) -> str:
-    """ "$10,154/month ($9,026-$11,282)"; "$10,154/month ($9,026-open)" where the high end is
-    open; the bare figure where the range is unknown or a single value; "—" without a figure.
-    One wording for the CLI and the sentence (the exports' Num cells show the same range)."""
-    if value is None:
-        return "—"
-    text = f"${value:,.{decimals}f}{unit}"
-    lo, hi = span
-    if lo is None and hi is None:
-        return text
-    ends = [f"${v:,.{decimals}f}" if v is not None else end for v, end in ((lo, "?"), (hi, "open"))]
-    if ends[0] == ends[1]:
-        return text
-    return f"{text} ({ends[0]}-{ends[1]})"
+    """ "$10,154/month ($9,026-$11,282)", "$10,154/month ($9,026-open)" where the high end is
+    open (bench.curves.with_range: the exports' Num cells and the CLI's tables read the same)."""
+    return with_range(value, span, lambda v: f"${v:,.{decimals}f}", unit)
 
 
 def _sentence(s: SystemPlan, tier: TierCost, demand: Demand, slo) -> str:

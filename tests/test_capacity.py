@@ -632,3 +632,33 @@ def test_plan_shows_prices_whose_products_add_up_names_flips_and_states_its_basi
     other = Demand(requests_per_s=100, shape="input 8,000 tokens (fixed), output 1,000 tokens")
     warned = plan_capacity(comps, other, load_catalogue()).assumptions
     assert any(line.startswith("WARNING: the demand's shape") for line in warned)
+
+
+def test_a_figure_and_its_range_read_alike_in_the_cli_the_plan_and_the_exports():
+    """One wording (bench.curves.with_range): the plan's $ figures, the exports' Num cells and
+    the CLI's expected ranges; a range whose ends round alike is not shown, an unknown end
+    reads "?" or "open"."""
+    from bench.console import _fmt_expected
+    from bench.curves import with_range
+    from bench.export.report import Num
+    from bench.plan import span_text
+
+    def fmt(v):
+        return f"{v:,.1f}"
+
+    assert with_range(771.6, (686.04, 867.2), fmt) == "771.6 (686.0-867.2)"
+    assert with_range(771.6, (771.61, 771.64), fmt) == "771.6"
+    assert with_range(771.6, (700.0, None), fmt) == "771.6 (700.0-open)"
+    assert with_range(771.6, (None, 800.0), fmt) == "771.6 (?-800.0)"
+    assert with_range(771.6, None, fmt) == with_range(771.6, (None, None), fmt) == "771.6"
+    assert with_range(None, (1.0, 2.0), fmt) == "—"
+    assert span_text(10154.2, (9026.0, 11282.4), 0, "/month") == "$10,154/month ($9,026-$11,282)"
+    assert Num(10154.2, 0, "$", span=(9026.0, 11282.4)).text() == "$10,154 ($9,026-$11,282)"
+    assert Num(5.0, 1, span=(5.01, 5.04)).text() == "5.0"  # ends that round alike
+    assert Num(float("nan"), 1, span=(1.0, 2.0)).text() == "—"
+
+    class Simulated:
+        def expected_span(self, name, value):
+            return (value / 1.1, value * 1.1)
+
+    assert _fmt_expected(Simulated(), "output_tps", 100.0, 1) == "100.0 (90.9-110.0)"

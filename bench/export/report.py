@@ -41,6 +41,7 @@ from bench.curves import (
     ratio_sentence,
     resolve_slo,
     run_curves,
+    with_range,
 )
 from bench.metrics import LATENCY_METRICS, Threshold
 from bench.plan import Demand, Plan, default_demand, plan_capacity
@@ -64,10 +65,7 @@ class Num:
     def text(self) -> str:
         if self.value is None or (isinstance(self.value, float) and not math.isfinite(self.value)):
             return "—"
-        text = self._fmt(self.value)
-        return (
-            f"{text} ({self._fmt(self.span[0])}-{self._fmt(self.span[1])})" if self.span else text
-        )
+        return with_range(self.value, self.span, self._fmt)
 
     def _fmt(self, v: float) -> str:
         return f"{self.prefix}{v:,.{self.decimals}f}{self.suffix}"
@@ -1235,10 +1233,10 @@ def _plan_table(plan: Plan | None) -> Table:
 
 
 def _closed(span: tuple[float | None, float | None]) -> tuple[float, float] | None:
-    """A plan figure's (low, high) for a Num cell: both ends known and apart, else None (a
-    half-open range shows in the GPUs column's words)."""
+    """A plan figure's (low, high) for a Num cell where both ends are known; a half-open range
+    shows in the GPUs column's words instead."""
     lo, hi = span
-    return (lo, hi) if lo is not None and hi is not None and lo != hi else None
+    return None if lo is None or hi is None else (lo, hi)
 
 
 def _tier_note(curves, catalogue) -> str | None:

@@ -61,7 +61,7 @@ def test_the_tour_is_read_whole():
     kinds = {" ".join(c[:2]) if c[0] == "sim" else c[0] for c in tour_commands()}
     assert kinds == {"run", "sweep", "compare", "prices", "runs", "show", "rm", "export-raw",
                      "import", "plan", "sim serve", "sim run", "sim gpus", "sim models",
-                     "sim calibrate", "sim device",
+                     "sim calibrate", "sim check", "sim device",
                      "sim tune", "tune"}  # fmt: skip
 
 

@@ -368,3 +368,52 @@ def test_front_end_time_adds_to_ttft_only_and_multi_token_steps_cost_more():
             assert c.post("/v1/completions", json=body).status_code == 400
     finally:
         stop()
+
+
+def test_sim_check_predicts_stored_runs_and_flags_saturation(fitted, tmp_path: Path):
+    """`sim check`: runs stored under a profile are predicted by it (the same engine, so within
+    a per cent); under another batch limit than the run had, or with another profile, it
+    misses and says the error is beyond the one the profile states; a point offered more than
+    the deployment serves is flagged and not held to it."""
+    import json
+
+    good = write_profile(fitted, tmp_path / "p.yaml")
+    db, out = str(tmp_path / "t.db"), tmp_path / "check.json"
+    common = ["--num-prompts", "60", "--random-input-len", "600", "--random-output-len", "80"]
+    made = _cli("sim", "run", "--profile", str(good), "--max-num-seqs", "8",
+                "--request-rates", "6,400", *common, "--db", db)  # fmt: skip
+    assert made.exit_code == 0, made.output
+    from bench.store import list_runs
+
+    run_id = list_runs(db)[0].id
+    res = _cli("sim", "check", run_id, "--profile", str(good), "--summary-json", str(out),
+               "--db", db)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "Predicted with the profile" in res.output and "near saturation" in res.output
+    doc = json.loads(out.read_text())
+    light, flooded = doc["points"]
+    assert not light["near_saturation"] and flooded["near_saturation"]
+    assert light["utilisation"] < 0.5 and flooded["utilisation"] > 0.9
+    for q, e in light["error"].items():  # the run's own max_num_seqs (8) came from the run
+        assert abs(e) < 0.01, (q, e)
+    assert light["field_error"] < 0.01
+    assert all(doc["within_expected"].values()) and "within the profile's" in res.output
+    # the same run predicted as if its server had run 2 sequences at once: a worse prediction
+    res = _cli("sim", "check", run_id, "--profile", str(good), "--max-num-seqs", "2",
+               "--summary-json", str(out), "--db", db)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    worse = json.loads(out.read_text())["points"][0]
+    assert worse["error"]["ttft_p99"] > 0.2 and worse["utilisation"] > light["utilisation"]
+    # with a profile whose bandwidths sit at their lower bounds, the decode is slower
+    slow = tmp_path / "slow.yaml"
+    text = re.sub(r"(  mbu:\n    value: )\S+", r"\g<1>0.65", good.read_text())
+    slow.write_text(re.sub(r"(  kv_bw_ratio:\n    value: )\S+", r"\g<1>0.4", text))
+    res = _cli("sim", "check", run_id, "--profile", str(slow), "--summary-json", str(out),
+               "--db", db)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    slower = json.loads(out.read_text())
+    assert slower["points"][0]["error"]["tpot_p50"] > 0.1
+    assert not slower["within_expected"]["tpot_p50"] and "beyond the profile's" in res.output
+    # bad input: one line naming what is wrong
+    res = _cli("sim", "check", "nosuchrun", "--profile", str(good), "--db", db)
+    assert res.exit_code == 2 and "nosuchrun" in res.output and "Traceback" not in res.output

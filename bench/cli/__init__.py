@@ -103,6 +103,9 @@ sim_app.command("models", short_help="Model profiles: weights and KV sizes.")(si
 sim_app.command("calibrate", short_help="Fit the simulator to measured runs.")(
     sim_calibrate.calibrate_command
 )
+sim_app.command("check", short_help="Predict measured runs with a calibration profile.")(
+    sim_calibrate.check_command
+)
 sim_app.command("device", short_help="Measure this host's CPU as a device.")(
     sim_calibrate.device_command
 )

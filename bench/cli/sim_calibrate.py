@@ -1,5 +1,6 @@
-"""`tokenbench sim calibrate` and `tokenbench sim device`: fit the simulator to a user's own
-measured runs, and measure this host's CPU as a device to simulate.
+"""`tokenbench sim calibrate`, `sim check` and `sim device`: fit the simulator to a user's own
+measured runs, predict other measured runs with the fit to check it, and measure this host's
+CPU as a device to simulate.
 
 Thin shells over bench.sim.user_calibration and bench.sim.device_profile; `sim run --profile`
 and `sim serve --profile` (bench/cli/sim.py) read what `calibrate` writes.
@@ -137,6 +138,138 @@ def calibrate_command(
     print_profile(prof)
     write_profile(prof, out)
     console.print(f"wrote {out}: use it with `tokenbench sim run --profile {out}`")
+
+
+def check_command(
+    runs: Annotated[list[str], typer.Argument(help="stored runs or sweeps (id or prefix)")],
+    profile: Annotated[
+        Path, typer.Option("--profile", help="calibration profile from `tokenbench sim calibrate`")
+    ],
+    max_num_seqs: Annotated[
+        int | None,
+        typer.Option(
+            "--max-num-seqs",
+            help="sequences at once the runs' server had (llama-server --parallel), if not "
+            "what the profile was fitted on",
+        ),
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        int | None, typer.Option("--max-num-batched-tokens", help="tokens per step, if other")
+    ] = None,
+    summary_json: Annotated[
+        Path | None,
+        typer.Option("--summary-json", help="also write the check as JSON (for scripts and CI)"),
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Predict measured runs with a calibration profile and print the error per load point and
+    quantity: the check after measure, calibrate, predict, on runs the profile was not fitted
+    on (other loads, another batch limit). Says whether each error is within the one the
+    profile states, and flags points near the simulated saturation, where it cannot be."""
+    from bench.cli.summary_json import write_json
+    from bench.sim.profiles import ProfileError
+    from bench.sim.user_calibration import (
+        Settings,
+        check_profile,
+        load_profile,
+        observed_points,
+        settings_from_run,
+    )
+    from bench.store import StoreError
+
+    try:
+        prof = load_profile(profile)
+    except ProfileError as exc:
+        raise fail(str(exc)) from None
+    given = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
+    checked = []
+    try:
+        for ref in runs:
+            pts, info = observed_points(ref, db)
+            if not pts:
+                raise fail(f"run {ref}: no load point with completed requests to check")
+            own = {k: v for k, v in settings_from_run(info).items() if k in given}
+            chosen = {**prof.settings.as_dict(), **own}
+            chosen.update({k: v for k, v in given.items() if v is not None})
+            checked += check_profile(prof, pts, Settings(**chosen))
+    except (StoreError, KeyError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    doc = check_document(prof, checked, profile)
+    print_check(doc)
+    if summary_json:
+        write_json(summary_json, doc)
+
+
+def check_document(prof: Any, checked: list, path: Path) -> dict:
+    """What `sim check` prints and writes: per point its figures, prediction, error and the
+    field's error; per quantity the worst error away from saturation against the profile's."""
+    import numpy as np
+
+    from bench.sim.user_calibration import QUANTITY_NAMES
+
+    expected = prof.expected_error()
+    points, worst = [], {}
+    for c in checked:
+        r = c.residual
+        errors = {q: e for q in QUANTITY_NAMES if (e := r.error(q)) is not None}
+        points.append({
+            "run_id": r.run_id, "load_point": r.load_point, "load": r.load,
+            "utilisation": c.utilisation, "near_saturation": c.near_saturation,
+            "measured": r.measured, "simulated": r.simulated, "error": errors,
+            "field_error": c.field.get("median"),
+        })  # fmt: skip
+        if not c.near_saturation:
+            for q, e in errors.items():
+                worst[q] = max(worst.get(q, 0.0), abs(float(e)))
+    fields = [p["field_error"] for p in points if p["field_error"] is not None]
+    return {
+        "profile": str(path),
+        "expected_error": expected,
+        "points": points,
+        "worst_below_saturation": worst,
+        "within_expected": {q: bool(worst[q] <= expected[q]) for q in worst if q in expected},
+        "field_error_median": float(np.median(fields)) if fields else None,
+    }
+
+
+def print_check(doc: dict) -> None:
+    from bench.sim.profiles.accuracy import NEAR_SATURATION
+    from bench.sim.user_calibration import QUANTITY_NAMES
+
+    table = Table(title="Predicted with the profile: simulated / measured - 1")
+    for col in ("run", "load", "utilisation", *QUANTITY_NAMES, "field"):
+        table.add_column(col)
+    for p in doc["points"]:
+        util = p["utilisation"]
+        flag = " near saturation" if p["near_saturation"] else ""
+        cells = [
+            f"{e:+.1%}" if (e := p["error"].get(q)) is not None else "-" for q in QUANTITY_NAMES
+        ]
+        field = p["field_error"]
+        table.add_row(
+            p["run_id"][:8], p["load"], ("-" if util is None else f"{util:.0%}") + flag, *cells,
+            "-" if field is None else f"{field:.1%}",
+        )  # fmt: skip
+    console.print(table)
+    exp, worst = doc["expected_error"], doc["worst_below_saturation"]
+    for q in QUANTITY_NAMES:
+        if q not in worst:
+            continue
+        verdict = "within" if doc["within_expected"].get(q) else "beyond"
+        console.print(
+            f"{q}: worst {worst[q]:.1%} below {NEAR_SATURATION:.0%} utilisation, {verdict} the "
+            f"profile's stated {exp.get(q, float('nan')):.1%}",
+            highlight=False,
+        )
+    if not worst:
+        console.print("every point ran near the simulated saturation: nothing to hold to the "
+                      "profile's stated error")  # fmt: skip
+    if doc["field_error_median"] is not None:
+        console.print(
+            "per-request error in the field's terms (median over points of the median "
+            f"|error| of TTFT, ITL and E2E mean/p90/p99): {doc['field_error_median']:.1%}",
+            highlight=False,
+        )
 
 
 def print_profile(prof: Any) -> None:

@@ -432,6 +432,49 @@ def leave_one_point_out(
     return out
 
 
+@dataclass
+class CheckedPoint:
+    """One measured load point predicted by a profile: its figures beside the prediction, the
+    field's per-request error (field_error) and how close to the simulated saturation it ran."""
+
+    residual: PointResidual
+    field: dict[str, float]
+    utilisation: float | None  # measured req/s over the simulated saturation rate
+
+    @property
+    def near_saturation(self) -> bool:
+        from bench.sim.profiles.accuracy import NEAR_SATURATION
+
+        return bool(self.utilisation is not None and self.utilisation >= NEAR_SATURATION)
+
+
+def check_profile(
+    prof: CalibrationProfile, points: list[ObservedPoint], settings: Settings
+) -> list[CheckedPoint]:
+    """Predict measured load points with a profile (the check of measure, calibrate, predict,
+    check): each point's own requests replayed on the calibrated device under `settings`, which
+    may differ from what the profile was fitted on (another batch limit). A point's
+    utilisation is its measured request rate over the saturation rate the prediction has for
+    its mean lengths: near saturation a few per cent of load move latency by far more than
+    any stated error, so such points are flagged rather than scored."""
+    from bench.sim.error_bars import saturation_rate
+
+    out = []
+    for p in points:
+        engine = build_engine(prof.device, settings, prof.efficiency())
+        records = replay_records(p, engine)
+        sim = quantities(records)
+        residual = PointResidual(p.run_id, p.load_point, p.load, p.measured, sim)
+        isl, osl = p.requests[:, 1].mean(), p.requests[:, 2].mean()
+        sat = saturation_rate(build_engine(prof.device, settings, prof.efficiency()), isl, osl)
+        rps = p.measured.get("output_tps", 0.0) / osl if osl else 0.0
+        util = rps / sat if sat > 0 else None
+        out.append(
+            CheckedPoint(residual, field_error(p.field_measured, field_stats(records)), util)
+        )
+    return out
+
+
 def calibrate(
     points: list[ObservedPoint],
     device: GPUProfile,

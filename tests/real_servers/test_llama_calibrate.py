@@ -41,13 +41,9 @@ import pytest
 
 from bench.sim.user_calibration import (
     QUANTITY_NAMES,
-    build_engine,
     field_error,
-    field_stats,
     load_profile,
     observed_points,
-    quantities,
-    replay_records,
 )
 from bench.store import list_runs
 from tests.real_servers import tiny_llama
@@ -144,24 +140,26 @@ def test_calibrate_on_llama_server_and_predict_unseen_loads(tmp_path: Path):
         "--engine", "vllm", "--max-num-seqs", str(PARALLEL), "--max-num-batched-tokens", "2048",
     ).stdout  # fmt: skip
     print(out)
-    prof = load_profile(profile)
-    dev = prof.calibrated_device()
-
+    # the check, as a user runs it: each held-out run predicted with the profile (`sim check`),
+    # the --parallel 2 runs under their own batch limit
+    doc: dict = {"points": []}
+    for runs, parallel in ((held_runs, PARALLEL), ([other_sat, other_run], OTHER_PARALLEL)):
+        report = tmp_path / f"check-{parallel}.json"
+        shown = tokenbench(
+            "sim", "check", *runs, "--profile", str(profile), "--max-num-seqs", str(parallel),
+            "--summary-json", str(report), "--db", db,
+        ).stdout  # fmt: skip
+        print(shown)
+        doc["points"] += json.loads(report.read_text())["points"]
+    # utilisation of the saturation each server measured (the simulated one is in the report)
+    sat_of = {r: sat for r in held_runs} | {other_sat: None, other_run: other_rate / 0.6}
     rows = []  # (setting, load, utilisation, {quantity: error})
-    held = [(run, PARALLEL, sat) for run in held_runs]
-    held += [(other_sat, OTHER_PARALLEL, None), (other_run, OTHER_PARALLEL, other_rate / 0.6)]
-    for run, parallel, sat_rps in held:
-        settings = prof.settings.__class__(**{**prof.settings.as_dict(), "max_num_seqs": parallel})
-        for point in observed_points(run, db)[0]:
-            records = replay_records(point, build_engine(dev, settings, {}))
-            pred = quantities(records)
-            errs = {q: pred[q] / point.measured[q] - 1 for q in QUANTITY_NAMES if q in pred}
-            # the field's per-request error: median of |sim/meas - 1| over mean/p90/p99 of
-            # TTFT, ITL and E2E latency
-            errs["field"] = field_error(point.field_measured, field_stats(records))["median"]
-            rps = point.measured["output_tps"] / OUT
-            util = rps / sat_rps if sat_rps else 1.0
-            rows.append((f"--parallel {parallel}", point.load, util, errs))
+    for p in doc["points"]:
+        errs = {**p["error"], "field": p["field_error"]}
+        parallel = OTHER_PARALLEL if p["run_id"] in (other_sat, other_run) else PARALLEL
+        sat_rps = sat_of[p["run_id"]]
+        util = p["measured"]["output_tps"] / OUT / sat_rps if sat_rps else 1.0
+        rows.append((f"--parallel {parallel}", p["load"], util, errs))
     print("\nheld-out predictions: simulated / measured - 1")
     columns = (*QUANTITY_NAMES, "field")
     print(f"{'setting':13} {'load':18} {'util':>5} " + " ".join(f"{q:>10}" for q in columns))
@@ -198,5 +196,5 @@ def test_calibrate_on_llama_server_and_predict_unseen_loads(tmp_path: Path):
         assert set(QUANTITY_NAMES) <= set(errs), (setting, load, errs)  # every figure predicted
         for q, reached in REACHED.items():
             assert abs(errs[q]) <= reached, (setting, load, q, errs)
-    for p in prof.params:  # the fit stayed inside the CPU's physical ranges
+    for p in load_profile(profile).params:  # the fit stayed inside the CPU's physical ranges
         assert p.low <= p.value <= p.high, p

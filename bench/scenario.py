@@ -451,6 +451,7 @@ class Scenario(_Strict):
         if w.tokenizer:
             try:
                 tokenizer = load_tokenizer(_resolve(w.tokenizer, base_dir))
+                tokenizer.check_spells(list(_WORDS))
             except TokenizerError as exc:
                 raise ScenarioError(str(exc)) from None
         blocks = None

@@ -46,6 +46,19 @@ class PromptTokenizer:
         """Tokens in text, without the special tokens a server adds around a prompt."""
         return len(self._tok.encode(text, add_special_tokens=False).ids)
 
+    def check_spells(self, words: list[str]) -> None:
+        """Refuse a tokenizer that cannot write prompts from `words`: one whose vocabulary
+        lacks them (a word-level tokenizer of other words) maps them to an unknown token that
+        decodes to nothing, so every prompt would be rendered empty and refused by the server."""
+        ids = self._tok.encode(" ".join(words[:64]), add_special_tokens=False).ids
+        kept = self.count(self._tok.decode(ids))
+        if kept < len(ids) / 2:
+            raise TokenizerError(
+                f"--tokenizer {self.path}: of {len(ids)} tokens of plain English words, "
+                f"{len(ids) - kept} decode to nothing (its vocabulary lacks them: unknown "
+                "tokens), so prompts would be empty; give the served model's own tokenizer"
+            )
+
     def render(self, words: list[str], n: int, head: str = "") -> str:
         """Text of exactly n tokens: `head` (a shared prefix, kept as it is) then `words`
         (repeated as needed), cut at a token.

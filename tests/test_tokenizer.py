@@ -89,6 +89,22 @@ def test_a_missing_or_wrong_path_says_what_to_give(tmp_path, tokenizer_dir):
     assert w.tokenizer_path and w.tokenizer.count(w.render(w.specs(1)[0])[0]) == 40
 
 
+def test_a_tokenizer_that_cannot_spell_the_prompt_words_is_refused(tmp_path, tokenizer_dir):
+    """A word-level tokenizer of other words (w0, w1, ...) maps every prompt word to [UNK],
+    which decodes to nothing: every prompt would have been sent empty (a server answers 400
+    to all of them). The scenario is refused when read, naming the tokenizer."""
+    vocab = {w: i for i, w in enumerate(["[UNK]"] + [f"w{i}" for i in range(50)])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(["[UNK]"])
+    tok.save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(TokenizerError, match="decode to nothing.*own tokenizer"):
+        PromptTokenizer(tmp_path).check_spells(list(_WORDS))
+    with pytest.raises(ScenarioError, match=f"--tokenizer {tmp_path}"):
+        parse_scenario(f"workload: {{tokenizer: {tmp_path}}}").workload_plan()
+    PromptTokenizer(tokenizer_dir).check_spells(list(_WORDS))  # a BPE spells anything
+
+
 @pytest.mark.slow
 def test_output_tokens_counted_with_the_tokenizer_when_the_server_sends_no_usage(
     server_factory, tokenizer_dir, tmp_path

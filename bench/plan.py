@@ -472,6 +472,21 @@ def span_text(
     return with_range(value, span, lambda v: f"${v:,.{decimals}f}", unit)
 
 
+def gpus_text(s: SystemPlan) -> str:
+    """A system's GPU count with its range, one wording for the CLI's table and the exports'
+    cell: "38 (32-44)"; "at most 38" where the capacity is only a lower bound (the sweep never
+    saturated it); "38 (open above)" where the capacity's interval has no upper end, so more
+    GPUs may be needed; "cannot be sized" without a capacity."""
+    if s.gpus is None:
+        return "cannot be sized"
+    if s.capacity_kind == "at_least":
+        return f"at most {s.gpus:,}"
+    lo, hi = s.gpus_range
+    if hi is None:
+        return f"{s.gpus:,} (open above)" if s.capacity_kind == "interpolated" else f"{s.gpus:,}"
+    return with_range(s.gpus, (lo, hi), lambda v: f"{v:,.0f}")
+
+
 def _sentence(s: SystemPlan, tier: TierCost, demand: Demand, slo) -> str:
     held = f"holding {slo_text(slo)}" if slo else "at peak throughput (no SLO)"
     rng = ""

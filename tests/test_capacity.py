@@ -662,3 +662,18 @@ def test_a_figure_and_its_range_read_alike_in_the_cli_the_plan_and_the_exports()
             return (value / 1.1, value * 1.1)
 
     assert _fmt_expected(Simulated(), "output_tps", 100.0, 1) == "100.0 (90.9-110.0)"
+
+
+def test_a_gpu_count_and_its_range_read_alike_in_the_cli_and_the_exports():
+    """bench.plan.gpus_text: one wording for the plan table of the CLI and of every export."""
+    from dataclasses import replace
+
+    from bench.plan import SystemPlan, gpus_text
+
+    s = SystemPlan("r", "B200", "B200-SXM", 1, "interpolated", "", 1.0, 38, 38, (32, 44), 5)
+    assert gpus_text(s) == "38 (32-44)"
+    assert gpus_text(replace(s, gpus_range=(38, 38))) == "38"
+    assert gpus_text(replace(s, gpus_range=(32, None))) == "38 (open above)"
+    assert gpus_text(replace(s, capacity_kind="at_least", gpus_range=(None, 38))) == "at most 38"
+    assert gpus_text(replace(s, gpus=None)) == "cannot be sized"
+    assert gpus_text(replace(s, gpus=1200, gpus_range=(1000, 1500))) == "1,200 (1,000-1,500)"

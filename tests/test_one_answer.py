@@ -69,7 +69,7 @@ def test_every_surface_shows_the_pages_answer(site):
     for row, system in zip(rows, api_plan["systems"], strict=True):
         assert row["System"] == system["legend"]
         assert float(row["$/month"]) == pytest.approx(system["cheapest"]["usd_per_month"])
-        assert str(system["gpus"]) in row["GPUs (range)"]
+        assert f"{system['gpus']:,}" in row["GPUs (range)"]
     # the compare JSON from the page's link: the page's utilisation and capacities
     compare = client.get(_links(page, "/api/compare")[0]).json()
     assert compare["utilisation"] == 0.6

@@ -14,15 +14,6 @@ from bench.cli.options import DbOption
 from bench.console import Table, console
 
 
-def _gpu_range(s) -> str:
-    lo, hi = s.gpus_range
-    if s.gpus is None:
-        return "—"
-    if s.capacity_kind == "at_least":
-        return f"at most {hi}"
-    return f"{lo or '?'}-{hi or 'open'}"
-
-
 def plan_command(
     runs: Annotated[list[str], typer.Argument(help="Run ids (or unique prefixes or names)")],
     requests_per_s: Annotated[
@@ -61,7 +52,7 @@ def plan_command(
     """GPUs and nodes each system needs for a demand at the SLO, $/month and $/Mtok on every
     pricing tier, and the cheapest option. Without a demand, the scenario's mean rate."""
     from bench.curves import compare_runs, resolve_slo, run_curves, slo_line
-    from bench.plan import Demand, default_demand, plan_capacity, span_text
+    from bench.plan import Demand, default_demand, gpus_text, plan_capacity, span_text
     from bench.store import StoreError, get_run
 
     try:
@@ -105,18 +96,16 @@ def plan_command(
     console.print(slo_line(thresholds, source))
     console.print(f"Demand: {demand.text()}")
     head = Table(title="GPUs needed", title_justify="left")
-    for col in ("system", "capacity at the SLO", "replicas", "GPUs", "range", "nodes",
+    for col in ("system", "capacity at the SLO", "replicas", "GPUs (range)", "nodes",
                 "cheapest tier", "$/month", "$/Mtok"):  # fmt: skip
         head.add_column(col, justify="left" if col in ("system", "cheapest tier") else "right")
     for s in plan.systems:
-        lo, hi = s.gpus_range
         cheap = s.cheapest
         head.add_row(
             s.legend,
             s.capacity_text,
             "—" if s.replicas is None else f"{s.replicas:,} x {s.gpus_per_replica}",
-            "—" if s.gpus is None else f"{s.gpus:,}",
-            _gpu_range(s),
+            gpus_text(s),
             "—" if s.nodes is None else f"{s.nodes:,}",
             cheap.tier if cheap else "—",
             span_text(cheap.usd_per_month, cheap.usd_per_month_range, 0) if cheap else "—",

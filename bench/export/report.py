@@ -44,7 +44,7 @@ from bench.curves import (
     with_range,
 )
 from bench.metrics import LATENCY_METRICS, Threshold
-from bench.plan import Demand, Plan, default_demand, plan_capacity
+from bench.plan import Demand, Plan, default_demand, gpus_text, plan_capacity
 from bench.sim.profiles.accuracy import NEAR_SATURATION
 
 # --------------------------------------------------------------------------- data model
@@ -1191,17 +1191,7 @@ def _plan_table(plan: Plan | None) -> Table:
                "$/Mtok at capacity (busy)"]  # fmt: skip
     rows: list[list] = []
     for s in plan.systems if plan else []:
-        lo, hi = s.gpus_range
-        if s.gpus is None:
-            gpus = "cannot be sized"
-        elif s.capacity_kind == "at_least":
-            gpus = f"at most {s.gpus}"
-        elif lo is not None and hi is not None and lo != hi:
-            gpus = f"{s.gpus} ({lo}-{hi})"
-        elif s.capacity_kind == "interpolated" and hi is None:
-            gpus = f"{s.gpus} (open above)"
-        else:
-            gpus = f"{s.gpus}"
+        gpus = gpus_text(s)
         t = s.cheapest
         rows.append([
             s.legend, s.capacity_text, gpus, Num(s.nodes, 0),

@@ -459,14 +459,14 @@ def check_profile(
     any stated error, so such points are flagged rather than scored."""
     from bench.sim.error_bars import saturation_rate
 
+    eff = prof.efficiency()
     out = []
-    for p in points:
-        engine = build_engine(prof.device, settings, prof.efficiency())
-        records = replay_records(p, engine)
+    for p in points:  # an engine keeps its state: a fresh one per replay
+        records = replay_records(p, build_engine(prof.device, settings, eff))
         sim = quantities(records)
         residual = PointResidual(p.run_id, p.load_point, p.load, p.measured, sim)
         isl, osl = p.requests[:, 1].mean(), p.requests[:, 2].mean()
-        sat = saturation_rate(build_engine(prof.device, settings, prof.efficiency()), isl, osl)
+        sat = saturation_rate(build_engine(prof.device, settings, eff), isl, osl)
         rps = p.measured.get("output_tps", 0.0) / osl if osl else 0.0
         util = rps / sat if sat > 0 else None
         out.append(

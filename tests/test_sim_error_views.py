@@ -512,10 +512,11 @@ def _profile(tmp_path: Path, mbu: float | None = None) -> Path:
     from bench.sim.virtual import build_engine
 
     eff = build_engine("H100", "llama-3.1-8b").dep.eff
-    # the fit has no front end (t_req_s 0): a profile's is at least its lower bound
+    # the fit has no front end (t_req_s 0) and steady steps (step_cv 0): a profile's are at
+    # least their lower bounds
     values = {"mbu": mbu or eff.mbu, "mfu": eff.mfu, "mfu_prefill_ratio": eff.mfu_prefill / eff.mfu,
               "kv_bw_ratio": eff.kv_bw_ratio, "t_layer_s": eff.t_layer_s, "t_tok_s": eff.t_tok_s,
-              "t_req_s": 1e-5}  # fmt: skip
+              "t_req_s": 1e-5, "step_cv": 1e-3}  # fmt: skip
     params = [ParamFit(b.name, values[b.name], b.low, b.high, b.source, 1.05)
               for b in bounds_for("nvidia")]  # fmt: skip
     prof = CalibrationProfile(get_gpu("H100"), Settings(model="llama-3.1-8b"), params,

@@ -24,17 +24,20 @@ from bench.sim.user_calibration import (  # noqa: E402
     build_engine,
     calibrate,
     efficiency_values,
+    field_stats,
     load_profile,
+    quantities,
     replay,
+    replay_records,
     write_profile,
 )
 
 DEVICE = get_gpu("H100")
 SETTINGS = Settings(model="llama-3.1-8b", precision="fp8", max_num_seqs=16)
 TRUTH = {"mbu": 0.72, "mfu": 0.3, "mfu_prefill_ratio": 1.6, "kv_bw_ratio": 0.7,
-         "t_layer_s": 2.5e-5, "t_tok_s": 5e-7, "t_req_s": 3e-3}  # fmt: skip
+         "t_layer_s": 2.5e-5, "t_tok_s": 5e-7, "t_req_s": 3e-3, "step_cv": 0.25}  # fmt: skip
 # (a GPU fit's per-step overhead is per layer, t_layer_s; t_fix_s is fixed there; t_req_s is
-# the endpoint's front end, which only TTFT sees)
+# the endpoint's front end, which only TTFT sees; step_cv the scatter of step times)
 
 
 def _point(rate: float, values: dict[str, float], n: int = 40, seed: int = 0) -> ObservedPoint:
@@ -80,7 +83,8 @@ def test_the_fit_stays_inside_the_physical_ranges_and_says_so():
         lo, hi = ranges[p.name]
         assert lo <= p.value <= hi, p
     t_layer = next(p for p in prof.params if p.name == "t_layer_s")
-    assert t_layer.value == pytest.approx(ranges["t_layer_s"][1], rel=0.01)
+    # at the bound as the profile counts it (AT_BOUND: 1% of the 20x range's log width, 3%)
+    assert t_layer.value == pytest.approx(ranges["t_layer_s"][1], rel=0.03)
     assert not t_layer.pinned and "upper bound" in t_layer.why_not_pinned()
 
 
@@ -263,7 +267,12 @@ def test_weights_that_fit_in_a_cpu_cache_stream_at_its_rate(tmp_path: Path):
     import yaml
 
     from bench.hardware import MIB
-    from bench.sim.device_profile import host_device, last_level_cache_bytes, load_device
+    from bench.sim.device_profile import (
+        _cache_entry,
+        host_device,
+        last_level_cache_bytes,
+        load_device,
+    )
     from bench.sim.profiles import get_model
     from bench.sim.roofline import Deployment
 
@@ -285,8 +294,16 @@ def test_weights_that_fit_in_a_cpu_cache_stream_at_its_rate(tmp_path: Path):
     assert tiny._bw == pytest.approx(1e11 * tiny.eff.mbu)
     big = Deployment.build(dev, "llama-3.1-8b", "bf16")
     assert big._bw == pytest.approx(1e10 * big.eff.mbu)
+    # a cache is kept only where it measured faster than memory: a VM may report a shared L3
+    # larger than one core reaches (one of this project's 2-core VMs reports 480 MiB, and a
+    # copy of a quarter of it runs at memory speed)
+    assert _cache_entry({"bandwidth_bytes_s": 1e10, "cache_bytes": 32 << 20,
+                         "cache_bandwidth_bytes_s": 5e10}) == {"cache_mb": 32.0,
+                                                              "cache_bw_tbs": 0.05}  # fmt: skip
+    assert _cache_entry({"bandwidth_bytes_s": 1e10, "cache_bytes": 480 << 20,
+                         "cache_bandwidth_bytes_s": 0.9e10}) == {}  # fmt: skip
     measured = host_device("host", threads=1)
-    if last_level_cache_bytes():  # Linux sysfs: the cache is measured beside memory
+    if last_level_cache_bytes() and "cache_mb" in measured:  # Linux sysfs, measured faster
         assert measured["cache_mb"] > 0 and measured["cache_bw_tbs"] > measured["hbm_bw_tbs"]
 
 
@@ -370,6 +387,60 @@ def test_front_end_time_adds_to_ttft_only_and_multi_token_steps_cost_more():
         stop()
 
 
+def test_the_search_starts_from_the_lowest_cost_points_of_a_seeded_spread():
+    """A replay's objective has local minima: the fit searches from the best few of the
+    ranges' mid-point and a seeded spread, the same ones every time."""
+    from bench.sim.user_calibration import _best_starts
+
+    target = np.array([0.9, 0.1, 0.7])
+
+    def cost(u: np.ndarray) -> float:
+        return float(np.sum((u - target) ** 2))
+
+    u0 = np.full(3, 0.5)
+    starts = _best_starts(u0, cost, 3)
+    costs = [cost(u) for u in starts]
+    assert len(starts) == 3 and costs == sorted(costs) and costs[0] < cost(u0) / 2
+    assert all(np.array_equal(a, b) for a, b in zip(starts, _best_starts(u0, cost, 3), strict=True))
+    assert [u.tolist() for u in _best_starts(u0, cost, 1)] == [u0.tolist()]
+
+
+def test_step_scatter_lengthens_the_tails_not_the_averages():
+    """step_cv: each step's time scatters around the roofline's (lognormal, mean 1), from one
+    seeded stream, so a replay is deterministic; the throughput and the medians barely move,
+    the p99s grow; 0 is exactly the unscattered engine."""
+    from bench.sim.engine import StepJitter
+
+    assert {StepJitter(0.0).next() for _ in range(10)} == {1.0}
+    draws = np.array([j.next() for j in [StepJitter(0.3)] for _ in range(20000)])
+    assert draws.mean() == pytest.approx(1.0, abs=0.01)
+    assert draws.std() / draws.mean() == pytest.approx(0.3, rel=0.05)
+
+    # short prompts: decode steps are the tails' only source (long ones put prefill there)
+    rng = np.random.default_rng(3)
+    arrivals = np.cumsum(rng.exponential(1 / 10, 200))
+    lengths = np.column_stack([rng.integers(20, 60, 200), rng.integers(100, 200, 200)])
+    point = ObservedPoint("run", 0, "rate 10/s", np.column_stack([arrivals, lengths]), {})
+    eff = efficiency_values({**TRUTH, "step_cv": 0.0}, DEVICE.vendor)
+
+    def run(cv: float) -> tuple[dict[str, float], dict[str, float]]:
+        records = replay_records(point, build_engine(DEVICE, SETTINGS, {**eff, "step_cv": cv}))
+        return quantities(records), field_stats(records)
+
+    steady, steady_itl = run(0.0)
+    assert replay(point, build_engine(DEVICE, SETTINGS, eff)) == steady
+    scattered, scattered_itl = run(0.5)
+    assert run(0.5) == (scattered, scattered_itl)  # the same stream every replay
+    assert scattered["output_tps"] == pytest.approx(steady["output_tps"], rel=0.01)
+    assert scattered["tpot_p50"] == pytest.approx(steady["tpot_p50"], rel=0.03)
+    assert scattered_itl["itl_mean"] == pytest.approx(steady_itl["itl_mean"], rel=0.03)
+    # a lognormal of cv 0.5 puts its p99 at 2.7x its mean: the inter-token tail grows, and
+    # the TTFT tail with it; TPOT averages a request's steps, so its p99 grows less
+    assert scattered_itl["itl_p99"] > 2 * steady_itl["itl_p99"]
+    assert scattered["ttft_p99"] > 1.4 * steady["ttft_p99"]
+    assert scattered["tpot_p99"] > 1.05 * steady["tpot_p99"]
+
+
 def test_sim_check_predicts_stored_runs_and_flags_saturation(fitted, tmp_path: Path):
     """`sim check`: runs stored under a profile are predicted by it (the same engine, so within
     a per cent); under another batch limit than the run had, or with another profile, it
@@ -412,7 +483,7 @@ def test_sim_check_predicts_stored_runs_and_flags_saturation(fitted, tmp_path: P
                "--db", db)  # fmt: skip
     assert res.exit_code == 0, res.output
     slower = json.loads(out.read_text())
-    assert slower["points"][0]["error"]["tpot_p50"] > 0.1
+    assert slower["points"][0]["error"]["tpot_p50"] > 0.05
     assert not slower["within_expected"]["tpot_p50"] and "beyond the profile's" in res.output
     # --record: the check's points join the profile's held-out ones, so the error it states
     # covers what it missed; recorded twice, a point replaces itself

@@ -20,14 +20,44 @@ traffic simulate in seconds.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections import deque
 from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from bench.sim.prefix_cache import Hit, make_cache, policy_for
 from bench.sim.profiles import engine_defaults, engine_family
 from bench.sim.roofline import Deployment
 
 WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
+JITTER_SEED = 20261204  # one fixed stream: the same run replays to the same figures
+JITTER_BLOCK = 4096
+
+
+class StepJitter:
+    """Multiplicative noise on step durations: lognormal with mean 1 and the calibrated
+    coefficient of variation (Efficiency.step_cv). A real engine's steps scatter around the
+    roofline's time (OS scheduling, garbage collection, an API server's work on the same
+    host); with every step at its mean the simulated tails are too short. The stream is
+    seeded, so a replay is deterministic and a calibration's objective is smooth in step_cv
+    (the same normal draws, scaled). cv 0 draws nothing and returns exactly 1."""
+
+    def __init__(self, cv: float) -> None:
+        self.sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
+        self._rng = np.random.default_rng(JITTER_SEED) if self.sigma else None
+        self._block: np.ndarray = np.empty(0)
+        self._i = 0
+
+    def next(self) -> float:
+        if self._rng is None:
+            return 1.0
+        if self._i >= len(self._block):
+            z = self._rng.standard_normal(JITTER_BLOCK)
+            self._block = np.exp(self.sigma * z - self.sigma * self.sigma / 2)
+            self._i = 0
+        self._i += 1
+        return float(self._block[self._i - 1])
 
 
 @dataclass(frozen=True)
@@ -189,6 +219,7 @@ class Engine:
         self.cache = make_cache(policy, bs, self.cfg.max_num_seqs)
         self.cache_queries = 0  # prompt tokens looked up (vllm:prefix_cache_queries)
         self.cache_hits = 0  # of which served from the cache (vllm:prefix_cache_hits)
+        self._jitter = StepJitter(dep.eff.step_cv)
 
     def knobs(self) -> dict[str, float | int | str]:
         """The engine's effective settings, per engine instance, to store beside its results."""
@@ -333,7 +364,7 @@ class Engine:
             res.decoding = self.decoding()
         res.n_decode, res.n_prefill = self.n_decode, n_pf
         done = sum(1 for seq, n in chunks if seq.computed + n >= seq.target)  # logit rows
-        res.duration_s = self.dep.step_time(
+        res.duration_s = self._jitter.next() * self.dep.step_time(
             self.n_decode, self.decode_ctx, n_pf, pf_ctx, prefill_seqs=done
         )
         self._finish_step(s, chunks, res)

@@ -194,6 +194,7 @@ class Efficiency(_Frozen):
     t_layer_s: float = 0.0
     t_multi_s: float = 0.0
     t_req_s: float = 0.0
+    step_cv: float = 0.0
     t_moe_tok_s: float
     moe_imbalance: float
     moe_mfu_ratio: float

@@ -17,7 +17,7 @@ engine it models, on a device it can measure (this host's CPU):
 4. `sim check` of the held-out loads, and of a --max-num-seqs 2 server (saturated and at
    60% of its saturation), printed per quantity against the issue's targets.
 
-    python benchmarks/calibrate_vllm_cpu.py              # ~7 min on 2 idle cores (after the install)
+    python benchmarks/calibrate_vllm_cpu.py              # ~5 min on 2 idle cores (after the install)
     python benchmarks/calibrate_vllm_cpu.py --keep DIR   # keep the database and profile
 
 Only 127.0.0.1 is contacted; the server is stopped at the end.
@@ -26,6 +26,7 @@ Only 127.0.0.1 is contacted; the server is stopped at the end.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -45,11 +46,10 @@ MODEL = "tiny-llama"
 # The model: small enough for one core, deep enough that a step is more than its overhead.
 SHAPE = {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 4,
          "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 1024}  # fmt: skip
-IN, OUT, N = (
-    96,
-    32,
-    96,
-)  # prompt tokens (under vLLM's CPU block of 128: no prefix hits), output, requests
+# prompt tokens (under vLLM's CPU block of 128: no prefix hits), output tokens; requests per
+# load point (--requests): a p99 of 96 requests is its second-largest, which moved the engine's
+# own p99s by up to 66% between two measurements of one load
+IN, OUT, N = 96, 32, 240
 PARALLEL, OTHER_PARALLEL, BATCHED = 4, 2, 2048
 FIT_LOADS, HELD_LOADS = (0.3, 0.65), (0.5, 0.8)
 START_TIMEOUT_S = 600
@@ -146,10 +146,11 @@ def tokenbench(*args: str) -> str:
     return proc.stdout
 
 
-def measure(server: Server, db: str, tokenizer: Path, label: str, *load: str) -> str:
-    """One stored run against the server; its id. Its own seed: no prompt repeats."""
+def measure(server: Server, db: str, tokenizer: Path, requests: int, label: str, *load: str) -> str:
+    """One stored run of `requests` requests against the server; its id. Its own seed: no
+    prompt repeats."""
     tokenbench(
-        "sweep", "--base-url", server.url, "--model", MODEL, *load, "--num-prompts", str(N),
+        "sweep", "--base-url", server.url, "--model", MODEL, *load, "--num-prompts", str(requests),
         "--random-input-len", str(IN), "--random-output-len", str(OUT), "--ignore-eos",
         "--tokenizer", str(tokenizer), "--seed", str(sum(map(ord, label))), "--label", label,
         "--db", db,
@@ -168,6 +169,7 @@ def saturation(db: str, run_id: str) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--keep", type=Path, help="folder for the database, profile and logs")
+    ap.add_argument("--requests", type=int, default=N, help=f"requests per load point ({N})")
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="tb-vllm-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -176,22 +178,24 @@ def main() -> None:
     model = write_model(python, work / MODEL)
     t0 = time.monotonic()
 
+    def rate(f: float) -> tuple[str, str]:
+        return "--request-rates", f"{f:.3g}"
+
     server = Server(python, model, PARALLEL, work / "vllm-4.log")
+    run = functools.partial(measure, server, db, model, args.requests)
     try:
-        sat_run = measure(server, db, model, "saturated", "--concurrency", str(PARALLEL))
+        sat_run = run("saturated", "--concurrency", str(PARALLEL))
         sat = saturation(db, sat_run)
-        fit = [measure(server, db, model, f"fit-{f}", "--request-rates", f"{f * sat:.3g}")
-               for f in FIT_LOADS]  # fmt: skip
-        held = [measure(server, db, model, f"held-{f}", "--request-rates", f"{f * sat:.3g}")
-                for f in HELD_LOADS]  # fmt: skip
-        again = measure(server, db, model, "again", "--request-rates", f"{HELD_LOADS[0] * sat:.3g}")
+        fit = [run(f"fit-{f}", *rate(f * sat)) for f in FIT_LOADS]
+        held = [run(f"held-{f}", *rate(f * sat)) for f in HELD_LOADS]
+        again = run("again", *rate(HELD_LOADS[0] * sat))
     finally:
         server.stop()
     server = Server(python, model, OTHER_PARALLEL, work / "vllm-2.log")
+    run = functools.partial(measure, server, db, model, args.requests)
     try:
-        other_sat = measure(server, db, model, "other-sat", "--concurrency", str(OTHER_PARALLEL))
-        rate = 0.6 * saturation(db, other_sat)
-        other = measure(server, db, model, "other", "--request-rates", f"{rate:.3g}")
+        other_sat = run("other-sat", "--concurrency", str(OTHER_PARALLEL))
+        other = run("other", *rate(0.6 * saturation(db, other_sat)))
     finally:
         server.stop()
     print(f"measured in {time.monotonic() - t0:.0f} s; saturation {sat:.2f} req/s at "

@@ -20,11 +20,13 @@ from bench.sim.profiles import get_gpu  # noqa: E402
 from bench.sim.user_calibration import (  # noqa: E402
     ObservedPoint,
     Settings,
+    batch_bucket,
     bounds_for,
     build_engine,
     calibrate,
     efficiency_values,
     field_stats,
+    gaps_by_batch,
     load_profile,
     quantities,
     replay,
@@ -47,7 +49,8 @@ def _point(rate: float, values: dict[str, float], n: int = 40, seed: int = 0) ->
     req = np.column_stack([offsets, rng.integers(200, 1500, n), rng.integers(50, 200, n)])
     p = ObservedPoint("run", 0, f"rate {rate:g}/s", req.astype(float), {})
     eff = efficiency_values(values, DEVICE.vendor)
-    p.measured = replay(p, build_engine(DEVICE, SETTINGS, eff))
+    records = replay_records(p, build_engine(DEVICE, SETTINGS, eff))
+    p.measured, p.gaps_measured = quantities(records), gaps_by_batch(records)
     return p
 
 
@@ -403,6 +406,31 @@ def test_the_search_starts_from_the_lowest_cost_points_of_a_seeded_spread():
     assert len(starts) == 3 and costs == sorted(costs) and costs[0] < cost(u0) / 2
     assert all(np.array_equal(a, b) for a, b in zip(starts, _best_starts(u0, cost, 3), strict=True))
     assert [u.tolist() for u in _best_starts(u0, cost, 1)] == [u0.tolist()]
+
+
+def test_step_time_by_batch_size_is_read_from_the_token_times():
+    """gaps_by_batch: each gap between a request's tokens, by how many requests were between
+    their first and last token when it ended. One request alone for 60 tokens at 1 ms, then
+    a second joins and both run 60 tokens at 2 ms: {1: 1 ms, 2: 2 ms}."""
+    from bench.records import RequestRecord
+
+    ms = 1_000_000
+    alone = np.arange(61) * ms  # 0..60 ms
+    together = 60 * ms + np.arange(1, 61) * 2 * ms  # 62..180 ms
+    first = RequestRecord(
+        index=0,
+        sent_ns=0,
+        first_token_ns=0,
+        end_ns=int(together[-1]),
+        chunk_times_ns=np.concatenate([alone, together]),
+        output_tokens=121,
+    )
+    second = RequestRecord(index=1, sent_ns=59 * ms, first_token_ns=int(together[0]),
+                           end_ns=int(together[-1]), chunk_times_ns=together, output_tokens=60)  # fmt: skip
+    gaps = gaps_by_batch([first, second])
+    assert gaps == pytest.approx({1: 1e-3, 2: 2e-3})
+    assert [batch_bucket(n) for n in (1, 8, 9, 16, 17, 256)] == [1, 8, 16, 16, 32, 256]
+    assert gaps_by_batch([first, second], min_gaps=200) == {}  # too few gaps at either size
 
 
 def test_step_scatter_lengthens_the_tails_not_the_averages():

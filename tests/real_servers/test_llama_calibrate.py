@@ -28,12 +28,14 @@ worst below saturation: TTFT p50 25/23/74/216%, TTFT p99 26/25/37/72%, TPOT p50
 46/43/119/236%, TPOT p99 10/16/20/17%, throughput 2/0/1/1%, field 12/15/22/30%. The first
 held-out load is measured twice, and the engine against itself is printed beside each figure.
 
-Later on 2026-12-04 `sim calibrate` began searching from several starting points (it stopped in local
-minima) and fits the scatter of step times (step_cv: 0.12, 0.27, 0.28 here), and each point
-has 240 requests (96 before). Idle VM, worst held-out below saturation: with 96 requests TTFT
-p50 28%, TTFT p99 43%, TPOT p50 23%, TPOT p99 17%, throughput 2%, field 21%; with 240, two
-runs: TTFT p50 14/28%, TTFT p99 55/14%, TPOT p50 17/11%, TPOT p99 26/11%, throughput 0/0%,
-field 23/10% (the engine against itself 1/7%). Closer, not yet within every target every run.
+Later on 2026-12-04 `sim calibrate` began searching from several starting points (it stopped
+in local minima), fitting the scatter of step times (step_cv) and scoring the step time by
+batch size read from the token gaps (gaps_by_batch); each point has 240 requests (96 before).
+Idle VM, worst held-out below saturation, with the batch sizes scored, two runs: TTFT p50
+866/12%, TTFT p99 193/7%, TPOT p50 62/10%, TPOT p99 19/8%, throughput 1/0%, field 26/7%. The
+second met every target; the first missed on the --parallel 2 server alone, where a step of
+two sequences took 1.05 ms against 1.6 ms on the --parallel 4 server the device was
+calibrated on (likely llama.cpp's context size, -c = 512 x --parallel; not isolated).
 """
 
 from __future__ import annotations

@@ -431,6 +431,9 @@ def test_step_time_by_batch_size_is_read_from_the_token_times():
     assert gaps == pytest.approx({1: 1e-3, 2: 2e-3})
     assert [batch_bucket(n) for n in (1, 8, 9, 16, 17, 256)] == [1, 8, 16, 16, 32, 256]
     assert gaps_by_batch([first, second], min_gaps=200) == {}  # too few gaps at either size
+    # a server that streams two tokens an event shows its interval, not its steps: left out
+    first.output_tokens = 2 * len(first.chunk_times_ns)
+    assert gaps_by_batch([first, second]) == pytest.approx({2: 2e-3})
 
 
 def test_step_scatter_lengthens_the_tails_not_the_averages():

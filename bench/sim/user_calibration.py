@@ -268,15 +268,17 @@ def gaps_by_batch(records: list[RequestRecord], min_gaps: int = MIN_GAPS) -> dic
     between their first and last token when it ended (batch_bucket): the engine's step time
     as a function of its batch, read from the client's own token times. A fit on TPOT alone
     leaves that shape free (a p50 mixes batch sizes); scored beside it, three kept vLLM runs
-    predicted every held-out median within 15% (worst TPOT p50 12/8/17% before, 3/5/10%)."""
+    predicted every held-out median within 15% (worst TPOT p50 12/8/17% before, 3/5/10%).
+    Only requests streamed a token per event count: a server that batches its output (fewer
+    events than tokens) shows its stream interval, not its steps."""
     ok = [r for r in records if r.ok and r.first_token_ns is not None and r.end_ns]
-    ok = [r for r in ok if len(r.chunk_times_ns) > 1]
-    if not ok:
+    streamed = [r for r in ok if 1 < len(r.chunk_times_ns) >= (r.output_tokens or 0)]
+    if not streamed:
         return {}
-    starts = np.sort([r.first_token_ns for r in ok])
+    starts = np.sort([r.first_token_ns for r in ok])  # the batch counts every request
     ends = np.sort([r.end_ns for r in ok])
     by_size: dict[int, list[np.ndarray]] = {}
-    for r in ok:
+    for r in streamed:
         t = np.asarray(r.chunk_times_ns, np.int64)
         n = np.searchsorted(starts, t[1:], side="left") - np.searchsorted(ends, t[1:], side="left")
         pow2 = 2 ** np.ceil(np.log2(np.maximum(n, 1))).astype(np.int64)

@@ -33,9 +33,11 @@ in local minima), fitting the scatter of step times (step_cv) and scoring the st
 batch size read from the token gaps (gaps_by_batch); each point has 240 requests (96 before).
 Idle VM, worst held-out below saturation, with the batch sizes scored, two runs: TTFT p50
 866/12%, TTFT p99 193/7%, TPOT p50 62/10%, TPOT p99 19/8%, throughput 1/0%, field 26/7%. The
-second met every target; the first missed on the --parallel 2 server alone, where a step of
-two sequences took 1.05 ms against 1.6 ms on the --parallel 4 server the device was
-calibrated on (likely llama.cpp's context size, -c = 512 x --parallel; not isolated).
+second met every target; the first missed on the --parallel 2 server alone (its saturated
+closed loop predicted 34% short). Six fresh servers (--parallel 2 or 4, -c 1024 or 2048) at
+concurrency 2 all measured a two-sequence token gap of 1.05-1.10 ms: the engine is steady
+there; the calibration's split between prefill and decode cost, which the --parallel 4
+open-loop points leave loose in some runs, is what misses.
 """
 
 from __future__ import annotations

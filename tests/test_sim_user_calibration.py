@@ -390,6 +390,28 @@ def test_front_end_time_adds_to_ttft_only_and_multi_token_steps_cost_more():
         stop()
 
 
+def test_points_replayed_side_by_side_give_what_one_process_gives():
+    """A fit replays its points in processes side by side (PointReplays); a replay is seeded,
+    so two processes give exactly the figures one gives, in the points' order."""
+    from bench.sim.user_calibration import PointReplays
+
+    points = [
+        _point(r, TRUTH, n=n, seed=i) for i, (r, n) in enumerate(((4, 20), (16, 60), (8, 30)))
+    ]
+    eff = efficiency_values(TRUTH, DEVICE.vendor)
+    with PointReplays(points, DEVICE, SETTINGS, workers=1) as one:
+        alone = one(eff)
+        assert one.pool is None
+    with PointReplays(points, DEVICE, SETTINGS, workers=2) as two:
+        assert two.pool is not None and two.order == [1, 2, 0]  # the heaviest first
+        side_by_side = two(eff)
+        again = two(efficiency_values({**TRUTH, "mbu": 0.5}, DEVICE.vendor))
+    assert side_by_side == alone
+    assert [q for q, _ in alone] == [p.measured for p in points]  # each point's own figures
+    assert again[1][0]["tpot_p50"] > alone[1][0]["tpot_p50"]  # less bandwidth: slower steps
+    assert PointReplays(points[:1], DEVICE, SETTINGS, workers=4).workers == 1
+
+
 def test_the_search_starts_from_the_lowest_cost_points_of_a_seeded_spread():
     """A replay's objective has local minima: the fit searches from the best few of the
     ranges' mid-point and a seeded spread, the same ones every time."""
@@ -429,7 +451,15 @@ def test_step_time_by_batch_size_is_read_from_the_token_times():
                            end_ns=int(together[-1]), chunk_times_ns=together, output_tokens=60)  # fmt: skip
     gaps = gaps_by_batch([first, second])
     assert gaps == pytest.approx({1: 1e-3, 2: 2e-3})
-    assert [batch_bucket(n) for n in (1, 8, 9, 16, 17, 256)] == [1, 8, 16, 16, 32, 256]
+    assert batch_bucket(np.array([1, 8, 9, 16, 17, 256, 257])).tolist() == [
+        1,
+        8,
+        16,
+        16,
+        32,
+        256,
+        512,
+    ]
     assert gaps_by_batch([first, second], min_gaps=200) == {}  # too few gaps at either size
     # a server that streams two tokens an event shows its interval, not its steps: left out
     first.output_tokens = 2 * len(first.chunk_times_ns)

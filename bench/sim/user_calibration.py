@@ -63,6 +63,7 @@ DIFF_STEP = 0.1
 F_SCALE = 0.1  # soft-L1: a residual beyond 10% counts less than its square
 STARTS = 3  # local searches, from the best of SPREAD_POINTS + 1 starting points
 SPREAD_POINTS = 32  # a scrambled Sobol' sample of the normalised ranges, seeded
+SEEN_LIMIT = 256  # replayed parameter sets remembered (a few figures per point each)
 # A parameter is "not pinned down" when the data leave it free to move by more than this
 # factor (one standard error, linearised at the optimum), or it sits on a bound.
 PINNED_FACTOR = 1.5
@@ -255,12 +256,14 @@ EXACT_SIZES = 8
 GAP_WEIGHT = 0.5  # per batch size, as a p99: one more view of the same steps
 
 
-def batch_bucket(n: int) -> int:
+def batch_bucket(n: np.ndarray) -> np.ndarray:
     """The batch sizes one gap statistic covers, named by the largest: each size up to
     EXACT_SIZES, then 16 (9-16), 32 (17-32) and so on, so a run of 256 sequences is scored
     on 13 sizes, not 256. Small batches are where a step's shape changes most (a CPU engine's
-    one-row kernel path against its multi-row one)."""
-    return n if n <= EXACT_SIZES else 1 << (n - 1).bit_length()
+    one-row kernel path against its multi-row one). For every gap of a request at once."""
+    n = np.asarray(n, np.int64)
+    pow2 = 2 ** np.ceil(np.log2(np.maximum(n, 1))).astype(np.int64)
+    return np.where(n <= EXACT_SIZES, n, pow2)
 
 
 def gaps_by_batch(records: list[RequestRecord], min_gaps: int = MIN_GAPS) -> dict[int, float]:
@@ -281,8 +284,7 @@ def gaps_by_batch(records: list[RequestRecord], min_gaps: int = MIN_GAPS) -> dic
     for r in streamed:
         t = np.asarray(r.chunk_times_ns, np.int64)
         n = np.searchsorted(starts, t[1:], side="left") - np.searchsorted(ends, t[1:], side="left")
-        pow2 = 2 ** np.ceil(np.log2(np.maximum(n, 1))).astype(np.int64)
-        size = np.where(n <= EXACT_SIZES, n, pow2)  # batch_bucket, for every gap at once
+        size = batch_bucket(n)
         gaps = np.diff(t) / 1e9
         for k in np.unique(size):
             by_size.setdefault(int(k), []).append(gaps[size == k])
@@ -387,6 +389,80 @@ def replay_records(point: ObservedPoint, engine: Any) -> list[RequestRecord]:
         lengths = point.requests[:, 1:].astype(np.int64)
         return replay_closed(engine, lengths, point.concurrency)
     return run_virtual(engine, [tuple(r) for r in point.requests])
+
+
+def point_figures(
+    point: ObservedPoint, device: GPUProfile, settings: Settings, eff: dict[str, float]
+) -> tuple[dict[str, float], dict[int, float]]:
+    """What a fit scores of one replay: the quantities, and the gaps by batch size where the
+    measured point has them."""
+    records = replay_records(point, build_engine(device, settings, eff))
+    gaps = gaps_by_batch(records, min_gaps=SIM_MIN_GAPS) if point.gaps_measured else {}
+    return quantities(records), gaps
+
+
+_WORKER: dict[str, Any] = {}  # a replay process's points, device and settings
+
+
+def _start_worker(points: list[ObservedPoint], device: GPUProfile, settings: Settings) -> None:
+    _WORKER.update(points=points, device=device, settings=settings)
+
+
+def _worker_figures(job: tuple[int, dict[str, float]]) -> tuple[dict, dict]:
+    i, eff = job
+    return point_figures(_WORKER["points"][i], _WORKER["device"], _WORKER["settings"], eff)
+
+
+class PointReplays:
+    """Every point replayed with one set of efficiency values, in processes side by side: a fit
+    replays all its points some 300 times, each replay one core's work for up to a second, so
+    a sweep of 20 points took 4 minutes on one core. The points are sent to each process once;
+    a job is a point's index and the values. The heaviest points go first, so the last to
+    finish is a light one. One process (or one point) replays in this one."""
+
+    def __init__(
+        self,
+        points: list[ObservedPoint],
+        device: GPUProfile,
+        settings: Settings,
+        workers: int | None = None,
+    ) -> None:
+        self.points, self.device, self.settings = points, device, settings
+        self.workers = max(1, min(workers or usable_cores(), len(points)))
+        self.order = sorted(range(len(points)), key=lambda i: -len(points[i].requests))
+        self.pool = None
+        if self.workers > 1:
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(
+                self.workers, initializer=_start_worker, initargs=(points, device, settings)
+            )
+
+    def __call__(self, eff: dict[str, float]) -> list[tuple[dict, dict]]:
+        if self.pool is None:
+            return [point_figures(p, self.device, self.settings, eff) for p in self.points]
+        done = self.pool.map(_worker_figures, [(i, eff) for i in self.order])
+        out: list[tuple[dict, dict]] = [({}, {})] * len(self.points)
+        for i, figures in zip(self.order, done, strict=True):
+            out[i] = figures
+        return out
+
+    def __enter__(self) -> PointReplays:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, not the machine's count)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
 
 
 # -- the fit -------------------------------------------------------------------------------------
@@ -552,15 +628,30 @@ def calibrate(
     runs: list[dict[str, Any]] | None = None,
     max_nfev: int = FIT_NFEV,
     starts: int = STARTS,
+    workers: int | None = None,
 ) -> CalibrationProfile:
-    """Fit the device's free parameters to the observed points (see the module docstring)."""
+    """Fit the device's free parameters to the observed points (see the module docstring),
+    the points replayed side by side in `workers` processes (default: one per core)."""
     from bench.extras import require
 
     require("scipy", "Calibrating the simulator")  # one line naming the extra
-    from scipy.optimize import least_squares
-
     if not points:
         raise ValueError("no load point with completed requests to calibrate on")
+    with PointReplays(points, device, settings, workers) as replays:
+        return _fit(points, device, settings, runs, max_nfev, starts, replays)
+
+
+def _fit(
+    points: list[ObservedPoint],
+    device: GPUProfile,
+    settings: Settings,
+    runs: list[dict[str, Any]] | None,
+    max_nfev: int,
+    starts: int,
+    replays: PointReplays,
+) -> CalibrationProfile:
+    from scipy.optimize import least_squares
+
     bounds = bounds_for(device.vendor)
     lo = np.log([b.low for b in bounds])
     hi = np.log([b.high for b in bounds])
@@ -570,13 +661,16 @@ def calibrate(
         x = np.exp(lo + np.clip(u, 0, 1) * (hi - lo))
         return {b.name: float(v) for b, v in zip(bounds, x, strict=True)}
 
+    seen: dict[bytes, list[tuple[dict[str, float], dict[int, float]]]] = {}
+
     def simulate(u: np.ndarray) -> list[tuple[dict[str, float], dict[int, float]]]:
-        eff = efficiency_values(values_at(u), device.vendor)
-        out = []
-        for p in points:
-            records = replay_records(p, build_engine(device, settings, eff))
-            gaps = gaps_by_batch(records, min_gaps=SIM_MIN_GAPS) if p.gaps_measured else {}
-            out.append((quantities(records), gaps))
+        key = np.clip(u, 0, 1).tobytes()
+        if key in seen:  # a start scored, then searched from; the solution, then probed
+            return seen[key]
+        out = replays(efficiency_values(values_at(u), device.vendor))
+        if len(seen) >= SEEN_LIMIT:
+            seen.pop(next(iter(seen)))  # the oldest: a search never returns far back
+        seen[key] = out
         return out
 
     def terms(sims: list[tuple[dict[str, float], dict[int, float]]]) -> np.ndarray:
@@ -595,20 +689,19 @@ def calibrate(
     def resid(u: np.ndarray) -> np.ndarray:
         return np.concatenate([terms(simulate(u)), PRIOR_WEIGHT * (u - u0)])
 
-    def solve(start: np.ndarray) -> np.ndarray:
-        sol = least_squares(
+    def solve(start: np.ndarray) -> Any:
+        return least_squares(
             resid, start, bounds=(np.zeros(len(bounds)), np.ones(len(bounds))), loss="soft_l1",
             f_scale=F_SCALE, max_nfev=max_nfev, diff_step=DIFF_STEP, x_scale=1.0, xtol=1e-6,
             ftol=1e-8,
         )  # fmt: skip
-        return sol.x
 
     # A replay is discrete (whole steps, whole batches), so the objective has many local
     # minima a gradient search stops in: one vLLM run's fit stopped where TPOT p50 missed by
     # 45% in sample, and another start reached 3%. The local search runs from the best few of
     # a spread of starting points, and the lowest cost wins.
     origins = _best_starts(u0, lambda u: _cost(resid(u)), starts)
-    best = min((solve(u) for u in origins), key=lambda u: _cost(resid(u)))
+    best = min((solve(u) for u in origins), key=lambda sol: sol.cost).x
     values = values_at(best)
     sims = simulate(best)
     base = terms(sims)

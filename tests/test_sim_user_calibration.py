@@ -67,12 +67,18 @@ def test_recovers_the_parameters_it_was_simulated_with(fitted):
     for p in fitted.params:  # each pinned value lies within 3 standard errors of the truth
         if p.pinned:
             assert abs(math.log(p.value / TRUTH[p.name])) <= 3 * math.log(p.spread) + 0.05, p
-    # a load it was not fitted on: the calibrated device predicts what the truth gives
-    held = _point(10, TRUTH, seed=7)
+    # loads it was not fitted on: the calibrated device predicts what the truth gives, within
+    # 6% on average over four points of 40 requests (a TTFT p50 of 20 requests moves by a few
+    # per cent with the parameters that the three fitted points leave loose), 10% at worst
     eff = efficiency_values(fitted.values, DEVICE.vendor)
-    pred = replay(held, build_engine(DEVICE, SETTINGS, eff))
+    errors = []
+    for rate, seed in ((10, 7), (10, 8), (20, 9), (6, 10)):
+        held = _point(rate, TRUTH, seed=seed)
+        pred = replay(held, build_engine(DEVICE, SETTINGS, eff))
+        errors.append({q: pred[q] / held.measured[q] - 1 for q in held.measured})
     for q in ("ttft_p50", "tpot_p50", "tpot_p99", "output_tps"):
-        assert pred[q] == pytest.approx(held.measured[q], rel=0.06), q
+        each = [abs(e[q]) for e in errors]
+        assert np.mean(each) <= 0.06 and max(each) <= 0.10, (q, errors)
 
 
 def test_the_fit_stays_inside_the_physical_ranges_and_says_so():
@@ -431,14 +437,17 @@ def test_the_search_starts_from_the_lowest_cost_points_of_a_seeded_spread():
 
 
 def test_step_time_by_batch_size_is_read_from_the_token_times():
-    """gaps_by_batch: each gap between a request's tokens, by how many requests were between
-    their first and last token when it ended. One request alone for 60 tokens at 1 ms, then
-    a second joins and both run 60 tokens at 2 ms: {1: 1 ms, 2: 2 ms}."""
+    """gaps_by_batch: each gap between a request's tokens, by how many requests were decoding
+    in the step that ended it and whether a prefill shared that step. One request alone for
+    60 tokens at 1 ms; a second's prefill shares the next step (2 ms), its first token
+    reaching the client 30 us after the first request's token of that step; then both run 59
+    tokens at 2 ms: {(1, clean): 1 ms, (1, with a prefill): 2 ms, (2, clean): 2 ms}."""
     from bench.records import RequestRecord
 
-    ms = 1_000_000
+    ms, us = 1_000_000, 1_000
     alone = np.arange(61) * ms  # 0..60 ms
     together = 60 * ms + np.arange(1, 61) * 2 * ms  # 62..180 ms
+    second_times = together + 30 * us
     first = RequestRecord(
         index=0,
         sent_ns=0,
@@ -447,23 +456,18 @@ def test_step_time_by_batch_size_is_read_from_the_token_times():
         chunk_times_ns=np.concatenate([alone, together]),
         output_tokens=121,
     )
-    second = RequestRecord(index=1, sent_ns=59 * ms, first_token_ns=int(together[0]),
-                           end_ns=int(together[-1]), chunk_times_ns=together, output_tokens=60)  # fmt: skip
-    gaps = gaps_by_batch([first, second])
-    assert gaps == pytest.approx({1: 1e-3, 2: 2e-3})
-    assert batch_bucket(np.array([1, 8, 9, 16, 17, 256, 257])).tolist() == [
-        1,
-        8,
-        16,
-        16,
-        32,
-        256,
-        512,
-    ]
+    second = RequestRecord(index=1, sent_ns=59 * ms, first_token_ns=int(second_times[0]),
+                           end_ns=int(second_times[-1]), chunk_times_ns=second_times,
+                           output_tokens=60)  # fmt: skip
+    clean = {(1, False): 1e-3, (2, False): 2e-3}
+    assert gaps_by_batch([first, second]) == pytest.approx(clean)  # one shared gap: too few
+    assert gaps_by_batch([first, second], min_gaps=1) == pytest.approx({**clean, (1, True): 2e-3})
     assert gaps_by_batch([first, second], min_gaps=200) == {}  # too few gaps at either size
+    sizes = batch_bucket(np.array([1, 8, 9, 16, 17, 256, 257]))
+    assert sizes.tolist() == [1, 8, 16, 16, 32, 256, 512]
     # a server that streams two tokens an event shows its interval, not its steps: left out
     first.output_tokens = 2 * len(first.chunk_times_ns)
-    assert gaps_by_batch([first, second]) == pytest.approx({2: 2e-3})
+    assert gaps_by_batch([first, second]) == pytest.approx({(2, False): 2e-3})
 
 
 def test_step_scatter_lengthens_the_tails_not_the_averages():

@@ -177,6 +177,11 @@ class Settings:
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
+# The median token gap (s) by (batch size, whether a prefill shared the step): gaps_by_batch
+Gaps = dict[tuple[int, bool], float]
+Figures = tuple[dict[str, float], Gaps]  # what a fit scores of one replay
+
+
 @dataclass
 class ObservedPoint:
     """One measured load point: the requests to replay and the figures to match."""
@@ -188,7 +193,7 @@ class ObservedPoint:
     measured: dict[str, float]
     concurrency: int | None = None  # a closed loop's users; None = open loop at the offsets
     field_measured: dict[str, float] = field(default_factory=dict)  # field_stats of its records
-    gaps_measured: dict[int, float] = field(default_factory=dict)  # gaps_by_batch of its records
+    gaps_measured: Gaps = field(default_factory=dict)  # gaps_by_batch of its records
 
 
 # The per-request error the field reports for a simulator against real runs (e.g. Vidur's and
@@ -266,33 +271,48 @@ def batch_bucket(n: np.ndarray) -> np.ndarray:
     return np.where(n <= EXACT_SIZES, n, pow2)
 
 
-def gaps_by_batch(records: list[RequestRecord], min_gaps: int = MIN_GAPS) -> dict[int, float]:
+def gaps_by_batch(records: list[RequestRecord], min_gaps: int = MIN_GAPS) -> Gaps:
     """The median gap (s) between a request's consecutive tokens, by how many requests were
-    between their first and last token when it ended (batch_bucket): the engine's step time
-    as a function of its batch, read from the client's own token times. A fit on TPOT alone
-    leaves that shape free (a p50 mixes batch sizes); scored beside it, three kept vLLM runs
-    predicted every held-out median within 15% (worst TPOT p50 12/8/17% before, 3/5/10%).
+    decoding in the step that ended it (batch_bucket) and whether another request's prefill
+    shared that step: the engine's step time as a function of its batch, read from the
+    client's own token times. A fit on TPOT alone leaves that shape free (a p50 mixes batch
+    sizes); scored beside it, three kept vLLM runs predicted every held-out median within 15%
+    (worst TPOT p50 12/8/17% before, 3/5/10%). The prefill apart: on llama-server a step that
+    also ran a 96-token prompt took 4.8-7.7 ms against 1.9-2.2 ms for two sequences alone, and
+    mixed, a fit traded a dearer decode for a cheaper prefill (two sequences predicted at
+    2.5 ms). A step's tokens reach the client a few microseconds apart, so the step that ended
+    at a token is taken as the quarter-gap around it: a request whose first token came before
+    it was decoding, one whose first token came within it finished its prefill there.
     Only requests streamed a token per event count: a server that batches its output (fewer
     events than tokens) shows its stream interval, not its steps."""
     ok = [r for r in records if r.ok and r.first_token_ns is not None and r.end_ns]
     streamed = [r for r in ok if 1 < len(r.chunk_times_ns) >= (r.output_tokens or 0)]
     if not streamed:
         return {}
-    starts = np.sort([r.first_token_ns for r in ok])  # the batch counts every request
+    firsts = np.sort([r.first_token_ns for r in ok])  # the batch counts every request
     ends = np.sort([r.end_ns for r in ok])
-    by_size: dict[int, list[np.ndarray]] = {}
+    by_key: dict[tuple[int, bool], list[np.ndarray]] = {}  # (batch size, prefill shared)
     for r in streamed:
         t = np.asarray(r.chunk_times_ns, np.int64)
-        n = np.searchsorted(starts, t[1:], side="left") - np.searchsorted(ends, t[1:], side="left")
-        size = batch_bucket(n)
-        gaps = np.diff(t) / 1e9
-        for k in np.unique(size):
-            by_size.setdefault(int(k), []).append(gaps[size == k])
+        before, at = t[:-1], t[1:]
+        slack = (at - before) // 4
+        decoding = np.searchsorted(firsts, before + slack, side="right") - np.searchsorted(
+            ends, at - slack, side="right"
+        )
+        joined = np.searchsorted(firsts, at + slack, side="right") - np.searchsorted(
+            firsts, before + slack, side="right"
+        )
+        size, shared, gaps = batch_bucket(decoding), joined > 0, (at - before) / 1e9
+        for k in np.unique(size[size >= 1]):
+            for prefill in (False, True):
+                chosen = (size == k) & (shared == prefill)
+                if chosen.any():
+                    by_key.setdefault((int(k), prefill), []).append(gaps[chosen])
     out = {}
-    for k, parts in sorted(by_size.items()):
+    for key, parts in sorted(by_key.items()):
         gaps = np.concatenate(parts)
-        if k >= 1 and len(gaps) >= min_gaps:
-            out[k] = float(np.median(gaps))
+        if len(gaps) >= min_gaps:
+            out[key] = float(np.median(gaps))
     return out
 
 
@@ -393,7 +413,7 @@ def replay_records(point: ObservedPoint, engine: Any) -> list[RequestRecord]:
 
 def point_figures(
     point: ObservedPoint, device: GPUProfile, settings: Settings, eff: dict[str, float]
-) -> tuple[dict[str, float], dict[int, float]]:
+) -> Figures:
     """What a fit scores of one replay: the quantities, and the gaps by batch size where the
     measured point has them."""
     records = replay_records(point, build_engine(device, settings, eff))
@@ -408,7 +428,7 @@ def _start_worker(points: list[ObservedPoint], device: GPUProfile, settings: Set
     _WORKER.update(points=points, device=device, settings=settings)
 
 
-def _worker_figures(job: tuple[int, dict[str, float]]) -> tuple[dict, dict]:
+def _worker_figures(job: tuple[int, dict[str, float]]) -> Figures:
     i, eff = job
     return point_figures(_WORKER["points"][i], _WORKER["device"], _WORKER["settings"], eff)
 
@@ -438,11 +458,11 @@ class PointReplays:
                 self.workers, initializer=_start_worker, initargs=(points, device, settings)
             )
 
-    def __call__(self, eff: dict[str, float]) -> list[tuple[dict, dict]]:
+    def __call__(self, eff: dict[str, float]) -> list[Figures]:
         if self.pool is None:
             return [point_figures(p, self.device, self.settings, eff) for p in self.points]
         done = self.pool.map(_worker_figures, [(i, eff) for i in self.order])
-        out: list[tuple[dict, dict]] = [({}, {})] * len(self.points)
+        out: list[Figures] = [({}, {})] * len(self.points)
         for i, figures in zip(self.order, done, strict=True):
             out[i] = figures
         return out
@@ -661,9 +681,9 @@ def _fit(
         x = np.exp(lo + np.clip(u, 0, 1) * (hi - lo))
         return {b.name: float(v) for b, v in zip(bounds, x, strict=True)}
 
-    seen: dict[bytes, list[tuple[dict[str, float], dict[int, float]]]] = {}
+    seen: dict[bytes, list[Figures]] = {}
 
-    def simulate(u: np.ndarray) -> list[tuple[dict[str, float], dict[int, float]]]:
+    def simulate(u: np.ndarray) -> list[Figures]:
         key = np.clip(u, 0, 1).tobytes()
         if key in seen:  # a start scored, then searched from; the solution, then probed
             return seen[key]
@@ -673,7 +693,7 @@ def _fit(
         seen[key] = out
         return out
 
-    def terms(sims: list[tuple[dict[str, float], dict[int, float]]]) -> np.ndarray:
+    def terms(sims: list[Figures]) -> np.ndarray:
         out = []
         for p, (s, gaps) in zip(points, sims, strict=True):
             for name, _, _, w in QUANTITIES:
@@ -681,8 +701,8 @@ def _fit(
                 if m and m > 0:
                     ok = v is not None and v > 0 and math.isfinite(v)
                     out.append(w * (math.log(v / m) if ok else math.log(20.0)))
-            for n, m in p.gaps_measured.items():  # a batch the replay never ran: a miss
-                v = gaps.get(n)
+            for key, m in p.gaps_measured.items():  # a batch the replay never ran: a miss
+                v = gaps.get(key)
                 out.append(GAP_WEIGHT * (math.log(v / m) if v and m > 0 else math.log(2.0)))
         return np.asarray(out)
 

@@ -38,6 +38,13 @@ closed loop predicted 34% short). Six fresh servers (--parallel 2 or 4, -c 1024 
 concurrency 2 all measured a two-sequence token gap of 1.05-1.10 ms: the engine is steady
 there; the calibration's split between prefill and decode cost, which the --parallel 4
 open-loop points leave loose in some runs, is what misses.
+
+Since 2026-12-04 (later) the gaps are scored apart for steps another request's prefill shared
+(4.8-7.7 ms on that VM, against 1.9-2.2 ms for two sequences alone). Two runs there, kept and
+recalibrated side by side, worst held-out TPOT p50 121 -> 68% and 59 -> 34%; TTFT p50 31/22%,
+TTFT p99 46/41%, TPOT p99 30/15%, throughput 0%. That VM's host speed moved: in the second run
+the one-sequence gap of one held-out load was 0.82 ms against 0.58-0.67 ms in the others, and
+the engine moved its own TPOT p50 by -58% between two measurements of that load.
 """
 
 from __future__ import annotations

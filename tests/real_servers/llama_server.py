@@ -103,19 +103,29 @@ class LlamaServer:
                 self.proc.wait(timeout=10)
 
 
-def start_llama_server(tmp_dir: Path, *extra: str, parallel: int = 8) -> LlamaServer:
-    """Start llama-server on a free loopback port and wait until /health answers 200."""
+def start_llama_server(
+    tmp_dir: Path, *extra: str, parallel: int = 8, own_core: bool = False
+) -> LlamaServer:
+    """Start llama-server on a free loopback port and wait until /health answers 200.
+    own_core: the server on core 0 and the load generator (this process's children) on the
+    others, so the client's work never takes the engine's core (needs 2 cores; llama-server's
+    --cpu-range does not place its one compute thread, so the whole process is placed)."""
     binary = find_or_build_binary()
     model = tiny_model(binary)
     port = free_port()
     log_path = tmp_dir / f"llama-server-{port}.log"
+    pinnable = own_core and hasattr(os, "sched_getaffinity")  # Linux
+    others = set(os.sched_getaffinity(0)) - {0} if pinnable else set()
     args = [
         str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
         "--parallel", str(parallel), "-cb", "--metrics", "-c", str(512 * parallel),
         "--threads", "1", "--alias", "tiny-llama", *extra,
     ]  # fmt: skip
     log = log_path.open("w")
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        args, stdout=log, stderr=subprocess.STDOUT,
+        preexec_fn=(lambda: os.sched_setaffinity(0, {0})) if others else None,
+    )  # fmt: skip
     server = LlamaServer(proc, port, log_path, "tiny-llama", args)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:

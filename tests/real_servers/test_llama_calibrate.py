@@ -45,11 +45,20 @@ recalibrated side by side, worst held-out TPOT p50 121 -> 68% and 59 -> 34%; TTF
 TTFT p99 46/41%, TPOT p99 30/15%, throughput 0%. That VM's host speed moved: in the second run
 the one-sequence gap of one held-out load was 0.82 ms against 0.58-0.67 ms in the others, and
 the engine moved its own TPOT p50 by -58% between two measurements of that load.
+
+Since then llama-server runs on core 0 alone and the load generator on the other core
+(unpinned, the client and the server's one compute thread were seen sharing a core). Two runs
+so, same VM: worst held-out below saturation TTFT p50 18/20%, TTFT p99 25/30%, TPOT p50
+37/49%, TPOT p99 11/15%, throughput 0/0%; the engine against itself (field's per-request
+error) 11/5% (42% in the unpinned run above). The --parallel 2 server is now predicted within
+28% on every figure. What is left is TPOT p50 at the --parallel 4 load of 52%: +37% and
++49%, both runs, a median between two modes (one sequence 0.6 ms a token, two 2 ms).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -74,13 +83,20 @@ HELD_LOADS = (0.5, 0.8)
 MEDIAN_TARGET, P99_TARGET = 0.15, 0.30  # the issue's; printed against, not asserted (missed)
 # What is asserted: what every run reached, with a margin (see the module docstring)
 REACHED = {"output_tps": 0.25}
+# The server runs on core 0 alone (start_llama_server(own_core=True)), the load generator on
+# the others: the client's work never takes the engine's core, as a GPU's never does
+CLIENT_CORES = set(os.sched_getaffinity(0)) - {0} if hasattr(os, "sched_getaffinity") else None
 BELOW_SATURATION = 0.9  # points at more than this utilisation are reported, not held to targets
 
 
-def tokenbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def tokenbench(
+    *args: str, timeout: float = 600, cores: set[int] | None = None
+) -> subprocess.CompletedProcess:
+    """tokenbench in a subprocess; cores: the CPUs it may run on (None: any)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", *args], capture_output=True, text=True, timeout=timeout
-    )
+        [sys.executable, "-m", "bench", *args], capture_output=True, text=True, timeout=timeout,
+        preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -94,6 +110,7 @@ def _measure(server: LlamaServer, db: str, label: str, *load: str) -> str:
         "sweep", "--base-url", server.url, "--model", server.model_name, *load,
         "--num-prompts", str(N), "--random-input-len", str(IN), "--random-output-len", str(OUT),
         "--ignore-eos", "--seed", seed, "--label", label, "--db", db,
+        cores=CLIENT_CORES,
     )  # fmt: skip
     return next(r.id for r in list_runs(db) if r.label == label)
 
@@ -122,7 +139,7 @@ def test_calibrate_on_llama_server_and_predict_unseen_loads(tmp_path: Path):
     servers: list[LlamaServer] = []
     try:
         try:
-            server = start_llama_server(tmp_path, parallel=PARALLEL)
+            server = start_llama_server(tmp_path, parallel=PARALLEL, own_core=True)
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
             unavailable(str(exc))
         servers.append(server)
@@ -140,7 +157,7 @@ def test_calibrate_on_llama_server_and_predict_unseen_loads(tmp_path: Path):
         # is from itself, the floor under any prediction's error
         again = _measure(server, db, "held-again", "--request-rates", f"{HELD_LOADS[0] * sat:.3g}")
         server.stop()
-        other = start_llama_server(tmp_path, parallel=OTHER_PARALLEL)
+        other = start_llama_server(tmp_path, parallel=OTHER_PARALLEL, own_core=True)
         servers.append(other)
         other_sat = _measure(other, db, "other-saturated", "--concurrency", str(OTHER_PARALLEL))
         other_rate = 0.6 * _saturation(db, other_sat)

@@ -276,8 +276,9 @@ def gaps_by_batch(records: list[RequestRecord], min_gaps: int = MIN_GAPS) -> Gap
     decoding in the step that ended it (batch_bucket) and whether another request's prefill
     shared that step: the engine's step time as a function of its batch, read from the
     client's own token times. A fit on TPOT alone leaves that shape free (a p50 mixes batch
-    sizes); scored beside it, three kept vLLM runs predicted every held-out median within 15%
-    (worst TPOT p50 12/8/17% before, 3/5/10%). The prefill apart: on llama-server a step that
+    sizes); scored beside it, three kept vLLM runs on one VM predicted every held-out median
+    within 15% (worst TPOT p50 12/8/17% before, 3/5/10%; not on another VM: README). The
+    prefill apart: on llama-server a step that
     also ran a 96-token prompt took 4.8-7.7 ms against 1.9-2.2 ms for two sequences alone, and
     mixed, a fit traded a dearer decode for a cheaper prefill (two sequences predicted at
     2.5 ms). A step's tokens reach the client a few microseconds apart, so the step that ended

@@ -23,6 +23,7 @@ batch limits, TP and workloads on the calibrated device.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -478,8 +479,6 @@ class PointReplays:
 
 def usable_cores() -> int:
     """The cores this process may run on (its affinity, not the machine's count)."""
-    import os
-
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows

@@ -103,6 +103,14 @@ class LlamaServer:
                 self.proc.wait(timeout=10)
 
 
+def client_cores() -> set[int]:
+    """The cores a load generator gets when the server has core 0 to itself: every other one
+    this process may use (empty on one core, or where affinity cannot be set: not Linux)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return set()
+    return set(os.sched_getaffinity(0)) - {0}
+
+
 def start_llama_server(
     tmp_dir: Path, *extra: str, parallel: int = 8, own_core: bool = False
 ) -> LlamaServer:
@@ -114,8 +122,7 @@ def start_llama_server(
     model = tiny_model(binary)
     port = free_port()
     log_path = tmp_dir / f"llama-server-{port}.log"
-    pinnable = own_core and hasattr(os, "sched_getaffinity")  # Linux
-    others = set(os.sched_getaffinity(0)) - {0} if pinnable else set()
+    pinned = own_core and bool(client_cores())
     args = [
         str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
         "--parallel", str(parallel), "-cb", "--metrics", "-c", str(512 * parallel),
@@ -124,7 +131,7 @@ def start_llama_server(
     log = log_path.open("w")
     proc = subprocess.Popen(
         args, stdout=log, stderr=subprocess.STDOUT,
-        preexec_fn=(lambda: os.sched_setaffinity(0, {0})) if others else None,
+        preexec_fn=(lambda: os.sched_setaffinity(0, {0})) if pinned else None,
     )  # fmt: skip
     server = LlamaServer(proc, port, log_path, "tiny-llama", args)
     deadline = time.monotonic() + START_TIMEOUT_S

@@ -74,7 +74,12 @@ from bench.sim.user_calibration import (
 )
 from bench.store import list_runs
 from tests.real_servers import tiny_llama
-from tests.real_servers.llama_server import LlamaServer, start_llama_server, unavailable
+from tests.real_servers.llama_server import (
+    LlamaServer,
+    client_cores,
+    start_llama_server,
+    unavailable,
+)
 
 PARALLEL, OTHER_PARALLEL = 4, 2
 IN, OUT, N = 96, 32, 240  # prompt tokens, output tokens, requests per point
@@ -85,7 +90,7 @@ MEDIAN_TARGET, P99_TARGET = 0.15, 0.30  # the issue's; printed against, not asse
 REACHED = {"output_tps": 0.25}
 # The server runs on core 0 alone (start_llama_server(own_core=True)), the load generator on
 # the others: the client's work never takes the engine's core, as a GPU's never does
-CLIENT_CORES = set(os.sched_getaffinity(0)) - {0} if hasattr(os, "sched_getaffinity") else None
+CLIENT_CORES = client_cores()
 BELOW_SATURATION = 0.9  # points at more than this utilisation are reported, not held to targets
 
 

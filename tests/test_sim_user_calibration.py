@@ -565,3 +565,70 @@ def test_sim_check_predicts_stored_runs_and_flags_saturation(fitted, tmp_path: P
     # bad input: one line naming what is wrong
     res = _cli("sim", "check", "nosuchrun", "--profile", str(good), "--db", db)
     assert res.exit_code == 2 and "nosuchrun" in res.output and "Traceback" not in res.output
+
+
+def test_a_step_shape_scales_the_step_at_its_nearest_measured_batch():
+    """Efficiency.step_shape: the measured step over the model's by decoding sequences; a
+    batch between or beyond the measured ones takes the nearest's factor (the larger on a
+    tie), steps with a prefill take only prefill entries, and a step of prompts alone none."""
+    from bench.sim.roofline import Deployment, shape_factor
+
+    shape = ((1, False, 1.0), (2, False, 0.6), (8, False, 0.9), (4, True, 1.5))
+    assert [shape_factor(shape, n, False) for n in (1, 2, 3, 5, 6, 8, 64)] == [
+        1.0, 0.6, 0.6, 0.9, 0.9, 0.9, 0.9,
+    ]  # fmt: skip
+    assert shape_factor(shape, 1, True) == 1.5 and shape_factor((), 3, False) == 1.0
+    plain = Deployment.build(DEVICE, "llama-3.1-8b", "fp8")
+    shaped = Deployment.build(DEVICE, "llama-3.1-8b", "fp8", step_shape=shape)
+    ratio = lambda *a: shaped.step_time(*a) / plain.step_time(*a)  # noqa: E731
+    assert ratio(2, 2000, 0, 0) == pytest.approx(0.6)
+    assert ratio(3, 3000, 500, 1e5) == pytest.approx(1.5)  # a prefill shared the step
+    assert ratio(0, 0, 500, 1e5) == pytest.approx(1.0)  # prompts alone: no gap measures it
+
+
+def test_calibration_reads_a_step_shape_the_model_cannot_follow(fitted, tmp_path: Path):
+    """Runs made on a device whose two-sequence step takes 0.55x the model's (llama-server's
+    Q8_0 kernels on a CPU ran 0.40, 0.57, 0.89 and 1.18 ms for 1-4 sequences, a knee no
+    smooth term follows): the calibration finds the factor from the token gaps, keeps it in
+    the profile, and predicts a server limited to two sequences, which runs at that step
+    alone; runs simulated without a shape get none (the model already follows them)."""
+    from dataclasses import replace
+
+    import yaml
+
+    from bench.hardware import ProfileError
+
+    kink = ((1, False, 1.0), (2, False, 0.55), (3, False, 1.0))
+    settings = Settings(model="llama-3.1-8b", precision="fp8", max_num_seqs=4)
+
+    def point(rate: float, seed: int, shape: tuple, users: int | None = None) -> ObservedPoint:
+        rng = np.random.default_rng(seed)
+        n = 60
+        offsets = np.cumsum(rng.exponential(1 / rate, n))
+        req = np.column_stack([offsets, rng.integers(100, 400, n), rng.integers(60, 160, n)])
+        p = ObservedPoint("run", 0, f"rate {rate:g}/s", req.astype(float), {}, users)
+        eff = {**efficiency_values(TRUTH, DEVICE.vendor), "step_shape": shape}
+        limit = replace(settings, max_num_seqs=users or 4)
+        records = replay_records(p, build_engine(DEVICE, limit, eff))
+        p.measured, p.gaps_measured = quantities(records), gaps_by_batch(records)
+        return p
+
+    runs = [point(r, i, kink) for i, r in enumerate((1, 3, 6))]
+    prof = calibrate(runs, DEVICE, settings, max_nfev=40)
+    factors = {b: f for b, shared, f in prof.step_shape if not shared}
+    assert factors[2] / np.mean([factors[1], factors[3]]) == pytest.approx(0.55, abs=0.08)
+    back = load_profile(write_profile(prof, tmp_path / "shape.yaml"))
+    assert back.step_shape == prof.step_shape
+    two = point(2, 9, kink, users=2)  # a closed loop of two users on a two-sequence server
+    limit = replace(settings, max_num_seqs=2)
+    shaped = replay(two, build_engine(DEVICE, limit, back.efficiency()))
+    smooth = replay(two, build_engine(DEVICE, limit, efficiency_values(back.values, "nvidia")))
+    err = lambda sim: abs(sim["output_tps"] / two.measured["output_tps"] - 1)  # noqa: E731
+    assert err(shaped) <= 0.08 < err(smooth), (err(shaped), err(smooth))
+    # a profile's bad shape entry: one line naming the file and field
+    doc = yaml.safe_load((tmp_path / "shape.yaml").read_text())
+    doc["step_shape"][0]["factor"] = 9.0
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(ProfileError, match=r"bad.yaml: field step_shape\[0\].factor"):
+        load_profile(tmp_path / "bad.yaml")
+    assert fitted.step_shape == ()  # runs the model follows (simulated without a shape)

@@ -319,6 +319,14 @@ def print_profile(prof: Any) -> None:
             "yes" if p.pinned else f"no: {p.why_not_pinned()}",
         )  # fmt: skip
     console.print(par)
+    if prof.step_shape:
+        shape = ", ".join(
+            f"{b}{' + prefill' if shared else ''}: x{f:.3g}" for b, shared, f in prof.step_shape
+        )
+        console.print(
+            f"step time by decoding sequences, measured over the model's: {shape}",
+            highlight=False,
+        )
     _residual_table("Residuals: simulated / measured - 1", prof.residuals)
     if prof.held_out:
         _residual_table("Held out: each point predicted by a fit without it", prof.held_out)

@@ -68,7 +68,8 @@ class GPUProfile(_Frozen):
     aliases: tuple[str, ...] = ()
     notes: str = ""
     source: str
-    efficiency: dict[str, float] = {}
+    # efficiency overrides; a calibrated device's step_shape is a tuple (bench.sim.profiles)
+    efficiency: dict[str, float | tuple[tuple[int, bool, float], ...]] = {}
     # A CPU device (`tokenbench sim device`): its last-level cache and the bandwidth measured
     # within it. Weights that fit stay there between steps and stream at that rate, not at
     # DRAM's. 0 = not modelled (GPU entries: their L2 is far smaller than any model).

@@ -49,6 +49,8 @@ import math
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+import numpy as np
+
 from bench.sim.profiles import (
     Efficiency,
     GPUProfile,
@@ -61,7 +63,27 @@ from bench.sim.profiles import (
 )
 
 ACTIVATION_BYTES = 2  # all-reduce payloads are BF16 activations
+EXACT_SIZES = 8  # batch sizes a step shape names one by one (batch_bucket)
 A2A_BYTES = 3  # expert-parallel dispatch in FP8 (1 byte) + combine in BF16 (2 bytes)
+
+
+def batch_bucket(n: np.ndarray) -> np.ndarray:
+    """The batch sizes one step-shape entry covers, named by the largest: each size up to
+    EXACT_SIZES, then 16 (9-16), 32 (17-32) and so on, so a run of 256 sequences is read on
+    13 sizes, not 256. Small batches are where a step's shape changes most (a CPU engine's
+    one-row kernel path against its multi-row one). For many batch sizes at once."""
+    n = np.asarray(n, np.int64)
+    pow2 = 2 ** np.ceil(np.log2(np.maximum(n, 1))).astype(np.int64)
+    return np.where(n <= EXACT_SIZES, n, pow2)
+
+
+def shape_factor(shape: tuple[tuple[int, bool, float], ...], n_decode: int, prefill: bool) -> float:
+    """A step shape's factor for a step of n_decode decoding sequences (Efficiency.step_shape):
+    that batch size's entry (batch_bucket) with the same prefill flag, else the nearest
+    measured size's (in log2, the larger on a tie), else 1."""
+    size = int(batch_bucket(np.array([max(int(n_decode), 1)]))[0])
+    same = [(abs(math.log2(b / size)), -b, f) for b, p, f in shape if p == prefill]
+    return min(same)[2] if same else 1.0
 
 
 def parse_parallel(spec: str) -> tuple[int, int, int]:
@@ -352,9 +374,32 @@ class Deployment:
             t = self._iteration(
                 n_decode, decode_ctx, n_prefill * g, prefill_ctx * g, q, logits=logits
             )
-            return (t + d * self._draft_time(n_decode, decode_ctx)) / g
+            t = (t + d * self._draft_time(n_decode, decode_ctx)) / g
+            return t * self.step_scale(n_decode, n_prefill > 0)
         logits = n_decode + prefill_seqs
-        return self._iteration(n_decode, decode_ctx, n_prefill, prefill_ctx, 1, logits=logits)
+        t = self._iteration(n_decode, decode_ctx, n_prefill, prefill_ctx, 1, logits=logits)
+        return t * self.step_scale(n_decode, n_prefill > 0)
+
+    def step_scale(self, n_decode: float, prefill: bool) -> float:
+        """The calibrated device's measured step time over this model's at a batch of n_decode
+        decoding sequences, with or without another prompt's prefill in the step
+        (Efficiency.step_shape): the nearest batch size measured, as the model's own shape
+        carries it beyond; 1 without a measurement. A roofline is smooth in the batch; real
+        kernels are not (a CPU's one-row path against its tiled one, a GPU engine's decode
+        batch padded up to a captured CUDA graph's size), and a fit of a few smooth terms
+        trades one batch size's error against another's."""
+        shape = self.eff.step_shape
+        if not shape or n_decode < 1:  # a step of prompts alone: no token gap measured it
+            return 1.0
+        key = (int(n_decode), bool(prefill))
+        memo = self._scale_memo
+        if key not in memo:
+            memo[key] = shape_factor(shape, *key)
+        return memo[key]
+
+    @cached_property
+    def _scale_memo(self) -> dict[tuple[int, bool], float]:
+        return {}
 
     def _draft_time(self, n_decode: float, decode_ctx: float) -> float:
         """One drafting pass: the MTP module is one more decoder layer plus the (shared, BF16)

@@ -10,7 +10,9 @@ least squares on log(simulated / measured) of TTFT and TPOT p50/p99 and output t
 each parameter inside its physical range, with a weak pull toward its starting value, run
 from the best few of a seeded spread of starting points (a replay's objective has local
 minima). The scatter of the engine's step times (step_cv) is one of the parameters: the p99s
-pin it down.
+pin it down. After the fit, the step time the runs measured at each decoding batch size
+(median token gaps) is kept as a factor on the model's where the smooth terms miss it by more
+than SHAPE_NOISE (`step_shape`): real kernels have knees no roofline term follows.
 
 The result is a `CalibrationProfile`: the device with the fitted values as its own
 efficiency (GPUProfile.efficiency, which the simulator applies last), the runs it came from,
@@ -34,6 +36,7 @@ import yaml
 
 from bench.hardware import GPUProfile, ProfileError
 from bench.records import RequestRecord
+from bench.sim.roofline import batch_bucket, shape_factor
 
 SCHEMA_VERSION = 1
 PROFILE_KIND = "tokenbench calibration profile"
@@ -258,18 +261,17 @@ def quantities(records: list[RequestRecord]) -> dict[str, float]:
 # (and the replay's where it has a few)
 MIN_GAPS = 50
 SIM_MIN_GAPS = 5
-EXACT_SIZES = 8
 GAP_WEIGHT = 0.5  # per batch size, as a p99: one more view of the same steps
-
-
-def batch_bucket(n: np.ndarray) -> np.ndarray:
-    """The batch sizes one gap statistic covers, named by the largest: each size up to
-    EXACT_SIZES, then 16 (9-16), 32 (17-32) and so on, so a run of 256 sequences is scored
-    on 13 sizes, not 256. Small batches are where a step's shape changes most (a CPU engine's
-    one-row kernel path against its multi-row one). For every gap of a request at once."""
-    n = np.asarray(n, np.int64)
-    pow2 = 2 ** np.ceil(np.log2(np.maximum(n, 1))).astype(np.int64)
-    return np.where(n <= EXACT_SIZES, n, pow2)
+# The step shape (Efficiency.step_shape): rounds of reading measured over replayed step time
+# by batch size after the fit, each replaying every point once; a factor stays within
+# SHAPE_RANGE: beyond twice or half the model's step, the fit, not the shape, is wrong
+SHAPE_ROUNDS = 3
+SHAPE_RANGE = (0.5, 2.0)
+# A shape whose every factor is within 10% of 1 is not kept: fitted to runs simulated with
+# known parameters (the model exactly right), the factors scattered by up to 6% (gap medians
+# of a few hundred steps) and made the fit's residuals worse, not better
+SHAPE_NOISE = 0.1
+StepShape = tuple[tuple[int, bool, float], ...]
 
 
 def gaps_by_batch(records: list[RequestRecord], min_gaps: int = MIN_GAPS) -> Gaps:
@@ -544,13 +546,18 @@ class CalibrationProfile:
     path: Path | None = None
     # each point predicted by a fit without it (leave_one_point_out), when computed
     held_out: list[PointResidual] = field(default_factory=list)
+    # measured over modelled step time by batch size (Efficiency.step_shape), () when the
+    # runs measured no step (a server that batches its streamed tokens)
+    step_shape: StepShape = ()
 
     @property
     def values(self) -> dict[str, float]:
         return {p.name: p.value for p in self.params}
 
-    def efficiency(self) -> dict[str, float]:
-        return efficiency_values(self.values, self.device.vendor)
+    def efficiency(self) -> dict[str, Any]:
+        """The fitted values as efficiency overrides, with the step shape when measured."""
+        eff: dict[str, Any] = efficiency_values(self.values, self.device.vendor)
+        return {**eff, "step_shape": self.step_shape} if self.step_shape else eff
 
     def calibrated_device(self) -> GPUProfile:
         """The device with the fitted values as its own efficiency (applied last)."""
@@ -682,12 +689,17 @@ def _fit(
         return {b.name: float(v) for b, v in zip(bounds, x, strict=True)}
 
     seen: dict[bytes, list[Figures]] = {}
+    shape: StepShape = ()  # the measured step shape the replays run with (step_shape)
+
+    def eff_at(u: np.ndarray) -> dict[str, Any]:
+        eff: dict[str, Any] = efficiency_values(values_at(u), device.vendor)
+        return {**eff, "step_shape": shape} if shape else eff
 
     def simulate(u: np.ndarray) -> list[Figures]:
         key = np.clip(u, 0, 1).tobytes()
         if key in seen:  # a start scored, then searched from; the solution, then probed
             return seen[key]
-        out = replays(efficiency_values(values_at(u), device.vendor))
+        out = replays(eff_at(u))
         if len(seen) >= SEEN_LIMIT:
             seen.pop(next(iter(seen)))  # the oldest: a search never returns far back
         seen[key] = out
@@ -722,6 +734,11 @@ def _fit(
     # a spread of starting points, and the lowest cost wins.
     origins = _best_starts(u0, lambda u: _cost(resid(u)), starts)
     best = min((solve(u) for u in origins), key=lambda sol: sol.cost).x
+    # the step time by batch size that the smooth terms leave, read at the fitted values
+    # (searching the parameters again with it in place did no better on five kept llama-server
+    # sets: worst held-out TTFT p50 15 and 39% against 5 and 24% in two, the rest within 2%)
+    shape = step_shape(points, replays, eff_at(best))
+    seen.clear()  # replays from here on run with the shape
     values = values_at(best)
     sims = simulate(best)
     base = terms(sims)
@@ -739,7 +756,41 @@ def _fit(
         PointResidual(p.run_id, p.load_point, p.load, p.measured, s)
         for p, (s, _) in zip(points, sims, strict=True)
     ]
-    return CalibrationProfile(device, settings, params, residuals, runs or [], flat)
+    return CalibrationProfile(
+        device, settings, params, residuals, runs or [], flat, step_shape=shape
+    )
+
+
+def step_shape(
+    points: list[ObservedPoint], replays: PointReplays, eff: dict[str, Any]
+) -> StepShape:
+    """The device's step time at each decoding batch size the runs measured (the median token
+    gap of steps no prompt shared, gaps_by_batch), as a factor on the model's; () where every
+    factor is within SHAPE_NOISE of 1. A fit of a few smooth terms leaves a shape it cannot
+    follow: llama-server's Q8_0 steps on one core took 0.40, 0.57, 0.89 and 1.18 ms for 1-4
+    sequences, and the fit's line put two at 0.78 ms, so a --parallel 2 server was predicted
+    37% slow. A batch never measured takes the nearest measured factor (Deployment.step_scale).
+    The factor is read again after each replay (SHAPE_ROUNDS): a step's length moves the
+    batches that follow it. Steps another prompt's prefill shared are left to the
+    model: TTFT, which the fit scores, is made of them."""
+    keys = sorted({k for p in points for k in p.gaps_measured if not k[1]})
+    shape: StepShape = ()
+    for _ in range(SHAPE_ROUNDS if keys else 0):
+        sims = replays({**eff, "step_shape": shape} if shape else eff)
+        factor = {}
+        for k in keys:
+            ratios = [
+                p.gaps_measured[k] / gaps[k]
+                for p, (_, gaps) in zip(points, sims, strict=True)
+                if k in p.gaps_measured and gaps.get(k)
+            ]
+            if ratios:  # on the factor the last replay ran this batch with
+                f = shape_factor(shape, *k) * float(np.median(ratios))
+                factor[k] = float(np.clip(f, *SHAPE_RANGE))
+        if all(abs(math.log(f)) <= SHAPE_NOISE for f in factor.values()):
+            return ()
+        shape = tuple((b, prefill, _round(f)) for (b, prefill), f in factor.items())
+    return shape
 
 
 def _cost(r: np.ndarray) -> float:
@@ -823,6 +874,9 @@ def profile_dict(prof: CalibrationProfile) -> dict[str, Any]:
             for p in prof.params
         },
         "flat_directions": list(prof.flat),
+        "step_shape": [
+            {"batch": b, "prefill_shared": shared, "factor": f} for b, shared, f in prof.step_shape
+        ],
         "expected_error": {k: _round(v) for k, v in prof.expected_error().items()},
         "runs": list(prof.runs),
         "residuals": _residual_rows(prof.residuals),
@@ -852,6 +906,8 @@ def write_profile(prof: CalibrationProfile, path: Path) -> Path:
         "# tokenbench calibration profile: the simulator's free parameters fitted to measured\n"
         "# runs (`tokenbench sim calibrate`). Use: tokenbench sim run --profile THIS_FILE.\n"
         "# Times are seconds, output_tps tokens/s; bounds are each parameter's physical range.\n"
+        "# step_shape: the measured step time over the model's, by decoding sequences (batch)\n"
+        "# and whether another prompt's prefill shared the step.\n"
     )
     text = yaml.safe_dump(profile_dict(prof), sort_keys=False, width=100)
     Path(path).write_text(head + text)
@@ -925,8 +981,27 @@ def load_profile(path: str | Path) -> CalibrationProfile:
     return CalibrationProfile(
         device, settings, params, _read_residuals(path, data, "residuals"),
         list(data.get("runs") or []), list(data.get("flat_directions") or []), path,
-        _read_residuals(path, data, "held_out"),
+        _read_residuals(path, data, "held_out"), _read_step_shape(path, data),
     )  # fmt: skip
+
+
+def _read_step_shape(path: Path, data: dict[str, Any]) -> StepShape:
+    """The profile's step_shape entries (absent in a profile written before it: none)."""
+    out = []
+    for i, e in enumerate(data.get("step_shape") or []):
+        where = f"step_shape[{i}]"
+        ok = isinstance(e, dict) and isinstance(e.get("batch"), int) and e["batch"] >= 1
+        if not ok or not isinstance(e.get("prefill_shared"), bool):
+            raise _field_error(
+                path, where, "must be {batch: a whole number >= 1, prefill_shared: true/false, "
+                "factor: a number}",
+            )  # fmt: skip
+        f = e.get("factor")
+        if not _num(f) or not SHAPE_RANGE[0] <= f <= SHAPE_RANGE[1]:
+            lo, hi = SHAPE_RANGE
+            raise _field_error(path, f"{where}.factor", f"{f!r} must be a number within {lo}..{hi}")
+        out.append((e["batch"], e["prefill_shared"], float(f)))
+    return tuple(out)
 
 
 def _read_residuals(path: Path, data: dict[str, Any], key: str) -> list[PointResidual]:

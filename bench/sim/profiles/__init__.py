@@ -195,6 +195,10 @@ class Efficiency(_Frozen):
     t_multi_s: float = 0.0
     t_req_s: float = 0.0
     step_cv: float = 0.0
+    # A calibrated device's measured step time against the model's, by batch: ((decoding
+    # sequences' batch_bucket, another prompt's prefill shared the step, factor), ...); empty
+    # for a device never measured (bench.sim.roofline.Deployment.step_scale)
+    step_shape: tuple[tuple[int, bool, float], ...] = ()
     t_moe_tok_s: float
     moe_imbalance: float
     moe_mfu_ratio: float
@@ -324,7 +328,7 @@ def efficiency_for(
     engine: str = "vllm",
     model: str = "",
     profiles: list[dict[str, Any]] | None = None,
-    **overrides: float,
+    **overrides: float | tuple,
 ) -> Efficiency:
     """Defaults, then the matching efficiency profiles, then the GPU's own overrides, then the
     caller's."""

@@ -40,14 +40,16 @@ def find_or_build_binary() -> Path:
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
-def tiny_model(binary: Path) -> Path:
-    """The tiny random-weight Llama beside the binary's cache, written once."""
+def tiny_model(binary: Path, q8: bool = False) -> Path:
+    """The tiny random-weight Llama beside the binary's cache, written once (q8: its
+    matrices in Q8_0, else F32; tiny_llama.write_tiny_llama)."""
     cache = binary.parent.parent
-    model = cache / "tiny-llama.gguf"
+    model = cache / ("tiny-llama-q8_0.gguf" if q8 else "tiny-llama.gguf")
     if not model.exists():
         from tests.real_servers.tiny_llama import write_tiny_llama
 
-        write_tiny_llama(cache / "gguf-py", cache / "ggml-vocab-llama-spm.gguf", model)
+        vocab = cache / "ggml-vocab-llama-spm.gguf"
+        write_tiny_llama(cache / "gguf-py", vocab, model, q8=q8)
     return model
 
 
@@ -112,14 +114,19 @@ def client_cores() -> set[int]:
 
 
 def start_llama_server(
-    tmp_dir: Path, *extra: str, parallel: int = 8, own_core: bool = False
+    tmp_dir: Path, *extra: str, parallel: int = 8, own_core: bool = False, q8: bool = False
 ) -> LlamaServer:
     """Start llama-server on a free loopback port and wait until /health answers 200.
-    own_core: the server on core 0 and the load generator (this process's children) on the
-    others, so the client's work never takes the engine's core (needs 2 cores; llama-server's
-    --cpu-range does not place its one compute thread, so the whole process is placed)."""
+    own_core: the server's engine loop on core 0 alone, its HTTP threads and the load
+    generator (this process's children) on the others, as a GPU's kernels never wait for the
+    API server's threads (needs 2 cores). With the whole process on core 0 its engine thread
+    was preempted 26,000 times in 240 requests and every request's end stalled the other
+    sequences' step by ~3 ms. llama-server's --cpu-range does not place the engine thread
+    (with --threads 1 ggml computes on the main thread), so the main thread is placed
+    after start, the rest having started on the other cores.
+    q8: serve the model's Q8_0 weights (tiny_model)."""
     binary = find_or_build_binary()
-    model = tiny_model(binary)
+    model = tiny_model(binary, q8)
     port = free_port()
     log_path = tmp_dir / f"llama-server-{port}.log"
     pinned = own_core and bool(client_cores())
@@ -131,7 +138,7 @@ def start_llama_server(
     log = log_path.open("w")
     proc = subprocess.Popen(
         args, stdout=log, stderr=subprocess.STDOUT,
-        preexec_fn=(lambda: os.sched_setaffinity(0, {0})) if pinned else None,
+        preexec_fn=(lambda: os.sched_setaffinity(0, client_cores())) if pinned else None,
     )  # fmt: skip
     server = LlamaServer(proc, port, log_path, "tiny-llama", args)
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -141,6 +148,8 @@ def start_llama_server(
         try:
             with urllib.request.urlopen(f"{server.url}/health", timeout=2) as resp:
                 if resp.status == 200:
+                    if pinned:  # the main thread alone (its id is the process's)
+                        os.sched_setaffinity(proc.pid, {0})
                     return server
         except OSError:
             pass

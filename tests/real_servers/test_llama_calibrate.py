@@ -8,8 +8,9 @@ held-out run's own requests (send times, prompt and output lengths) on the calib
 in virtual time: the simulator's scheduling, batching and queueing against the engine's. The
 error per quantity is printed (pytest -s shows it).
 
-The issue's targets below saturation (medians within 15%, p99 within 30%) are MISSED, and the
-test asserts only what held in every run, with a margin: output throughput within 25%.
+The issue's targets below saturation (medians within 15%, p99 within 30%) are met in some runs,
+not in every one (the last paragraph), and the test asserts what held in every run, with a
+margin (REACHED): TTFT p50 within 60%, TPOT p50 35%, TPOT p99 60%, output throughput 10%.
 With 96 requests per point (36 before: the same point moved by tens of per cent from run to
 run) and weights streamed at the measured last-level-cache rate (the tiny model's 17.7 MB sit
 in L3), three runs on 2 cores beside other work (2026-12-03), worst held-out error below
@@ -53,6 +54,32 @@ so, same VM: worst held-out below saturation TTFT p50 18/20%, TTFT p99 25/30%, T
 error) 11/5% (42% in the unpinned run above). The --parallel 2 server is now predicted within
 28% on every figure. What is left is TPOT p50 at the --parallel 4 load of 52%: +37% and
 +49%, both runs, a median between two modes (one sequence 0.6 ms a token, two 2 ms).
+
+Later on 2026-12-04 (another VM of the same type) four changes, each measured: (1) the model's
+matrices are Q8_0: llama.cpp's F32 ones run two sequences 3-3.7x slower than one (0.64 against
+2.37 ms a step; two users got less throughput than one), its Q8_0 ones 1.4x (0.42, 0.57, 1.01,
+1.18 ms for 1-4), as batching does on a GPU. (2) --kv-unified (ENGINE_FLAGS): with a KV
+buffer per slot the two-sequence step was 0.57 or 0.85 ms by which slots ran. (3) Only the
+engine thread on core 0 (start_llama_server): with its HTTP threads there it was preempted
+26,101 times in 240 requests, 98 times without. (4) The fitted loads bracket the held-out ones
+(fit 30% and 80% of saturation, predict 50% and 65%; beyond the highest fitted load, 65% then,
+TTFT p50 at 74-80% was 14-35% low in five runs: with four slots busy, a 5% faster simulated
+request shortens the queue for a slot by far more). And `sim calibrate` now reads the step
+time by batch size from the token gaps as a factor on the model's (step_shape): the fitted
+lines had put two sequences at 0.78-0.87 ms against 0.50-0.57 measured. Five runs, kept and
+recalibrated side by side without and with the step shape, worst held-out error below
+saturation: TTFT p50 4/10, 5/2, 682/5, 26/30, 293/24%; TTFT p99 34/30, 28/3, 137/21, 58/67,
+105/25%; TPOT p50 17/5, 10/8, 65/4, 21/18, 46/17%; TPOT p99 23/29, 17/28, 4/38, 22/29,
+15/23%; output throughput within 1% in all. With the shape the medians met 15% in three runs
+of five, the p99s 30% in two; TPOT p99 is what the shape made worse (the simulated steps,
+right on average, are steadier than the engine's). The engine against itself (the first
+held-out load measured twice) moved TPOT p50 by -8 to -24% and TTFT p99 by up to -35% in
+these runs: the engine repeats itself no closer than the targets ask of a prediction.
+Two runs of the test as it is (idle VM): worst held-out below saturation TTFT p50 10/14%,
+TTFT p99 36/28%, TPOT p50 6/8%, TPOT p99 31/25%, output throughput 0/0%; the field's
+per-request error 7/9% (its target 10%; the engine against itself 2/9%). The medians met their
+target in both, the p99s in the second. The saturated --parallel 2 closed loop (100%, not held
+to targets): TPOT p50 -8/-9%, throughput +3/+2%, TTFT p50 +62/+67%.
 """
 
 from __future__ import annotations
@@ -83,14 +110,19 @@ from tests.real_servers.llama_server import (
 
 PARALLEL, OTHER_PARALLEL = 4, 2
 IN, OUT, N = 96, 32, 240  # prompt tokens, output tokens, requests per point
-FIT_LOADS = (0.3, 0.65)  # of the saturation rate, beside the saturated closed loop
-HELD_LOADS = (0.5, 0.8)
+FIT_LOADS = (0.3, 0.8)  # of the saturation rate, beside the saturated closed loop
+HELD_LOADS = (0.5, 0.65)
 MEDIAN_TARGET, P99_TARGET = 0.15, 0.30  # the issue's; printed against, not asserted (missed)
 # What is asserted: what every run reached, with a margin (see the module docstring)
-REACHED = {"output_tps": 0.25}
-# The server runs on core 0 alone (start_llama_server(own_core=True)), the load generator on
-# the others: the client's work never takes the engine's core, as a GPU's never does
+REACHED = {"ttft_p50": 0.6, "tpot_p50": 0.35, "tpot_p99": 0.6, "output_tps": 0.1}
+# The server's engine thread runs on core 0 alone (start_llama_server(own_core=True)), the load
+# generator on the others: the client's work never takes the engine's core, as a GPU's never does
 CLIENT_CORES = client_cores()
+# One KV buffer for every slot: with --parallel N llama-server otherwise keeps one per slot
+# and runs a decode step in one batch only when its sequences' slots are consecutive (slots
+# 0 and 2: two passes, 0.85 ms against 0.57 ms for two sequences, switching every few
+# seconds of an open loop)
+ENGINE_FLAGS = ("--kv-unified",)
 BELOW_SATURATION = 0.9  # points at more than this utilisation are reported, not held to targets
 
 
@@ -144,7 +176,9 @@ def test_calibrate_on_llama_server_and_predict_unseen_loads(tmp_path: Path):
     servers: list[LlamaServer] = []
     try:
         try:
-            server = start_llama_server(tmp_path, parallel=PARALLEL, own_core=True)
+            server = start_llama_server(
+                tmp_path, *ENGINE_FLAGS, parallel=PARALLEL, own_core=True, q8=True
+            )
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
             unavailable(str(exc))
         servers.append(server)
@@ -162,7 +196,9 @@ def test_calibrate_on_llama_server_and_predict_unseen_loads(tmp_path: Path):
         # is from itself, the floor under any prediction's error
         again = _measure(server, db, "held-again", "--request-rates", f"{HELD_LOADS[0] * sat:.3g}")
         server.stop()
-        other = start_llama_server(tmp_path, parallel=OTHER_PARALLEL, own_core=True)
+        other = start_llama_server(
+            tmp_path, *ENGINE_FLAGS, parallel=OTHER_PARALLEL, own_core=True, q8=True
+        )
         servers.append(other)
         other_sat = _measure(other, db, "other-saturated", "--concurrency", str(OTHER_PARALLEL))
         other_rate = 0.6 * _saturation(db, other_sat)
@@ -176,7 +212,7 @@ def test_calibrate_on_llama_server_and_predict_unseen_loads(tmp_path: Path):
     profile = tmp_path / "llama-cpu.yaml"
     out = tokenbench(
         "sim", "calibrate", sat_run, *fit_runs, "--out", str(profile), "--db", db,
-        "--device", str(device), "--model", str(_config(tmp_path)), "--precision", "fp32",
+        "--device", str(device), "--model", str(_config(tmp_path)), "--precision", "q8_0",
         "--engine", "vllm", "--max-num-seqs", str(PARALLEL), "--max-num-batched-tokens", "2048",
     ).stdout  # fmt: skip
     print(out)

@@ -586,7 +586,7 @@ def test_a_step_shape_scales_the_step_at_its_nearest_measured_batch():
     assert ratio(0, 0, 500, 1e5) == pytest.approx(1.0)  # prompts alone: no gap measures it
 
 
-def test_calibration_reads_a_step_shape_the_model_cannot_follow(fitted, tmp_path: Path):
+def test_calibration_reads_a_step_shape_the_model_cannot_follow(fitted, tmp_path: Path, capsys):
     """Runs made on a device whose two-sequence step takes 0.55x the model's (llama-server's
     Q8_0 kernels on a CPU ran 0.40, 0.57, 0.89 and 1.18 ms for 1-4 sequences, a knee no
     smooth term follows): the calibration finds the factor from the token gaps, keeps it in
@@ -632,3 +632,9 @@ def test_calibration_reads_a_step_shape_the_model_cannot_follow(fitted, tmp_path
     with pytest.raises(ProfileError, match=r"bad.yaml: field step_shape\[0\].factor"):
         load_profile(tmp_path / "bad.yaml")
     assert fitted.step_shape == ()  # runs the model follows (simulated without a shape)
+    from bench.cli.sim_calibrate import print_profile  # the CLI says which factor hit a bound
+
+    capsys.readouterr()
+    print_profile(replace(back, step_shape=((1, False, 1.02), (2, False, 0.5))))
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "1: x1.02, 2: x0.5 (at its bound" in shown

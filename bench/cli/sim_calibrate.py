@@ -320,8 +320,12 @@ def print_profile(prof: Any) -> None:
         )  # fmt: skip
     console.print(par)
     if prof.step_shape:
+        from bench.sim.user_calibration import SHAPE_RANGE
+
         shape = ", ".join(
-            f"{b}{' + prefill' if shared else ''}: x{f:.3g}" for b, shared, f in prof.step_shape
+            f"{b}{' + prefill' if shared else ''}: x{f:.3g}"
+            + (" (at its bound: the fit's step is off by more)" if f in SHAPE_RANGE else "")
+            for b, shared, f in prof.step_shape
         )
         console.print(
             f"step time by decoding sequences, measured over the model's: {shape}",

@@ -12,8 +12,8 @@ engine it models, on a device it can measure (this host's CPU):
    writes prompts with, one token each (nothing is downloaded);
 2. the server at --max-num-seqs 4, its model worker alone on core 0 (API server, scheduler
    and load generator on the others):
-   a saturated closed loop, two fitted loads and two held-out loads (fractions of the
-   saturation it measured), the first held-out load twice (the engine against itself);
+   a saturated closed loop, two fitted loads and two held-out loads between them (fractions
+   of the saturation it measured), the first held-out load twice (the engine against itself);
 3. `sim device` and `sim calibrate` on the saturated and fitted points;
 4. `sim check` of the held-out loads, and of a --max-num-seqs 2 server (saturated and at
    60% of its saturation), printed per quantity against the issue's targets. That second
@@ -55,7 +55,8 @@ SHAPE = {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 4,
 # own p99s by up to 66% between two measurements of one load
 IN, OUT, N = 96, 32, 240
 PARALLEL, OTHER_PARALLEL, BATCHED = 4, 2, 2048
-FIT_LOADS, HELD_LOADS = (0.3, 0.65), (0.5, 0.8)
+# the fitted loads bracket the held-out ones, as in tests/real_servers/test_llama_calibrate.py
+FIT_LOADS, HELD_LOADS = (0.3, 0.8), (0.5, 0.65)
 START_TIMEOUT_S = 600
 
 _MODEL_SCRIPT = """

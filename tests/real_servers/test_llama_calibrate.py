@@ -122,10 +122,9 @@ REACHED = {"ttft_p50": 0.6, "tpot_p50": 0.5, "tpot_p99": 0.6, "output_tps": 0.1}
 # The server's engine thread runs on core 0 alone (start_llama_server(own_core=True)), the load
 # generator on the others: the client's work never takes the engine's core, as a GPU's never does
 CLIENT_CORES = client_cores()
-# One KV buffer for every slot: with --parallel N llama-server otherwise keeps one per slot
-# and runs a decode step in one batch only when its sequences' slots are consecutive (slots
-# 0 and 2: two passes, 0.85 ms against 0.57 ms for two sequences, switching every few
-# seconds of an open loop)
+# One KV buffer for every slot: with --parallel N llama-server otherwise keeps one per slot,
+# and its two-sequence step took 0.57 or 0.85 ms (one pass or two) by which slots the
+# sequences held, switching every few seconds of an open loop
 ENGINE_FLAGS = ("--kv-unified",)
 BELOW_SATURATION = 0.9  # points at more than this utilisation are reported, not held to targets
 

@@ -84,6 +84,21 @@ def usd_range(usd: float | None, cap: Capacity | None) -> tuple[float | None, fl
     return low, high
 
 
+def cheaper_beyond_ranges(
+    usd_a: float, usd_b: float, cap_a: Capacity | None, cap_b: Capacity | None
+) -> bool:
+    """Whether A at $usd_a/Mtok is cheaper than B at $usd_b even at the ends of the range of
+    A's capacity over B's (capacity_ratio): prices are fixed and $/Mtok goes as 1/capacity, so
+    the cost ratio moves as the capacity ratio does. For two measured runs this is A's $/Mtok
+    range below B's; for two runs simulated with the published fit the ratio carries the
+    fit's error on a ratio of GPUs, not each side's compounded (their errors are shared)."""
+    ratio, _ = capacity_ratio(cap_a, cap_b)
+    if ratio is None or ratio.low is None or ratio.high is None or not ratio.value:
+        return False
+    worst = min(ratio.low, ratio.high) / ratio.value  # A's capacity at its lowest against B's
+    return usd_b / usd_a * worst > 1.0
+
+
 def overlaps(ratio: Ratio) -> bool:
     """Whether a capacity ratio's range holds 1, i.e. which is larger could flip; the ends
     are read in either order (an interpolated capacity's interval can come back swapped)."""
@@ -141,7 +156,7 @@ def verdict(ranked: Sequence[RankedSetting], by_cost: bool) -> str:
     if by_cost and a.usd and b.usd:
         lower = f"{b.usd / a.usd:.2f}x lower" if b.usd / a.usd >= 1.005 else "the same"
         text += f", {lower} $/Mtok (${a.usd:.3f} vs ${b.usd:.3f})"
-        apart = a.usd_high is not None and b.usd_low is not None and a.usd_high < b.usd_low
+        apart = cheaper_beyond_ranges(a.usd, b.usd, cap, b.comparison.at_slo)
     if apart:
         return text + ": ahead beyond both ranges"
     return text + ": not separable (the ranges overlap, so the order could flip)"

@@ -499,6 +499,9 @@ class Capacity:
     parts: dict[str, tuple[float, float]] = field(default_factory=dict)
     sim_error: float | None = None  # relative error folded in (simulated runs)
     sim_basis: str | None = None  # where that error comes from, in words
+    # the validation category of a run simulated with the published fit (accuracy.category):
+    # a ratio of two such runs carries the fit's error on a ratio, not both errors compounded
+    sim_category: str | None = None
     # The traffic class whose own SLO breaks first (its CLASS:NAME threshold decides);
     # None when the deciding threshold is run-wide or nothing broke.
     binding: str | None = None
@@ -529,10 +532,11 @@ class Capacity:
         span = self.parts.get(BRACKET)
         return None if span is None else span[1] - span[0]
 
-    def includes(self) -> list[str]:
-        """What the range covers, in words, one phrase per part."""
+    def includes(self, with_sim: bool = True) -> list[str]:
+        """What the range covers, in words, one phrase per part (the simulator's error too,
+        unless a ratio states its own)."""
         words = [PART_WORDS.get(name, name) for name in self.parts]
-        if self.sim_error:
+        if self.sim_error and with_sim:
             words.append(f"the simulator's {self.sim_basis} (±{self.sim_error:.0%})")
         return words
 
@@ -717,7 +721,10 @@ def _late_flag(p: CurvePoint | None) -> list[str]:
 
 
 def capacity_at_slo(
-    curve: RunCurve, slo: Sequence[Threshold], sim_error: tuple[float, str] | None = None
+    curve: RunCurve,
+    slo: Sequence[Threshold],
+    sim_error: tuple[float, str] | None = None,
+    sim_category: str | None = None,
 ) -> Capacity:
     """The highest load meeting every SLO threshold, interpolated to the boundary.
 
@@ -730,7 +737,8 @@ def capacity_at_slo(
     low <= value <= high, and value is never below a load that passed with no failing load
     beneath it. Interrupted (partial) points never count. `sim_error` (relative error,
     where it comes from) widens a simulated run's range; None reads it from the simulator
-    (bench.sim.profiles.accuracy) for simulated curves.
+    (bench.sim.profiles.accuracy) for simulated curves. `sim_category`: the validation
+    category of a run simulated with the published fit, when `sim_error` is its.
     """
     slo = list(slo)
     pts, notes = _complete(curve)
@@ -814,6 +822,10 @@ def capacity_at_slo(
             f"{again[-1].title} met the SLO again above the first failure at {pts[first].title}: "
             "the boundary is noisy there"
         )
+    if sim_error is None and curve.simulated and not curve.sim_error:
+        from bench.sim.profiles.accuracy import category
+
+        sim_category = category(curve.gpu_type, curve.model)
     if sim_error is None and curve.simulated:
         from bench.sim.profiles.accuracy import expected_error
 
@@ -822,8 +834,8 @@ def capacity_at_slo(
     if known:
         low = min([value] + [lo for lo, _ in parts.values()])
         high = max([value] + [hi for _, hi in parts.values()])
-        if sim_error is not None:
-            low, high = low * (1 - sim_error[0]), high * (1 + sim_error[0])
+        if sim_error is not None:  # x/÷ (1 + error), as every simulated figure's bounds
+            low, high = low / (1 + sim_error[0]), high * (1 + sim_error[0])
     return Capacity(
         "interpolated",
         slo,
@@ -837,6 +849,7 @@ def capacity_at_slo(
         parts=parts,
         sim_error=sim_error[0] if sim_error else None,
         sim_basis=sim_error[1] if sim_error else None,
+        sim_category=sim_category if sim_error else None,
         binding=class_scope(deciding_t.metric)[0],
     )
 
@@ -1072,6 +1085,10 @@ class Ratio:
     high: float | None
     bound: str | None
     flips: bool
+    # both runs simulated with the published fit: the fit's error on a ratio of two GPUs
+    # (accuracy.ratio_error) and its basis, in place of each side's error
+    sim_error: float | None = None
+    sim_basis: str | None = None
 
     def text(self) -> str:
         head = f"{self.bound} {self.value:.2f}x" if self.bound else f"{self.value:.2f}x"
@@ -1106,6 +1123,12 @@ def capacity_ratio(a: Capacity | None, b: Capacity | None) -> tuple[Ratio | None
         return None if x is None or not y else x / y
 
     low, high = div(a.low, b.high), div(a.high, b.low)
+    sim = _shared_sim_error(a, b)
+    if sim is not None and None not in (a.low, a.high, b.low, b.high):
+        # each side's range without its own simulator error, then the ratio's error on top
+        ea, eb, r = a.sim_error or 0.0, b.sim_error or 0.0, sim[0]
+        low = div(a.low * (1 + ea), b.high / (1 + eb)) / (1 + r)
+        high = div(a.high / (1 + ea), b.low * (1 + eb)) * (1 + r)
     if bound == "at least":
         high = None
     elif bound == "at most":
@@ -1114,7 +1137,20 @@ def capacity_ratio(a: Capacity | None, b: Capacity | None) -> tuple[Ratio | None
     # per-request data) claims nothing either way.
     known = (low is not None or bound == "at most") and (high is not None or bound == "at least")
     flips = known and (low is None or low <= 1.0) and (high is None or high >= 1.0)
-    return Ratio(value, low, high, bound, flips), None
+    if sim is None or (low is None and high is None):
+        return Ratio(value, low, high, bound, flips), None
+    return Ratio(value, low, high, bound, flips, *sim), None
+
+
+def _shared_sim_error(a: Capacity, b: Capacity) -> tuple[float, str] | None:
+    """The published fit's error on a ratio of two GPUs, when both capacities were simulated
+    with it (their errors are the same fit's); None otherwise (a measured side, or a
+    calibration profile, whose own error each side keeps)."""
+    if not (a.sim_category and b.sim_category):
+        return None
+    from bench.sim.profiles.accuracy import ratio_error
+
+    return ratio_error(a.sim_category, b.sim_category)
 
 
 def ratio_sentence(comparisons: Sequence[RunComparison]) -> str | None:
@@ -1146,7 +1182,9 @@ def ratio_sentence(comparisons: Sequence[RunComparison]) -> str | None:
             )
             text += _tier_flips(a, b, ua <= ub)
     text += "."
-    covers = range_words(a.at_slo, b.at_slo)
+    covers = range_words(a.at_slo, b.at_slo, with_sim=ratio.sim_error is None)
+    if ratio.sim_error is not None:
+        covers += f", the {ratio.sim_basis} (±{ratio.sim_error:.0%})"
     if covers and (ratio.low is not None or ratio.high is not None):
         text += f" The range covers {covers}."
     if ratio.flips:
@@ -1172,13 +1210,13 @@ def _tier_flips(a: RunComparison, b: RunComparison, a_cheaper: bool) -> str:
     return f", but {'more' if a_cheaper else 'less'} on {', '.join(flipped)}"
 
 
-def range_words(*caps: Capacity | None) -> str:
+def range_words(*caps: Capacity | None, with_sim: bool = True) -> str:
     """What the capacities' ranges cover, in words, once for all of them."""
     seen: list[str] = []
     for cap in caps:
         if cap is None:
             continue
-        for part in cap.includes() if cap.parts else []:
+        for part in cap.includes(with_sim) if cap.parts else []:
             if part not in seen:
                 seen.append(part)
     return ", ".join(seen)

@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bench.choose import usd_range
+from bench.choose import cheaper_beyond_ranges, usd_range
 from bench.cost import Catalogue, CostRow, PriceCatalogueError, cost_table
 from bench.curves import Capacity
 from bench.metrics import Threshold, slo_text
@@ -215,11 +215,13 @@ class TuneResult:
         """Per pricing tier, each GPU type's cheapest configuration and its $/Mtok (output
         tokens, with the range the capacity's range gives), cheapest GPU first."""
         rows: dict[str, list[dict[str, Any]]] = {}
+        caps: dict[str, Capacity | None] = {}  # run id: its capacity, for the verdict
         for gpu in self.gpus():
             best = self.best(gpu)
             if not best:
                 continue
             o = best[0]
+            caps[o.run_id] = o.capacity
             for row in o.cost_rows:
                 if row.output_usd_per_mtok is None:
                     continue
@@ -237,7 +239,8 @@ class TuneResult:
         out = []
         for tier, entries in rows.items():
             entries.sort(key=lambda e: e["output_usd_per_mtok"])
-            out.append({"tier": tier, "by_gpu": entries, "verdict": tier_verdict(entries)})
+            verdict = tier_verdict(entries, [caps.get(e["run_id"]) for e in entries])
+            out.append({"tier": tier, "by_gpu": entries, "verdict": verdict})
         return out
 
     def sensitivity(self) -> list[dict[str, Any]]:
@@ -338,8 +341,13 @@ def outcome_json(o: Outcome) -> dict[str, Any]:
     }
 
 
-def tier_verdict(entries: Sequence[dict[str, Any]]) -> str:
-    """The cheapest GPU on one tier, how far ahead, and whether the ranges separate them."""
+def tier_verdict(
+    entries: Sequence[dict[str, Any]], capacities: Sequence[Capacity | None] | None = None
+) -> str:
+    """The cheapest GPU on one tier, how far ahead, and whether the ranges separate them:
+    with the capacities behind the entries, by the range of their ratio (choose.
+    cheaper_beyond_ranges: the published fit's errors are shared by two simulated GPUs);
+    without, by the entries' own $/Mtok ranges."""
     if not entries:
         return ""
     a = entries[0]
@@ -348,11 +356,15 @@ def tier_verdict(entries: Sequence[dict[str, Any]]) -> str:
         return head + " (the only GPU priced on this tier)"
     b = entries[1]
     ratio = b["output_usd_per_mtok"] / a["output_usd_per_mtok"]
-    apart = (
-        a["output_usd_per_mtok_high"] is not None
-        and b["output_usd_per_mtok_low"] is not None
-        and a["output_usd_per_mtok_high"] < b["output_usd_per_mtok_low"]
-    )
+    if capacities is not None and None not in capacities[:2]:
+        usd_a, usd_b = a["output_usd_per_mtok"], b["output_usd_per_mtok"]
+        apart = cheaper_beyond_ranges(usd_a, usd_b, capacities[0], capacities[1])
+    else:
+        apart = (
+            a["output_usd_per_mtok_high"] is not None
+            and b["output_usd_per_mtok_low"] is not None
+            and a["output_usd_per_mtok_high"] < b["output_usd_per_mtok_low"]
+        )
     tail = "" if apart else ": not separable (their ranges overlap)"
     return f"{head}, {ratio:.2f}x cheaper than {b['gpu']} (${b['output_usd_per_mtok']:.3f}){tail}"
 

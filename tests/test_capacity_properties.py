@@ -113,13 +113,42 @@ def test_a_simulated_range_folds_in_the_simulators_error():
     pts = [_point(8, 2000, 900, 40), _point(10, 2400, 900, 60)]
     err, basis = expected_error("B200-SXM", "llama-3.3-70b")
     cap = capacity_at_slo(_curve(pts, simulated=True), SLO)
-    assert cap.low == pytest.approx(2000 * (1 - err)) and cap.high == pytest.approx(
+    # x/÷ (1 + error), as every simulated figure's bounds: an error of 100% or more never
+    # takes the range below zero
+    assert cap.low == pytest.approx(2000 / (1 + err)) and cap.high == pytest.approx(
         2400 * (1 + err)
     )
     assert cap.sim_error == err and "dense models" in basis
-    assert any("leave-one-source-out" in w for w in cap.includes())
+    assert any("held out of the fit" in w for w in cap.includes())
     measured = capacity_at_slo(_curve(pts, simulated=False), SLO)
     assert measured.sim_error is None and (measured.low, measured.high) == (2000, 2400)
+
+
+def test_a_ratio_of_two_simulated_runs_carries_the_fits_error_on_a_ratio_not_both_errors():
+    """Both sides simulated with the published fit share its errors: the ratio is off by the
+    held-out pairs of GPUs' error (accuracy.ratio_error), not by each side's compounded."""
+    from bench.sim.profiles.accuracy import expected_error, ratio_error
+
+    a = capacity_at_slo(
+        _curve([_point(8, 4000, 900, 40), _point(10, 4800, 900, 60)], "a", True), SLO
+    )
+    b = capacity_at_slo(
+        _curve([_point(8, 2000, 900, 40), _point(10, 2400, 900, 60)], "b", True), SLO
+    )
+    err, _ = expected_error("B200-SXM", "llama-3.3-70b")
+    r, basis = ratio_error("dense", "dense")
+    assert a.sim_category == b.sim_category == "dense" and r < err
+    ratio, _ = capacity_ratio(a, b)
+    # the measured parts: 4,000-4,800 over 2,000-2,400; then x/÷ (1 + r)
+    assert ratio.low == pytest.approx(4000 / 2400 / (1 + r))
+    assert ratio.high == pytest.approx(4800 / 2000 * (1 + r))
+    assert (ratio.sim_error, ratio.sim_basis) == (r, basis) and "pairs" in basis
+    # compounded, each side's error would have given a far wider range
+    assert ratio.low > (a.low / b.high) * 1.2 and ratio.high < (a.high / b.low) / 1.2
+    # a measured side keeps the old arithmetic (each side's own range)
+    m = capacity_at_slo(_curve([_point(8, 2000, 900, 40), _point(10, 2400, 900, 60)], "m"), SLO)
+    mixed, _ = capacity_ratio(a, m)
+    assert mixed.sim_error is None and mixed.low == pytest.approx(a.low / m.high)
 
 
 # -- properties over random curves ------------------------------------------------------------

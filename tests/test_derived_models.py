@@ -33,8 +33,11 @@ def test_a_ratio_answer_reads_its_text():
     ratio = Ratio(2.0, 1.5, None, None, False)
     assert RatioOut.of(ratio).model_dump() == {
         "value": 2.0, "low": 1.5, "high": None, "bound": None, "flips": False,
-        "text": "2.00x (range 1.50x-open)",
+        "sim_error": None, "sim_basis": None, "text": "2.00x (range 1.50x-open)",
     }  # fmt: skip
+    # two simulated runs: the fit's error on a ratio of GPUs travels with the answer
+    shared = Ratio(2.0, 1.6, 2.5, None, False, 0.12, "simulator's held-out error on a ratio")
+    assert RatioOut.of(shared).model_dump()["sim_error"] == 0.12
 
 
 def test_a_curve_answer_has_every_field_of_the_curve():

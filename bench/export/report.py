@@ -45,7 +45,7 @@ from bench.curves import (
 )
 from bench.metrics import LATENCY_METRICS, Threshold
 from bench.plan import Demand, Plan, default_demand, gpus_text, plan_capacity
-from bench.sim.profiles.accuracy import NEAR_SATURATION
+from bench.sim.profiles.accuracy import COVERAGE, NEAR_SATURATION
 
 # --------------------------------------------------------------------------- data model
 
@@ -783,10 +783,11 @@ def _sim_error_table(curves) -> Table:
         "Simulated figures: expected error and saturation",
         headers,
         rows,
-        note="A simulated figure is a prediction: its expected error is the simulator's "
-        "held-out (leave-one-source-out) mean error for the run's category (dense, MoE, AMD), "
-        "or, for a run simulated with a calibration profile, the profile's own mean error per "
-        "quantity; the value lies within x/÷ (1 + error). A point at "
+        note="A simulated figure is a prediction: its expected error is the error that "
+        f"{COVERAGE:.0%} of the published points held out of the simulator's fit were within, "
+        "for the run's category (dense, MoE, AMD; a TTFT's at least that of the independent "
+        "TTFT checks), or, for a run simulated with a calibration profile, the profile's own "
+        "error per quantity; the value lies within x/÷ (1 + error). A point at "
         f"{NEAR_SATURATION:.0%} or more of the simulated maximum request rate is near "
         "saturation: its latency can be off by far more than the stated error. Measured runs "
         "carry no expected error and are not listed.",

@@ -31,6 +31,7 @@ from bench.sim.user_calibration import (  # noqa: E402
     quantities,
     replay,
     replay_records,
+    sampling_spread,
     write_profile,
 )
 
@@ -51,6 +52,7 @@ def _point(rate: float, values: dict[str, float], n: int = 40, seed: int = 0) ->
     eff = efficiency_values(values, DEVICE.vendor)
     records = replay_records(p, build_engine(DEVICE, SETTINGS, eff))
     p.measured, p.gaps_measured = quantities(records), gaps_by_batch(records)
+    p.spread = sampling_spread(records)
     return p
 
 
@@ -100,6 +102,10 @@ def test_the_fit_stays_inside_the_physical_ranges_and_says_so():
 def test_profile_round_trips_and_changes_predictions(fitted, tmp_path: Path):
     path = write_profile(fitted, tmp_path / "p.yaml")
     back = load_profile(path)
+    # each fitted point's sampling spread travels with its residual, so the stated error does
+    assert [r.spread.keys() for r in back.residuals] == [r.spread.keys() for r in fitted.residuals]
+    assert all(r.spread["ttft_p99"] > 0 for r in back.residuals)
+    assert back.expected_error() == pytest.approx(fitted.expected_error(), rel=1e-3)
     assert back.values == pytest.approx({k: float(f"{v:.4g}") for k, v in fitted.values.items()})
     assert back.settings.model == "llama-3.1-8b" and back.settings.max_num_seqs == 16
     assert back.expected_error().keys() == fitted.expected_error().keys()
@@ -638,3 +644,64 @@ def test_calibration_reads_a_step_shape_the_model_cannot_follow(fitted, tmp_path
     print_profile(replace(back, step_shape=((1, False, 1.02), (2, False, 0.5))))
     shown = " ".join(capsys.readouterr().out.split())
     assert "1: x1.02, 2: x0.5 (at its bound" in shown
+
+
+def test_sampling_spread_reaches_the_ends_of_the_percentiles_interval():
+    """200 requests, TTFT 1..200 ms: the p50's 95% interval is two order statistics around
+    the 100th; a p99 of 200 requests has no upper end the data can bound (bench.metrics
+    needs ~300), so the most extreme request stands in for it."""
+    from bench.metrics import percentile_ci
+    from bench.records import RequestRecord
+
+    ms = 1_000_000
+    recs = [
+        RequestRecord(index=i, sent_ns=0, first_token_ns=i * ms, end_ns=i * ms + 10 * (ms + i * 1000),
+                      output_tokens=11)
+        for i in range(1, 201)
+    ]  # fmt: skip
+    spread = sampling_spread(recs)
+    ttft = np.arange(1, 201) / 1e3
+    p50 = np.percentile(ttft, 50)
+    lo, hi = percentile_ci(ttft, 50)
+    assert spread["ttft_p50"] == pytest.approx(max(p50 / lo - 1, hi / p50 - 1))
+    assert 0.05 < spread["ttft_p50"] < 0.2  # about +-14 ranks of 200 around 100 ms
+    assert percentile_ci(ttft, 99)[1] is None
+    p99 = np.percentile(ttft, 99)
+    assert spread["ttft_p99"] == pytest.approx(
+        max(p99 / percentile_ci(ttft, 99)[0] - 1, 0.2 / p99 - 1)
+    )
+    assert "output_tps" not in spread  # one figure per run: no interval from its requests
+    assert spread["tpot_p50"] < 0.02  # TPOT 1.001-1.2 ms: +-14 us around 1.1 ms
+    assert sampling_spread([]) == {}
+
+
+def test_a_profile_states_its_fit_and_the_measurements_interval_in_quadrature(fitted):
+    """A fit that matched its points to 3-4% still states the error a rerun of those loads
+    would show: sqrt(rms residual^2 + median sampling spread^2); the held-out mean where
+    larger; never below the floor."""
+    from dataclasses import replace
+
+    from bench.sim.user_calibration import SIGMA_FLOOR, PointResidual
+
+    def res(err: float, spread: float | None) -> PointResidual:
+        extra = {} if spread is None else {"ttft_p50": spread}
+        return PointResidual("r", 0, "rate 1/s", {"ttft_p50": 1.0}, {"ttft_p50": 1 + err}, extra)
+
+    prof = replace(fitted, residuals=[res(0.03, 0.10), res(-0.04, 0.20)], held_out=[])
+    rms = math.sqrt((0.03**2 + 0.04**2) / 2)
+    assert prof.expected_error() == pytest.approx({"ttft_p50": math.hypot(rms, 0.15)})
+    no_spread = replace(prof, residuals=[res(0.03, None), res(-0.04, None)])
+    assert no_spread.expected_error() == pytest.approx({"ttft_p50": SIGMA_FLOOR})
+    held = replace(prof, held_out=[res(0.5, None)])
+    assert held.expected_error() == pytest.approx({"ttft_p50": 0.5})
+
+
+def test_a_profile_with_a_spread_that_is_not_a_number_is_named(fitted, tmp_path: Path):
+    import yaml
+
+    path = write_profile(fitted, tmp_path / "p.yaml")
+    doc = yaml.safe_load(path.read_text())
+    doc["residuals"][0]["ttft_p50"]["spread"] = "wide"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(Exception, match=r"residuals\[0\]\.ttft_p50\.spread.*must be a number"):
+        load_profile(path)

@@ -84,11 +84,20 @@ p50 at 65% load was 0.88 ms in one run and 1.15 ms in another (the server's own 
 agree with the client's TPOT within 1% in both: the engine, not the measurement, moved).
 The saturated --parallel 2 closed loop (100%, not held to targets): TPOT p50 within 10%,
 throughput within 3%, TTFT p50 +52 to +67% in every run.
+
+Five runs on 2026-12-05 (same predictions; the first two beside a CPU-bound job): worst
+held-out below saturation TTFT p50 12/26/15/6/15%, TTFT p99 58/16/22/16/20%, TPOT p50
+13/1/9/4/3%, TPOT p99 43/8/24/11/16%, throughput 0%: the quiet three met every target. The
+profile's stated error (CalibrationProfile.expected_error: the fit's residuals and the
+measurements' sampling intervals in quadrature) held 10, 14, 13, 15 and 14 of the 15 held-out
+figures below saturation (the residuals' mean alone, stated before: 10, 12, 11, 12, 12); the
+test asserts COVERED.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -127,6 +136,9 @@ CLIENT_CORES = client_cores()
 # sequences held, switching every few seconds of an open loop
 ENGINE_FLAGS = ("--kv-unified",)
 BELOW_SATURATION = 0.9  # points at more than this utilisation are reported, not held to targets
+# Share of the held-out figures below saturation the profile's stated error must hold: 14, 13,
+# 15 and 14 of 15 in four runs (2026-12-05), 10 of 15 in a run beside a CPU-bound job
+COVERED = 0.6
 
 
 def tokenbench(
@@ -271,6 +283,17 @@ def test_calibrate_on_llama_server_and_predict_unseen_loads(tmp_path: Path):
             f"{q}: worst held-out error below saturation {worst:.0%} (issue target {target:.0%};"
             f" the same load measured twice: {twice:+.0%})"
         )
+    # what the profile states (CalibrationProfile.expected_error), against what the held-out
+    # loads measured: a prediction x/÷ (1 + stated error) should hold the measured figure
+    stated = load_profile(profile).expected_error()
+    inside = [
+        abs(math.log1p(e[q])) <= math.log1p(stated[q]) + 1e-9 for _, _, e in below for q in stated
+    ]
+    print(
+        "stated error: " + ", ".join(f"{q} {v:.0%}" for q, v in stated.items())
+        + f"; held-out figures below saturation within it: {sum(inside)} of {len(inside)}"
+    )  # fmt: skip
+    assert sum(inside) >= COVERED * len(inside), (stated, below)
     for setting, load, errs in below:
         assert set(QUANTITY_NAMES) <= set(errs), (setting, load, errs)  # every figure predicted
         for q, reached in REACHED.items():

@@ -133,7 +133,10 @@ def expected_errors(gpu: str | None, model: str | None, profile: Any = None) -> 
     if profile is not None:
         errs = profile.expected_error()
         where = f" {profile.path}" if profile.path else ""
-        return errs, f"mean error of calibration profile{where} on the points it was fitted on"
+        return errs, (
+            f"error of calibration profile{where}: its fit's residuals and the measurements' "
+            "own sampling intervals"
+        )
     err, basis = held_out_error(gpu, model)
     ttft = covering_error(held_out_errors()["ttft"]) if held_out_errors()["ttft"] else 0.0
     errors = {q: max(err, ttft) if q.startswith("ttft") else err for _, _, q in FIGURES}

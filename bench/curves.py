@@ -1124,7 +1124,9 @@ def capacity_ratio(a: Capacity | None, b: Capacity | None) -> tuple[Ratio | None
 
     low, high = div(a.low, b.high), div(a.high, b.low)
     sim = _shared_sim_error(a, b)
-    if sim is not None and None not in (a.low, a.high, b.low, b.high):
+    if None in (a.low, a.high, b.low, b.high):
+        sim = None  # a bound or an unknown interval: each side's own range, as measured
+    if sim is not None:
         # each side's range without its own simulator error, then the ratio's error on top
         ea, eb, r = a.sim_error or 0.0, b.sim_error or 0.0, sim[0]
         low = div(a.low * (1 + ea), b.high / (1 + eb)) / (1 + r)
@@ -1137,7 +1139,7 @@ def capacity_ratio(a: Capacity | None, b: Capacity | None) -> tuple[Ratio | None
     # per-request data) claims nothing either way.
     known = (low is not None or bound == "at most") and (high is not None or bound == "at least")
     flips = known and (low is None or low <= 1.0) and (high is None or high >= 1.0)
-    if sim is None or (low is None and high is None):
+    if sim is None:
         return Ratio(value, low, high, bound, flips), None
     return Ratio(value, low, high, bound, flips, *sim), None
 

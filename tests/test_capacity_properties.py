@@ -149,6 +149,13 @@ def test_a_ratio_of_two_simulated_runs_carries_the_fits_error_on_a_ratio_not_bot
     m = capacity_at_slo(_curve([_point(8, 2000, 900, 40), _point(10, 2400, 900, 60)], "m"), SLO)
     mixed, _ = capacity_ratio(a, m)
     assert mixed.sim_error is None and mixed.low == pytest.approx(a.low / m.high)
+    # a side that is a bound (every load met the SLO) keeps each side's own range, and says so
+    top = capacity_at_slo(
+        _curve([_point(8, 4000, 900, 40), _point(10, 4800, 900, 45)], "t", True), SLO
+    )
+    bounded, _ = capacity_ratio(top, b)
+    assert top.kind == "at_least" and bounded.bound == "at least"
+    assert bounded.sim_error is None and bounded.low == pytest.approx(top.low / b.high)
 
 
 # -- properties over random curves ------------------------------------------------------------

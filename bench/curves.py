@@ -822,14 +822,13 @@ def capacity_at_slo(
             f"{again[-1].title} met the SLO again above the first failure at {pts[first].title}: "
             "the boundary is noisy there"
         )
-    if sim_error is None and curve.simulated and not curve.sim_error:
-        from bench.sim.profiles.accuracy import category
-
-        sim_category = category(curve.gpu_type, curve.model)
     if sim_error is None and curve.simulated:
-        from bench.sim.profiles.accuracy import expected_error
+        from bench.sim.profiles.accuracy import category, expected_error
 
-        sim_error = curve.sim_error or expected_error(curve.gpu_type, curve.model)
+        sim_error = curve.sim_error  # a calibration profile's, stored with the run
+        if sim_error is None:  # the published fit's, for the run's category
+            sim_error = expected_error(curve.gpu_type, curve.model)
+            sim_category = category(curve.gpu_type, curve.model)
     low = high = None
     if known:
         low = min([value] + [lo for lo, _ in parts.values()])

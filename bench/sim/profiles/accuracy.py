@@ -30,28 +30,30 @@ TTFT_BASIS = "; TTFT at least as far as the independent TTFT checks ({ttft:.0%})
 
 
 @lru_cache(maxsize=1)
+def _held_out_doc() -> dict[str, Any]:
+    return yaml.safe_load(HELD_OUT_YAML.read_text())
+
+
+def _by_category(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """|error| of the rows by their category, and of all of them ("all")."""
+    out: dict[str, list[float]] = {c: [] for c in CATEGORIES}
+    for row in rows:
+        out[row["category"]].append(abs(row["error"]))
+        out["all"].append(abs(row["error"]))
+    return out
+
+
 def held_out_errors() -> dict[str, list[float]]:
     """|error| of every held-out point by category ("all" too), and of the TTFT checks
     ("ttft"), as held_out.yaml records them."""
-    doc = yaml.safe_load(HELD_OUT_YAML.read_text())
-    out: dict[str, list[float]] = {c: [] for c in CATEGORIES}
-    for p in doc["points"]:
-        out[p["category"]].append(abs(p["error"]))
-        out["all"].append(abs(p["error"]))
-    out["ttft"] = [abs(t["error"]) for t in doc.get("ttft", [])]
-    return out
+    doc = _held_out_doc()
+    return _by_category(doc["points"]) | {"ttft": [abs(t["error"]) for t in doc.get("ttft", [])]}
 
 
-@lru_cache(maxsize=1)
 def gpu_pair_errors() -> dict[str, list[float]]:
     """|error| of the ratio of two GPUs' held-out points (calibration.gpu_pairs) by category
     ("all" too)."""
-    doc = yaml.safe_load(HELD_OUT_YAML.read_text())
-    out: dict[str, list[float]] = {c: [] for c in CATEGORIES}
-    for p in doc.get("gpu_pairs", []):
-        out[p["category"]].append(abs(p["error"]))
-        out["all"].append(abs(p["error"]))
-    return out
+    return _by_category(_held_out_doc().get("gpu_pairs", []))
 
 
 def ratio_error(category_a: str, category_b: str) -> tuple[float, str]:
@@ -60,15 +62,15 @@ def ratio_error(category_a: str, category_b: str) -> tuple[float, str]:
     differing) were within, in their category ("all" when the two runs' differ or a category
     has no pair). Their errors are the same fit's, so a ratio is off by far less than the
     two errors compounded (dense pairs: within 12% where each GPU's points were within 35%)."""
-    key = category_a if category_a == category_b else "all"
-    errors = gpu_pair_errors()[key] or gpu_pair_errors()["all"]
+    pairs = gpu_pair_errors()
+    key = category_a if category_a == category_b and pairs[category_a] else "all"
+    errors = pairs[key]
     if not errors:
         return 0.0, "no held-out pair of GPUs"
     err = covering_error(errors)
-    what = CATEGORIES[key] if gpu_pair_errors()[key] else CATEGORIES["all"]
     within = sum(e <= err for e in errors)
     return err, (
-        f"simulator's held-out error on a ratio of two GPUs for {what} ({within} of "
+        f"simulator's held-out error on a ratio of two GPUs for {CATEGORIES[key]} ({within} of "
         f"{len(errors)} pairs within it)"
     )
 
@@ -138,7 +140,8 @@ def expected_errors(gpu: str | None, model: str | None, profile: Any = None) -> 
             "own sampling intervals"
         )
     err, basis = held_out_error(gpu, model)
-    ttft = covering_error(held_out_errors()["ttft"]) if held_out_errors()["ttft"] else 0.0
+    checks = held_out_errors()["ttft"]
+    ttft = covering_error(checks) if checks else 0.0
     errors = {q: max(err, ttft) if q.startswith("ttft") else err for _, _, q in FIGURES}
     return errors, basis + (TTFT_BASIS.format(ttft=ttft) if ttft > err else "")
 

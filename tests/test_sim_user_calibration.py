@@ -163,6 +163,9 @@ def test_calibrate_from_a_stored_run_and_scipy_missing(tmp_path: Path, monkeypat
     out = _cli("sim", "calibrate", run_id, "--out", str(prof_path), "--db", db)
     assert out.exit_code == 0, out.output
     assert "Residuals" in out.output and "rate 16/s" in out.output
+    assert "no load was measured twice" in out.output  # and how to measure the engine's noise
+    stated = load_profile(prof_path).expected_error()
+    assert f"states an error of: ttft_p50 {stated['ttft_p50']:.1%}" in out.output
     prof = load_profile(prof_path)  # model, engine and limits came from the stored run
     assert prof.settings.model == "llama-3.1-8b" and prof.settings.max_num_seqs == 16
     assert prof.device.name == "H100-SXM" and prof.runs[0]["id"] == run_id
@@ -705,3 +708,43 @@ def test_a_profile_with_a_spread_that_is_not_a_number_is_named(fitted, tmp_path:
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(Exception, match=r"residuals\[0\]\.ttft_p50\.spread.*must be a number"):
         load_profile(path)
+
+
+def test_one_load_measured_twice_states_how_far_the_engine_moved(fitted, tmp_path: Path):
+    """A load the runs measured twice (same load, same mean lengths) says how far the engine
+    is from itself; the stated error is never below it, and it survives the file. Another
+    workload at the same rate, or another rate, is not a repeat."""
+    from dataclasses import replace
+
+    from bench.sim.user_calibration import repeatability
+
+    first = _point(4, TRUTH, seed=0)
+    again = replace(first, run_id="again", measured={**first.measured})
+    again.measured["tpot_p50"] *= 1.25  # a busy host: the same load, a quarter slower
+    again.measured["ttft_p99"] *= 0.9
+    longer = replace(first, run_id="longer", requests=first.requests * [1, 2, 1])
+    faster = replace(first, run_id="faster", load="rate 8/s")
+    for p in (longer, faster):
+        p.measured = {q: 3 * v for q, v in first.measured.items()}
+    moved, loads = repeatability([first, longer, faster, again])
+    assert loads == ["rate 4/s"]
+    assert moved["tpot_p50"] == pytest.approx(0.25)
+    assert moved["ttft_p99"] == pytest.approx(1 / 0.9 - 1)
+    assert moved["ttft_p50"] == pytest.approx(0.0)
+    assert repeatability([first, longer, faster]) == ({}, [])
+
+    prof = replace(fitted, repeat=moved, repeated_loads=loads)
+    stated, before = prof.expected_error(), fitted.expected_error()
+    assert stated["tpot_p50"] >= 0.25 > before["tpot_p50"]
+    assert stated["ttft_p50"] == pytest.approx(before["ttft_p50"])  # it did not move
+    back = load_profile(write_profile(prof, tmp_path / "p.yaml"))
+    assert back.repeated_loads == loads
+    assert back.expected_error() == pytest.approx(stated, rel=1e-3)
+
+    import yaml
+
+    doc = yaml.safe_load((tmp_path / "p.yaml").read_text())
+    doc["repeatability"]["tpot_p50"] = -1
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(Exception, match=r"repeatability\.tpot_p50.*must be a number >= 0"):
+        load_profile(tmp_path / "bad.yaml")

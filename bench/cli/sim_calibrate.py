@@ -337,6 +337,7 @@ def print_profile(prof: Any) -> None:
     _residual_table("Residuals: simulated / measured - 1", prof.residuals)
     if prof.held_out:
         _residual_table("Held out: each point predicted by a fit without it", prof.held_out)
+    _print_stated_error(prof)
     loose = prof.unpinned()
     if loose:
         names = ", ".join(f"{p.name} ({p.why_not_pinned()})" for p in loose)
@@ -345,6 +346,24 @@ def print_profile(prof: Any) -> None:
         console.print(f"[yellow]flat direction:[/yellow] {f} trade off against each other")
     if not loose and not prof.flat:
         console.print("every parameter is pinned down by these runs")
+
+
+def _print_stated_error(prof: Any) -> None:
+    """What a prediction on the profile states, and how far the engine was from itself."""
+    if prof.repeat:
+        moved = ", ".join(f"{q} {v:.1%}" for q, v in prof.repeat.items())
+        console.print(
+            f"measured twice ({'; '.join(prof.repeated_loads)}), the engine moved by: {moved}",
+            highlight=False,
+        )
+    else:
+        console.print(
+            "no load was measured twice: a run repeating one of these loads (e.g. the first, "
+            "last) lets the profile state how far the engine moves from itself",
+            highlight=False,
+        )
+    stated = ", ".join(f"{q} {e:.1%}" for q, e in prof.expected_error().items())
+    console.print(f"a prediction on this profile states an error of: {stated}", highlight=False)
 
 
 def _residual_table(title: str, residuals: list) -> None:

@@ -169,9 +169,9 @@ class RunCurve:
     points: list[CurvePoint] = field(default_factory=list)
     colour: str = "#1f77b4"
     shape: str | None = None  # the request shape it was measured with (scenario.workload_shape)
-    # a simulated run's own expected error and its basis (a calibration profile's), else None:
-    # the simulator's held-out error for its category applies
-    sim_error: tuple[float, str] | None = None
+    # a simulated run's own expected error per quantity and its basis (a calibration
+    # profile's), else None: the simulator's held-out error for its category applies
+    sim_error: tuple[dict[str, float], str] | None = None
     # a simulated run's expected error per quantity, its basis and saturation rate
     # (run_error_bars: what `sim run` printed); None for a measured run
     error_bars: dict | None = None
@@ -298,7 +298,7 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
     curve.shape = stored_shape(run.scenario_text)
     calibration = ((run.extra_json or {}).get("sim") or {}).get("calibration") or {}
     if calibration.get("expected_error"):
-        curve.sim_error = (max(calibration["expected_error"].values()), calibration["basis"])
+        curve.sim_error = (dict(calibration["expected_error"]), calibration["basis"])
     lps = run.load_points or []
     for lp in lps:
         cols = load_columns(run.id, lp.load_point, db)
@@ -723,7 +723,7 @@ def _late_flag(p: CurvePoint | None) -> list[str]:
 def capacity_at_slo(
     curve: RunCurve,
     slo: Sequence[Threshold],
-    sim_error: tuple[float, str] | None = None,
+    sim_error: tuple[dict[str, float], str] | None = None,
     sim_category: str | None = None,
 ) -> Capacity:
     """The highest load meeting every SLO threshold, interpolated to the boundary.
@@ -735,10 +735,11 @@ def capacity_at_slo(
     "long") give more estimates of the same crossing: the capacity is the mean of the
     bracket's estimates, and the range spans all of them. It can never contradict itself:
     low <= value <= high, and value is never below a load that passed with no failing load
-    beneath it. Interrupted (partial) points never count. `sim_error` (relative error,
-    where it comes from) widens a simulated run's range; None reads it from the simulator
-    (bench.sim.profiles.accuracy) for simulated curves. `sim_category`: the validation
-    category of a run simulated with the published fit, when `sim_error` is its.
+    beneath it. Interrupted (partial) points never count. `sim_error` (relative error per
+    quantity, where it comes from) widens a simulated run's range by the figures that could
+    decide it (sim_widening); None reads it from the simulator (bench.sim.profiles.accuracy)
+    for simulated curves. `sim_category`: the validation category of a run simulated with
+    the published fit, when `sim_error` is its.
     """
     slo = list(slo)
     pts, notes = _complete(curve)
@@ -823,18 +824,22 @@ def capacity_at_slo(
             "the boundary is noisy there"
         )
     if sim_error is None and curve.simulated:
-        from bench.sim.profiles.accuracy import category, expected_error
+        from bench.sim.profiles.accuracy import category, expected_errors
 
         sim_error = curve.sim_error  # a calibration profile's, stored with the run
         if sim_error is None:  # the published fit's, for the run's category
-            sim_error = expected_error(curve.gpu_type, curve.model)
+            sim_error = expected_errors(curve.gpu_type, curve.model)
             sim_category = category(curve.gpu_type, curve.model)
     low = high = None
+    widen: tuple[float, str] | None = None
+    if sim_error is not None:
+        e, which = sim_widening(sim_error[0], slo, point)
+        widen = (e, f"{sim_error[1]}; {which}")
     if known:
         low = min([value] + [lo for lo, _ in parts.values()])
         high = max([value] + [hi for _, hi in parts.values()])
-        if sim_error is not None:  # x/÷ (1 + error), as every simulated figure's bounds
-            low, high = low / (1 + sim_error[0]), high * (1 + sim_error[0])
+        if widen is not None:  # x/÷ (1 + error), as every simulated figure's bounds
+            low, high = low / (1 + widen[0]), high * (1 + widen[0])
     return Capacity(
         "interpolated",
         slo,
@@ -846,11 +851,46 @@ def capacity_at_slo(
         deciding=_deciding(deciding_t, b),
         flags=flags,
         parts=parts,
-        sim_error=sim_error[0] if sim_error else None,
-        sim_basis=sim_error[1] if sim_error else None,
-        sim_category=sim_category if sim_error else None,
+        sim_error=widen[0] if widen else None,
+        sim_basis=widen[1] if widen else None,
+        sim_category=sim_category if widen else None,
         binding=class_scope(deciding_t.metric)[0],
     )
+
+
+def sim_widening(
+    errors: dict[str, float], slo: Sequence[Threshold], point: CurvePoint | None
+) -> tuple[float, str]:
+    """The error a simulated capacity widens by (x/÷ 1 + e), and which figures set it in
+    words: the output throughput's (a capacity is one) and that of each SLO figure that could
+    decide within its error at the capacity, i.e. whose value there, off by its error, would
+    break its limit. The deciding figure always could; one far inside its limit could not,
+    however far off it is: a TTFT p99 at a third of its limit does not widen a capacity TPOT
+    decides by TTFT's larger error (the published fit's held-out points, throughput at an
+    interactivity, are a capacity at a TPOT limit: their error is that capacity's)."""
+    from bench.sim.profiles.accuracy import relative_error
+
+    worst = max(errors.values()) if errors else 0.0
+    could: dict[str, float] = {}
+    left = []
+    for t in slo:
+        e = relative_error(errors, class_scope(t.metric)[1])
+        value = point.value(t.metric) if point is not None else None
+        if e is None:
+            continue
+        reach = (
+            None if value is None else value * (1 + e) if t.op in ("<", "<=") else value / (1 + e)
+        )
+        if reach is not None and t.passes(reach):
+            left.append(f"{t.metric} at {value:.4g} against {t.limit:g} ({e:.0%})")
+        else:
+            could[t.metric] = max(could.get(t.metric, 0.0), e)
+    could["output tok/s"] = errors.get("output_tps", worst)  # named last: a tie names the SLO's
+    name = max(could, key=lambda k: could[k])
+    words = f"widened by {name}'s {could[name]:.0%}, the largest of the figures that could decide"
+    if left:
+        words += f"; left out, within the limit even that far off: {', '.join(left)}"
+    return could[name], words
 
 
 def _x(p: CurvePoint, by_offered: bool) -> float:

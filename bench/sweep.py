@@ -383,15 +383,14 @@ class Sweep:
         view uses); without the simulator's error, for deciding where to measure next."""
         curve = sweep_curve(self.result.points, self._gpus())
         if with_sim_error and self.session is not None and getattr(self.session, "simulated", 0):
-            from bench.sim.profiles.accuracy import category, expected_error
+            from bench.sim.profiles.accuracy import category, expected_errors
 
             gpu, model = self.scenario.gpu.type, self.scenario.target.model
             cal = getattr(getattr(self.session, "executor", None), "calibration", None)
             if cal and cal.get("expected_error"):  # a calibration profile's own error
-                err = (max(cal["expected_error"].values()), cal["basis"])
-                return capacity_at_slo(curve, self.slo, err)
+                return capacity_at_slo(curve, self.slo, (cal["expected_error"], cal["basis"]))
             return capacity_at_slo(
-                curve, self.slo, expected_error(gpu, model), category(gpu, model)
+                curve, self.slo, expected_errors(gpu, model), category(gpu, model)
             )
         return capacity_at_slo(curve, self.slo)
 

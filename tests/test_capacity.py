@@ -368,7 +368,7 @@ def test_plan_costs_carry_the_gpu_counts_range_and_a_simulated_runs_error():
     pts = [_point(1, 600, 300, 30), _point(2, 1000, 500, 44), _point(4, 1800, 900, 59)]
     measured = _curve(pts, "B200-SXM", run_id="m")
     simulated = _curve(pts, "B200-SXM", run_id="s")
-    simulated.simulated, simulated.sim_error = True, (0.5, "test error")
+    simulated.simulated, simulated.sim_error = True, ({"output_tps": 0.5}, "test error")
     comps = compare_runs([measured, simulated], SLO, cat)
     plan = plan_capacity(comps, Demand(requests_per_s=20, peak_factor=1.5), cat)
     m, s = plan.systems

@@ -107,19 +107,31 @@ def test_draws_and_longer_points_widen_the_range_and_move_the_estimate():
     assert any("twice as long" in w for w in cap.includes())
 
 
-def test_a_simulated_range_folds_in_the_simulators_error():
-    from bench.sim.profiles.accuracy import expected_error
+def test_a_simulated_range_folds_in_the_error_of_the_figures_that_could_decide_it():
+    """x/÷ (1 + error) of the SLO figures that, off by their error at the capacity, would break
+    their limit: the deciding TPOT's (and throughput's) always; TTFT's larger error only where
+    TTFT is close enough to its limit to decide within it."""
+    from bench.sim.profiles.accuracy import expected_errors
 
+    errors, basis = expected_errors("B200-SXM", "llama-3.3-70b")
+    tpot, ttft = errors["tpot_p99"], errors["ttft_p99"]
+    assert ttft > tpot  # the independent TTFT checks are further off than the fitted points
     pts = [_point(8, 2000, 900, 40), _point(10, 2400, 900, 60)]
-    err, basis = expected_error("B200-SXM", "llama-3.3-70b")
     cap = capacity_at_slo(_curve(pts, simulated=True), SLO)
-    # x/÷ (1 + error), as every simulated figure's bounds: an error of 100% or more never
-    # takes the range below zero
-    assert cap.low == pytest.approx(2000 / (1 + err)) and cap.high == pytest.approx(
-        2400 * (1 + err)
+    # TTFT p99 900 ms, 900 x (1 + ttft) still under its 2,000 ms: it cannot decide; TPOT's
+    # error widens the range. An error of 100% or more never takes it below zero.
+    assert cap.low == pytest.approx(2000 / (1 + tpot)) and cap.high == pytest.approx(
+        2400 * (1 + tpot)
     )
-    assert cap.sim_error == err and "dense models" in basis
+    assert cap.sim_error == tpot and "dense models" in basis and basis in cap.sim_basis
+    assert "widened by p99_tpot_ms's" in cap.sim_basis and "left out" in cap.sim_basis
+    assert "p99_ttft_ms at 900 against 2000" in cap.sim_basis
     assert any("held out of the fit" in w for w in cap.includes())
+    # TTFT p99 at 1,500 ms: 46% off it would break 2,000 ms, so its error widens the range
+    near = [_point(8, 2000, 1500, 40), _point(10, 2400, 1500, 60)]
+    cap = capacity_at_slo(_curve(near, simulated=True), SLO)
+    assert cap.sim_error == ttft and "widened by p99_ttft_ms's" in cap.sim_basis
+    assert cap.low == pytest.approx(2000 / (1 + ttft))
     measured = capacity_at_slo(_curve(pts, simulated=False), SLO)
     assert measured.sim_error is None and (measured.low, measured.high) == (2000, 2400)
 
@@ -127,7 +139,7 @@ def test_a_simulated_range_folds_in_the_simulators_error():
 def test_a_ratio_of_two_simulated_runs_carries_the_fits_error_on_a_ratio_not_both_errors():
     """Both sides simulated with the published fit share its errors: the ratio is off by the
     held-out pairs of GPUs' error (accuracy.ratio_error), not by each side's compounded."""
-    from bench.sim.profiles.accuracy import expected_error, ratio_error
+    from bench.sim.profiles.accuracy import expected_errors, ratio_error
 
     a = capacity_at_slo(
         _curve([_point(8, 4000, 900, 40), _point(10, 4800, 900, 60)], "a", True), SLO
@@ -135,7 +147,7 @@ def test_a_ratio_of_two_simulated_runs_carries_the_fits_error_on_a_ratio_not_bot
     b = capacity_at_slo(
         _curve([_point(8, 2000, 900, 40), _point(10, 2400, 900, 60)], "b", True), SLO
     )
-    err, _ = expected_error("B200-SXM", "llama-3.3-70b")
+    err = expected_errors("B200-SXM", "llama-3.3-70b")[0]["tpot_p99"]
     r, basis = ratio_error("dense", "dense")
     assert a.sim_category == b.sim_category == "dense" and r < err
     ratio, _ = capacity_ratio(a, b)

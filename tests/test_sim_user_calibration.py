@@ -176,7 +176,7 @@ def test_sim_run_puts_an_error_bar_on_every_figure_and_flags_saturation(fitted, 
     quantity; a point offered more than the deployment can serve is flagged."""
     import json
 
-    from bench.sim.profiles.accuracy import expected_error
+    from bench.sim.profiles.accuracy import expected_errors
 
     db, out = str(tmp_path / "t.db"), tmp_path / "s.json"
     common = ["--num-prompts", "24", "--random-input-len", "300", "--random-output-len", "40"]
@@ -187,7 +187,8 @@ def test_sim_run_puts_an_error_bar_on_every_figure_and_flags_saturation(fitted, 
     assert res.exit_code == 0, res.output
     assert "Expected error of the simulated figures" in res.output
     doc = json.loads(out.read_text())
-    err, basis = expected_error("H100", "llama-3.1-8b")
+    errors, basis = expected_errors("H100", "llama-3.1-8b")
+    err = errors["ttft_p50"]
     assert doc["simulation_error"]["basis"] == basis
     low, high = doc["points"]
     ttft = low["expected_error"]["ttft_p50"]

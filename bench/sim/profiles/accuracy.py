@@ -107,14 +107,6 @@ def held_out_error(gpu: str | None, model: str | None) -> tuple[float, str]:
     return err, BASIS.format(what=CATEGORIES[key], n=within, m=len(errors))
 
 
-def expected_error(gpu: str | None, model: str | None) -> tuple[float, str]:
-    """The largest of a simulated run's figures' errors (expected_errors) and its basis: what
-    a capacity range widens by, whichever figure its SLO is decided on (as a calibration
-    profile's largest error does)."""
-    errors, basis = expected_errors(gpu, model)
-    return max(errors.values()), basis
-
-
 # -- error bars: each simulated figure's expected error (bench.sim.error_bars adds the
 # saturation rate, which needs the engine; bench.curves reads both back for a stored run)
 

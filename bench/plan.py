@@ -296,7 +296,7 @@ def plan_capacity(
         best, tier = min(options, key=lambda o: o[1].usd_per_month)
         rec = Recommendation(
             best.legend, best.gpu_type or "?", best.gpus, best.nodes, tier,
-            _sentence(best, tier, demand, slo) + _flips(best, systems),
+            _sentence(best, tier, demand, slo) + _flips(best, systems, comparisons),
         )  # fmt: skip
     return Plan(
         demand=demand,
@@ -521,9 +521,31 @@ def _overlap(a: tuple[float | None, float | None], b: tuple[float | None, float 
     return not (a_below_b or b_below_a)
 
 
-def _flips(best: SystemPlan, systems: Sequence[SystemPlan]) -> str:
+def _too_close(
+    mine: TierCost, theirs: TierCost, best: SystemPlan, other: SystemPlan, caps: dict
+) -> str:
+    """Why a cheaper month for `other` is too close to call, "" when it is not: their $/month
+    ranges overlap; for two runs simulated with the published fit, whose errors are the same
+    fit's, the range of their capacity ratio decides instead (each side's range holds the
+    whole fit error, so side by side they compound it: choose.cheaper_beyond_ranges)."""
+    from bench.choose import cheaper_beyond_ranges
+
+    a, b = caps.get(other.run_id), caps.get(best.run_id)
+    if a is not None and b is not None and a.sim_category and b.sim_category:
+        if cheaper_beyond_ranges(theirs.usd_per_month, mine.usd_per_month, a, b):
+            return ""
+        return " — within the range of their capacity ratio, so too close to call"
+    if _overlap(mine.usd_per_month_range, theirs.usd_per_month_range):
+        return " — their ranges overlap, so too close to call"
+    return ""
+
+
+def _flips(
+    best: SystemPlan, systems: Sequence[SystemPlan], comparisons: Sequence[RunComparison]
+) -> str:
     """The tiers on which another system would cost less per month than `best`: the
     answer depends on how the GPUs are paid for, and the headline says where it flips."""
+    caps = {c.curve.run_id: c.at_slo for c in comparisons}
     others = [s for s in systems if s is not best and s.gpus is not None]
     flips = []
     for mine in best.tiers:
@@ -539,11 +561,7 @@ def _flips(best: SystemPlan, systems: Sequence[SystemPlan]) -> str:
                     + (f" ({t.basis})" if t.basis != "quoted" else "")
                     for s, t in ((best, mine), (other, theirs))
                 )
-                close = (
-                    " — their ranges overlap, so too close to call"
-                    if _overlap(mine.usd_per_month_range, theirs.usd_per_month_range)
-                    else ""
-                )
+                close = _too_close(mine, theirs, best, other, caps)
                 flips.append(
                     f"on {mine.tier} {other.legend} costs less "
                     f"(${theirs.usd_per_month:,.0f} vs ${mine.usd_per_month:,.0f}/month; "

@@ -677,3 +677,41 @@ def test_a_gpu_count_and_its_range_read_alike_in_the_cli_and_the_exports():
     assert gpus_text(replace(s, capacity_kind="at_least", gpus_range=(None, 38))) == "at most 38"
     assert gpus_text(replace(s, gpus=None)) == "cannot be sized"
     assert gpus_text(replace(s, gpus=1200, gpus_range=(1000, 1500))) == "1,200 (1,000-1,500)"
+
+
+def test_plan_calls_a_flip_between_two_simulated_gpus_by_their_capacity_ratio():
+    """Two GPUs simulated with the published fit share its error: a month 32% cheaper is
+    beyond their capacity ratio's range (the fit's error on a ratio of GPUs) though each
+    side's $/month range, holding the whole fit error, overlaps the other's; a month 6%
+    cheaper is within it."""
+    from bench.choose import cheaper_beyond_ranges
+    from bench.plan import _overlap
+
+    cat = load_catalogue()
+    a = _curve([_point(10, 2600, 900, 45), _point(12, 2800, 1500, 55)], "B200-SXM", run_id="a")
+    b = _curve(
+        [_point(9.6, 1250, 900, 45, gpus=2), _point(10.6, 1380, 1500, 55, gpus=2)],
+        "H100-SXM", 2, run_id="b",
+    )  # fmt: skip
+    for c in (a, b):
+        c.simulated, c.model = True, "llama-3.3-70b"
+    comps = compare_runs([a, b], SLO, cat)
+    assert comps[0].at_slo.sim_category == comps[1].at_slo.sim_category == "dense"
+    plan = plan_capacity(comps, Demand(requests_per_s=100, peak_factor=2), cat)
+    best, other = plan.systems  # B200 is the cheapest option
+    assert plan.recommendation.legend == best.legend
+    flips = {}
+    for mine in best.tiers:
+        theirs = next((t for t in other.tiers if t.tier == mine.tier), None)
+        if theirs and mine.usd_per_month and theirs.usd_per_month < mine.usd_per_month:
+            beyond = cheaper_beyond_ranges(
+                theirs.usd_per_month, mine.usd_per_month, comps[1].at_slo, comps[0].at_slo
+            )
+            overlap = _overlap(mine.usd_per_month_range, theirs.usd_per_month_range)
+            flips[mine.tier] = (beyond, overlap)
+    # hyperscaler: $113,880 vs $166,440 a month; 3-year rental: $37,960 vs $40,223
+    assert flips == {"hyperscaler-on-demand": (True, True), "inferencex-rental-3yr": (False, True)}
+    text = plan.sentence
+    hyper, rental = text.split("on hyperscaler-on-demand ")[1].split(" on inferencex-rental-3yr ")
+    assert "too close to call" not in hyper  # compounded, the two ranges would have said so
+    assert "within the range of their capacity ratio, so too close to call" in rental

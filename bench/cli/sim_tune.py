@@ -275,9 +275,14 @@ def print_tune(result) -> None:
         per, basis = result.expected_errors(gpu)
         lo, hi = min(per.values()), max(per.values())
         span = f"±{hi:.0%}" if lo == hi else f"±{lo:.0%} to ±{hi:.0%} by quantity"
+        best = result.best(gpu)[:1]
+        cap = best[0].capacity if best else None
+        widened = (
+            f" (the best one's ±{cap.sim_error:.0%})" if cap and cap.sim_error is not None else ""
+        )
         console.print(
-            f"Expected error of simulated figures on {gpu}: {span} ({basis}); every "
-            f"capacity range above includes it (±{hi:.0%}).",
+            f"Expected error of simulated figures on {gpu}: {span} ({basis}); every capacity "
+            f"range above includes the error of the figures that could decide it{widened}.",
             highlight=False,
         )
     tops = [o.run_id[:8] for gpu in result.gpus() for o in result.best(gpu)[:1] if o.run_id]

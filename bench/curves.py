@@ -870,7 +870,6 @@ def sim_widening(
     interactivity, are a capacity at a TPOT limit: their error is that capacity's)."""
     from bench.sim.profiles.accuracy import relative_error
 
-    worst = max(errors.values()) if errors else 0.0
     could: dict[str, float] = {}
     left = []
     for t in slo:
@@ -885,7 +884,8 @@ def sim_widening(
             left.append(f"{t.metric} at {value:.4g} against {t.limit:g} ({e:.0%})")
         else:
             could[t.metric] = max(could.get(t.metric, 0.0), e)
-    could["output tok/s"] = errors.get("output_tps", worst)  # named last: a tie names the SLO's
+    # named last: a tie names the SLO's figure
+    could["output tok/s"] = relative_error(errors, "output_tokens_per_s") or 0.0
     name = max(could, key=lambda k: could[k])
     words = f"widened by {name}'s {could[name]:.0%}, the largest of the figures that could decide"
     if left:

@@ -383,15 +383,13 @@ class Sweep:
         view uses); without the simulator's error, for deciding where to measure next."""
         curve = sweep_curve(self.result.points, self._gpus())
         if with_sim_error and self.session is not None and getattr(self.session, "simulated", 0):
-            from bench.sim.profiles.accuracy import category, expected_errors
-
-            gpu, model = self.scenario.gpu.type, self.scenario.target.model
+            # described as a stored simulated run is, so capacity_at_slo resolves its error
+            # (a calibration profile's own, else the published fit's for its category)
+            curve.simulated = True
+            curve.gpu_type, curve.model = self.scenario.gpu.type, self.scenario.target.model
             cal = getattr(getattr(self.session, "executor", None), "calibration", None)
-            if cal and cal.get("expected_error"):  # a calibration profile's own error
-                return capacity_at_slo(curve, self.slo, (cal["expected_error"], cal["basis"]))
-            return capacity_at_slo(
-                curve, self.slo, expected_errors(gpu, model), category(gpu, model)
-            )
+            if cal and cal.get("expected_error"):
+                curve.sim_error = (dict(cal["expected_error"]), cal["basis"])
         return capacity_at_slo(curve, self.slo)
 
     def _gpus(self) -> int:

@@ -580,25 +580,31 @@ def mfu_prefill_max() -> float:
 
 def _profiles_from(x: dict[str, float]) -> list[dict]:
     """Efficiency profiles for fitted values x: the global values, then one entry per (vendor,
-    engine, compute unit) with its mfu = mfu[engine] x FP4 ratio x AMD ratio and mbu =
-    mbu[engine] x AMD ratio, so every
+    engine, compute unit) with its mfu = mfu x FP4 ratio x AMD ratio and mbu = mbu x AMD
+    ratio (each the engine's own where the fit scopes it per engine, "mfu.vllm"), so every
     deployment a user may simulate resolves to fitted values, none to a guess."""
-    glob = ("kv_bw_ratio", "t_fix_s", "t_layer_s", "t_tok_s", "t_moe_tok_s", "moe_imbalance")
-    glob += ("moe_mfu_ratio",)
+    derived = {"mbu", "mfu", "mfu_prefill_ratio", "fp4_mfu_ratio", "amd_ratio"}
+    derived |= {"allreduce_latency_s"}
     # a global the fit does not free (t_fix_s since issue 25's second refit) keeps its default
-    g = {k: float(x[k]) for k in glob if k in x}
+    g = {k: float(v) for k, v in x.items() if "." not in k and k not in derived}
     g["allreduce_latency_s"] = g["alltoall_latency_s"] = float(x["allreduce_latency_s"])
+    rows = "gemm_half_rows" in x
     profiles: list[dict] = [{"match": {}, "set": g}]
     cap = mfu_prefill_max()
     for vendor in VENDORS:
         for engine in ENGINES:
+            own = {k.split(".")[0]: float(v) for k, v in x.items() if k.endswith(f".{engine}")}
             for compute in COMPUTE_PRECISIONS:
-                mfu = x[f"mfu.{engine}"]
+                mfu = own.get("mfu", x.get("mfu"))
                 mfu *= x["fp4_mfu_ratio"] if compute == "fp4" else 1.0
                 amd = x["amd_ratio"] if vendor == "amd" else 1.0
                 mfu *= amd
-                vals = {"mbu": float(x[f"mbu.{engine}"] * amd), "mfu": float(mfu)}
-                vals["mfu_prefill"] = float(min(mfu * x["mfu_prefill_ratio"], cap))
+                mbu = own.get("mbu", x.get("mbu"))
+                vals = {**own, "mbu": float(mbu * amd), "mfu": float(mfu)}
+                if rows:
+                    vals["mfu_prefill"] = float(min(mfu, cap))
+                else:
+                    vals["mfu_prefill"] = float(min(mfu * x["mfu_prefill_ratio"], cap))
                 match = {"vendor": vendor, "engine": engine, "compute": compute}
                 profiles.append({"match": match, "set": vals})
     return profiles

@@ -21,6 +21,12 @@ MTP) + prefill tokens:
     t_over   = t_fix + L t_layer + n_tok (t_tok + L_moe t_moe_tok) + t_multi [n_tok > 1]
     T_iter   = t_dense + t_expert + t_attnD + t_attnP + t_comm + t_over
 
+A GEMM's MFU rises with its token rows n: MFU(n) = mfu n / (n + gemm_half_rows), for the one
+GEMM over all of a rank's tokens (decode and prefill chunks batched together), for the LM
+head's logit rows, and for each routed expert's rows (n_tok_e k / experts touched). With
+gemm_half_rows 0 (a calibrated CPU engine: a one-token GEMV path and a tiled one) decode
+tokens run at mfu and prefill tokens at mfu_prefill.
+
 N_body excludes the embedding table and the LM head (vocab x hidden each; one matrix when
 tied). As in vLLM, llama.cpp, SGLang and TensorRT-LLM, the embedding is a row gather (n_tok rows
 of hidden, no GEMM) and the LM head runs only on the rows that produce logits: n_logits = every
@@ -407,9 +413,11 @@ class Deployment:
         m, e = self.model, self.eff
         body = self._iteration(n_decode, decode_ctx, 0, 0, 1, logits=0) - e.t_fix_s
         head_params = m.head_params() / self.tp
+        rows = n_decode / self.dp
+        mfu = self._gemm_mfu(rows) if e.gemm_half_rows else e.mfu
         head = max(
             head_params * 2 / self._bw,  # BF16 weights
-            2 * head_params * n_decode / self.dp / (self.gpu.peak_flops("bf16") * e.mfu),
+            2 * head_params * rows / (self.gpu.peak_flops("bf16") * mfu),
         )
         return body / m.layers + head
 
@@ -431,9 +439,14 @@ class Deployment:
         if logits is None:
             logits = n_decode * q + (1.0 if n_prefill else 0.0)
         rows_p = max(logits / dp - nd, 0.0)  # prefill rows (those beyond the decode tokens)
-        work = nd / e.mfu + npf / e.mfu_prefill  # tokens weighted by 1 / MFU
         body_params, body_bytes, _, pair_d, pair_p, head_params, head_bytes = self._shape
-        head_work = min(logits / dp, nd) / e.mfu + rows_p / e.mfu_prefill
+        if e.gemm_half_rows:  # one GEMM over every token of the step
+            work = n_tok / self._gemm_mfu(n_tok)
+            head_rows = logits / dp
+            head_work = head_rows / self._gemm_mfu(head_rows) if head_rows else 0.0
+        else:
+            work = nd / e.mfu + npf / e.mfu_prefill  # tokens weighted by 1 / MFU
+            head_work = min(logits / dp, nd) / e.mfu + rows_p / e.mfu_prefill
         flops = 2 * (body_params * work + head_params * head_work)
         read = body_bytes + (head_bytes if logits > 0 else 0.0)
         read += n_tok * m.hidden * self._embed_bpp  # embedding rows gathered
@@ -457,6 +470,12 @@ class Deployment:
         t += e.t_fix_s + m.layers * e.t_layer_s + (e.t_multi_s if n_tok > 1 else 0.0)
         return t + n_tok * (e.t_tok_s + m.moe_layers * e.t_moe_tok_s)
 
+    def _gemm_mfu(self, rows: float) -> float:
+        """MFU of a weight GEMM of `rows` token rows: the ceiling mfu, reached as the rows fill
+        the tensor cores' tiles and waves (Efficiency.gemm_half_rows: half of it at that many)."""
+        e = self.eff
+        return e.mfu * rows / (rows + e.gemm_half_rows)
+
     @cached_property
     def _sliding_kv_bytes(self) -> float:
         m = self.model
@@ -476,7 +495,11 @@ class Deployment:
         if self.ep > 1:
             mean = max(routed_tok * m.experts_per_token / g, 1.0)
             imbalance = 1 + e.moe_imbalance + math.sqrt(2 * math.log(g) / mean)
-        mfu = (n_tok / work if work else e.mfu) * e.moe_mfu_ratio
+        if e.gemm_half_rows:  # each expert's GEMM runs the rows routed to it
+            rows = routed_tok * m.experts_per_token / max(self.experts_touched(routed_tok), 1e-9)
+            mfu = self._gemm_mfu(rows) * e.moe_mfu_ratio
+        else:
+            mfu = (n_tok / work if work else e.mfu) * e.moe_mfu_ratio
         flops = 2 * self._shape[2] * routed_tok * imbalance / g
         read = self.experts_touched(routed_tok) * self.expert_bytes / g
         return max(flops / (self.peak_flops * mfu), read / self._bw)

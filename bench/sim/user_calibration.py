@@ -57,9 +57,12 @@ QUANTITY_NAMES = tuple(q[0] for q in QUANTITIES)
 # a CUDA graph; t_fix_s is fixed there); a CPU engine's is one host time per step (t_fix_s) plus
 # t_multi_s on steps of more than one token. Both fit the front end's time (t_req_s), which
 # only TTFT sees, and the scatter of step times (step_cv), which the tails see.
+# A GPU's GEMM efficiency rises with a step's token rows (gemm_half_rows, as the published
+# fit); a CPU's is two efficiencies, decode and prefill (mfu_prefill_ratio): a CPU engine runs
+# a one-token GEMV path and a tiled multi-row one, not a smooth ramp of tiles.
 FIT_NAMES = (
-    "mbu", "mfu", "mfu_prefill_ratio", "kv_bw_ratio", "t_fix_s", "t_layer_s", "t_tok_s",
-    "t_multi_s", "t_req_s", "step_cv",
+    "mbu", "mfu", "mfu_prefill_ratio", "gemm_half_rows", "kv_bw_ratio", "t_fix_s", "t_layer_s",
+    "t_tok_s", "t_multi_s", "t_req_s", "step_cv",
 )  # fmt: skip
 PRIOR_WEIGHT = 0.05  # per parameter, on its normalised log position (as the published fit)
 FIT_NFEV = 200  # per local search
@@ -149,8 +152,10 @@ def bounds_for(vendor: str) -> list[Bound]:
 
 
 def efficiency_values(values: dict[str, float], vendor: str) -> dict[str, float]:
-    """Efficiency fields (bench.sim.profiles.Efficiency) for fitted values: mfu_prefill =
-    mfu x mfu_prefill_ratio, capped at the mfu range's top (a GPU's: efficiency.yaml's)."""
+    """Efficiency fields (bench.sim.profiles.Efficiency) for fitted values: with
+    mfu_prefill_ratio (a CPU's two efficiencies), mfu_prefill = mfu x ratio and no row ramp
+    (gemm_half_rows 0, whatever the published fit sets); else (a GPU's ramp) mfu_prefill =
+    mfu, the ceiling. Both capped at the mfu range's top (a GPU's: efficiency.yaml's)."""
     if vendor.lower() == "cpu":
         cap = CPU_BOUNDS["mfu"][1]
     else:
@@ -158,7 +163,11 @@ def efficiency_values(values: dict[str, float], vendor: str) -> dict[str, float]
 
         cap = mfu_prefill_max()
     out = {k: float(v) for k, v in values.items() if k != "mfu_prefill_ratio"}
-    out["mfu_prefill"] = float(min(values["mfu"] * values["mfu_prefill_ratio"], cap))
+    if "mfu_prefill_ratio" in values:
+        out["mfu_prefill"] = float(min(values["mfu"] * values["mfu_prefill_ratio"], cap))
+        out["gemm_half_rows"] = 0.0
+    else:
+        out["mfu_prefill"] = float(min(values["mfu"], cap))
     return out
 
 

@@ -39,17 +39,20 @@ from bench.sim.roofline import Deployment, steady_state
 ROOT = Path(__file__).resolve().parents[1]
 
 # Ceilings on the error, from the figures reached when efficiency.yaml was last fitted (formula
-# clock; 16 bounded parameters, device-reported memory, each engine's own memory arithmetic,
+# clock; 12 bounded parameters, device-reported memory, each engine's own memory arithmetic,
 # gpt-oss GEMMs at the rate the engines run them, a per-layer step overhead, the embedding
-# gathered and the LM head on logit rows only): mean abs. error 14.9% (dense 9.9%, MoE 17.8%,
-# AMD 12.6%), worst point 88.5% (ix-b200-dsr1-fp8-198; 14.8% and 90% before the embedding fix). The issue's target (8% in sample) is missed: the earlier 8.6% came from 36
-# parameters, several outside any physical range. A new source adds points without touching
-# these: only the error counts.
-PINNED_MAE = 0.15
-PINNED_MAE_DENSE = 0.10
-PINNED_MAE_MOE = 0.18
+# gathered and the LM head on logit rows only, GEMM efficiency rising with a step's token rows,
+# one bandwidth and one GEMM efficiency for every engine): mean abs. error 16.7% (dense 7.9%,
+# MoE 21.8%, AMD 12.4%), worst point 106% (ix-b200-dsr1-fp8-198). The 16-parameter fit before
+# it read 14.6% (dense 9.2%, MoE 17.7%) in sample but 22.1% held out by source against 22.7%
+# now, 177.6% on the points added after the fit against 37.4%, and its decode was further from
+# the independent checks (NIM's TTFT -46% against -26% now). The issue's target (8% in
+# sample) is missed. A new source adds points without touching these: only the error counts.
+PINNED_MAE = 0.17
+PINNED_MAE_DENSE = 0.08
+PINNED_MAE_MOE = 0.22
 PINNED_MAE_AMD = 0.13
-PINNED_MAX_ABS = 0.91  # reached 0.907 (ix-b200-dsr1-fp8-198)
+PINNED_MAX_ABS = 1.07  # reached 1.064 (ix-b200-dsr1-fp8-198)
 
 
 def _ideal(gpu: str) -> Deployment:
@@ -242,11 +245,19 @@ def test_sources_publishing_one_curve_are_compared() -> None:
     assert any(x.startswith("!! ix-b200-dsr1-8k1k-120 (S19b)") for x in lines), lines
 
 
-def test_trtllm_and_vllm_differ_where_the_measurements_do() -> None:
-    # one efficiency set for every engine was a cause of error: TensorRT-LLM's FP4 reaches more
+def test_engines_share_the_hardware_path_and_differ_in_memory_and_scheduling() -> None:
+    """Bandwidth and GEMM efficiency are the GPU's and its kernel libraries': one value for
+    every engine. Fitted per engine (16 parameters) the three MBUs all went to the range's
+    top and the held-out error was 27.2% against 22.7% shared (the engine-scoped values
+    followed the MoE points of one engine's sources). What differs is what the engines
+    decide: how much KV they keep and whom they admit."""
+    from bench.sim.calibration import fit_params
+
+    assert {p.name.split(".")[0] for p in fit_params() if "." in p.name} == set()
     trt = Deployment.build("B200", "llama-3.3-70b", "fp4", engine="trtllm")
     vllm = Deployment.build("B200", "llama-3.3-70b", "fp4", engine="vllm")
-    assert trt.eff != vllm.eff
+    assert trt.eff.mbu == vllm.eff.mbu and trt.eff.mfu == vllm.eff.mfu
+    assert trt.kv_capacity_tokens() != vllm.kv_capacity_tokens()
 
 
 def test_gpu_ratios(results) -> None:
@@ -316,13 +327,14 @@ def test_rack_scale_nvl72() -> None:
 # -- slow: held-out error and the engine clock -------------------------------------------------
 
 # Held out (formula clock): 22.7% mean over the 60 fitted points, each scored by a fit without
-# its source (target 15%: missed; 22.5% before the embedding/LM-head fix, 28.9% before gpt-oss's
-# GEMM rates and the per-layer overhead); the engine clock in sample 14.8%; the 6 points added
-# after the fit (MI325X, with the profile from AMD's datasheet) 186%: MI325X DeepSeek-R1 within
-# -10%..+30%, gpt-oss on vLLM +206%..+513%. Ceilings, not point counts.
+# its source (target 15%: missed; 22.1% with the 16-parameter fit before the row-dependent
+# GEMM efficiency, 28.9% before gpt-oss's GEMM rates and the per-layer overhead); the engine
+# clock in sample 16.8%; the 6 points added after the fit (MI325X, with the profile from AMD's
+# datasheet) 37.4%: MI325X DeepSeek-R1 -19%..+18%, gpt-oss on vLLM -40%..-69% (+206%..+480%
+# before). Ceilings, not point counts.
 PINNED_LOSO_MAE = 0.23
-PINNED_ENGINE_MAE = 0.15
-PINNED_AFTER_FIT_MAE = 1.87
+PINNED_ENGINE_MAE = 0.17
+PINNED_AFTER_FIT_MAE = 0.38
 
 
 def test_points_added_after_the_fit_are_scored_never_fitted() -> None:
@@ -365,10 +377,11 @@ def test_engine_clock_validation_is_pinned() -> None:
 def test_moderate_batch_decode_predicts_an_independent_source(isl, osl, conc, ttft_ms, itl_ms, tps):
     """Published measurements never fitted on [S75]: the engine clock at NIM's concurrency gives
     its inter-token latency and throughput within the dense category's error plus a margin:
-    15%. Measured after the 2026-12-04 refits: ITL -10%, -9%, -8%, throughput +9%, +5%, +2%,
-    and the batch-1 ITL -12%. TTFT misses (-46%, -33%, -32%: the simulated prefill is faster
-    than NIM's); it is not asserted here but carried into every simulated TTFT's expected
-    error (held_out.yaml's `ttft`, bench.sim.profiles.accuracy)."""
+    15%. Measured after the 2026-12-05 refit (GEMM efficiency rising with rows): ITL -9%, -6%,
+    -4%, throughput +7%, -1%, -4%, and the batch-1 ITL -12% (-10/-9/-8%, +9/+5/+2% and -12%
+    before). TTFT misses (-26%, -9%, -9%; -46%, -33%, -32% before: the simulated prefill is
+    faster than NIM's); it is not asserted here but carried into every simulated TTFT's
+    expected error (held_out.yaml's `ttft`, bench.sim.profiles.accuracy)."""
     from bench.metrics import summarize
 
     summary = summarize(nim_closed_loop(isl, osl, conc))

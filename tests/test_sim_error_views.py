@@ -38,9 +38,16 @@ from bench.sim.virtual import simulate
 from bench.sim_tune import Space, search
 from bench.store import RunWriter
 from bench.store.engine import dispose_all
-from tests.helpers import TINY_TUNE_SCENARIO
+from tests.helpers import TINY_TUNE_SCENARIO, ttft_checks_off_by
 
 COMMON = ["--num-prompts", "24", "--random-input-len", "300", "--random-output-len", "40"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ttft_checks_further_off():
+    """TTFT's own error must show where it differs from the category's (see helpers)."""
+    with ttft_checks_off_by(-0.6):
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -526,8 +533,7 @@ def _profile(tmp_path: Path, mbu: float | None = None) -> Path:
     eff = build_engine("H100", "llama-3.1-8b").dep.eff
     # the fit has no front end (t_req_s 0) and steady steps (step_cv 0): a profile's are at
     # least their lower bounds
-    values = {"mbu": mbu or eff.mbu, "mfu": eff.mfu, "mfu_prefill_ratio": eff.mfu_prefill / eff.mfu,
-              "kv_bw_ratio": eff.kv_bw_ratio, "t_layer_s": eff.t_layer_s, "t_tok_s": eff.t_tok_s,
+    values = {"mbu": mbu or eff.mbu, "mfu": eff.mfu, "kv_bw_ratio": eff.kv_bw_ratio, "t_layer_s": eff.t_layer_s, "t_tok_s": eff.t_tok_s,
               "t_req_s": 1e-5, "step_cv": 1e-3}  # fmt: skip
     params = [ParamFit(b.name, values[b.name], b.low, b.high, b.source, 1.05)
               for b in bounds_for("nvidia")]  # fmt: skip

@@ -57,12 +57,14 @@ QUANTITY_NAMES = tuple(q[0] for q in QUANTITIES)
 # a CUDA graph; t_fix_s is fixed there); a CPU engine's is one host time per step (t_fix_s) plus
 # t_multi_s on steps of more than one token. Both fit the front end's time (t_req_s), which
 # only TTFT sees, and the scatter of step times (step_cv), which the tails see.
-# A GPU's GEMM efficiency rises with a step's token rows (gemm_half_rows, as the published
-# fit); a CPU's is two efficiencies, decode and prefill (mfu_prefill_ratio): a CPU engine runs
-# a one-token GEMV path and a tiled multi-row one, not a smooth ramp of tiles.
+# A GPU's GEMM efficiency rises with a step's token rows to its ceiling mfu; the ramp's shape
+# (gemm_half_rows) stays the published fit's, which 72 observations from one token to
+# thousands pin, where a user's few loads would not. A CPU's is two efficiencies, decode and
+# prefill (mfu_prefill_ratio): a CPU engine runs a one-token GEMV path and a tiled multi-row
+# one, not a ramp of tensor-core tiles.
 FIT_NAMES = (
-    "mbu", "mfu", "mfu_prefill_ratio", "gemm_half_rows", "kv_bw_ratio", "t_fix_s", "t_layer_s",
-    "t_tok_s", "t_multi_s", "t_req_s", "step_cv",
+    "mbu", "mfu", "mfu_prefill_ratio", "kv_bw_ratio", "t_fix_s", "t_layer_s", "t_tok_s",
+    "t_multi_s", "t_req_s", "step_cv",
 )  # fmt: skip
 PRIOR_WEIGHT = 0.05  # per parameter, on its normalised log position (as the published fit)
 FIT_NFEV = 200  # per local search

@@ -18,8 +18,9 @@ closed-loop engine in virtual time, what `sim run` and `sim serve` execute). Dep
 not fit in memory are skipped, not fatal.
 
 The fit (`fit()`): the few parameters efficiency.yaml's `fit` lists (HBM and KV bandwidth
-efficiency, decode MFU per engine, FP4 and AMD factors, prefill ratio, overheads, MoE and
-collective terms), each inside its documented physical range, least squares on
+efficiency, the GEMMs' ceiling MFU and the token rows at which they reach half of it, FP4 and
+AMD factors, overheads, MoE and collective terms; a parameter scoped per engine gets one value
+per engine), each inside its documented physical range, least squares on
 log(simulated / published) over the points and the GPU ratios, with a soft-L1 loss and a weak
 pull toward the initial values. Every (vendor, engine, compute unit) resolves to fitted values.
 `leave_one_source_out()` refits without each source and scores that source's points.
@@ -583,12 +584,10 @@ def _profiles_from(x: dict[str, float]) -> list[dict]:
     engine, compute unit) with its mfu = mfu x FP4 ratio x AMD ratio and mbu = mbu x AMD
     ratio (each the engine's own where the fit scopes it per engine, "mfu.vllm"), so every
     deployment a user may simulate resolves to fitted values, none to a guess."""
-    derived = {"mbu", "mfu", "mfu_prefill_ratio", "fp4_mfu_ratio", "amd_ratio"}
-    derived |= {"allreduce_latency_s"}
+    derived = {"mbu", "mfu", "fp4_mfu_ratio", "amd_ratio", "allreduce_latency_s"}
     # a global the fit does not free (t_fix_s since issue 25's second refit) keeps its default
     g = {k: float(v) for k, v in x.items() if "." not in k and k not in derived}
     g["allreduce_latency_s"] = g["alltoall_latency_s"] = float(x["allreduce_latency_s"])
-    rows = "gemm_half_rows" in x
     profiles: list[dict] = [{"match": {}, "set": g}]
     cap = mfu_prefill_max()
     for vendor in VENDORS:
@@ -600,11 +599,9 @@ def _profiles_from(x: dict[str, float]) -> list[dict]:
                 amd = x["amd_ratio"] if vendor == "amd" else 1.0
                 mfu *= amd
                 mbu = own.get("mbu", x.get("mbu"))
+                # mfu is the GEMMs' ceiling (gemm_half_rows); prefill attention runs at it too
                 vals = {**own, "mbu": float(mbu * amd), "mfu": float(mfu)}
-                if rows:
-                    vals["mfu_prefill"] = float(min(mfu, cap))
-                else:
-                    vals["mfu_prefill"] = float(min(mfu * x["mfu_prefill_ratio"], cap))
+                vals["mfu_prefill"] = float(min(mfu, cap))
                 match = {"vendor": vendor, "engine": engine, "compute": compute}
                 profiles.append({"match": match, "set": vals})
     return profiles

@@ -329,12 +329,13 @@ def test_rack_scale_nvl72() -> None:
 # Held out (formula clock): 22.7% mean over the 60 fitted points, each scored by a fit without
 # its source (target 15%: missed; 22.1% with the 16-parameter fit before the row-dependent
 # GEMM efficiency, 28.9% before gpt-oss's GEMM rates and the per-layer overhead); the engine
-# clock in sample 16.8%; the 6 points added after the fit (MI325X, with the profile from AMD's
-# datasheet) 37.4%: MI325X DeepSeek-R1 -22%..+12%, gpt-oss on vLLM -46%..-69% (+206%..+480%
-# before). Ceilings, not point counts.
+# clock in sample 16.8%; the 15 points added after the fit 34.6%: MI325X (with the profile from
+# AMD's datasheet) DeepSeek-R1 -22%..+12%, gpt-oss on vLLM -46%..-69% (+206%..+480% before);
+# AMD's own vLLM figures for MI300X [S77] +12%..+50% at maximum throughput, -6% at batch 1.
+# Ceilings, not point counts.
 PINNED_LOSO_MAE = 0.23
 PINNED_ENGINE_MAE = 0.17
-PINNED_AFTER_FIT_MAE = 0.38
+PINNED_AFTER_FIT_MAE = 0.36
 
 
 def test_points_added_after_the_fit_are_scored_never_fitted() -> None:
@@ -347,6 +348,21 @@ def test_points_added_after_the_fit_are_scored_never_fitted() -> None:
     assert fitted_on.startswith(f"fitted on {len(pub.scored)} points")
     res = validate(points=pub.after_fit)
     assert mean_abs_error(res) <= PINNED_AFTER_FIT_MAE, [(r.point.id, r.error) for r in res]
+
+
+def test_amds_own_figures_are_reproduced_at_their_runs_batch_limit() -> None:
+    """AMD's vLLM throughput test [S77] runs each row at its own max-num-seqs (3,200 for 70B at
+    128/2048), not vLLM's default: the point's max_conc is the run's limit. Never fitted on,
+    they state how far the AMD factor fitted on four InferenceX points and one MLPerf ratio
+    carries: the simulated MI300X is faster than AMD measured at maximum throughput (+12% to
+    +50%: ROCm's compute-bound steps) and 6% slower at batch 1 (its weight reads)."""
+    pub = load_published()
+    amd = {p.id: p for p in pub.after_fit if p.source == "S77"}
+    assert len(amd) == 9
+    res = {r.point.id: r for r in validate(points=list(amd.values()))}
+    assert res["amd-mi300x-70b-128-2048"].config == "tp8 c3200"
+    assert res["amd-mi300x-405b-2048-2048"].config == "tp8 c500"
+    assert all(abs(r.error) <= 0.55 for r in res.values()), [(k, r.error) for k, r in res.items()]
 
 
 @pytest.mark.slow

@@ -288,10 +288,10 @@ class Sim:
             return Result(p, self.measure(dep, p, 1)[0], f"{p.parallel} c1")
         if p.kind == "max_tput":
             limits = self.pub.engine_limits.get(_engine_family(p.engine), {})
+            seqs = p.max_conc or engine_defaults(p.engine).max_num_seqs  # the run's limit
             c = max_concurrency(
-                dep, p.isl, p.osl, engine_defaults(p.engine).max_num_seqs,
-                limits.get("kv_reserve") == "prompt+max_output",
-            )  # fmt: skip
+                dep, p.isl, p.osl, seqs, limits.get("kv_reserve") == "prompt+max_output"
+            )
             return Result(p, self.measure(dep, p, c)[1], f"{p.parallel} c{max(int(c), 1)}")
         raise ValueError(f"unknown reference point kind {p.kind!r} ({p.id})")
 

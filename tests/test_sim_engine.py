@@ -244,3 +244,26 @@ def test_tied_embeddings_are_one_matrix() -> None:
     assert untied.weight_bytes - tied.weight_bytes == pytest.approx(
         untied.model.head_params() * 2, rel=1e-3
     )
+
+
+def test_a_gemms_efficiency_rises_with_its_token_rows() -> None:
+    """One GEMM over every token of a step at mfu x n / (n + gemm_half_rows): half the ceiling
+    at gemm_half_rows rows, nearly all of it at a prefill chunk's thousands; so a compute-bound
+    step of twice the tokens takes less than twice as long."""
+    dep = Deployment.build("h100", "llama-3.1-8b", "bf16")
+    e = dep.eff
+    assert e.gemm_half_rows > 0
+    assert dep._gemm_mfu(e.gemm_half_rows) == pytest.approx(e.mfu / 2)
+    assert dep._gemm_mfu(8192) == pytest.approx(e.mfu * 8192 / (8192 + e.gemm_half_rows))
+    assert dep._gemm_mfu(8192) > 0.98 * e.mfu
+    # prefill of 4,096 and of 8,192 tokens (compute-bound, no attention): per token, the larger
+    # GEMM is the cheaper
+    small = dep.step_time(0, 0, 4096, 0, prefill_seqs=0)
+    large = dep.step_time(0, 0, 8192, 0, prefill_seqs=0)
+    assert large < 2 * small
+    # routed experts: a MoE step's experts run at the rows routed to each, far fewer than the
+    # step's tokens, so their GEMMs sit lower on the ramp than the dense ones of the same step
+    moe = Deployment.build("b200", "deepseek-r1", "fp8", 8, engine="sglang", mtp=False)
+    n = 64
+    rows = n * moe.model.experts_per_token / moe.experts_touched(n)
+    assert rows < n / 4 and moe._gemm_mfu(rows) < moe._gemm_mfu(n) / 2

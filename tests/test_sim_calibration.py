@@ -237,6 +237,21 @@ def test_validation_error_is_pinned(results) -> None:
     assert s["max_abs"] <= PINNED_MAX_ABS, report
 
 
+def test_readme_carries_the_validation_table_the_fit_gives(results) -> None:
+    """The README's validation table is benchmarks/simulator.py's: its in-sample and
+    after-the-fit rows are recomputed here (the held-out row is checked against held_out.yaml
+    by the slow LOSO test, and the engine-clock row by the slow engine test's ceiling)."""
+    from bench.sim.calibration import error_row
+
+    readme = (ROOT / "README.md").read_text()
+    after = validate(points=load_published().after_fit)
+    for row in (
+        error_row("in sample (formula clock, the fit's)", results),
+        error_row("points added after the fit", after),
+    ):
+        assert row in readme, row
+
+
 def test_sources_publishing_one_curve_are_compared() -> None:
     # S19b and S19c both publish B200 FP8 DeepSeek-R1 8k/1k: they agree where the simulator
     # misses most (73-75 tok/s/user) and differ beyond the target at 120 and 164
@@ -374,6 +389,10 @@ def test_leave_one_source_out_is_pinned_and_is_what_the_ranges_state() -> None:
     pub = load_published()
     held = leave_one_source_out(pub.scored)
     assert mean_abs_error(held) <= PINNED_LOSO_MAE
+    from bench.sim.calibration import error_row
+
+    row = error_row("leave-one-source-out (each source held out of the fit)", held)
+    assert row in (ROOT / "README.md").read_text(), row
     fresh = held_out_document(held, validate(points=pub.after_fit))
     stored = yaml.safe_load(HELD_OUT_YAML.read_text())
     key = lambda rows: {r["id"]: r["error"] for r in rows}  # noqa: E731

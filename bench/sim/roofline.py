@@ -10,8 +10,9 @@ MTP) + prefill tokens:
 
     t_dense  = max(2 (N_body n_tok + N_head n_logits) / (tp F MFU),
                    (body bytes + head bytes [n_logits > 0] + n_tok hidden bytes) / tp / (BW MBU))
-    t_expert = max(2 N_expert_active n_tok_e imbalance / (G F MFU moe_mfu_ratio),
-                   bytes of the experts some token routes to / G / (BW MBU))   G = ep or tp
+    t_expert = max(2 N_expert_active n_tok_e imbalance / (G F MFU_e moe_mfu_ratio),
+                   bytes of the experts some token routes to / G / (BW MBU moe_bw_ratio))
+                                                                        G = ep or tp
     t_attnD  = max(KV bytes read / (BW MBU kv_bw_ratio), decode attention FLOPs / (F_attn MFU_attn))
     t_attnP  = prefill attention FLOPs / (F_attn MFU_prefill)
     (sliding-window layers attend at most `sliding_window` tokens: their KV reads and attention
@@ -22,10 +23,11 @@ MTP) + prefill tokens:
     T_iter   = t_dense + t_expert + t_attnD + t_attnP + t_comm + t_over
 
 A GEMM's MFU rises with its token rows n: MFU(n) = mfu n / (n + gemm_half_rows), for the one
-GEMM over all of a rank's tokens (decode and prefill chunks batched together), for the LM
-head's logit rows, and for each routed expert's rows (n_tok_e k / experts touched). With
-gemm_half_rows 0 (a calibrated CPU engine: a one-token GEMV path and a tiled one) decode
-tokens run at mfu and prefill tokens at mfu_prefill.
+GEMM over all of a rank's tokens (decode and prefill chunks batched together) and for the LM
+head's logit rows; a routed expert's grouped GEMM has its own ramp over the rows routed to it
+(n_tok_e k / experts touched): MFU_e = mfu n_e / (n_e + moe_half_rows). With gemm_half_rows 0
+(a calibrated CPU engine: a one-token GEMV path and a tiled one) decode tokens run at mfu and
+prefill tokens at mfu_prefill, and experts at the step's mean.
 
 N_body excludes the embedding table and the LM head (vocab x hidden each; one matrix when
 tied). As in vLLM, llama.cpp, SGLang and TensorRT-LLM, the embedding is a row gather (n_tok rows
@@ -495,14 +497,15 @@ class Deployment:
         if self.ep > 1:
             mean = max(routed_tok * m.experts_per_token / g, 1.0)
             imbalance = 1 + e.moe_imbalance + math.sqrt(2 * math.log(g) / mean)
-        if e.gemm_half_rows:  # each expert's GEMM runs the rows routed to it
+        if e.gemm_half_rows:  # each expert's GEMM runs the rows routed to it, on its own ramp
             rows = routed_tok * m.experts_per_token / max(self.experts_touched(routed_tok), 1e-9)
-            mfu = self._gemm_mfu(rows) * e.moe_mfu_ratio
+            half = e.moe_half_rows or e.gemm_half_rows
+            mfu = e.mfu * rows / (rows + half) * e.moe_mfu_ratio
         else:
             mfu = (n_tok / work if work else e.mfu) * e.moe_mfu_ratio
         flops = 2 * self._shape[2] * routed_tok * imbalance / g
         read = self.experts_touched(routed_tok) * self.expert_bytes / g
-        return max(flops / (self.peak_flops * mfu), read / self._bw)
+        return max(flops / (self.peak_flops * mfu), read / (self._bw * e.moe_bw_ratio))
 
     def _comm_time(self, n_tok: float) -> float:
         m, e = self.model, self.eff

@@ -194,6 +194,8 @@ class Efficiency(_Frozen):
     t_layer_s: float = 0.0
     t_multi_s: float = 0.0
     gemm_half_rows: float = 0.0
+    moe_half_rows: float = 0.0
+    moe_bw_ratio: float = 1.0
     t_req_s: float = 0.0
     step_cv: float = 0.0
     # A calibrated device's measured step time against the model's, by batch: ((decoding

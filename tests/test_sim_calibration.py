@@ -39,20 +39,20 @@ from bench.sim.roofline import Deployment, steady_state
 ROOT = Path(__file__).resolve().parents[1]
 
 # Ceilings on the error, from the figures reached when efficiency.yaml was last fitted (formula
-# clock; 12 bounded parameters, device-reported memory, each engine's own memory arithmetic,
+# clock; 14 bounded parameters, device-reported memory, each engine's own memory arithmetic,
 # gpt-oss GEMMs at the rate the engines run them, a per-layer step overhead, the embedding
-# gathered and the LM head on logit rows only, GEMM efficiency rising with a step's token rows,
-# one bandwidth and one GEMM efficiency for every engine): mean abs. error 16.7% (dense 7.9%,
-# MoE 21.8%, AMD 12.4%), worst point 106% (ix-b200-dsr1-fp8-198). The 16-parameter fit before
-# it read 14.6% (dense 9.2%, MoE 17.7%) in sample but 22.1% held out by source against 22.7%
-# now, 177.6% on the points added after the fit against 37.4%, and its decode was further from
-# the independent checks (NIM's TTFT -46% against -26% now). The issue's target (8% in
-# sample) is missed. A new source adds points without touching these: only the error counts.
-PINNED_MAE = 0.17
-PINNED_MAE_DENSE = 0.08
-PINNED_MAE_MOE = 0.22
-PINNED_MAE_AMD = 0.13
-PINNED_MAX_ABS = 1.07  # reached 1.064 (ix-b200-dsr1-fp8-198)
+# gathered and the LM head on logit rows only, GEMM efficiency rising with a step's token rows
+# and a routed expert's with its own rows, experts read at their own bandwidth, one bandwidth
+# and one GEMM efficiency for every engine): mean abs. error 13.0% (dense 6.3%, MoE 16.7%, AMD
+# 11.9%), worst point 91.5% (ix-b200-dsr1-fp8-198). The 16-parameter fit before the row ramps
+# read 14.6% (dense 9.2%, MoE 17.7%) in sample, 22.1% held out by source (17.7% now) and 177.6%
+# on the six points then added after the fit (15.0% on those six now). The issue's target (8%
+# in sample) is missed. A new source adds points without touching these: only the error counts.
+PINNED_MAE = 0.135
+PINNED_MAE_DENSE = 0.07
+PINNED_MAE_MOE = 0.175
+PINNED_MAE_AMD = 0.125
+PINNED_MAX_ABS = 0.92  # reached 0.915 (ix-b200-dsr1-fp8-198)
 
 
 def _ideal(gpu: str) -> Deployment:
@@ -197,7 +197,7 @@ def test_sweeps_follow_the_sources_search() -> None:
 
 # (point, error bound): one of each kind and family, all within the +-25% target
 REPRESENTATIVE = [
-    ("h200-70b-b1", 0.05),  # batch 1: the bandwidth floor plus losses (-3%)
+    ("h200-70b-b1", 0.08),  # batch 1: the bandwidth floor plus losses (-6%)
     ("trt-h100-70b-1k1k", 0.10),  # TensorRT-LLM offline maximum, dense, TP2
     ("ix-b200-70b-fp8-108", 0.15),  # InferenceX Pareto interpolation, vLLM (-13%)
     ("trt-b200-q235-1k1k", 0.15),  # MoE with expert parallelism (DEP4)
@@ -341,16 +341,16 @@ def test_rack_scale_nvl72() -> None:
 
 # -- slow: held-out error and the engine clock -------------------------------------------------
 
-# Held out (formula clock): 22.7% mean over the 60 fitted points, each scored by a fit without
+# Held out (formula clock): 17.7% mean over the 60 fitted points, each scored by a fit without
 # its source (target 15%: missed; 22.1% with the 16-parameter fit before the row-dependent
 # GEMM efficiency, 28.9% before gpt-oss's GEMM rates and the per-layer overhead); the engine
-# clock in sample 16.8%; the 15 points added after the fit 34.6%: MI325X (with the profile from
-# AMD's datasheet) DeepSeek-R1 -22%..+12%, gpt-oss on vLLM -46%..-69% (+206%..+480% before);
-# AMD's own vLLM figures for MI300X [S77] +12%..+50% at maximum throughput, -6% at batch 1.
-# Ceilings, not point counts.
-PINNED_LOSO_MAE = 0.23
-PINNED_ENGINE_MAE = 0.17
-PINNED_AFTER_FIT_MAE = 0.36
+# clock in sample 13.0%; the 15 points added after the fit 27.5%: MI325X (with the profile from
+# AMD's datasheet) 15.0% (DeepSeek-R1 -13%..+24%, gpt-oss on vLLM -27%..-4%; +206%..+480%
+# before the row ramps); AMD's own vLLM figures for MI300X [S77] +15%..+54% at maximum
+# throughput, -10% at batch 1. Ceilings, not point counts.
+PINNED_LOSO_MAE = 0.18
+PINNED_ENGINE_MAE = 0.135
+PINNED_AFTER_FIT_MAE = 0.28
 
 
 def test_points_added_after_the_fit_are_scored_never_fitted() -> None:
@@ -369,15 +369,15 @@ def test_amds_own_figures_are_reproduced_at_their_runs_batch_limit() -> None:
     """AMD's vLLM throughput test [S77] runs each row at its own max-num-seqs (3,200 for 70B at
     128/2048), not vLLM's default: the point's max_conc is the run's limit. Never fitted on,
     they state how far the AMD factor fitted on four InferenceX points and one MLPerf ratio
-    carries: the simulated MI300X is faster than AMD measured at maximum throughput (+12% to
-    +50%: ROCm's compute-bound steps) and 6% slower at batch 1 (its weight reads)."""
+    carries: the simulated MI300X is faster than AMD measured at maximum throughput (+15% to
+    +54%: ROCm's compute-bound steps) and 10% slower at batch 1 (its weight reads)."""
     pub = load_published()
     amd = {p.id: p for p in pub.after_fit if p.source == "S77"}
     assert len(amd) == 9
     res = {r.point.id: r for r in validate(points=list(amd.values()))}
     assert res["amd-mi300x-70b-128-2048"].config == "tp8 c3200"
     assert res["amd-mi300x-405b-2048-2048"].config == "tp8 c500"
-    assert all(abs(r.error) <= 0.55 for r in res.values()), [(k, r.error) for k, r in res.items()]
+    assert all(abs(r.error) <= 0.6 for r in res.values()), [(k, r.error) for k, r in res.items()]
 
 
 @pytest.mark.slow

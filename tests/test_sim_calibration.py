@@ -18,6 +18,7 @@ from bench.sim.calibration import (
     NIM_S75,
     Point,
     Sim,
+    error_row,
     fit_params,
     held_out_document,
     leave_one_source_out,
@@ -241,8 +242,6 @@ def test_readme_carries_the_validation_table_the_fit_gives(results) -> None:
     """The README's validation table is benchmarks/simulator.py's: its in-sample and
     after-the-fit rows are recomputed here (the held-out row is checked against held_out.yaml
     by the slow LOSO test, and the engine-clock row by the slow engine test's ceiling)."""
-    from bench.sim.calibration import error_row
-
     readme = (ROOT / "README.md").read_text()
     after = validate(points=load_published().after_fit)
     for row in (
@@ -389,8 +388,6 @@ def test_leave_one_source_out_is_pinned_and_is_what_the_ranges_state() -> None:
     pub = load_published()
     held = leave_one_source_out(pub.scored)
     assert mean_abs_error(held) <= PINNED_LOSO_MAE
-    from bench.sim.calibration import error_row
-
     row = error_row("leave-one-source-out (each source held out of the fit)", held)
     assert row in (ROOT / "README.md").read_text(), row
     fresh = held_out_document(held, validate(points=pub.after_fit))

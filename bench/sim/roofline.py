@@ -472,11 +472,13 @@ class Deployment:
         t += e.t_fix_s + m.layers * e.t_layer_s + (e.t_multi_s if n_tok > 1 else 0.0)
         return t + n_tok * (e.t_tok_s + m.moe_layers * e.t_moe_tok_s)
 
-    def _gemm_mfu(self, rows: float) -> float:
+    def _gemm_mfu(self, rows: float, half_rows: float | None = None) -> float:
         """MFU of a weight GEMM of `rows` token rows: the ceiling mfu, reached as the rows fill
-        the tensor cores' tiles and waves (Efficiency.gemm_half_rows: half of it at that many)."""
+        the tensor cores' tiles and waves (half of it at `half_rows`, by default the dense
+        GEMMs' Efficiency.gemm_half_rows; routed experts pass their own)."""
         e = self.eff
-        return e.mfu * rows / (rows + e.gemm_half_rows)
+        half = e.gemm_half_rows if half_rows is None else half_rows
+        return e.mfu * rows / (rows + half)
 
     @cached_property
     def _sliding_kv_bytes(self) -> float:
@@ -499,8 +501,7 @@ class Deployment:
             imbalance = 1 + e.moe_imbalance + math.sqrt(2 * math.log(g) / mean)
         if e.gemm_half_rows:  # each expert's GEMM runs the rows routed to it, on its own ramp
             rows = routed_tok * m.experts_per_token / max(self.experts_touched(routed_tok), 1e-9)
-            half = e.moe_half_rows or e.gemm_half_rows
-            mfu = e.mfu * rows / (rows + half) * e.moe_mfu_ratio
+            mfu = self._gemm_mfu(rows, e.moe_half_rows or e.gemm_half_rows) * e.moe_mfu_ratio
         else:
             mfu = (n_tok / work if work else e.mfu) * e.moe_mfu_ratio
         flops = 2 * self._shape[2] * routed_tok * imbalance / g

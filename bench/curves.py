@@ -296,9 +296,16 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
     from bench.scenario import stored_shape
 
     curve.shape = stored_shape(run.scenario_text)
-    calibration = ((run.extra_json or {}).get("sim") or {}).get("calibration") or {}
+    sim = (run.extra_json or {}).get("sim") or {}
+    calibration = sim.get("calibration") or {}
     if calibration.get("expected_error"):
         curve.sim_error = (dict(calibration["expected_error"]), calibration["basis"])
+    elif run.simulated and sim.get("disagg"):  # the published fit's, for a split deployment
+        from bench.sim.profiles.accuracy import expected_errors
+
+        curve.sim_error = expected_errors(
+            sim.get("gpu") or run.gpu_type, sim.get("model") or run.model, disagg=True
+        )
     lps = run.load_points or []
     for lp in lps:
         cols = load_columns(run.id, lp.load_point, db)
@@ -374,7 +381,9 @@ def run_error_bars(run: Any, db: Any = None) -> dict | None:
         errors, basis = dict(cal["expected_error"]), str(cal.get("basis") or "calibration profile")
     else:
         errors, basis = expected_errors(
-            sim.get("gpu") or run.gpu_type, sim.get("model") or run.model
+            sim.get("gpu") or run.gpu_type,
+            sim.get("model") or run.model,
+            disagg=bool(sim.get("disagg")),
         )
     sat = load_saturation(run.id, db)
     return {

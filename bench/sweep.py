@@ -387,9 +387,14 @@ class Sweep:
             # (a calibration profile's own, else the published fit's for its category)
             curve.simulated = True
             curve.gpu_type, curve.model = self.scenario.gpu.type, self.scenario.target.model
-            cal = getattr(getattr(self.session, "executor", None), "calibration", None)
+            ex = getattr(self.session, "executor", None)
+            cal = getattr(ex, "calibration", None)
             if cal and cal.get("expected_error"):
                 curve.sim_error = (dict(cal["expected_error"]), cal["basis"])
+            elif getattr(getattr(ex, "options", None), "disagg", None):  # a split deployment
+                from bench.sim.profiles.accuracy import expected_errors
+
+                curve.sim_error = expected_errors(curve.gpu_type, curve.model, disagg=True)
         return capacity_at_slo(curve, self.slo)
 
     def _gpus(self) -> int:

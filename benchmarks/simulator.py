@@ -46,6 +46,7 @@ def validation(loso: bool) -> None:
 
     from bench.sim.calibration import (
         Sim,
+        disaggregated,
         leave_one_source_out,
         load_published,
         mean_abs_error,
@@ -68,9 +69,13 @@ def validation(loso: bool) -> None:
     t_loso = time.perf_counter() - t
     print(f"validation: {len(engine)} fitted and {len(after)} later points of {len(pub.points)} "
           f"published (engine clock, virtual time, {t_engine:.0f} s with the ratios)")  # fmt: skip
+    split = disaggregated()
     print(table(engine + after, held))
+    print(f"  the {len(split)} points whose sources also ran disaggregated splits, those in "
+          "their fronts (formula clock; scored, never fitted):")  # fmt: skip
+    print(table(split).split("\n", 1)[1])
     print()
-    print(validation_table(formula, held, after, engine))
+    print(validation_table(formula, held, after, engine, split))
     print()
     if held:
         print(

@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from bench.sim.calibration import (
+    DISAGG_ROW,
     HELD_OUT_YAML,
     NIM_S75,
     Point,
     Sim,
+    disaggregated,
     error_row,
     fit_params,
     held_out_document,
@@ -35,7 +37,7 @@ from bench.sim.calibration import (
 )
 from bench.sim.engine import Engine
 from bench.sim.profiles import EFFICIENCY_YAML, get_gpu
-from bench.sim.roofline import Deployment, steady_state
+from bench.sim.roofline import Deployment, parse_parallel, steady_state
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -239,16 +241,49 @@ def test_validation_error_is_pinned(results) -> None:
 
 
 def test_readme_carries_the_validation_table_the_fit_gives(results) -> None:
-    """The README's validation table is benchmarks/simulator.py's: its in-sample and
-    after-the-fit rows are recomputed here (the held-out row is checked against held_out.yaml
-    by the slow LOSO test, and the engine-clock row by the slow engine test's ceiling)."""
+    """The README's validation table is benchmarks/simulator.py's: its in-sample, after-the-fit
+    and disaggregated rows are recomputed here (the held-out row is checked against
+    held_out.yaml by the slow LOSO test, and the engine-clock row by the slow engine test's
+    ceiling)."""
     readme = (ROOT / "README.md").read_text()
     after = validate(points=load_published().after_fit)
     for row in (
         error_row("in sample (formula clock, the fit's)", results),
         error_row("points added after the fit", after),
+        error_row(DISAGG_ROW, disaggregated()),
     ):
         assert row in readme, row
+
+
+def test_disaggregated_fronts_count_both_pools_and_are_never_fitted() -> None:
+    """Points whose source also ran xPyD splits [S68] are scored a second way, those splits in
+    their fronts (every GPU of both pools counted, at most 72), with the single-node runs from
+    the scripts' concurrency 4; the fit's own fronts stay single-pool."""
+    pts = {p.id: p for p in load_published().points}
+    split = {r.point.id: r for r in disaggregated()}
+    assert set(split) == {i for i, p in pts.items() if p.disagg and p.expressible}
+    is_split = re.compile(r"^(\d+)P(\d+)D (\w+)/(\w+)")
+    sim = Sim(disagg=True)
+    for pid in ("ix-b200-dsr1-fp8-198", "ix-gb200-dsr1-8k1k-120"):
+        front = sim.front(pts[pid])
+        for _, _, cfg in front:
+            m = is_split.match(cfg)
+            if m:
+                x, y, pre, dec = m.groups()
+                assert int(x) * _gpus(pre) + int(y) * _gpus(dec) <= 72, cfg
+            else:  # a single-node run, where the source ran those too
+                assert pts[pid].disagg == "also" and int(cfg.rsplit("c", 1)[1]) >= 4, cfg
+        assert any(is_split.match(c) for *_, c in front)
+    assert all(is_split.match(c) for *_, c in sim.front(pts["ix-gb200-dsr1-8k1k-120"]))
+    # the fit's fronts: single-pool, as the in-sample row scores them
+    assert not is_split.match(reproduce(pts["ix-b200-dsr1-fp4-73"]).config.split(" .. ")[0])
+    # a split feeds its decode pool without prompts in its steps: more per GPU at 73 tok/s/user
+    assert split["ix-b200-dsr1-fp4-73"].simulated > reproduce(pts["ix-b200-dsr1-fp4-73"]).simulated
+
+
+def _gpus(parallel: str) -> int:
+    tp, dp, _ = parse_parallel(parallel)
+    return tp * dp
 
 
 def test_sources_publishing_one_curve_are_compared() -> None:
@@ -390,7 +425,7 @@ def test_leave_one_source_out_is_pinned_and_is_what_the_ranges_state() -> None:
     assert mean_abs_error(held) <= PINNED_LOSO_MAE
     row = error_row("leave-one-source-out (each source held out of the fit)", held)
     assert row in (ROOT / "README.md").read_text(), row
-    fresh = held_out_document(held, validate(points=pub.after_fit))
+    fresh = held_out_document(held, validate(points=pub.after_fit), disaggregated())
     stored = yaml.safe_load(HELD_OUT_YAML.read_text())
     key = lambda rows: {r["id"]: r["error"] for r in rows}  # noqa: E731
     assert key(stored["points"]) == pytest.approx(key(fresh["points"]), abs=0.01)

@@ -6,6 +6,7 @@ searches a split."""
 from __future__ import annotations
 
 import math
+import re
 
 import httpx
 import numpy as np
@@ -235,3 +236,97 @@ def test_stored_run_divides_throughput_by_both_pools(tmp_path):
     assert point.output_tps > 0
     assert point.output_tps_per_gpu == pytest.approx(point.output_tps / 2)
     assert point.total_tps_per_gpu == pytest.approx(point.total_tps / 2)
+    # its figures state at least the error of the published fronts reproduced with their
+    # sources' disaggregated splits, wherever the run is read back
+    from bench.curves import run_error_bars
+    from bench.sim.profiles.accuracy import covering_error, expected_errors, held_out_errors
+    from bench.store.read import get_run
+
+    bars = run_error_bars(get_run(result.run_id, db), db)
+    colocated, _ = expected_errors("H100-SXM", "llama-3.1-8b")
+    split_err = covering_error(held_out_errors()["disagg"])
+    assert "disaggregated" in bars["basis"]
+    for q, e in bars["expected_error"].items():
+        assert e == pytest.approx(max(colocated[q], split_err)), q
+    assert curve.sim_error == (bars["expected_error"], bars["basis"])
+
+
+# -- the steady-state formula the validation's disaggregated fronts use ------------------------
+
+
+@pytest.mark.parametrize(
+    "model, tp, isl, osl, split, users",
+    [
+        ("llama-3.1-8b", 1, 2000, 200, (1, 2), 32),  # the prefill pool keeps up
+        ("llama-3.3-70b", 2, 4000, 300, (1, 1), 16),
+        ("llama-3.1-8b", 1, 8000, 100, (1, 2), 64),  # prefill-bound: users queue for it
+    ],
+)
+def test_steady_state_formula_agrees_with_the_engine(model, tp, isl, osl, split, users):
+    """disagg_steady_state is to DisaggEngine what roofline.steady_state is to Engine: the same
+    split at the same concurrency gives the same token pace and throughput per GPU (every GPU
+    of both pools) as the closed loop `sim run --disagg` executes, within a few per cent."""
+    from bench.sim.disagg import build_disagg, disagg_steady_state
+    from bench.sim.virtual import run_closed_loop
+
+    dep = Deployment.build("H100-SXM", model, "fp8", tp)
+    f = disagg_steady_state(dep, dep, isl, osl, users, split)
+    eng = build_disagg(dep, dep, f"{split[0]}P{split[1]}D")
+    r = run_closed_loop(eng, users, (isl, isl), osl)
+    assert f["tpot_s"] == pytest.approx(r["tpot_s"], rel=0.05)
+    assert f["total_tps_per_gpu"] == pytest.approx(r["total_tps"] / eng.gpus, rel=0.05)
+
+
+def test_a_prefill_bound_split_serves_what_its_prefill_pool_can():
+    """More users than one prefill instance can feed: throughput stops at the prefill pool's
+    rate and the decode batch shrinks to match, so the token pace gets faster, not slower."""
+    from bench.sim.disagg import disagg_steady_state, prefill_step
+
+    dep = Deployment.build("H100-SXM", "llama-3.1-8b", "fp8", 1)
+    isl, osl = 8000, 100
+    prompts, t = prefill_step(dep, isl)
+    light = disagg_steady_state(dep, dep, isl, osl, 4, (1, 2))
+    heavy = disagg_steady_state(dep, dep, isl, osl, 400, (1, 2))
+    served = prompts / t * (isl + osl) / 3  # prompts a second x tokens each / 3 GPUs
+    assert light["total_tps_per_gpu"] < served * 0.99
+    assert heavy["total_tps_per_gpu"] == pytest.approx(served, rel=1e-3)
+    assert heavy["decoding_per_instance"] < 200
+    more = disagg_steady_state(dep, dep, isl, osl, 400, (2, 2))
+    assert more["total_tps_per_gpu"] > heavy["total_tps_per_gpu"]
+
+
+def test_best_split_feeds_its_decode_pool_with_the_fewest_prefill_instances():
+    from bench.sim.disagg import best_disagg_split, disagg_steady_state
+
+    dep = Deployment.build("H100-SXM", "llama-3.3-70b", "fp8", 2)
+    isl, osl = 4000, 500
+    (x, y), best = best_disagg_split(dep, dep, isl, osl, 32, max_decode=8, max_prefill=16)
+    users = best["decoding_per_instance"] * y
+    assert best["decoding_per_instance"] == pytest.approx(32, rel=0.02)  # fed, not starved
+    for split in [(x, y + 1), (x + 1, y)] + ([(x - 1, y)] if x > 1 else []):
+        other = disagg_steady_state(dep, dep, isl, osl, users * split[1] / y, split)
+        assert other["total_tps_per_gpu"] <= best["total_tps_per_gpu"] * 1.0001 or (
+            split[1] > y  # a larger split may only win by a rounding of its prefill share
+        )
+    assert best_disagg_split(dep, dep, isl, osl, 10**6) is None  # beyond the decode KV cache
+
+
+def test_slo_capacity_of_a_split_widens_by_the_disaggregated_fronts_error(tmp_path):
+    """`sim run --disagg --slo`: the capacity's range folds in a split deployment's error (at
+    least the disaggregated fronts'), not the colocated category's alone."""
+    from bench.sim.profiles.accuracy import covering_error, held_out_error, held_out_errors
+
+    cmd = ["sim", "run", "--gpu", "H100", "--model", "llama-3.1-8b", "--disagg", "1P1D",
+           "--random-input-len", "1000", "--random-output-len", "32", "--num-prompts", "60",
+           "--seed", "2", "--slo", "p99_ttft_ms<=100", "--db", str(tmp_path / "t.db")]  # fmt: skip
+    res = CliRunner().invoke(app, cmd, env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    m = re.search(r"SLO capacity \(p99_ttft_ms<=100\): ([\d,]+) output tok/s per GPU "
+                  r"\(range ([\d,]+)-([\d,]+)\)", res.output)  # fmt: skip
+    assert m, res.output
+    value, low, high = (float(g.replace(",", "")) for g in m.groups())
+    split = covering_error(held_out_errors()["disagg"])
+    assert split > held_out_error("H100", "llama-3.1-8b")[0]  # wider than the colocated one's
+    assert low <= value / (1 + split) * 1.01 and high >= value * (1 + split) * 0.99
+    why = res.output[m.end() :].split("$/Mtok")[0]
+    assert "disaggregated: at least the error of published fronts" in " ".join(why.split())

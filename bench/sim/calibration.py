@@ -8,14 +8,20 @@ Each published point is reproduced by its source's method:
                  off/on; narrower where the point records its source's narrower search: mtp,
                  min_conc, max_conc), the Pareto front of total tok/s/GPU against tok/s/user
                  (1 / median TPOT), linear interpolation at the published interactivity. A target outside the front has no
-                 value: the simulator cannot reach it, and the point scores -100%.
+                 value: the simulator cannot reach it, and the point scores -100%. Where the
+                 source's search also (or only) ran disaggregated prefill/decode (the point's
+                 `disagg`), the front includes every xPyD split its sweep's disagg_sweeps entry
+                 allows, each at its best prefill-to-decode ratio and counting both pools' GPUs
+                 (bench.sim.disagg.best_disagg_split; the formula twin of `sim run --disagg`).
 InferenceX draws prompt lengths uniformly in 80-100% of the nominal ISL [S2], so its total
 tokens count 0.9 x ISL; trtllm-bench uses the nominal lengths.
 
 Two clocks reproduce a point: `formula` (steady_state: the engine's step-time function at the
 engine's steady-state schedule, microseconds per point, used for fitting) and `engine` (the
-closed-loop engine in virtual time, what `sim run` and `sim serve` execute). Deployments that do
-not fit in memory are skipped, not fatal.
+closed-loop engine in virtual time, what `sim run` and `sim serve` execute; a disaggregated
+split keeps its formula figures there, since one engine cannot hold replicas of an expert-parallel
+instance, and tests/test_sim_disagg.py holds the formula to `sim run --disagg` where it can).
+Deployments that do not fit in memory are skipped, not fatal.
 
 The fit (`fit()`): the few parameters efficiency.yaml's `fit` lists (HBM and KV bandwidth
 efficiency, the GEMMs' ceiling MFU and the token rows at which they reach half of it, FP4 and
@@ -44,6 +50,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from bench.sim.disagg import best_disagg_split
 from bench.sim.profiles import (
     COMPUTE_PRECISIONS,
     EFFICIENCY_YAML,
@@ -90,6 +97,7 @@ class Point:
     expressible: bool = True
     reason: str = ""
     after_fit: bool = False  # added after the fit: never fitted on, scored on its own row
+    disagg: str = ""  # the source's search also ("also") or only ("only") runs xPyD splits
 
     @property
     def vendor(self) -> str:
@@ -142,6 +150,7 @@ class Published:
     concurrency: list[int]
     sources: dict[str, str] = field(default_factory=dict)
     engine_limits: dict[str, dict] = field(default_factory=dict)
+    disagg_sweeps: dict[str, dict] = field(default_factory=dict)
 
     @property
     def scored(self) -> list[Point]:
@@ -175,8 +184,9 @@ def load_published(path: Path = PUBLISHED_YAML) -> Published:
     ratios = [Ratio(**r) for r in data.get("ratios") or []]
     limits = {k: v for k, v in (data.get("engine_limits") or {}).items()}
     return Published(
-        points, ratios, data["sweeps"], data["sweep_concurrency"], dict(data["sources"]), limits
-    )
+        points, ratios, data["sweeps"], data["sweep_concurrency"], dict(data["sources"]), limits,
+        dict(data.get("disagg_sweeps") or {}),
+    )  # fmt: skip
 
 
 # -- reproducing points ------------------------------------------------------------------------
@@ -184,6 +194,7 @@ def load_published(path: Path = PUBLISHED_YAML) -> Published:
 MTP_SWEEP = (0, 1)  # drafted tokens InferenceX's curves are searched over (0 = MTP off)
 # engine clock: configurations the formula puts more than 10% behind the front are not run
 FRONT_MARGIN = 0.10
+DISAGG_ROW = "disaggregated fronts (the sources' xPyD splits; scored, never fitted)"
 
 
 class Sim:
@@ -202,10 +213,13 @@ class Sim:
         profiles: list[dict] | None = None,
         clock: str = "formula",
         pub: Published | None = None,
+        disagg: bool = False,
     ) -> None:
+        """disagg: fronts of points whose source ran disaggregated splits include them, as
+        that source searched them (the fit's fronts are single-pool)."""
         if clock not in ("formula", "engine"):
             raise ValueError(f"clock {clock!r} is not formula or engine")
-        self.profiles, self.clock = profiles, clock
+        self.profiles, self.clock, self.disagg = profiles, clock, disagg
         self.pub = pub or load_published()
         self._deps: dict[tuple, Deployment | None] = {}
         self._effs: dict[tuple, Efficiency] = {}
@@ -255,10 +269,16 @@ class Sim:
         key += (p.mtp, p.min_conc, p.max_conc)
         if key in self._fronts:
             return self._fronts[key]
-        runs: list[tuple[float, float, str, Deployment, float]] = []
+        runs: list[tuple[float, float, str, Deployment | None, float]] = []
         mtps = MTP_SWEEP if _model(p.model).mtp_layers and p.mtp else (0,)
-        concs = [c for c in self.pub.concurrency if p.min_conc <= c <= (p.max_conc or c)]
-        for par in self.pub.sweeps[p.sweep]:
+        lowest = p.min_conc
+        pars = self.pub.sweeps[p.sweep]
+        if self.disagg and p.disagg:
+            runs += self._disagg_runs(p, mtps)
+            lowest = max(lowest, self.pub.disagg_sweeps[p.sweep]["single_node_min_conc"])
+            pars = pars if p.disagg == "also" else []
+        concs = [c for c in self.pub.concurrency if lowest <= c <= (p.max_conc or c)]
+        for par in pars:
             for mtp in mtps:
                 dep = self.deployment(p.gpu, p.model, p.precision, par, p.engine, mtp)
                 if dep is None:
@@ -271,11 +291,41 @@ class Sim:
                     d = dep.eff.mtp_tokens
                     cfg = f"{dep.parallel}{f' mtp{d}' if d else ''} c{c}"
                     runs.append((x, y, cfg, dep, min(c, cap)))
-        if self.clock == "engine":
+        if self.clock == "engine":  # a disaggregated split keeps its formula figures
             kept = _near_front(runs, FRONT_MARGIN)
-            runs = [(*self.measure(d, p, c)[::2], cfg, d, c) for _, _, cfg, d, c in kept]
+            runs = [
+                (*self.measure(d, p, c)[::2], cfg, d, c) if d else (x, y, cfg, d, c)
+                for x, y, cfg, d, c in kept
+            ]
         self._fronts[key] = [(x, y, cfg) for x, y, cfg, _, _ in runs]
         return self._fronts[key]
+
+    def _disagg_runs(self, p: Point, mtps: tuple[int, ...]) -> list[tuple]:
+        """(interactivity, total tok/s/GPU, config, None, sequences per decode instance) of
+        every disaggregated split the point's source searched: each prefill and decode
+        parallelism of its sweep's disagg_sweeps entry, each sequence count per decode instance,
+        the best xPyD split of each (disagg_steady_state)."""
+        spec = self.pub.disagg_sweeps[p.sweep]
+        runs = []
+        for ppar in spec["prefill"]:
+            pre = self.deployment(p.gpu, p.model, p.precision, ppar, p.engine, 0)
+            for dpar in spec["decode"] if pre else ():
+                for mtp in mtps:
+                    dec = self.deployment(p.gpu, p.model, p.precision, dpar, p.engine, mtp)
+                    for n in spec["per_decode"] if dec else ():
+                        best = best_disagg_split(
+                            pre, dec, p.mean_isl, p.osl, n,
+                            spec["max_decode"], spec["max_prefill"], spec["max_gpus"],
+                        )  # fmt: skip
+                        if best is None:
+                            continue
+                        (x, y), s = best
+                        d = dec.eff.mtp_tokens
+                        cfg = (
+                            f"{x}P{y}D {pre.parallel}/{dec.parallel}{f' mtp{d}' if d else ''} n{n}"
+                        )
+                        runs.append((s["interactivity"], s["total_tps_per_gpu"], cfg, None, n))
+        return runs
 
     def reproduce(self, p: Point) -> Result:
         """The simulator's figure for one published point, by that point's method."""
@@ -406,6 +456,15 @@ def validate(
     return [sim.reproduce(p) for p in (points or sim.pub.scored)]
 
 
+def disaggregated(profiles: list[dict] | None = None, clock: str = "formula") -> list[Result]:
+    """The points whose source also (or only) ran disaggregated splits, reproduced with those
+    splits in their fronts (Sim(disagg=True)) and the shipped or given fit: scored, never
+    fitted on (the fit's fronts are single-pool), the error a `--disagg` figure states."""
+    sim = Sim(profiles, clock, disagg=True)
+    pub = sim.pub
+    return [sim.reproduce(p) for p in pub.points if p.expressible and p.disagg]
+
+
 def source_disagreements(pub: Published | None = None, tolerance: float = 0.10) -> list[str]:
     """Where two sources publish the same InferenceX curve (GPU, model, precision, ISL/OSL) over
     overlapping interactivity, each one's points against the other's curve (log-linear
@@ -502,9 +561,12 @@ def gpu_pairs(loso: list[Result]) -> list[dict[str, Any]]:
     return out
 
 
-def held_out_document(loso: list[Result], after: list[Result]) -> dict[str, Any]:
+def held_out_document(
+    loso: list[Result], after: list[Result], split: list[Result] | None = None
+) -> dict[str, Any]:
     """What bench.sim.profiles.accuracy reads: each point's error when its source was held out
-    of the fit (or when it was added after the fit), and the independent TTFT checks."""
+    of the fit (or when it was added after the fit), the disaggregated fronts' (split,
+    category "disagg"), and the independent TTFT checks."""
 
     def row(r: Result, how: str) -> dict[str, Any]:
         return {"id": r.point.id, "category": r.point.set, "source": r.point.source,
@@ -512,7 +574,9 @@ def held_out_document(loso: list[Result], after: list[Result]) -> dict[str, Any]
 
     return {
         "schema_version": 1,
-        "points": [row(r, "source") for r in loso] + [row(r, "after_fit") for r in after],
+        "points": [row(r, "source") for r in loso]
+        + [row(r, "after_fit") for r in after]
+        + [dict(row(r, "disagg_front"), category="disagg") for r in split or []],
         "gpu_pairs": gpu_pairs(loso),
         "ttft": [
             {
@@ -527,15 +591,21 @@ def held_out_document(loso: list[Result], after: list[Result]) -> dict[str, Any]
     }
 
 
-def write_held_out(loso: list[Result], after: list[Result], path: Path = HELD_OUT_YAML) -> None:
+def write_held_out(
+    loso: list[Result],
+    after: list[Result],
+    split: list[Result] | None = None,
+    path: Path = HELD_OUT_YAML,
+) -> None:
     header = (
         "# Generated by `python -m bench.sim.calibration --loso --write-held-out` after a refit:\n"
         "# each published point's error predicted by a fit that never saw its source (held_out:\n"
-        "# source) or added after the fit (after_fit), and the independent TTFT checks. The\n"
+        "# source), added after the fit (after_fit) or reproduced with its source's disaggregated\n"
+        "# splits (disagg_front, never fitted), and the independent TTFT checks. The\n"
         "# expected error of every simulated figure is read from here\n"
         "# (bench/sim/profiles/accuracy.py); tests/test_sim_calibration.py checks it is current.\n"
     )
-    doc = held_out_document(loso, after)
+    doc = held_out_document(loso, after, split)
     path.write_text(
         header + yaml.safe_dump(doc, sort_keys=False, width=120, default_flow_style=None)
     )
@@ -759,6 +829,7 @@ def validation_table(
     loso: list[Result] | None,
     after: list[Result],
     engine: list[Result] | None = None,
+    split: list[Result] | None = None,
 ) -> str:
     """The one validation table (benchmarks/simulator.py prints it; the README carries it)."""
     rows = [
@@ -771,6 +842,8 @@ def validation_table(
     if loso is not None:
         rows.append(error_row("leave-one-source-out (each source held out of the fit)", loso))
     rows.append(error_row("points added after the fit", after))
+    if split is not None:
+        rows.append(error_row(DISAGG_ROW, split))
     return "\n".join(rows)
 
 
@@ -811,13 +884,15 @@ def main() -> None:
     results = validate(sim=sim)
     after = validate(sim=sim, points=load_published().after_fit)
     loso = leave_one_source_out(pts) if args.loso else None
+    split = disaggregated()
     print(table(results + after, loso))
+    print(table(split).split("\n", 1)[1])  # the same points, their sources' splits in the fronts
     if args.clock == "engine":  # the fit's own clock keeps its row; the engine's gets its own
-        print(validation_table(validate(), loso, after, engine=results))
+        print(validation_table(validate(), loso, after, engine=results, split=split))
     else:
-        print(validation_table(results, loso, after))
+        print(validation_table(results, loso, after, split=split))
     if args.write_held_out and loso is not None:
-        write_held_out(loso, after)
+        write_held_out(loso, after, split)
         print(f"wrote {HELD_OUT_YAML}")
     print(
         {k: round(v, 3) if isinstance(v, float) else v for k, v in summary(results, loso).items()}

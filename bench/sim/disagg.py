@@ -30,6 +30,7 @@ pool's (bench.sim.memory).
 from __future__ import annotations
 
 import heapq
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -340,3 +341,97 @@ def build_disagg(
     d = engine_for(d_dep, max_num_seqs, max_num_batched_tokens, memory_fraction, "off")
     kv = kv_link(p_dep, d_dep, p_dep.gpus + d_dep.gpus, link)
     return DisaggEngine(p, d, kv, f"{x}P{y}D", (prefill.parallel, decode.parallel))
+
+
+def prefill_step(prefill: Deployment, isl: float) -> tuple[int, float]:
+    """(prompts, seconds) of one prefill-pool step of prompts of isl tokens: prompts alone, as
+    many per data-parallel rank as its token budget (max_num_batched_tokens) holds."""
+    from bench.sim.profiles import engine_defaults
+
+    budget = engine_defaults(prefill.engine).max_num_batched_tokens
+    prompts = prefill.dp * max(1, int(budget // max(isl, 1.0)))  # one step's, every rank's
+    t = prefill.step_time(0, 0, prompts * isl, prompts * isl * isl / 2, prefill_seqs=prompts)
+    return prompts, t
+
+
+def disagg_steady_state(
+    prefill: Deployment,
+    decode: Deployment,
+    isl: float,
+    osl: int,
+    concurrency: float,
+    split: tuple[int, int],
+) -> dict[str, float] | None:
+    """Closed-loop steady state of an xPyD split (x prefill, y decode instances) at a fixed
+    concurrency: the formula twin of DisaggEngine, as roofline.steady_state is Engine's.
+
+    A decode instance runs decode-only steps (no prompt interferes: what disaggregation buys),
+    so a user's token pace is that step's, and y instances of n sequences each finish
+    y n / (osl x step) requests a second. The prefill pool serves x instances' worth of
+    prompt-only steps (prefill_step) a second. When it keeps up, every user but the few in prefill is decoding (n = C / y); when
+    it does not, users queue for it and the decode batch settles where both rates meet. The KV
+    transfer overlaps the next prompt's prefill: it costs TTFT, not throughput. None when a
+    decode instance's KV cannot hold its sequences. Totals count every GPU of both pools, as
+    InferenceX counts a disaggregated deployment.
+    """
+    x, y = split
+    prompts, t_prefill = prefill_step(prefill, isl)
+    served = x * prompts / t_prefill
+
+    def finished(n: float) -> tuple[float, float]:  # (requests a second, step time)
+        t = decode.step_time(n, n * (isl + osl / 2), 0, 0, prefill_seqs=0)
+        return y * n / (osl * t), t
+
+    n = concurrency / y
+    for _ in range(3):  # a user spends its prefill step out of the decode batch
+        t = finished(n)[1]
+        n = concurrency / y * osl * t / (osl * t + t_prefill)
+    rate, t = finished(n)
+    if rate > served:  # prefill-bound: the decode batch where the two rates meet
+        lo, hi = 0.0, n
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if finished(mid)[0] < served else (lo, mid)
+        n = max(hi, 1e-9)
+        rate, t = finished(n)
+    if n * (isl + osl / 2) > decode.kv_capacity_tokens():
+        return None
+    out = rate * osl / (x * prefill.gpus + y * decode.gpus)
+    return {
+        "tpot_s": t,
+        "interactivity": 1 / t,
+        "output_tps_per_gpu": out,
+        "total_tps_per_gpu": out * (1 + isl / osl),
+        "decoding_per_instance": n,
+    }
+
+
+def best_disagg_split(
+    prefill: Deployment,
+    decode: Deployment,
+    isl: float,
+    osl: int,
+    per_decode: float,
+    max_decode: int = 8,
+    max_prefill: int = 16,
+    max_gpus: int = 0,
+) -> tuple[tuple[int, int], dict[str, float]] | None:
+    """The xPyD split with the most throughput per GPU at per_decode sequences per decode
+    instance: of y = 1..max_decode, each with the fewest prefill instances that keep its
+    decode pool fed (fewer would starve it, more would idle), both pools within max_gpus
+    (0: any). None when none fits."""
+    if per_decode * (isl + osl / 2) > decode.kv_capacity_tokens():
+        return None
+    t = decode.step_time(per_decode, per_decode * (isl + osl / 2), 0, 0, prefill_seqs=0)
+    prompts, t_prefill = prefill_step(prefill, isl)
+    needed = per_decode / (osl * t) * t_prefill / prompts  # prefill instances per decode one
+    best = None
+    for y in range(1, max_decode + 1):
+        x = max(1, math.ceil(y * needed - 1e-9))
+        if x > max_prefill or (max_gpus and x * prefill.gpus + y * decode.gpus > max_gpus):
+            break
+        users = per_decode * y * (osl * t + t_prefill) / (osl * t)  # and those in prefill
+        s = disagg_steady_state(prefill, decode, isl, osl, users, (x, y))
+        if s and (best is None or s["output_tps_per_gpu"] > best[1]["output_tps_per_gpu"]):
+            best = ((x, y), s)
+    return best

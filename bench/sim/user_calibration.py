@@ -197,7 +197,9 @@ class Settings:
 
 # The median token gap (s) by (batch size, whether a prefill shared the step): gaps_by_batch
 Gaps = dict[tuple[int, bool], float]
-Figures = tuple[dict[str, float], Gaps]  # what a fit scores of one replay
+# The median TTFT (s) of a point's shortest and longest prompts: ttft_by_length
+Lengths = dict[str, float]
+Figures = tuple[dict[str, float], Gaps, Lengths]  # what a fit scores of one replay
 
 
 @dataclass
@@ -213,6 +215,7 @@ class ObservedPoint:
     field_measured: dict[str, float] = field(default_factory=dict)  # field_stats of its records
     gaps_measured: Gaps = field(default_factory=dict)  # gaps_by_batch of its records
     spread: dict[str, float] = field(default_factory=dict)  # sampling_spread of its records
+    ttft_lengths: Lengths = field(default_factory=dict)  # ttft_by_length of its records
 
 
 # The per-request error the field reports for a simulator against real runs (e.g. Vidur's and
@@ -369,6 +372,42 @@ def gaps_by_batch(records: list[RequestRecord], min_gaps: int = MIN_GAPS) -> Gap
     return out
 
 
+# TTFT by prompt length is scored where a point's longest third of prompts is at least this
+# many times its shortest third (median against median), each third of at least LENGTH_MIN
+# requests; weighted as a p99: one more view of the same TTFTs
+LENGTH_SPREAD = 1.5
+LENGTH_MIN = 10
+LENGTH_WEIGHT = 0.5
+
+
+def ttft_by_length(records: list[RequestRecord]) -> Lengths:
+    """The median TTFT (s) of the completed requests with the shortest third of prompts and
+    of those with the longest third ({"short": s, "long": s}), where the two thirds' prompts
+    differ enough to tell apart; {} otherwise. A TTFT is the front end's time (HTTP,
+    tokenisation, the hand-off: t_req_s) plus a prefill that grows with the prompt, and one
+    median per load does not tell the two apart: on simulated runs with known values three
+    loads' medians left them loose, and another load's TTFT moved -11%..+9% with how the fit
+    split them. Two medians at two prompt lengths give the slope (prefill speed) and the
+    intercept (the front end)."""
+    ok = [
+        r for r in records if r.ok and r.first_token_ns is not None and (r.prompt_tokens or 0) > 0
+    ]
+    if len(ok) < 3 * LENGTH_MIN:
+        return {}
+    ok.sort(key=lambda r: r.prompt_tokens)
+    third = len(ok) // 3
+    short, long = ok[:third], ok[-third:]
+    if np.median([r.prompt_tokens for r in long]) < LENGTH_SPREAD * np.median(
+        [r.prompt_tokens for r in short]
+    ):
+        return {}
+    return {"short": _median_ttft(short), "long": _median_ttft(long)}
+
+
+def _median_ttft(records: list[RequestRecord]) -> float:
+    return float(np.median([(r.first_token_ns - r.sent_ns) / 1e9 for r in records]))
+
+
 def observed_points(run_ref: str, db: str | None = None) -> tuple[list[ObservedPoint], Any]:
     """Every load point of a stored run or sweep with completed requests, and the RunInfo.
 
@@ -409,6 +448,7 @@ def observed_points(run_ref: str, db: str | None = None) -> tuple[list[ObservedP
                 field_stats(recs),
                 gaps_by_batch(recs),
                 sampling_spread(recs),
+                ttft_by_length(recs),
             )
         )
     return points, info
@@ -468,11 +508,11 @@ def replay_records(point: ObservedPoint, engine: Any) -> list[RequestRecord]:
 def point_figures(
     point: ObservedPoint, device: GPUProfile, settings: Settings, eff: dict[str, float]
 ) -> Figures:
-    """What a fit scores of one replay: the quantities, and the gaps by batch size where the
-    measured point has them."""
+    """What a fit scores of one replay: the quantities, and the gaps by batch size and the
+    TTFT by prompt length where the measured point has them."""
     records = replay_records(point, build_engine(device, settings, eff))
     gaps = gaps_by_batch(records, min_gaps=SIM_MIN_GAPS) if point.gaps_measured else {}
-    return quantities(records), gaps
+    return quantities(records), gaps, ttft_by_length(records) if point.ttft_lengths else {}
 
 
 _WORKER: dict[str, Any] = {}  # a replay process's points, device and settings
@@ -516,7 +556,7 @@ class PointReplays:
         if self.pool is None:
             return [point_figures(p, self.device, self.settings, eff) for p in self.points]
         done = self.pool.map(_worker_figures, [(i, eff) for i in self.order])
-        out: list[Figures] = [({}, {})] * len(self.points)
+        out: list[Figures] = [({}, {}, {})] * len(self.points)
         for i, figures in zip(self.order, done, strict=True):
             out[i] = figures
         return out
@@ -815,7 +855,7 @@ def _fit(
 
     def terms(sims: list[Figures]) -> np.ndarray:
         out = []
-        for p, (s, gaps) in zip(points, sims, strict=True):
+        for p, (s, gaps, lengths) in zip(points, sims, strict=True):
             for name, _, _, w in QUANTITIES:
                 m, v = p.measured.get(name), s.get(name)
                 if m and m > 0:
@@ -824,6 +864,10 @@ def _fit(
             for key, m in p.gaps_measured.items():  # a batch the replay never ran: a miss
                 v = gaps.get(key)
                 out.append(GAP_WEIGHT * (math.log(v / m) if v and m > 0 else math.log(2.0)))
+            for key, m in p.ttft_lengths.items():
+                v = lengths.get(key)
+                ok = v is not None and v > 0 and m > 0
+                out.append(LENGTH_WEIGHT * (math.log(v / m) if ok else math.log(20.0)))
         return np.asarray(out)
 
     def resid(u: np.ndarray) -> np.ndarray:
@@ -862,7 +906,7 @@ def _fit(
         p.value = values[p.name]
     residuals = [
         PointResidual(p.run_id, p.load_point, p.load, p.measured, s, p.spread)
-        for p, (s, _) in zip(points, sims, strict=True)
+        for p, (s, *_) in zip(points, sims, strict=True)
     ]
     return CalibrationProfile(
         device, settings, params, residuals, runs or [], flat, step_shape=shape
@@ -889,7 +933,7 @@ def step_shape(
         for k in keys:
             ratios = [
                 p.gaps_measured[k] / gaps[k]
-                for p, (_, gaps) in zip(points, sims, strict=True)
+                for p, (_, gaps, _) in zip(points, sims, strict=True)
                 if k in p.gaps_measured and gaps.get(k)
             ]
             if ratios:  # on the factor the last replay ran this batch with

@@ -378,13 +378,14 @@ def test_rack_scale_nvl72() -> None:
 # Held out (formula clock): 17.7% mean over the 60 fitted points, each scored by a fit without
 # its source (target 15%: missed; 22.1% with the 16-parameter fit before the row-dependent
 # GEMM efficiency, 28.9% before gpt-oss's GEMM rates and the per-layer overhead); the engine
-# clock in sample 13.0%; the 15 points added after the fit 27.5%: MI325X (with the profile from
+# clock in sample 13.0%; the 27 points added after the fit 38.6%: MI325X (with the profile from
 # AMD's datasheet) 15.0% (DeepSeek-R1 -13%..+24%, gpt-oss on vLLM -27%..-4%; +206%..+480%
 # before the row ramps); AMD's own vLLM figures for MI300X [S77] +15%..+54% at maximum
-# throughput, -10% at batch 1. Ceilings, not point counts.
+# throughput, -10% at batch 1; InferenceX's DeepSeek-R1 FP4 1k/1k fronts with and without MTP
+# [S78][S79] -51%..+226% (27.5% over the first 15 before them). Ceilings, not point counts.
 PINNED_LOSO_MAE = 0.18
 PINNED_ENGINE_MAE = 0.135
-PINNED_AFTER_FIT_MAE = 0.28
+PINNED_AFTER_FIT_MAE = 0.39
 
 
 def test_points_added_after_the_fit_are_scored_never_fitted() -> None:

@@ -296,16 +296,13 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
     from bench.scenario import stored_shape
 
     curve.shape = stored_shape(run.scenario_text)
-    sim = (run.extra_json or {}).get("sim") or {}
-    calibration = sim.get("calibration") or {}
-    if calibration.get("expected_error"):
-        curve.sim_error = (dict(calibration["expected_error"]), calibration["basis"])
-    elif run.simulated and sim.get("disagg"):  # the published fit's, for a split deployment
-        from bench.sim.profiles.accuracy import expected_errors
+    from bench.sim.profiles.accuracy import run_errors
 
-        curve.sim_error = expected_errors(
-            sim.get("gpu") or run.gpu_type, sim.get("model") or run.model, disagg=True
-        )
+    sim = (run.extra_json or {}).get("sim") or {}
+    curve.sim_error = run_errors(
+        sim.get("calibration"), run.simulated and sim.get("disagg"),
+        sim.get("gpu") or run.gpu_type, sim.get("model") or run.model,
+    )  # fmt: skip
     lps = run.load_points or []
     for lp in lps:
         cols = load_columns(run.id, lp.load_point, db)
@@ -371,20 +368,16 @@ def run_error_bars(run: Any, db: Any = None) -> dict | None:
     {quantity: e}, "saturation_requests_per_s" (None when the run has none stored, e.g. one
     measured through `sim serve`), "near_saturation_at"}; None for a run that is not simulated.
     `run` is a bench.store.RunInfo."""
-    from bench.sim.profiles.accuracy import NEAR_SATURATION, expected_errors
+    from bench.sim.profiles.accuracy import NEAR_SATURATION, expected_errors, run_errors
 
     if not run.simulated:
         return None
     sim = (run.extra_json or {}).get("sim") or {}
-    cal = sim.get("calibration") or {}
-    if cal.get("expected_error"):  # simulated with --profile: the profile's own errors
-        errors, basis = dict(cal["expected_error"]), str(cal.get("basis") or "calibration profile")
-    else:
-        errors, basis = expected_errors(
-            sim.get("gpu") or run.gpu_type,
-            sim.get("model") or run.model,
-            disagg=bool(sim.get("disagg")),
-        )
+    gpu, model = sim.get("gpu") or run.gpu_type, sim.get("model") or run.model
+    # simulated with --profile: the profile's own errors; else the category's (a split's wider)
+    errors, basis = run_errors(sim.get("calibration"), sim.get("disagg"), gpu, model) or (
+        expected_errors(gpu, model)
+    )
     sat = load_saturation(run.id, db)
     return {
         "basis": basis,

@@ -387,14 +387,14 @@ class Sweep:
             # (a calibration profile's own, else the published fit's for its category)
             curve.simulated = True
             curve.gpu_type, curve.model = self.scenario.gpu.type, self.scenario.target.model
-            ex = getattr(self.session, "executor", None)
-            cal = getattr(ex, "calibration", None)
-            if cal and cal.get("expected_error"):
-                curve.sim_error = (dict(cal["expected_error"]), cal["basis"])
-            elif getattr(getattr(ex, "options", None), "disagg", None):  # a split deployment
-                from bench.sim.profiles.accuracy import expected_errors
+            from bench.sim.profiles.accuracy import run_errors
 
-                curve.sim_error = expected_errors(curve.gpu_type, curve.model, disagg=True)
+            ex = getattr(self.session, "executor", None)
+            curve.sim_error = run_errors(
+                getattr(ex, "calibration", None),
+                getattr(getattr(ex, "options", None), "disagg", None),
+                curve.gpu_type, curve.model,
+            )  # fmt: skip
         return capacity_at_slo(curve, self.slo)
 
     def _gpus(self) -> int:

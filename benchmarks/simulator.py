@@ -73,7 +73,7 @@ def validation(loso: bool) -> None:
     print(table(engine + after, held))
     print(f"  the {len(split)} points whose sources also ran disaggregated splits, those in "
           "their fronts (formula clock; scored, never fitted):")  # fmt: skip
-    print(table(split).split("\n", 1)[1])
+    print(table(split, header=False))
     print()
     print(validation_table(formula, held, after, engine, split))
     print()

@@ -791,13 +791,14 @@ def write_fit(values: dict[str, float], points: list[Point], path: Path = EFFICI
 # -- report ------------------------------------------------------------------------------------
 
 
-def table(results: list[Result], loso: list[Result] | None = None) -> str:
+def table(results: list[Result], loso: list[Result] | None = None, header: bool = True) -> str:
     held = {r.point.id: r for r in loso or []}
-    lines = [
+    title = (
         f"{'point':34} {'set':5} {'source':6} {'published':>10} {'simulated':>10} {'error':>7}"
         + ("  LOSO" if held else "")
         + "  config"
-    ]
+    )
+    lines = [title] if header else []
     for r in results:
         p = r.point
         extra = f" {held[p.id].error:+6.0%}" if p.id in held else ""
@@ -886,7 +887,7 @@ def main() -> None:
     loso = leave_one_source_out(pts) if args.loso else None
     split = disaggregated()
     print(table(results + after, loso))
-    print(table(split).split("\n", 1)[1])  # the same points, their sources' splits in the fronts
+    print(table(split, header=False))  # the same points, their sources' splits in the fronts
     if args.clock == "engine":  # the fit's own clock keeps its row; the engine's gets its own
         print(validation_table(validate(), loso, after, engine=results, split=split))
     else:

@@ -76,8 +76,7 @@ def ratio_error(category_a: str, category_b: str) -> tuple[float, str]:
     errors = pairs[key]
     if not errors:
         return 0.0, "no held-out pair of GPUs"
-    err = covering_error(errors)
-    within = sum(e <= err for e in errors)
+    err, within = _covered(errors)
     return err, (
         f"simulator's held-out error on a ratio of two GPUs for {CATEGORIES[key]} ({within} of "
         f"{len(errors)} pairs within it)"
@@ -89,6 +88,12 @@ def covering_error(errors: Sequence[float], coverage: float = COVERAGE) -> float
     stated range is one a held-out point reached)."""
     x = np.sort(np.asarray(errors, float))
     return float(x[max(int(np.ceil(coverage * len(x))) - 1, 0)])
+
+
+def _covered(errors: Sequence[float]) -> tuple[float, int]:
+    """(the error COVERAGE of `errors` are within, how many are), what each basis states."""
+    err = covering_error(errors)
+    return err, sum(e <= err for e in errors)
 
 
 def category(gpu: str | None, model: str | None) -> str:
@@ -112,13 +117,11 @@ def held_out_error(gpu: str | None, model: str | None, disagg: bool = False) -> 
     disaggregated deployment (disagg), at least the disaggregated fronts' error too."""
     key = category(gpu, model)
     errors = held_out_errors()[key]
-    err = covering_error(errors)
-    within = sum(e <= err for e in errors)
+    err, within = _covered(errors)
     basis = BASIS.format(what=CATEGORIES[key], n=within, m=len(errors))
     split = held_out_errors()["disagg"] if disagg else []
     if split:
-        e_split = covering_error(split)
-        n = sum(e <= e_split for e in split)
+        e_split, n = _covered(split)
         basis += DISAGG_BASIS.format(err=e_split, n=n, m=len(split))
         err = max(err, e_split)
     return err, basis
@@ -155,6 +158,21 @@ def expected_errors(
     ttft = covering_error(checks) if checks else 0.0
     errors = {q: max(err, ttft) if q.startswith("ttft") else err for _, _, q in FIGURES}
     return errors, basis + (TTFT_BASIS.format(ttft=ttft) if ttft > err else "")
+
+
+def run_errors(
+    calibration: dict | None, disagg: Any, gpu: str | None, model: str | None
+) -> tuple[dict, str] | None:
+    """A simulated run's own expected errors where its category's alone would not do: its
+    calibration profile's (kept with the run), else, for a disaggregated deployment, the
+    published fit's at least as wide as the disaggregated fronts'; None: the category's
+    applies. Stored runs (bench.curves) and a sweep's live capacity (bench.sweep) ask here."""
+    if calibration and calibration.get("expected_error"):
+        basis = str(calibration.get("basis") or "calibration profile")
+        return dict(calibration["expected_error"]), basis
+    if disagg:
+        return expected_errors(gpu, model, disagg=True)
+    return None
 
 
 def relative_error(errors: dict[str, float], name: str) -> float | None:

@@ -296,13 +296,19 @@ def test_a_prefill_bound_split_serves_what_its_prefill_pool_can():
 
 
 def test_best_split_feeds_its_decode_pool_with_the_fewest_prefill_instances():
-    from bench.sim.disagg import best_disagg_split, disagg_steady_state
+    from bench.sim.disagg import best_disagg_split, disagg_steady_state, prefill_step
 
     dep = Deployment.build("H100-SXM", "llama-3.3-70b", "fp8", 2)
     isl, osl = 4000, 500
     (x, y), best = best_disagg_split(dep, dep, isl, osl, 32, max_decode=8, max_prefill=16)
-    users = best["decoding_per_instance"] * y
-    assert best["decoding_per_instance"] == pytest.approx(32, rel=0.02)  # fed, not starved
+    assert best["decoding_per_instance"] == 32  # fed, not starved
+    # the closed loop that keeps 32 decoding per instance (plus those in prefill) agrees
+    t, t_prefill = best["tpot_s"], prefill_step(dep, isl)[1]
+    users = 32 * y * (osl * t + t_prefill) / (osl * t)
+    loop = disagg_steady_state(dep, dep, isl, osl, users, (x, y))
+    assert loop["decoding_per_instance"] == pytest.approx(32, rel=0.02)
+    assert loop["total_tps_per_gpu"] == pytest.approx(best["total_tps_per_gpu"], rel=0.02)
+    users = 32 * y
     for split in [(x, y + 1), (x + 1, y)] + ([(x - 1, y)] if x > 1 else []):
         other = disagg_steady_state(dep, dep, isl, osl, users * split[1] / y, split)
         assert other["total_tps_per_gpu"] <= best["total_tps_per_gpu"] * 1.0001 or (

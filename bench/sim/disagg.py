@@ -396,7 +396,11 @@ def disagg_steady_state(
         rate, t = finished(n)
     if n * (isl + osl / 2) > decode.kv_capacity_tokens():
         return None
-    out = rate * osl / (x * prefill.gpus + y * decode.gpus)
+    return _steady(t, rate * osl / (x * prefill.gpus + y * decode.gpus), isl, osl, n)
+
+
+def _steady(t: float, out: float, isl: float, osl: int, n: float) -> dict[str, float]:
+    """A split's steady state from its decode step (s) and output tok/s per GPU."""
     return {
         "tpot_s": t,
         "interactivity": 1 / t,
@@ -419,7 +423,8 @@ def best_disagg_split(
     """The xPyD split with the most throughput per GPU at per_decode sequences per decode
     instance: of y = 1..max_decode, each with the fewest prefill instances that keep its
     decode pool fed (fewer would starve it, more would idle), both pools within max_gpus
-    (0: any). None when none fits."""
+    (0: any). None when none fits. Fed, every decode instance runs per_decode sequences at one
+    decode-only step's pace, so each split's figures follow from that step and its GPU count."""
     if per_decode * (isl + osl / 2) > decode.kv_capacity_tokens():
         return None
     t = decode.step_time(per_decode, per_decode * (isl + osl / 2), 0, 0, prefill_seqs=0)
@@ -428,10 +433,10 @@ def best_disagg_split(
     best = None
     for y in range(1, max_decode + 1):
         x = max(1, math.ceil(y * needed - 1e-9))
-        if x > max_prefill or (max_gpus and x * prefill.gpus + y * decode.gpus > max_gpus):
+        gpus = x * prefill.gpus + y * decode.gpus
+        if x > max_prefill or (max_gpus and gpus > max_gpus):
             break
-        users = per_decode * y * (osl * t + t_prefill) / (osl * t)  # and those in prefill
-        s = disagg_steady_state(prefill, decode, isl, osl, users, (x, y))
-        if s and (best is None or s["output_tps_per_gpu"] > best[1]["output_tps_per_gpu"]):
-            best = ((x, y), s)
+        out = y * per_decode / (t * gpus)
+        if best is None or out > best[1]["output_tps_per_gpu"]:
+            best = ((x, y), _steady(t, out, isl, osl, per_decode))
     return best

@@ -124,20 +124,22 @@ def prompt_lengths(plan: RunPlan, exact: bool = False) -> str:
 
 def with_simulated_mtp(spec: dict, sim: dict | None) -> dict:
     """The measured spec-decode figures, and for a simulated endpoint with MTP on what its
-    model assumed (`--mtp-acceptance` a, d draft tokens): per-position acceptance a^(i+1),
-    acceptance rate (a + ... + a^d) / d and mean acceptance length 1 + a + ... + a^d, so the
-    counters can be checked against the model that produced them."""
+    model assumed for d draft tokens: per-position acceptance p_i (stored with the run; a^i for
+    a run stored with one acceptance a), acceptance rate (p_1 + ... + p_d) / d and mean
+    acceptance length 1 + p_1 + ... + p_d, so the counters can be checked against the model
+    that produced them."""
     d = int((sim or {}).get("mtp_tokens") or 0)
     a = (sim or {}).get("mtp_acceptance")
     if not d or a is None:
         return spec
-    gained = sum(a**i for i in range(1, d + 1))
+    per_position = (sim or {}).get("mtp_per_position") or [a ** (i + 1) for i in range(d)]
+    gained = sum(per_position)
     return {
         **spec,
         "simulated": {
             "mtp_tokens": d,
             "mtp_acceptance": a,
-            "per_position": [a ** (i + 1) for i in range(d)],
+            "per_position": list(per_position),
             "acceptance_rate": gained / d,
             "mean_acceptance_length": 1.0 + gained,
         },

@@ -356,7 +356,9 @@ def test_mla_decode_attention_is_compute_bound() -> None:
 
 def test_mtp_raises_interactivity() -> None:
     off = Deployment.build("B200", "deepseek-r1", "fp8", dp=8, ep=8, engine="sglang", mtp=False)
-    on = Deployment.build("B200", "deepseek-r1", "fp8", dp=8, ep=8, engine="sglang", mtp=True)
+    on = Deployment.build(
+        "B200", "deepseek-r1", "fp8", dp=8, ep=8, engine="sglang", mtp=True, mtp_acceptance=0.85
+    )  # the validation's acceptance (its sources' random-token prompts); 1.92 by default [S80]
     assert on.mtp_gain == pytest.approx(1.85)
     s_off, s_on = steady_state(off, 8192, 1024, 8), steady_state(on, 8192, 1024, 8)
     assert 1.3 < s_on["interactivity"] / s_off["interactivity"] < 1.85

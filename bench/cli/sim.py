@@ -136,8 +136,19 @@ MtpAcceptanceOpt = Annotated[
         "--mtp-acceptance",
         min=0.0,
         max=1.0,
-        help="probability each drafted token is accepted (default "
-        f"{_mtp_acceptance_default():g}, DeepSeek-V3's MTP)",
+        help="probability each drafted token is accepted, the i-th with probability a^i "
+        "(default: the model's published per-draft curve where it has one, DeepSeek-R1's "
+        f"TensorRT-LLM measurement; else {_mtp_acceptance_default():g}, DeepSeek-V3's MTP)",
+    ),
+]
+MtpAcceptanceLengthOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--mtp-acceptance-length",
+        min=1.0,
+        help="mean tokens a verify step yields per sequence with --mtp N drafts, 1 to N+1 "
+        "(vLLM's 'Mean acceptance length', SGLang's accept length, InferenceX's golden AL); "
+        "instead of --mtp-acceptance",
     ),
 ]
 MemoryFractionOpt = Annotated[
@@ -212,6 +223,7 @@ def serve_options(
     prefill_parallel: str | None = None,
     decode_parallel: str | None = None,
     kv_link: str | None = None,
+    mtp_acceptance_length: float | None = None,
 ):
     """The engine knobs as the library takes them (bench.sim.engine.ServeOptions)."""
     from bench.sim.engine import ServeOptions
@@ -219,6 +231,7 @@ def serve_options(
     return ServeOptions(
         max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance,
         memory_fraction, prefix_cache, disagg, prefill_parallel, decode_parallel, kv_link,
+        mtp_acceptance_length,
     )  # fmt: skip
 
 
@@ -237,6 +250,7 @@ def serve(
     kv_precision: KvPrecisionOpt = None,
     mtp: MtpOpt = None,
     mtp_acceptance: MtpAcceptanceOpt = None,
+    mtp_acceptance_length: MtpAcceptanceLengthOpt = None,
     memory_fraction: MemoryFractionOpt = None,
     prefix_cache: PrefixCacheOpt = None,
     disagg: DisaggOpt = None,
@@ -264,6 +278,7 @@ def serve(
     options = serve_options(
         d["max_num_seqs"], d["max_num_batched_tokens"], kv_precision, mtp, mtp_acceptance,
         memory_fraction, prefix_cache, disagg, prefill_parallel, decode_parallel, kv_link,
+        mtp_acceptance_length,
     )  # fmt: skip
     try:  # the engine `sim run` and the validation build, from the same options
         engine = VirtualExecutor(
@@ -273,6 +288,8 @@ def serve(
     except (ProfileError, ValueError) as exc:
         err_console.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc
+    if options.mtp:
+        console.print(mtp_note(engine.dep, mtp_acceptance, mtp_acceptance_length))
     dep = engine.dep
 
     def banner(bound: int) -> None:
@@ -320,6 +337,7 @@ def run(
     kv_precision: KvPrecisionOpt = None,
     mtp: MtpOpt = None,
     mtp_acceptance: MtpAcceptanceOpt = None,
+    mtp_acceptance_length: MtpAcceptanceLengthOpt = None,
     memory_fraction: MemoryFractionOpt = None,
     prefix_cache: PrefixCacheOpt = None,
     disagg: DisaggOpt = None,
@@ -375,6 +393,7 @@ def run(
     options = serve_options(
         d["max_num_seqs"], d["max_num_batched_tokens"], kv_precision, mtp, mtp_acceptance,
         memory_fraction, prefix_cache, disagg, prefill_parallel, decode_parallel, kv_link,
+        mtp_acceptance_length,
     )  # fmt: skip
     deployment = dict(
         gpu=d["gpu"], model=d["model"], precision=d["precision"], tp=tp, parallel=parallel
@@ -396,6 +415,8 @@ def run(
         sc = virtual.adopt(sc)
     except (ProfileError, ValueError) as exc:
         raise fail(str(exc)) from None
+    if options.mtp:
+        console.print(mtp_note(virtual.build().dep, mtp_acceptance, mtp_acceptance_length))
     plan, gates = sweep_plan(
         sc, request_rates, concurrency, auto, slo, slo_iterations, point_duration, warmup,
         cooldown, max_error_rate, fail_on, slo_draws=slo_draws,
@@ -423,6 +444,27 @@ def run(
                   f"`tokenbench show {(result.run_id or '')[:8]}`")  # fmt: skip
     sim_error = print_error_bars(result, virtual, prof, db)
     conclude_sweep(result, sc, db, gates, summary_json, sim_error)
+
+
+def mtp_note(dep, acceptance: float | None, length: float | None) -> str:
+    """What the simulated drafts yield, and from what: the user's figure or the model's."""
+    per = ", ".join(f"{p:.2f}" for p in dep.mtp_positions)
+    if acceptance is not None or length is not None:
+        origin = "as stated"
+    elif dep.model.mtp_acceptance_lengths:
+        origin = (
+            f"{dep.model.name}'s published curve on real prompts; state your engine's with "
+            "--mtp-acceptance-length"
+        )
+    else:
+        origin = (
+            f"each draft {dep.eff.mtp_acceptance:g} once the one before it is accepted, the "
+            "default; state your engine's with --mtp-acceptance-length"
+        )
+    return (
+        f"MTP: {int(dep.eff.mtp_tokens)} drafts a step, mean acceptance length "
+        f"{dep.mtp_gain:.2f} (accepted per draft position: {per}; {origin})"
+    )
 
 
 def print_error_bars(result, virtual, profile, db: str | None = None) -> dict:

@@ -243,10 +243,11 @@ class Sim:
         key = (g.name, m.name, precision, engine)
         if key not in self._effs:
             self._effs[key] = efficiency_for(g, precision, engine, m.name, self.profiles)
-        try:
+        try:  # one acceptance for every draft (efficiency.yaml's): the sources' random-token
+            # prompts, not the model's published curve on real ones (Deployment.build)
             dep = Deployment.build(
                 g, m, precision, tp, dp=dp, ep=ep, engine=engine, mtp=mtp,
-                resolved=self._effs[key],
+                mtp_acceptance=self._effs[key].mtp_acceptance, resolved=self._effs[key],
             )  # fmt: skip
             dep.kv_capacity_tokens()
         except ValueError:

@@ -78,6 +78,8 @@ class ServeOptions:
     prefill_parallel: str | None = None
     decode_parallel: str | None = None
     kv_link: str | None = None
+    # the mean tokens a verify step yields per sequence, instead of mtp_acceptance
+    mtp_acceptance_length: float | None = None
 
 
 @dataclass(frozen=True)
@@ -224,7 +226,7 @@ class Engine:
     def knobs(self) -> dict[str, float | int | str]:
         """The engine's effective settings, per engine instance, to store beside its results."""
         dep, dp = self.dep, self.dep.dp
-        return {
+        knobs = {
             "max_num_seqs": self.cfg.max_num_seqs // dp,
             "max_num_batched_tokens": self.cfg.max_num_batched_tokens // dp,
             "kv_precision": dep.kv_precision.name,
@@ -233,6 +235,11 @@ class Engine:
             "mtp_acceptance": dep.eff.mtp_acceptance,
             "prefix_cache": self.prefix_policy,
         }
+        if dep.mtp_positions:  # how the drafts were accepted: first, per position, on average
+            knobs["mtp_acceptance"] = dep.mtp_positions[0]
+            knobs["mtp_per_position"] = list(dep.mtp_positions)
+            knobs["mtp_acceptance_length"] = round(dep.mtp_gain, 6)
+        return knobs
 
     # -- driver API -------------------------------------------------------------------------
 

@@ -106,6 +106,40 @@ def parse_parallel(spec: str) -> tuple[int, int, int]:
     raise ValueError(f"parallelism {spec!r} is not tpN, depN or tepN (e.g. tp4, dep8)")
 
 
+def mtp_per_position(
+    model: ModelProfile, drafts: int, acceptance: float, length: float | None = None
+) -> tuple[float, ...]:
+    """P(the i-th of `drafts` draft tokens is accepted), i = 1..drafts (a chain: a draft
+    counts only when all before it were accepted, so the figures never rise).
+
+    length: a stated mean acceptance length (1 + the sum of these; vLLM's "mean acceptance
+    length", SGLang's accept length, InferenceX's golden AL): the one acceptance a with
+    a + ... + a^d = length - 1. Else the model's published curve, AL(k) for k drafts, whose
+    steps AL(k) - AL(k-1) are the per-position figures (drafts beyond it continue its last
+    ratio). Else a^i for the given acceptance.
+    """
+    if length is not None:
+        if not 1.0 <= length <= drafts + 1:
+            raise ValueError(
+                f"--mtp-acceptance-length {length:g} with --mtp {drafts}: a verify step yields "
+                f"1 to {drafts + 1} tokens per sequence; give a value in that range"
+            )
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (
+                (mid, hi) if sum(mid**i for i in range(1, drafts + 1)) < length - 1 else (lo, mid)
+            )
+        return tuple(lo**i for i in range(1, drafts + 1))
+    curve = model.mtp_acceptance_lengths
+    if not curve:
+        return tuple(acceptance**i for i in range(1, drafts + 1))
+    steps = [round(b - a, 6) for a, b in zip((1.0, *curve), curve, strict=False)]
+    while len(steps) < drafts:
+        steps.append(steps[-1] * (steps[-1] / steps[-2] if len(steps) > 1 else acceptance))
+    return tuple(steps[:drafts])
+
+
 @dataclass(frozen=True)
 class Deployment:
     """A model served on tp x dp GPUs of one kind, at one precision, by one engine."""
@@ -133,6 +167,8 @@ class Deployment:
         ep: int = 1,
         engine: str = "vllm",
         mtp: bool | int | None = None,
+        mtp_acceptance: float | None = None,
+        mtp_acceptance_length: float | None = None,
         profiles: list[dict] | None = None,
         resolved: Efficiency | None = None,
         **efficiency: float,
@@ -142,6 +178,8 @@ class Deployment:
         mtp: None = the engine profile's default; False/True turns MTP off/on where the model
         has an MTP module; an int N drafts N tokens per step (the model's MTP module, or for a
         model without one an EAGLE-style one-layer draft: the cost model is the same).
+        mtp_acceptance / mtp_acceptance_length: how the drafts are accepted (mtp_per_position);
+        neither: the model's published curve where it has one, else efficiency.yaml's.
         profiles: efficiency profiles to resolve against instead of efficiency.yaml's (the
         calibration fit passes its trial values here). resolved: the efficiency already
         resolved for this GPU, precision, engine and model (a caller building many
@@ -173,8 +211,24 @@ class Deployment:
             if int(mtp) < 0:
                 raise ValueError(f"--mtp {mtp}: draft tokens per step must be 0 or more")
             eff = eff.model_copy(update={"mtp_tokens": int(mtp)})
+        if mtp_acceptance is not None and mtp_acceptance_length is not None:
+            raise ValueError(
+                "--mtp-acceptance and --mtp-acceptance-length both say how drafts are accepted: "
+                "give one"
+            )
+        if mtp_acceptance is not None:
+            eff = eff.model_copy(update={"mtp_acceptance": mtp_acceptance})
         if not 0 < eff.mtp_acceptance <= 1:
             raise ValueError(f"MTP acceptance {eff.mtp_acceptance} must be in (0, 1]")
+        drafts = int(eff.mtp_tokens)
+        if mtp_acceptance_length is not None and not drafts:
+            raise ValueError(
+                f"--mtp-acceptance-length {mtp_acceptance_length:g} describes drafted tokens: "
+                "give --mtp N too (N drafts per step)"
+            )
+        if drafts and mtp_acceptance is None:
+            positions = mtp_per_position(m, drafts, eff.mtp_acceptance, mtp_acceptance_length)
+            eff = eff.model_copy(update={"mtp_per_position": positions})
         return cls(g, m, p, tp, kv, eff, dp, ep, engine)
 
     def with_efficiency(self, eff: Efficiency) -> Deployment:
@@ -285,10 +339,19 @@ class Deployment:
         return self.model.kept_precision(self.precision.name).bytes_per_param
 
     @cached_property
+    def mtp_positions(self) -> tuple[float, ...]:
+        """P(the i-th draft is accepted), i = 1..d: the resolved per-position figures, else
+        a^i for the one acceptance a (a deployment built with an efficiency of its own)."""
+        d = int(self.eff.mtp_tokens)
+        if len(self.eff.mtp_per_position) == d:
+            return self.eff.mtp_per_position
+        return tuple(self.eff.mtp_acceptance**i for i in range(1, d + 1))
+
+    @cached_property
     def mtp_gain(self) -> float:
-        """Tokens a sequence gains per verify step: 1 + a + a^2 + ... + a^d."""
-        a, d = self.eff.mtp_acceptance, int(self.eff.mtp_tokens)
-        return sum(a**i for i in range(d + 1))
+        """Tokens a sequence gains per verify step, the mean acceptance length: 1 + the
+        per-position acceptances (1 + a + ... + a^d for one acceptance a)."""
+        return 1.0 + sum(self.mtp_positions)
 
     @cached_property
     def _shape(self) -> tuple[float, float, float, float, float, float, float]:

@@ -409,12 +409,12 @@ class SimServer:
 
     def _spec_decode_lines(self, lab: str) -> list[str]:
         """vLLM's spec-decode counters, when MTP is on (vLLM has none without a draft)."""
-        eff = self.engine.dep.eff
-        d, a = int(eff.mtp_tokens), eff.mtp_acceptance
+        dep = self.engine.dep
+        d = int(dep.eff.mtp_tokens)
         if not d:
             return []
         drafts = self.spec_drafts
-        per_pos = [drafts * a ** (i + 1) for i in range(d)]
+        per_pos = [drafts * p for p in dep.mtp_positions]
         return [
             "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts (simulated).",
             "# TYPE vllm:spec_decode_num_drafts_total counter",

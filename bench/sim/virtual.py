@@ -62,6 +62,7 @@ def build_engine(
     engine: str = "vllm",
     mtp: bool | int | None = None,
     mtp_acceptance: float | None = None,
+    mtp_acceptance_length: float | None = None,
     memory_fraction: float | None = None,
     prefix_cache: str | None = None,
     disagg: str | None = None,
@@ -80,13 +81,11 @@ def build_engine(
     """
     from bench.sim.roofline import parse_parallel
 
-    acceptance = {"mtp_acceptance": mtp_acceptance} if mtp_acceptance is not None else {}
-
     def deployment(par: str | None) -> Deployment:
         t, dp, ep = parse_parallel(par) if par else (tp, 1, 1)
         return Deployment.build(
             gpu, model, precision, t, kv_precision, dp=dp, ep=ep, engine=engine, mtp=mtp,
-            **acceptance,
+            mtp_acceptance=mtp_acceptance, mtp_acceptance_length=mtp_acceptance_length,
         )  # fmt: skip
 
     if disagg is None:
@@ -373,6 +372,7 @@ class VirtualExecutor:
             self.gpu, self.model, self.precision, self.tp, o.max_num_seqs,
             o.max_num_batched_tokens, o.kv_precision, parallel=self.parallel,
             engine=self.engine, mtp=o.mtp, mtp_acceptance=o.mtp_acceptance,
+            mtp_acceptance_length=o.mtp_acceptance_length,
             memory_fraction=o.memory_fraction, prefix_cache=o.prefix_cache,
             disagg=o.disagg, prefill_parallel=o.prefill_parallel,
             decode_parallel=o.decode_parallel, kv_link=o.kv_link,

@@ -58,6 +58,9 @@ class ModelProfile(_Frozen):
     qk_nope_head_dim: int | None = None
     v_head_dim: int | None = None
     mtp_layers: int = 0
+    # mean acceptance length (tokens a verify step yields per sequence) with 1, 2, ... drafts,
+    # as published for the model's own MTP module (bench.sim.roofline.mtp_per_position)
+    mtp_acceptance_lengths: tuple[float, ...] = ()
     sliding_window_layers: int = 0
     sliding_window: int | None = None
     ffn: int | None = None
@@ -211,6 +214,9 @@ class Efficiency(_Frozen):
     mtp_tokens: int
     mtp_draft_tokens: int
     mtp_acceptance: float
+    # P(the i-th draft is accepted), i = 1..mtp_tokens, where known per position (a model's
+    # published curve, or a stated acceptance length); empty: mtp_acceptance ** i
+    mtp_per_position: tuple[float, ...] = ()
 
 
 class EngineDefaults(_Frozen):

@@ -390,10 +390,10 @@ class Sweep:
             from bench.sim.profiles.accuracy import run_errors
 
             ex = getattr(self.session, "executor", None)
+            options = getattr(ex, "options", None)
             curve.sim_error = run_errors(
-                getattr(ex, "calibration", None),
-                getattr(getattr(ex, "options", None), "disagg", None),
-                curve.gpu_type, curve.model,
+                getattr(ex, "calibration", None), getattr(options, "disagg", None),
+                curve.gpu_type, curve.model, getattr(options, "mtp", None),
             )  # fmt: skip
         return capacity_at_slo(curve, self.slo)
 

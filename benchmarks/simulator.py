@@ -50,6 +50,7 @@ def validation(loso: bool) -> None:
         leave_one_source_out,
         load_published,
         mean_abs_error,
+        mtp_speedups,
         source_disagreements,
         table,
         validate,
@@ -74,8 +75,12 @@ def validation(loso: bool) -> None:
     print(f"  the {len(split)} points whose sources also ran disaggregated splits, those in "
           "their fronts (formula clock; scored, never fitted):")  # fmt: skip
     print(table(split, header=False))
+    mtp = mtp_speedups()
+    print(f"  {len(mtp)} published speed-ups of MTP over the same deployment without it (formula "
+          "clock; scored, never fitted):")  # fmt: skip
+    print(table(mtp, header=False))
     print()
-    print(validation_table(formula, held, after, engine, split))
+    print(validation_table(formula, held, after, engine, split, mtp))
     print()
     if held:
         print(

@@ -31,7 +31,8 @@ def test_covering_error_is_the_smallest_observed_error_that_covers():
 )  # fmt: skip
 def test_each_category_states_an_error_its_held_out_points_stay_within(gpu, model, category):
     doc = yaml.safe_load(HELD_OUT_YAML.read_text())
-    rows = [p for p in doc["points"] if p["category"] != "disagg"]  # those points once more
+    # disagg: those points once more; mtp: speed-ups, their own basis (test below)
+    rows = [p for p in doc["points"] if p["category"] not in ("disagg", "mtp")]
     errs = [abs(p["error"]) for p in rows if category in ("all", p["category"])]
     err, basis = held_out_error(gpu, model)
     within = sum(e <= err for e in errs)
@@ -78,3 +79,27 @@ def test_ttft_carries_the_independent_ttft_checks_the_fit_never_scores():
     assert errors["tpot_p50"] == errors["output_tps"] == held_out_error("H100", "llama-3.3-70b")[0]
     if covering_error(ttft) > errors["tpot_p50"]:
         assert "TTFT" in basis
+
+
+def test_a_run_with_mtp_states_at_least_the_published_speedups_error():
+    """A figure simulated with MTP drafts: at least the error COVERAGE of the published MTP
+    speed-ups were within (held_out.yaml's mtp rows, never fitted), beside its category's; a
+    stored run with drafts and a sweep's capacity read it through run_errors."""
+    from bench.sim.profiles.accuracy import run_errors
+
+    doc = yaml.safe_load(HELD_OUT_YAML.read_text())
+    speedups = [abs(p["error"]) for p in doc["points"] if p["category"] == "mtp"]
+    assert len(speedups) >= 10 and {
+        p["held_out"] for p in doc["points"] if p["category"] == "mtp"
+    } == {"mtp_speedup"}
+    cover = covering_error(speedups)
+    dense, _ = held_out_error("H100", "llama-3.3-70b")
+    err, basis = held_out_error("H100", "llama-3.3-70b", mtp=True)
+    assert err == max(dense, cover) and cover > dense  # a dense model's range widens
+    assert "MTP speed-ups" in basis and f"of {len(speedups)} within it" in basis
+    errors, _ = expected_errors("H100", "llama-3.3-70b", mtp=True)
+    assert errors["output_tps"] == err
+    assert run_errors(None, None, "H100", "llama-3.3-70b", mtp=2)[0] == errors
+    assert run_errors(None, None, "H100", "llama-3.3-70b", mtp=0) is None
+    moe, _ = held_out_error("B200", "deepseek-r1")
+    assert held_out_error("B200", "deepseek-r1", mtp=True)[0] == max(moe, cover)

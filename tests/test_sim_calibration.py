@@ -16,6 +16,7 @@ import pytest
 from bench.sim.calibration import (
     DISAGG_ROW,
     HELD_OUT_YAML,
+    MTP_ROW,
     NIM_S75,
     Point,
     Sim,
@@ -26,6 +27,7 @@ from bench.sim.calibration import (
     leave_one_source_out,
     load_published,
     mean_abs_error,
+    mtp_speedups,
     nim_closed_loop,
     pareto_interpolate,
     points_per_parameter,
@@ -242,7 +244,7 @@ def test_validation_error_is_pinned(results) -> None:
 
 def test_readme_carries_the_validation_table_the_fit_gives(results) -> None:
     """The README's validation table is benchmarks/simulator.py's: its in-sample, after-the-fit
-    and disaggregated rows are recomputed here (the held-out row is checked against
+    disaggregated and MTP rows are recomputed here (the held-out row is checked against
     held_out.yaml by the slow LOSO test, and the engine-clock row by the slow engine test's
     ceiling)."""
     readme = (ROOT / "README.md").read_text()
@@ -251,6 +253,7 @@ def test_readme_carries_the_validation_table_the_fit_gives(results) -> None:
         error_row("in sample (formula clock, the fit's)", results),
         error_row("points added after the fit", after),
         error_row(DISAGG_ROW, disaggregated()),
+        error_row(MTP_ROW, mtp_speedups()),
     ):
         assert row in readme, row
 
@@ -428,7 +431,7 @@ def test_leave_one_source_out_is_pinned_and_is_what_the_ranges_state() -> None:
     assert mean_abs_error(held) <= PINNED_LOSO_MAE
     row = error_row("leave-one-source-out (each source held out of the fit)", held)
     assert row in (ROOT / "README.md").read_text(), row
-    fresh = held_out_document(held, validate(points=pub.after_fit), disaggregated())
+    fresh = held_out_document(held, validate(points=pub.after_fit), disaggregated(), mtp_speedups())
     stored = yaml.safe_load(HELD_OUT_YAML.read_text())
     key = lambda rows: {r["id"]: r["error"] for r in rows}  # noqa: E731
     assert key(stored["points"]) == pytest.approx(key(fresh["points"]), abs=0.01)

@@ -77,8 +77,13 @@ def test_sim_run_says_and_stores_how_drafts_were_accepted(tmp_path) -> None:
     res = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert "mean acceptance length 2.82" in res.output and "published curve" in res.output
-    sim = get_run(list_runs(db=db)[0].id, db).extra_json["sim"]
+    assert "with MTP: at least the error of published MTP speed-ups" in " ".join(res.output.split())
+    run = get_run(list_runs(db=db)[0].id, db)
+    sim = run.extra_json["sim"]
     assert sim["mtp_per_position"] == pytest.approx([0.92, 0.66, 0.24])
     assert sim["mtp_acceptance_length"] == pytest.approx(2.82)
+    from bench.curves import run_error_bars  # the stored run states what `sim run` printed
+
+    assert "MTP speed-ups" in run_error_bars(run, db)["basis"]
     bad = CliRunner().invoke(app, [*args[:-2], "--mtp-acceptance-length", "5", "--db", db])
     assert bad.exit_code == 2 and "1 to 4 tokens per sequence" in bad.output

@@ -483,7 +483,9 @@ def print_error_bars(result, virtual, profile, db: str | None = None) -> dict:
 
     engine = virtual.build()
     dep, split = engine.dep, "disagg" in engine.knobs()
-    errors, basis = expected_errors(dep.gpu.name, dep.model.name, profile, disagg=split)
+    errors, basis = expected_errors(
+        dep.gpu.name, dep.model.name, profile, disagg=split, mtp=bool(dep.eff.mtp_tokens)
+    )
     if result.run_id:  # drive.measure kept it with the stored run
         sat = load_saturation(result.run_id, db)
     else:

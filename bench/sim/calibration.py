@@ -128,9 +128,32 @@ class Ratio:
     note: str = ""
 
 
+@dataclass(frozen=True)
+class Speedup:
+    """A published speed-up of MTP over the same deployment without it (published.yaml's
+    mtp_speedups): scored, never fitted."""
+
+    id: str
+    source: str
+    gpu: str
+    model: str
+    precision: str
+    engine: str
+    parallel: str
+    isl: int
+    osl: int
+    drafts: int
+    concurrency: tuple[float, float]  # without MTP, with it
+    measured: float
+    figure: str = "e2e"  # e2e: a request's end-to-end time; tpot: the token pace
+    acceptance_length: float | None = None  # the source's own; None: the model's default
+    note: str = ""
+    set: str = "mtp"
+
+
 @dataclass
 class Result:
-    point: Point
+    point: Point | Speedup
     simulated: float  # 0 when unreachable
     config: str = ""  # the parallelism/concurrency that produced it
     group_fitted: bool = True  # held out: False when no other source informs the point's group
@@ -151,6 +174,7 @@ class Published:
     sources: dict[str, str] = field(default_factory=dict)
     engine_limits: dict[str, dict] = field(default_factory=dict)
     disagg_sweeps: dict[str, dict] = field(default_factory=dict)
+    mtp_speedups: list[Speedup] = field(default_factory=list)
 
     @property
     def scored(self) -> list[Point]:
@@ -183,9 +207,16 @@ def load_published(path: Path = PUBLISHED_YAML) -> Published:
             raise ValueError(f"{path}: point {p.id} cites {p.source}, not in the source list")
     ratios = [Ratio(**r) for r in data.get("ratios") or []]
     limits = {k: v for k, v in (data.get("engine_limits") or {}).items()}
+    speedups = [
+        Speedup(**{**s, "concurrency": tuple(s["concurrency"])})
+        for s in data.get("mtp_speedups") or []
+    ]
+    for sp in speedups:
+        if sp.source not in data["sources"]:
+            raise ValueError(f"{path}: MTP speed-up {sp.id} cites {sp.source}, not in the sources")
     return Published(
         points, ratios, data["sweeps"], data["sweep_concurrency"], dict(data["sources"]), limits,
-        dict(data.get("disagg_sweeps") or {}),
+        dict(data.get("disagg_sweeps") or {}), speedups,
     )  # fmt: skip
 
 
@@ -195,6 +226,7 @@ MTP_SWEEP = (0, 1)  # drafted tokens InferenceX's curves are searched over (0 = 
 # engine clock: configurations the formula puts more than 10% behind the front are not run
 FRONT_MARGIN = 0.10
 DISAGG_ROW = "disaggregated fronts (the sources' xPyD splits; scored, never fitted)"
+MTP_ROW = "MTP speed-ups (published with / without MTP; scored, never fitted)"
 
 
 class Sim:
@@ -457,6 +489,29 @@ def validate(
     return [sim.reproduce(p) for p in (points or sim.pub.scored)]
 
 
+def mtp_speedup(s: Speedup, profiles: list[dict] | None = None) -> Result:
+    """A published MTP speed-up reproduced on the formula clock: the deployment without and
+    with the source's drafts, each arm at its own concurrency, as the ratio of the source's
+    figure (a request's end-to-end time, or the token pace) without MTP to with it."""
+    tp, dp, ep = parse_parallel(s.parallel)
+    figures = []
+    for drafts, conc in zip((0, s.drafts), s.concurrency, strict=True):
+        dep = Deployment.build(
+            s.gpu, s.model, s.precision, tp, dp=dp, ep=ep, engine=s.engine, mtp=drafts,
+            mtp_acceptance_length=s.acceptance_length if drafts else None, profiles=profiles,
+        )  # fmt: skip
+        r = steady_state(dep, s.isl, s.osl, conc)
+        end_to_end = conc * s.osl / (r["output_tps_per_gpu"] * dep.gpus)
+        figures.append(r["tpot_s"] if s.figure == "tpot" else end_to_end)
+    return Result(s, figures[0] / figures[1], f"{s.parallel} mtp{s.drafts} {s.figure}")
+
+
+def mtp_speedups(profiles: list[dict] | None = None) -> list[Result]:
+    """Every published MTP speed-up reproduced with the shipped (or given) fit: scored, never
+    fitted on, the least error a simulated figure with MTP states."""
+    return [mtp_speedup(s, profiles) for s in load_published().mtp_speedups]
+
+
 def disaggregated(profiles: list[dict] | None = None, clock: str = "formula") -> list[Result]:
     """The points whose source also (or only) ran disaggregated splits, reproduced with those
     splits in their fronts (Sim(disagg=True)) and the shipped or given fit: scored, never
@@ -563,11 +618,15 @@ def gpu_pairs(loso: list[Result]) -> list[dict[str, Any]]:
 
 
 def held_out_document(
-    loso: list[Result], after: list[Result], split: list[Result] | None = None
+    loso: list[Result],
+    after: list[Result],
+    split: list[Result] | None = None,
+    mtp: list[Result] | None = None,
 ) -> dict[str, Any]:
     """What bench.sim.profiles.accuracy reads: each point's error when its source was held out
     of the fit (or when it was added after the fit), the disaggregated fronts' (split,
-    category "disagg"), and the independent TTFT checks."""
+    category "disagg"), the MTP speed-ups' (category "mtp"), and the independent TTFT
+    checks."""
 
     def row(r: Result, how: str) -> dict[str, Any]:
         return {"id": r.point.id, "category": r.point.set, "source": r.point.source,
@@ -577,7 +636,8 @@ def held_out_document(
         "schema_version": 1,
         "points": [row(r, "source") for r in loso]
         + [row(r, "after_fit") for r in after]
-        + [dict(row(r, "disagg_front"), category="disagg") for r in split or []],
+        + [dict(row(r, "disagg_front"), category="disagg") for r in split or []]
+        + [row(r, "mtp_speedup") for r in mtp or []],
         "gpu_pairs": gpu_pairs(loso),
         "ttft": [
             {
@@ -596,17 +656,19 @@ def write_held_out(
     loso: list[Result],
     after: list[Result],
     split: list[Result] | None = None,
+    mtp: list[Result] | None = None,
     path: Path = HELD_OUT_YAML,
 ) -> None:
     header = (
         "# Generated by `python -m bench.sim.calibration --loso --write-held-out` after a refit:\n"
         "# each published point's error predicted by a fit that never saw its source (held_out:\n"
         "# source), added after the fit (after_fit) or reproduced with its source's disaggregated\n"
-        "# splits (disagg_front, never fitted), and the independent TTFT checks. The\n"
+        "# splits (disagg_front, never fitted), the published MTP speed-ups (mtp_speedup, never\n"
+        "# fitted), and the independent TTFT checks. The\n"
         "# expected error of every simulated figure is read from here\n"
         "# (bench/sim/profiles/accuracy.py); tests/test_sim_calibration.py checks it is current.\n"
     )
-    doc = held_out_document(loso, after, split)
+    doc = held_out_document(loso, after, split, mtp)
     path.write_text(
         header + yaml.safe_dump(doc, sort_keys=False, width=120, default_flow_style=None)
     )
@@ -803,9 +865,10 @@ def table(results: list[Result], loso: list[Result] | None = None, header: bool 
     for r in results:
         p = r.point
         extra = f" {held[p.id].error:+6.0%}" if p.id in held else ""
+        digits = 2 if isinstance(p, Speedup) else 1  # a speed-up (x), not tok/s
         lines.append(
-            f"{p.id:34} {p.set:5} {p.source:6} {p.measured:10,.1f} {r.simulated:10,.1f} "
-            f"{r.error:+7.0%}{extra}  {r.config}"
+            f"{p.id:34} {p.set:5} {p.source:6} {p.measured:10,.{digits}f} "
+            f"{r.simulated:10,.{digits}f} {r.error:+7.0%}{extra}  {r.config}"
         )
     return "\n".join(lines)
 
@@ -832,6 +895,7 @@ def validation_table(
     after: list[Result],
     engine: list[Result] | None = None,
     split: list[Result] | None = None,
+    mtp: list[Result] | None = None,
 ) -> str:
     """The one validation table (benchmarks/simulator.py prints it; the README carries it)."""
     rows = [
@@ -846,6 +910,8 @@ def validation_table(
     rows.append(error_row("points added after the fit", after))
     if split is not None:
         rows.append(error_row(DISAGG_ROW, split))
+    if mtp is not None:
+        rows.append(error_row(MTP_ROW, mtp))
     return "\n".join(rows)
 
 
@@ -886,15 +952,16 @@ def main() -> None:
     results = validate(sim=sim)
     after = validate(sim=sim, points=load_published().after_fit)
     loso = leave_one_source_out(pts) if args.loso else None
-    split = disaggregated()
+    split, mtp = disaggregated(), mtp_speedups()
     print(table(results + after, loso))
     print(table(split, header=False))  # the same points, their sources' splits in the fronts
+    print(table(mtp, header=False))  # speed-ups (ratios), not tok/s
     if args.clock == "engine":  # the fit's own clock keeps its row; the engine's gets its own
-        print(validation_table(validate(), loso, after, engine=results, split=split))
+        print(validation_table(validate(), loso, after, engine=results, split=split, mtp=mtp))
     else:
-        print(validation_table(results, loso, after, split=split))
+        print(validation_table(results, loso, after, split=split, mtp=mtp))
     if args.write_held_out and loso is not None:
-        write_held_out(loso, after, split)
+        write_held_out(loso, after, split, mtp)
         print(f"wrote {HELD_OUT_YAML}")
     print(
         {k: round(v, 3) if isinstance(v, float) else v for k, v in summary(results, loso).items()}

@@ -10,7 +10,9 @@ is not scored by the fitted points (they score throughput at an interactivity, w
 sets), so a TTFT's error is at least that of the independent TTFT checks (NIM [S75]). A
 disaggregated deployment's figures state at least the error of the published fronts whose
 sources ran disaggregated splits, reproduced with those splits (never fitted on: the fit's
-fronts are single-pool), as well as their own category's.
+fronts are single-pool), as well as their own category's. A run with MTP (speculative
+decoding) states at least the error of the published MTP speed-ups (never fitted on: how much
+faster the same deployment runs with its drafts).
 """
 
 from __future__ import annotations
@@ -28,10 +30,14 @@ COVERAGE = 0.9  # share of held-out points a stated error covers
 # The categories the validation table reports (published.yaml's `set`), and "all"
 CATEGORIES = {"dense": "dense models", "moe": "mixture-of-experts models", "amd": "AMD GPUs",
               "all": "all published points",
-              "disagg": "disaggregated prefill/decode"}  # fmt: skip
+              "disagg": "disaggregated prefill/decode", "mtp": "MTP speed-ups"}  # fmt: skip
+SEPARATE = ("disagg", "mtp")  # scored another way, not among "all" (disagg: the same points)
 DISAGG_BASIS = (
     "; disaggregated: at least the error of published fronts reproduced with their sources' "
     "xPyD splits ({err:.0%}: {n} of {m} within it)"
+)
+MTP_BASIS = (
+    "; with MTP: at least the error of published MTP speed-ups ({err:.0%}: {n} of {m} within it)"
 )
 BASIS = "held-out error for {what} ({n} of {m} points held out of the fit within it)"
 TTFT_BASIS = "; TTFT at least as far as the independent TTFT checks ({ttft:.0%})"
@@ -47,7 +53,7 @@ def _by_category(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {c: [] for c in CATEGORIES}
     for row in rows:
         out[row["category"]].append(abs(row["error"]))
-        if row["category"] != "disagg":  # the same points again, scored another way
+        if row["category"] not in SEPARATE:
             out["all"].append(abs(row["error"]))
     return out
 
@@ -110,20 +116,24 @@ def category(gpu: str | None, model: str | None) -> str:
     return arch if arch in ("moe", "dense") else "all"
 
 
-def held_out_error(gpu: str | None, model: str | None, disagg: bool = False) -> tuple[float, str]:
+def held_out_error(
+    gpu: str | None, model: str | None, disagg: bool = False, mtp: bool = False
+) -> tuple[float, str]:
     """(relative error, where it comes from in words) of a simulated run's throughput and TPOT
     (the points score throughput at an interactivity, which TPOT sets) for `model` on `gpu`;
     the all-points figure when the model or GPU is not in the simulator's profiles; for a
-    disaggregated deployment (disagg), at least the disaggregated fronts' error too."""
+    disaggregated deployment (disagg), at least the disaggregated fronts' error too; with MTP
+    drafts (mtp), at least the published MTP speed-ups' too."""
     key = category(gpu, model)
     errors = held_out_errors()[key]
     err, within = _covered(errors)
     basis = BASIS.format(what=CATEGORIES[key], n=within, m=len(errors))
-    split = held_out_errors()["disagg"] if disagg else []
-    if split:
-        e_split, n = _covered(split)
-        basis += DISAGG_BASIS.format(err=e_split, n=n, m=len(split))
-        err = max(err, e_split)
+    for kind, on, words in (("disagg", disagg, DISAGG_BASIS), ("mtp", mtp, MTP_BASIS)):
+        rows = held_out_errors()[kind] if on else []
+        if rows:
+            e_kind, n = _covered(rows)
+            basis += words.format(err=e_kind, n=n, m=len(rows))
+            err = max(err, e_kind)
     return err, basis
 
 
@@ -143,9 +153,14 @@ FIGURES = (
 
 
 def expected_errors(
-    gpu: str | None, model: str | None, profile: Any = None, disagg: bool = False
+    gpu: str | None,
+    model: str | None,
+    profile: Any = None,
+    disagg: bool = False,
+    mtp: bool = False,
 ) -> tuple[dict, str]:
-    """({quantity: relative error}, its basis in words); disagg: a disaggregated deployment."""
+    """({quantity: relative error}, its basis in words); disagg: a disaggregated deployment;
+    mtp: one that drafts tokens (MTP / speculative decoding)."""
     if profile is not None:
         errs = profile.expected_error()
         where = f" {profile.path}" if profile.path else ""
@@ -153,7 +168,7 @@ def expected_errors(
             f"error of calibration profile{where}: its fit's residuals and the measurements' "
             "own sampling intervals"
         )
-    err, basis = held_out_error(gpu, model, disagg)
+    err, basis = held_out_error(gpu, model, disagg, mtp)
     checks = held_out_errors()["ttft"]
     ttft = covering_error(checks) if checks else 0.0
     errors = {q: max(err, ttft) if q.startswith("ttft") else err for _, _, q in FIGURES}
@@ -161,17 +176,22 @@ def expected_errors(
 
 
 def run_errors(
-    calibration: dict | None, disagg: Any, gpu: str | None, model: str | None
+    calibration: dict | None,
+    disagg: Any,
+    gpu: str | None,
+    model: str | None,
+    mtp: Any = None,
 ) -> tuple[dict, str] | None:
     """A simulated run's own expected errors where its category's alone would not do: its
-    calibration profile's (kept with the run), else, for a disaggregated deployment, the
-    published fit's at least as wide as the disaggregated fronts'; None: the category's
-    applies. Stored runs (bench.curves) and a sweep's live capacity (bench.sweep) ask here."""
+    calibration profile's (kept with the run), else, for a disaggregated deployment or one
+    with MTP drafts (mtp: their count), the published fit's at least as wide as the
+    disaggregated fronts' or the MTP speed-ups'; None: the category's applies. Stored runs
+    (bench.curves), a sweep's live capacity (bench.sweep) and `sim run` ask here."""
     if calibration and calibration.get("expected_error"):
         basis = str(calibration.get("basis") or "calibration profile")
         return dict(calibration["expected_error"]), basis
-    if disagg:
-        return expected_errors(gpu, model, disagg=True)
+    if disagg or mtp:
+        return expected_errors(gpu, model, disagg=bool(disagg), mtp=bool(mtp))
     return None
 
 

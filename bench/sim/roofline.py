@@ -124,13 +124,8 @@ def mtp_per_position(
                 f"--mtp-acceptance-length {length:g} with --mtp {drafts}: a verify step yields "
                 f"1 to {drafts + 1} tokens per sequence; give a value in that range"
             )
-        lo, hi = 0.0, 1.0
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            lo, hi = (
-                (mid, hi) if sum(mid**i for i in range(1, drafts + 1)) < length - 1 else (lo, mid)
-            )
-        return tuple(lo**i for i in range(1, drafts + 1))
+        a = _acceptance_for_length(length, drafts)
+        return tuple(a**i for i in range(1, drafts + 1))
     curve = model.mtp_acceptance_lengths
     if not curve:
         return tuple(acceptance**i for i in range(1, drafts + 1))
@@ -138,6 +133,17 @@ def mtp_per_position(
     while len(steps) < drafts:
         steps.append(steps[-1] * (steps[-1] / steps[-2] if len(steps) > 1 else acceptance))
     return tuple(steps[:drafts])
+
+
+def _acceptance_for_length(length: float, drafts: int) -> float:
+    """The one acceptance a with a + a^2 + ... + a^drafts = length - 1 (bisection: the sum
+    rises with a)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        gained = sum(mid**i for i in range(1, drafts + 1))
+        lo, hi = (mid, hi) if gained < length - 1 else (lo, mid)
+    return lo
 
 
 @dataclass(frozen=True)

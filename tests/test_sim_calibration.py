@@ -387,10 +387,11 @@ def test_rack_scale_nvl72() -> None:
 # AMD's datasheet) 15.0% (DeepSeek-R1 -13%..+24%, gpt-oss on vLLM -27%..-4%; +206%..+480%
 # before the row ramps); AMD's own vLLM figures for MI300X [S77] +15%..+54% at maximum
 # throughput, -10% at batch 1; InferenceX's DeepSeek-R1 FP4 1k/1k fronts with and without MTP
-# [S78][S79] -51%..+226% (27.5% over the first 15 before them). Ceilings, not point counts.
+# [S78][S79] -51%..+226% (27.5% over the first 15 before them); AMD's SGLang DeepSeek-V3 at
+# one request [S81] +169% (38.6% over 27 before it). Ceilings, not point counts.
 PINNED_LOSO_MAE = 0.18
 PINNED_ENGINE_MAE = 0.135
-PINNED_AFTER_FIT_MAE = 0.39
+PINNED_AFTER_FIT_MAE = 0.44
 
 
 def test_points_added_after_the_fit_are_scored_never_fitted() -> None:

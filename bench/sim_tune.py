@@ -192,11 +192,18 @@ class TuneResult:
 
     def expected_errors(self, gpu: str) -> tuple[dict[str, float], str]:
         """({quantity: relative error}, basis) of a GPU type's figures: the profile's own on
-        its GPU type, else the category's held-out error (bench.sim.profiles.accuracy)."""
+        its GPU type, else the category's held-out error (bench.sim.profiles.accuracy), at
+        least the disaggregated fronts' or the MTP speed-ups' where its best configuration
+        splits prefill from decode or drafts tokens, as that configuration's range does."""
         from bench.sim.profiles.accuracy import expected_errors
 
         on_profile = any(o.config.profile for o in self.outcomes if o.config.gpu == gpu)
-        return expected_errors(gpu, self.model, self.profile if on_profile else None)
+        best = self.best(gpu)[:1]
+        cfg = best[0].config if best else None
+        return expected_errors(
+            gpu, self.model, self.profile if on_profile else None,
+            disagg=bool(cfg and cfg.disagg), mtp=bool(cfg and cfg.mtp),
+        )  # fmt: skip
 
     def searched(self, gpu: str | None = None) -> list[Outcome]:
         """Searched configurations with a capacity, best first (per GPU: cheapest first)."""

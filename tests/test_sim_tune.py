@@ -199,3 +199,20 @@ def test_cli_says_when_no_configuration_meets_the_slo(tmp_path):
     assert (
         "No configuration met the SLO" in res.output and "Cheapest configuration" not in res.output
     )
+
+
+def test_a_gpu_whose_best_configuration_drafts_states_the_mtp_error(tmp_path):
+    """The per-GPU expected error says what its best configuration's range carries: with MTP
+    drafts, at least the published MTP speed-ups' error (bench.sim.profiles.accuracy)."""
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(TINY_TUNE_SCENARIO)
+    args = ["sim", "tune", "--model", "llama-3.1-8b", "--gpus", "H100", "--slo", SLO,
+            "--scenario", str(scenario), "--precisions", "fp8", "--mtp", "2",
+            "--max-num-seqs", "16", "--parallel", "tp1", "--no-refine", "--slo-draws", "0",
+            "--disagg", "none", "--json", "--db", str(tmp_path / "t.db")]  # fmt: skip
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    err = doc["expected_error"]["H100"]
+    assert "MTP speed-ups" in err["basis"]
+    assert err["per_quantity"]["output_tps"] >= 0.25  # above the dense category's 21%

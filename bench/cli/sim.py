@@ -136,9 +136,10 @@ MtpAcceptanceOpt = Annotated[
         "--mtp-acceptance",
         min=0.0,
         max=1.0,
-        help="probability each drafted token is accepted, the i-th with probability a^i "
-        "(default: the model's published per-draft curve where it has one, DeepSeek-R1's "
-        f"TensorRT-LLM measurement; else {_mtp_acceptance_default():g}, DeepSeek-V3's MTP)",
+        help="one acceptance for every draft: each accepted with probability a once the one "
+        "before it is (the i-th: a^i); default: the model's published per-draft curve where it "
+        "has one (DeepSeek-R1's TensorRT-LLM measurement), else "
+        f"{_mtp_acceptance_default():g} (DeepSeek-V3's MTP)",
     ),
 ]
 MtpAcceptanceLengthOpt = Annotated[

@@ -354,6 +354,12 @@ def prefill_step(prefill: Deployment, isl: float) -> tuple[int, float]:
     return prompts, t
 
 
+def _decode_step(decode: Deployment, n: float, isl: float, osl: int) -> float:
+    """Seconds of a decode instance's step: n sequences at the mean context isl + osl / 2 and
+    no prompt in it (what disaggregation buys)."""
+    return decode.step_time(n, n * (isl + osl / 2), 0, 0, prefill_seqs=0)
+
+
 def disagg_steady_state(
     prefill: Deployment,
     decode: Deployment,
@@ -379,7 +385,7 @@ def disagg_steady_state(
     served = x * prompts / t_prefill
 
     def finished(n: float) -> tuple[float, float]:  # (requests a second, step time)
-        t = decode.step_time(n, n * (isl + osl / 2), 0, 0, prefill_seqs=0)
+        t = _decode_step(decode, n, isl, osl)
         return y * n / (osl * t), t
 
     n = concurrency / y
@@ -427,7 +433,7 @@ def best_disagg_split(
     decode-only step's pace, so each split's figures follow from that step and its GPU count."""
     if per_decode * (isl + osl / 2) > decode.kv_capacity_tokens():
         return None
-    t = decode.step_time(per_decode, per_decode * (isl + osl / 2), 0, 0, prefill_seqs=0)
+    t = _decode_step(decode, per_decode, isl, osl)
     prompts, t_prefill = prefill_step(prefill, isl)
     needed = per_decode / (osl * t) * t_prefill / prompts  # prefill instances per decode one
     best = None

@@ -124,12 +124,12 @@ def held_out_error(
     the all-points figure when the model or GPU is not in the simulator's profiles; for a
     disaggregated deployment (disagg), at least the disaggregated fronts' error too; with MTP
     drafts (mtp), at least the published MTP speed-ups' too."""
-    key = category(gpu, model)
-    errors = held_out_errors()[key]
+    key, by_category = category(gpu, model), held_out_errors()
+    errors = by_category[key]
     err, within = _covered(errors)
     basis = BASIS.format(what=CATEGORIES[key], n=within, m=len(errors))
     for kind, on, words in (("disagg", disagg, DISAGG_BASIS), ("mtp", mtp, MTP_BASIS)):
-        rows = held_out_errors()[kind] if on else []
+        rows = by_category[kind] if on else []
         if rows:
             e_kind, n = _covered(rows)
             basis += words.format(err=e_kind, n=n, m=len(rows))

@@ -5,7 +5,8 @@ real-time emission accuracy (issues 4 and 19).
    reproduced through the closed-loop engine in virtual time (what `sim run` / `sim serve`
    execute), InferenceX's method for curve points; the table of point, published, simulated,
    error, beside the formula clock the fit uses and (--loso) leave-one-source-out: each source's
-   points scored by a fit that never saw that source. Then the GPU-to-GPU ratios.
+   points scored by a fit that never saw that source. Then the GPU-to-GPU ratios, and the
+   per-request error against published runs of a real engine on GPUs (bench.sim.per_request).
 1. Virtual time: 1,000 requests (target >= 100x faster than real time), then one hour of
    50 req/s (1k in / 256 out, 180,000 requests) for a few deployments (target: under 30 s each).
 2. Real time: `tokenbench sim serve` in its own process, driven by tokenbench at 256
@@ -106,6 +107,12 @@ def validation(loso: bool) -> None:
         print(
             f"  {r.id:22} published {r.measured:5.2f} simulated {val:5.2f} ({val / r.measured - 1:+.0%})  {r.note}"
         )
+    from bench.sim.per_request import per_request_errors, report
+
+    print(
+        "per request, published runs of a real engine on GPUs (engine clock; scored, never fitted):"
+    )
+    print(report(per_request_errors()))
 
 
 def virtual_thousand() -> tuple[float, float]:

@@ -100,3 +100,20 @@ def test_no_step_beats_the_bandwidth_or_flops_ceiling(gpu: str) -> None:
             weights = dep.weight_bytes_read(tokens) / tp / g.hbm_bw_bytes_s
             kv = ctx * dep.kv_bytes_per_token / dep.kv_shards / g.hbm_bw_bytes_s
             assert step >= max(flops, weights + kv * 0.999), (model, n_decode, n_prefill)
+
+
+def test_expert_parallel_dispatches_tokens_only_with_attention_data_parallel() -> None:
+    """TEP (attention TP, experts spread over the same GPUs, no data parallel) runs no
+    all-to-all: every rank already holds every token and the TP all-reduce after the MoE layer
+    combines the experts' outputs (vLLM runs all-to-all kernels only when dp_size > 1). DEP
+    dispatches each rank's tokens to the experts' GPUs and back."""
+
+    def build(tp: int, dp: int, ep: int) -> Deployment:
+        return Deployment.build("H200-SXM", "minimax-m2.5", "fp8", tp, dp=dp, ep=ep, engine="vllm")
+
+    tp, tep, dep = build(8, 1, 1), build(8, 1, 8), build(1, 8, 8)
+    assert tep.parallel == "tep8" and dep.parallel == "dep8"
+    chunk = 8192
+    assert tep._comm_time(chunk) == pytest.approx(tp._comm_time(chunk))  # the 2 all-reduces
+    per_rank = chunk / 8  # a DEP rank's share of the same tokens: dispatch and combine only
+    assert dep._comm_time(per_rank) > 0 and dep.tp == 1

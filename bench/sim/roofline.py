@@ -3,8 +3,11 @@
 One deployment = (GPU, model, precision, engine, parallelism). Parallelism is `tp` (tensor
 parallel: attention and dense layers sharded over tp GPUs, 2 all-reduces per layer), `dp`
 (attention data parallel: dp replicas of attention, each with its own sequences and KV cache) and
-`ep` (expert parallel: the routed experts spread over ep GPUs, one all-to-all dispatch and one
-combine per MoE layer). GPUs = tp x dp; "DEP8" is dp=8, ep=8, tp=1. An iteration runs on every
+`ep` (expert parallel: the routed experts spread over ep GPUs; with attention data parallel, one
+all-to-all dispatch and one combine per MoE layer; with attention TP ("TEP8": dp = 1) every rank
+already holds every token, so each runs its own experts on them and the TP all-reduce after the
+MoE layer combines them, no all-to-all: vLLM's FusedMoEParallelConfig.use_all2all_kernels is
+dp_size > 1 and use_ep). GPUs = tp x dp; "DEP8" is dp=8, ep=8, tp=1. An iteration runs on every
 data-parallel rank at once; per rank, with n_tok = decode tokens (x (1 + draft tokens) with
 MTP) + prefill tokens:
 
@@ -18,7 +21,7 @@ MTP) + prefill tokens:
     (sliding-window layers attend at most `sliding_window` tokens: their KV reads and attention
     FLOPs count each query's context capped at the window)
     t_comm   = (tp > 1) 2 L (alpha_ar + all-reduce bytes / (BW_link eta))
-             + (ep > 1) L_moe (2 alpha_a2a + all-to-all bytes / (BW_link eta))
+             + (ep > 1, dp > 1) L_moe (2 alpha_a2a + all-to-all bytes / (BW_link eta))
     t_over   = t_fix + L t_layer + n_tok (t_tok + L_moe t_moe_tok) + t_multi [n_tok > 1]
     T_iter   = t_dense + t_expert + t_attnD + t_attnP + t_comm + t_over
 
@@ -584,7 +587,7 @@ class Deployment:
         if self.tp > 1:
             payload = n_tok * m.hidden * ACTIVATION_BYTES * 2 * (self.tp - 1) / self.tp
             t += 2 * m.layers * (e.allreduce_latency_s + payload / link)
-        if self.ep > 1:
+        if self.ep > 1 and self.dp > 1:  # TEP: every rank holds every token, no dispatch
             g = self.ep
             payload = n_tok * m.experts_per_token * m.hidden * A2A_BYTES * (g - 1) / g
             t += m.moe_layers * (2 * e.alltoall_latency_s + payload / link)

@@ -875,8 +875,9 @@ def table(results: list[Result], loso: list[Result] | None = None, header: bool 
 
 def error_row(name: str, results: list[Result]) -> str:
     """One row of the validation table: points, mean and worst |error|, share within 25%, and
-    the error 90% of the points are within (what a simulated range states: accuracy.py)."""
-    from bench.sim.profiles.accuracy import covering_error
+    the error 90% of the points are within as a range x/÷ (1 + e) around the simulated figure
+    (what a simulated range states: accuracy.range_error)."""
+    from bench.sim.profiles.accuracy import covering_error, range_error
 
     if not results:
         return f"| {name} | 0 | - | - | - | - |"
@@ -885,7 +886,7 @@ def error_row(name: str, results: list[Result]) -> str:
     within = sum(e <= 0.25 for e in errs) / len(errs)
     return (
         f"| {name} | {len(errs)} | {np.mean(errs):.1%} | {worst.error:+.0%} ({worst.point.id}) "
-        f"| {within:.0%} | {covering_error(errs):.0%} |"
+        f"| {within:.0%} | {covering_error([range_error(r.error) for r in results]):.0%} |"
     )
 
 

@@ -54,6 +54,13 @@ def test_per_request_error_ceiling_and_readme(errors):
     stated = re.search(r"per-request error against them is (\d+)%", text)
     assert stated, "README states the per-request error against real GPU runs"
     assert int(stated.group(1)) == round(100 * s["median_mape"])
+    # how many measured figures the printed ranges hold: README says it as computed here
+    held = re.search(r"hold (\d+) of these (\d+) measured figures", text)
+    assert held and (int(held.group(1)), int(held.group(2))) == (
+        s["held_by_stated_range"],
+        s["figures"],
+    )
+    assert s["figures"] == 6 * 72 and s["held_by_stated_range"] < s["figures"]
 
 
 def test_a_suite_citing_an_unknown_source_is_refused(tmp_path):

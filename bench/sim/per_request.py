@@ -20,9 +20,12 @@ import numpy as np
 import yaml
 
 from bench.sim.calibration import load_published
+from bench.sim.profiles.accuracy import expected_errors, range_error, relative_error
 
 PER_REQUEST_YAML: Path = Path(__file__).parent / "profiles" / "per_request.yaml"
 FIGURES = ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "e2el_p50", "e2el_p99")
+SUMMARY_NAMES = {"ttft_p50": "p50_ttft_ms", "ttft_p99": "p99_ttft_ms", "tpot_p50": "p50_tpot_ms",
+                 "tpot_p99": "p99_tpot_ms", "e2el_p50": "p50_e2el_ms", "e2el_p99": "p99_e2el_ms"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,22 @@ def per_request_errors(runs: list[Run] | None = None) -> list[RunError]:
     return [RunError(r, simulate(r)) for r in (runs if runs is not None else load_runs())]
 
 
+def stated_coverage(errors: list[RunError]) -> dict[str, tuple[int, int]]:
+    """Per figure, (held, runs): how many measured figures the range a simulated figure states
+    holds, x/÷ (1 + its expected error) as `sim run` prints it for the run's GPU and model
+    (accuracy.expected_errors: the category's held-out error, TTFT's at least the TTFT
+    checks'). The published points behind those errors score throughput at an interactivity;
+    this asks whether the printed confidence holds real runs' latencies too."""
+    out = {k: (0, 0) for k in FIGURES}
+    for e in errors:
+        stated, _ = expected_errors(e.run.gpu, e.run.model)
+        for k, err in e.errors.items():
+            held, n = out[k]
+            ok = range_error(err) <= (relative_error(stated, SUMMARY_NAMES[k]) or 0.0)
+            out[k] = (held + ok, n + 1)
+    return out
+
+
 def summary(errors: list[RunError]) -> dict[str, float]:
     """The field's per-request error (median over runs of each run's MAPE), the spread of the
     runs' MAPEs, and each figure's median signed error (which way the simulator misses)."""
@@ -134,6 +153,9 @@ def summary(errors: list[RunError]) -> dict[str, float]:
     }
     for k in FIGURES:
         out[f"median_error_{k}"] = float(np.median([e.errors[k] for e in errors]))
+    cover = stated_coverage(errors)
+    out["held_by_stated_range"] = sum(h for h, _ in cover.values())
+    out["figures"] = sum(n for _, n in cover.values())
     return out
 
 
@@ -159,6 +181,12 @@ def report(errors: list[RunError]) -> str:
         f"end-to-end p50/p99): {s['median_mape']:.0%} (runs {s['min_mape']:.0%}-"
         f"{s['max_mape']:.0%}); median error by figure: "
         + ", ".join(f"{k} {s[f'median_error_{k}']:+.0%}" for k in FIGURES)
+    )
+    cover = stated_coverage(errors)
+    lines.append(
+        f"the ranges a simulated figure states (x/÷ its expected error) hold "
+        f"{s['held_by_stated_range']} of {s['figures']} measured figures: "
+        + ", ".join(f"{k} {h} of {n}" for k, (h, n) in cover.items())
     )
     return "\n".join(lines)
 

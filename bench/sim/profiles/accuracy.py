@@ -65,9 +65,10 @@ def _by_category(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
     """range_error of the rows by their category, and of all of them ("all")."""
     out: dict[str, list[float]] = {c: [] for c in CATEGORIES}
     for row in rows:
-        out[row["category"]].append(range_error(row["error"]))
+        err = range_error(row["error"])
+        out[row["category"]].append(err)
         if row["category"] not in SEPARATE:
-            out["all"].append(range_error(row["error"]))
+            out["all"].append(err)
     return out
 
 

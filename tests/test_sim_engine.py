@@ -8,7 +8,7 @@ import pytest
 from bench.sim.calibration import max_concurrency
 from bench.sim.engine import Engine, EngineConfig
 from bench.sim.roofline import Deployment
-from bench.sim.virtual import build_engine, run_virtual, simulate
+from bench.sim.virtual import build_engine, replay_closed, run_virtual, simulate
 
 
 def _drain(engine: Engine, max_steps: int = 100_000) -> list:
@@ -159,6 +159,28 @@ def test_deterministic() -> None:
     assert all(
         np.array_equal(x.chunk_times_ns, y.chunk_times_ns) for x, y in zip(a, b, strict=True)
     )
+
+
+def test_an_engine_replays_a_second_trace_as_a_fresh_one_would() -> None:
+    # it raised IndexError: the second trace's steps were numbered on from the first's
+    lengths = np.tile([512, 64], (20, 1))
+    engine = build_engine("H100-SXM", "llama-3.1-8b", "fp8")
+    first = replay_closed(engine, lengths, 4)
+    again = replay_closed(engine, lengths, 4)
+    fresh = replay_closed(build_engine("H100-SXM", "llama-3.1-8b", "fp8"), lengths, 4)
+    for x, y in zip(again, fresh, strict=True):
+        assert x.ok and (x.sent_ns, x.first_token_ns, x.end_ns) == (
+            y.sent_ns,
+            y.first_token_ns,
+            y.end_ns,
+        )
+        assert np.array_equal(x.chunk_times_ns, y.chunk_times_ns)
+    assert [r.end_ns for r in first] == [r.end_ns for r in fresh]
+    # one still holding an earlier trace's requests is refused, naming what to do
+    busy = build_engine("H100-SXM", "llama-3.1-8b", "fp8")
+    busy.add_request(0, 512, 64)
+    with pytest.raises(ValueError, match="fresh engine"):
+        replay_closed(busy, lengths, 4)
 
 
 def test_virtual_records_shape() -> None:

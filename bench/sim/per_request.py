@@ -105,7 +105,7 @@ def simulate(run: Run) -> dict[str, float]:
 
     engine = build_engine(
         run.gpu, run.model, run.precision, parallel=run.parallel, engine=run.engine
-    )  # a fresh engine per run: an engine replays one trace
+    )  # a fresh engine per run: a reused one would keep the last run's prefix cache
     records = replay_closed(engine, np.tile([run.isl, run.osl], (run.prompts, 1)), run.concurrency)
     done = [r for r in records if r.ok]
     if len(done) != run.prompts:

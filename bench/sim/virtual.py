@@ -195,9 +195,17 @@ def _drive(
     """The event loop of virtual time. `lengths` is (input, output) per request; `arrivals`
     (time s, request) are sent when due; `then(t)`, called when a request ends at t, may
     give the next arrival (a closed loop's user). Setting `stop` ends it before the next
-    step (a cancelled run)."""
+    step (a cancelled run). An engine that ran an earlier trace to its end may run another
+    (its clock and step count carry on; this trace counts its own steps from zero, and what
+    the engine's prefix cache kept stays); one with requests still in flight is refused."""
+    if engine.has_work():
+        raise ValueError(
+            "this simulated engine still holds requests of an earlier trace; replay on a "
+            "fresh engine (bench.sim.virtual.build_engine)"
+        )
     heapq.heapify(arrivals)
     front = engine.dep.eff.t_req_s  # the front end's time before the scheduler sees a request
+    first_step = engine.step_index  # an engine reused after an earlier trace counts on
     n = len(lengths)
     trace = _Trace(np.full(n, np.nan), [None] * n, {}, np.zeros(0))
     step_end: list[float] = []
@@ -232,7 +240,7 @@ def _drive(
             continue
         t += res.duration_s
         step_end.append(t)
-        s = res.index
+        s = res.index - first_step
         for seq in res.preempted:
             tr = seq.tag
             tr.segments.append((tr.start, s))

@@ -234,9 +234,12 @@ def _record(prof: Any, checked: list, path: Path) -> None:
 
 def check_document(prof: Any, checked: list, path: Path) -> dict:
     """What `sim check` prints and writes: per point its figures, prediction, error and the
-    field's error; per quantity the worst error away from saturation against the profile's."""
+    field's error; per quantity the worst error away from saturation against the profile's,
+    each as the error a range around the simulated figure needs to hold the measured one
+    (accuracy.range_error: what the profile's stated error is too)."""
     import numpy as np
 
+    from bench.sim.profiles.accuracy import range_error
     from bench.sim.user_calibration import QUANTITY_NAMES
 
     expected = prof.expected_error()
@@ -252,7 +255,7 @@ def check_document(prof: Any, checked: list, path: Path) -> dict:
         })  # fmt: skip
         if not c.near_saturation:
             for q, e in errors.items():
-                worst[q] = max(worst.get(q, 0.0), abs(float(e)))
+                worst[q] = max(worst.get(q, 0.0), range_error(float(e)))
     fields = [p["field_error"] for p in points if p["field_error"] is not None]
     return {
         "profile": str(path),
@@ -295,8 +298,9 @@ def print_check(doc: dict) -> None:
             continue
         verdict = "within" if doc["within_expected"].get(q) else "beyond"
         console.print(
-            f"{q}: worst {worst[q]:.1%} below {NEAR_SATURATION:.0%} utilisation, {verdict} the "
-            f"profile's stated {exp.get(q, float('nan')):.1%}",
+            f"{q}: worst {worst[q]:.1%} below {NEAR_SATURATION:.0%} utilisation (the range "
+            f"x/÷ {1 + worst[q]:.3g} around the simulated figure holds the measured one), "
+            f"{verdict} the profile's stated {exp.get(q, float('nan')):.1%}",
             highlight=False,
         )
     if not worst:

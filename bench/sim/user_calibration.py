@@ -36,6 +36,7 @@ import yaml
 
 from bench.hardware import GPUProfile, ProfileError
 from bench.records import RequestRecord
+from bench.sim.profiles.accuracy import range_error
 from bench.sim.roofline import batch_bucket, shape_factor
 
 SCHEMA_VERSION = 1
@@ -661,9 +662,11 @@ class CalibrationProfile:
 
     def expected_error(self) -> dict[str, float]:
         """Per quantity, the error a prediction on this profile states: the fitted points'
-        root-mean-square |simulated / measured - 1| and the measurement's own noise added in
-        quadrature, as independent errors add; the held-out points' mean where `--held-out`
-        computed them and it is larger; at least SIGMA_FLOOR. The noise is the larger of the
+        root-mean-square error and the measurement's own noise added in quadrature, as
+        independent errors add; the held-out points' mean where `--held-out` computed them and
+        it is larger; at least SIGMA_FLOOR. Each point's error is the one a range x/÷ (1 + e)
+        needs to hold it (accuracy.range_error): a figure simulated 30% low is measured 1.43x
+        the simulated, which x/÷ 1.30 misses (|simulated / measured - 1| until 2026-12-05). The noise is the larger of the
         sampling interval (the median over the points of sampling_spread: a rerun moves by
         that much, whatever the model) and how far the engine moved when the runs measured
         one load twice (repeatability: a busy host's drift, which no interval of one run
@@ -674,7 +677,7 @@ class CalibrationProfile:
         out = {}
         held = mean_errors(self.held_out)
         for q in QUANTITY_NAMES:
-            errs = [e for r in self.residuals if (e := r.error(q)) is not None]
+            errs = [range_error(e) for r in self.residuals if (e := r.error(q)) is not None]
             if not errs:
                 continue
             fit = float(np.sqrt(np.mean(np.square(errs))))
@@ -688,10 +691,11 @@ class CalibrationProfile:
 
 
 def mean_errors(residuals: list[PointResidual]) -> dict[str, float]:
-    """Per quantity, the mean |simulated / measured - 1| over the points that have it."""
+    """Per quantity, the mean over the points that have it of the error a range around the
+    simulated figure needs to hold the measured one (accuracy.range_error)."""
     out = {}
     for q in QUANTITY_NAMES:
-        errs = [abs(e) for r in residuals if (e := r.error(q)) is not None]
+        errs = [range_error(e) for r in residuals if (e := r.error(q)) is not None]
         if errs:
             out[q] = float(np.mean(errs))
     return out

@@ -93,6 +93,7 @@ def calibrate_command(
         Settings,
         calibrate,
         leave_one_point_out,
+        load_profile,
         observed_points,
         settings_from_run,
         write_profile,
@@ -135,8 +136,13 @@ def calibrate_command(
             leave_one_point_out(prof, points)
     except (ProfileError, ValueError) as exc:
         raise fail(str(exc)) from None
-    print_profile(prof)
-    write_profile(prof, out)
+    try:
+        write_profile(prof, out)
+    except OSError as exc:
+        raise fail(f"cannot write {out}: {exc.strerror or exc}") from None
+    # what the file holds (figures to 4 significant digits), so the error printed here is the
+    # one every later `sim run --profile` states
+    print_profile(load_profile(out))
     console.print(f"wrote {out}: use it with `tokenbench sim run --profile {out}`")
 
 

@@ -17,7 +17,6 @@ from bench.sim.calibration import (
     DISAGG_ROW,
     HELD_OUT_YAML,
     MTP_ROW,
-    NIM_S75,
     Point,
     Sim,
     disaggregated,
@@ -39,6 +38,7 @@ from bench.sim.calibration import (
 )
 from bench.sim.engine import Engine
 from bench.sim.profiles import EFFICIENCY_YAML, get_gpu
+from bench.sim.profiles.per_request_runs import nim_s75
 from bench.sim.roofline import Deployment, parse_parallel, steady_state
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -447,7 +447,7 @@ def test_engine_clock_validation_is_pinned() -> None:
     assert mean_abs_error(res) <= PINNED_ENGINE_MAE
 
 
-@pytest.mark.parametrize(("isl", "osl", "conc", "ttft_ms", "itl_ms", "tps"), NIM_S75)
+@pytest.mark.parametrize(("isl", "osl", "conc", "ttft_ms", "itl_ms", "tps"), nim_s75())
 def test_moderate_batch_decode_predicts_an_independent_source(isl, osl, conc, ttft_ms, itl_ms, tps):
     """Published measurements never fitted on [S75]: the engine clock at NIM's concurrency gives
     its inter-token latency and throughput within the dense category's error plus a margin:

@@ -65,6 +65,7 @@ from bench.sim.profiles import (
     get_model,
     get_precision,
 )
+from bench.sim.profiles.per_request_runs import STEADY_ROUNDS, TTFT_ROUNDS, nim_s75
 from bench.sim.roofline import Deployment, parse_parallel, steady_state
 
 PUBLISHED_YAML: Path = HERE / "published.yaml"
@@ -556,16 +557,6 @@ def mean_abs_error(results: list[Result]) -> float:
 # -- held out: what a point the fit never saw is off by -----------------------------------------
 
 HELD_OUT_YAML: Path = HERE / "held_out.yaml"
-# NVIDIA NIM 1.8.0 (TensorRT-LLM) on 2x H100 TP2, Llama-3.3-70B FP8, genai-perf [S75]: (input,
-# output, concurrency, TTFT ms or None, ITL ms, output tok/s or None). Moderate batch, which no
-# fitted point covers; never fitted on.
-NIM_S75 = ((5000, 500, 5, 546.7, 21.83, 218.48), (5000, 500, 25, 688.69, 38.75, 623.4),
-           (5000, 500, 50, 834.51, 59.73, 814.37), (500, 2000, 1, None, 18.91, None))  # fmt: skip
-# A closed loop's first rounds start together, so their prompts queue for one another: TTFT is
-# read after STEADY_ROUNDS of TTFT_ROUNDS, when arrivals have spread out as in a run of minutes
-# (mean TTFT at NIM's concurrency 25 on the engine clock: 628 ms over 4 rounds, 534 over 10,
-# 464 over 20; genai-perf reads a stable window after its warm-up)
-STEADY_ROUNDS, TTFT_ROUNDS = 3, 20
 
 
 def nim_closed_loop(isl: int, osl: int, conc: int, rounds: int = 4) -> list:
@@ -589,10 +580,9 @@ def independent_ttft() -> list[tuple[str, float, float]]:
     only time-to-first-token measurements the simulator is checked on (the fitted points
     score throughput at an interactivity, which TPOT sets and TTFT does not)."""
     out = []
-    for isl, osl, conc, ttft, _, _ in NIM_S75:
-        if ttft is not None:
-            sim = steady_ttft_ms(nim_closed_loop(isl, osl, conc, TTFT_ROUNDS), conc)
-            out.append((f"nim-h100-70b-{isl}-{osl}-c{conc}", sim, ttft))
+    for isl, osl, conc, ttft, _, _ in nim_s75():
+        sim = steady_ttft_ms(nim_closed_loop(isl, osl, conc, TTFT_ROUNDS), conc)
+        out.append((f"nim-h100-70b-{isl}-{osl}-c{conc}", sim, ttft))
     return out
 
 

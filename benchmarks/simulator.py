@@ -6,7 +6,8 @@ real-time emission accuracy (issues 4 and 19).
    execute), InferenceX's method for curve points; the table of point, published, simulated,
    error, beside the formula clock the fit uses and (--loso) leave-one-source-out: each source's
    points scored by a fit that never saw that source. Then the GPU-to-GPU ratios, and the
-   per-request error against published runs of a real engine on GPUs (bench.sim.per_request).
+   per-request error against published runs of real engines on GPUs (bench.sim.per_request),
+   and the decode step against vLLM measured at a known batch (bench.sim.decode_steps).
 1. Virtual time: 1,000 requests (target >= 100x faster than real time), then one hour of
    50 req/s (1k in / 256 out, 180,000 requests) for a few deployments (target: under 30 s each).
 2. Real time: `tokenbench sim serve` in its own process, driven by tokenbench at 256
@@ -113,6 +114,10 @@ def validation(loso: bool) -> None:
         "per request, published runs of a real engine on GPUs (engine clock; scored, never fitted):"
     )
     print(report(per_request_errors()))
+    from bench.sim import decode_steps
+
+    print("decode steps at a measured batch, vLLM on H100 and B200 (scored, never fitted):")
+    print(decode_steps.report(decode_steps.step_errors()))
 
 
 def virtual_thousand() -> tuple[float, float]:

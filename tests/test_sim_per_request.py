@@ -126,3 +126,8 @@ def test_a_suite_with_an_unknown_client_or_figure_is_refused(tmp_path):
     bad.write_text(head % ("vllm-bench", run))
     with pytest.raises(ValueError, match=r"suite x: a run with \['ttft_p95'\]; figures are"):
         load_runs(bad)
+    bad.write_text(
+        head.replace(" output_tokens: 8,", "") % ("vllm-bench", run.replace("ttft_p95", "ttft_p50"))
+    )
+    with pytest.raises(ValueError, match="suite x: a run without output tokens"):
+        load_runs(bad)

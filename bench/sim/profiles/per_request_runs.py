@@ -70,7 +70,12 @@ def read_runs(path: Path = PER_REQUEST_YAML, sources: Collection[str] | None = N
                     f"{path}: suite {s['id']}: a run with {sorted(unknown) or 'no figure'}; "
                     f"figures are {', '.join(FIGURES)}"
                 )
-            conc = r["concurrency"]
+            conc, osl = r["concurrency"], r.get("osl", s.get("output_tokens"))
+            if not osl:
+                raise ValueError(
+                    f"{path}: suite {s['id']}: a run without output tokens (the run's `osl` or "
+                    "the suite's `output_tokens`)"
+                )
             runs.append(
                 Run(
                     suite=s["id"],
@@ -82,7 +87,7 @@ def read_runs(path: Path = PER_REQUEST_YAML, sources: Collection[str] | None = N
                     engine=s["engine"],
                     parallel=r["parallel"],
                     isl=r["isl"],
-                    osl=r.get("osl", s.get("output_tokens")),
+                    osl=osl,
                     concurrency=conc,
                     prompts=r.get("prompts", TTFT_ROUNDS * conc),
                     measured=measured,

@@ -28,6 +28,7 @@ DECODE_STEPS_YAML: Path = Path(__file__).parent / "profiles" / "decode_steps.yam
 class Row:
     """One measured deployment at one batch limit."""
 
+    task: str
     model: str
     gpu: str
     parallel: str
@@ -41,7 +42,7 @@ class Row:
 
     @property
     def label(self) -> str:
-        return f"{self.model} {self.precision} {self.gpu} {self.parallel}"
+        return f"{self.task} {self.model} {self.precision} {self.gpu} {self.parallel}"
 
 
 @dataclass(frozen=True)
@@ -56,30 +57,25 @@ class StepError:
         return self.simulated_ms / self.row.itl_p50 - 1
 
 
-def load_rows(path: Path = DECODE_STEPS_YAML, input_tokens: float | None = None) -> list[Row]:
-    """Every row of the file; input_tokens overrides the file's prompt length (a sensitivity
-    check of its assumption)."""
+def load_rows(path: Path = DECODE_STEPS_YAML, scale_prompts: float = 1.0) -> list[Row]:
+    """Every row of the file, its context the task's assumed prompt (x scale_prompts: a
+    sensitivity check of the assumption) plus the row's length-biased generated tokens; a row
+    of a task the file does not describe is refused with the file and row named."""
     from bench.sim.calibration import load_published
 
     doc = yaml.safe_load(Path(path).read_text())
     if doc["source"] not in load_published().sources:
         raise ValueError(f"{path}: cites {doc['source']}, not in the published sources")
-    prompt = doc["input_tokens"] if input_tokens is None else input_tokens
-    return [
-        Row(
-            model=r["model"],
-            gpu=r["gpu"],
-            parallel=r["parallel"],
-            precision=r["precision"],
-            max_num_seqs=r["max_num_seqs"],
-            batch=r["batch"],
-            context=prompt + r["out_biased"],
-            itl_p50=r["itl_p50"],
-            itl_p90=r["itl_p90"],
-            itl_p99=r["itl_p99"],
-        )  # fmt: skip
-        for r in doc["rows"]
-    ]
+    tasks = doc.get("tasks") or {}
+    rows = []
+    for i, r in enumerate(doc["rows"]):
+        if r["task"] not in tasks:
+            raise ValueError(f"{path}: rows[{i}]: task {r['task']!r}, not one of {list(tasks)}")
+        prompt = tasks[r["task"]]["input_tokens"] * scale_prompts
+        fields = {k: r[k] for k in ("task", "model", "gpu", "parallel", "precision")}
+        figures = {k: r[k] for k in ("max_num_seqs", "batch", "itl_p50", "itl_p90", "itl_p99")}
+        rows.append(Row(**fields, **figures, context=prompt + r["out_biased"]))
+    return rows
 
 
 def step_errors(rows: list[Row] | None = None) -> list[StepError]:
@@ -153,7 +149,13 @@ def report(errors: list[StepError]) -> str:
             + ("" if x.fits else "!")
             for x in xs
         )
-        lines.append(f"{label:42} {cells}")
+        lines.append(f"{label:56} {cells}")
+    for task in sorted({x.row.task for x in errors}):
+        t = summary([x for x in errors if x.row.task == task])
+        lines.append(
+            f"{task}: {t['rows']} rows, median |error| {t['median_abs']:.0%}, "
+            f"{t['within_25']:.0%} within 25%"
+        )
     s = summary(errors)
     lines.append(
         f"decode step at a measured batch (simulated / measured median inter-token ms, "

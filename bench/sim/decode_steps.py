@@ -2,10 +2,11 @@
 
 The published fronts (calibration.py) score throughput at an interactivity, the per-request
 runs (per_request.py) whole requests; this checks the one quantity under both: the time of a
-decode step with B sequences running. ML.ENERGY's leaderboard [S84] measured, for nine models
-this simulator has profiles for, on H100 and B200, the inter-token latency of vLLM while its
-batch stayed full at each `--max-num-seqs`, on reasoning traffic of thousands of output tokens
-(a step there rarely carries a prompt's prefill, so the median gap is the decode step). Each row
+decode step with B sequences running. ML.ENERGY's leaderboard [S84] measured, on H100 and
+B200, the inter-token latency of vLLM while its batch stayed full at each `--max-num-seqs`: for
+the eight MoE and dense models this simulator has profiles for on reasoning traffic of thousands
+of output tokens (gpqa), and for the dense ones at up to 64 sequences on chat (lm-arena-chat).
+A step there rarely carries a prompt's prefill, so the median gap is the decode step. Each row
 is simulated as one step of its measured batch at its mean context (the prompt plus the
 length-biased mean of the tokens generated so far), on the engine's own step model
 (roofline.Deployment.step_time, what `sim run` executes). Scored, never fitted:

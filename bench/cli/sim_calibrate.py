@@ -387,9 +387,9 @@ def _residual_table(title: str, residuals: list) -> None:
     for r in residuals:
         cells = [f"{e:+.1%}" if (e := r.error(q)) is not None else "-" for q in QUANTITY_NAMES]
         res.add_row(r.run_id[:8], r.load, *cells)
-    mean = mean_errors(residuals)
+    mean = mean_errors(residuals)  # each residual as the error a range must state to hold it
     res.add_row(
-        "mean |error|", "", *[f"{mean[q]:.1%}" if q in mean else "-" for q in QUANTITY_NAMES]
+        "mean range error", "", *[f"{mean[q]:.1%}" if q in mean else "-" for q in QUANTITY_NAMES]
     )
     console.print(res)
 

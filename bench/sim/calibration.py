@@ -65,7 +65,7 @@ from bench.sim.profiles import (
     get_model,
     get_precision,
 )
-from bench.sim.profiles.per_request_runs import STEADY_ROUNDS, TTFT_ROUNDS, nim_s75
+from bench.sim.profiles.per_request_runs import TTFT_ROUNDS, nim_runs, nim_s75, steady_window
 from bench.sim.roofline import Deployment, parse_parallel, steady_state
 
 PUBLISHED_YAML: Path = HERE / "published.yaml"
@@ -564,14 +564,16 @@ def nim_closed_loop(isl: int, osl: int, conc: int, rounds: int = 4) -> list:
     records of `rounds` x concurrency requests (8 at least)."""
     from bench.sim.virtual import build_engine, replay_closed
 
-    engine = build_engine("H100", "llama-3.3-70b", "fp8", 2, engine="trtllm")
+    run = nim_runs()[0]  # the deployment, as per_request.yaml gives it
+    engine = build_engine(
+        run.gpu, run.model, run.precision, parallel=run.parallel, engine=run.engine
+    )
     return replay_closed(engine, np.tile([isl, osl], (max(rounds * conc, 8), 1)), conc)
 
 
 def steady_ttft_ms(records: list, conc: int) -> float:
-    """Mean TTFT (ms) of the requests sent after the closed loop's first STEADY_ROUNDS rounds."""
-    ok = sorted((r for r in records if r.ok), key=lambda r: r.sent_ns)
-    late = ok[STEADY_ROUNDS * conc :] or ok
+    """Mean TTFT (ms) of the requests genai-perf's stable window reads (steady_window)."""
+    late = steady_window(records, conc)
     return float(np.mean([(r.first_token_ns - r.sent_ns) / 1e6 for r in late]))
 
 

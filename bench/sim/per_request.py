@@ -26,9 +26,9 @@ from bench.sim.profiles.accuracy import expected_errors, range_error, relative_e
 from bench.sim.profiles.per_request_runs import (
     FIGURES,
     PER_REQUEST_YAML,
-    STEADY_ROUNDS,
     Run,
     read_runs,
+    steady_window,
 )
 
 
@@ -61,18 +61,21 @@ def simulate(run: Run) -> dict[str, float]:
     request is (end-to-end - TTFT) / (osl - 1) (genai-perf's inter-token latency too); each
     figure the mean or the percentile (numpy's, linear) over the requests the client reads:
     vllm-bench every request of the run, genai-perf those after the loop's first STEADY_ROUNDS
-    rounds (its stable measurement window, as calibration.steady_ttft_ms reads NIM's TTFT)."""
+    rounds (per_request_runs.steady_window, as the calibration's TTFT checks read NIM's)."""
     from bench.sim.virtual import build_engine, replay_closed
 
     engine = build_engine(
         run.gpu, run.model, run.precision, parallel=run.parallel, engine=run.engine
     )  # a fresh engine per run: a reused one would keep the last run's prefix cache
     records = replay_closed(engine, np.tile([run.isl, run.osl], (run.prompts, 1)), run.concurrency)
-    done = sorted((r for r in records if r.ok), key=lambda r: r.sent_ns)
-    if len(done) != run.prompts:
-        raise RuntimeError(f"{run.suite} {run.label}: {len(done)} of {run.prompts} completed")
-    if run.client == "genai-perf":
-        done = done[STEADY_ROUNDS * run.concurrency :] or done
+    completed = sum(r.ok for r in records)
+    if completed != run.prompts:
+        raise RuntimeError(f"{run.suite} {run.label}: {completed} of {run.prompts} completed")
+    done = (
+        steady_window(records, run.concurrency)
+        if run.client == "genai-perf"
+        else [r for r in records if r.ok]
+    )
     ttft = np.array([(r.first_token_ns - r.sent_ns) / 1e6 for r in done])
     e2el = np.array([(r.end_ns - r.sent_ns) / 1e6 for r in done])
     tpot = (e2el - ttft) / (run.osl - 1)
@@ -152,7 +155,8 @@ def report(errors: list[RunError]) -> str:
     """Per suite: one line per run (simulated and measured TTFT and TPOT, every published
     figure's error, the run's MAPE), then the suite's summary; then all runs together."""
     lines = []
-    for suite, errs in by_suite(errors).items():
+    suites = by_suite(errors)
+    for suite, errs in suites.items():
         figs = [k for k in FIGURES if k in errs[0].run.measured]
         ttft, tpot = (next(k for k in figs if k.startswith(q)) for q in ("ttft", "tpot"))
         r0 = errs[0].run
@@ -174,7 +178,7 @@ def report(errors: list[RunError]) -> str:
                 + f"  {e.mape:6.0%}"
             )
         lines += _summary_lines(errs, f"{suite}: ")
-    if len(by_suite(errors)) > 1:
+    if len(suites) > 1:
         lines += _summary_lines(errors, "all suites: ")
     return "\n".join(lines)
 

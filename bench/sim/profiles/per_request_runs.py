@@ -97,6 +97,20 @@ def read_runs(path: Path = PER_REQUEST_YAML, sources: Collection[str] | None = N
     return runs
 
 
+def steady_window(records: list, concurrency: int) -> list:
+    """The completed records a stable-window client (genai-perf) reads from a closed loop, in
+    send order: those sent after its first STEADY_ROUNDS rounds (all of them when there are no
+    more)."""
+    done = sorted((r for r in records if r.ok), key=lambda r: r.sent_ns)
+    return done[STEADY_ROUNDS * concurrency :] or done
+
+
+def nim_runs() -> list[Run]:
+    """NIM's table [S75] as per_request.yaml holds it: one deployment (its GPU, model,
+    precision, parallelism and engine on every run) at each load."""
+    return [r for r in read_runs() if r.source == "S75"]
+
+
 def nim_s75() -> list[tuple[int, int, int, float, float, float]]:
     """NVIDIA NIM 1.8.0 (TensorRT-LLM) on 2x H100 TP2, Llama-3.3-70B FP8, genai-perf [S75], as
     (input, output, concurrency, mean TTFT ms, mean ITL ms, output tok/s): the rows below the
@@ -106,7 +120,7 @@ def nim_s75() -> list[tuple[int, int, int, float, float, float]]:
     queue a few per cent of capacity sets, which the simulated ranges flag rather than hold."""
     from bench.sim.profiles.accuracy import NEAR_SATURATION
 
-    runs = [r for r in read_runs() if r.source == "S75"]
+    runs = nim_runs()
     out = []
     for r in runs:
         same = [o for o in runs if (o.isl, o.osl) == (r.isl, r.osl)]

@@ -7,7 +7,8 @@ real-time emission accuracy (issues 4 and 19).
    error, beside the formula clock the fit uses and (--loso) leave-one-source-out: each source's
    points scored by a fit that never saw that source. Then the GPU-to-GPU ratios, and the
    per-request error against published runs of real engines on GPUs (bench.sim.per_request),
-   and the decode step against vLLM measured at a known batch (bench.sim.decode_steps).
+   and the decode step against vLLM measured at a known batch (bench.sim.decode_steps; most of
+   its rows are in the fit, and the table gives their error with their source held out).
 1. Virtual time: 1,000 requests (target >= 100x faster than real time), then one hour of
    50 req/s (1k in / 256 out, 180,000 requests) for a few deployments (target: under 30 s each).
 2. Real time: `tokenbench sim serve` in its own process, driven by tokenbench at 256
@@ -48,12 +49,14 @@ def validation(loso: bool) -> None:
 
     from bench.sim.calibration import (
         Sim,
+        decode_step_points,
         disaggregated,
         leave_one_source_out,
         load_published,
         mean_abs_error,
         mtp_speedups,
         source_disagreements,
+        steps_held_out,
         table,
         validate,
         validation_table,
@@ -69,7 +72,9 @@ def validation(loso: bool) -> None:
     after = validate(points=pub.after_fit)
     t = time.perf_counter()
     held = leave_one_source_out(pub.scored) if loso else None
+    steps_held = steps_held_out(pub.scored) if loso else None
     t_loso = time.perf_counter() - t
+    steps = validate(points=decode_step_points())
     print(f"validation: {len(engine)} fitted and {len(after)} later points of {len(pub.points)} "
           f"published (engine clock, virtual time, {t_engine:.0f} s with the ratios)")  # fmt: skip
     split = disaggregated()
@@ -82,7 +87,7 @@ def validation(loso: bool) -> None:
           "clock; scored, never fitted):")  # fmt: skip
     print(table(mtp, header=False))
     print()
-    print(validation_table(formula, held, after, engine, split, mtp))
+    print(validation_table(formula, held, after, engine, split, mtp, steps, steps_held))
     print()
     if held:
         print(
@@ -116,7 +121,10 @@ def validation(loso: bool) -> None:
     print(report(per_request_errors()))
     from bench.sim import decode_steps
 
-    print("decode steps at a measured batch, vLLM on H100 and B200 (scored, never fitted):")
+    print(
+        "decode steps at a measured batch, vLLM on H100 and B200 (the rows of at most 512 "
+        "sequences, less the runs decode_steps.yaml leaves out, are in the fit):"
+    )
     print(decode_steps.report(decode_steps.step_errors()))
 
 

@@ -70,10 +70,11 @@ def test_a_disaggregated_deployment_states_at_least_the_disaggregated_fronts_err
 
 
 def test_dense_held_out_error_is_the_figure_the_validation_measured():
-    # 20 dense points held out by source (S15, S45, S46, S47), mean |error| 11.3%: 18 held by a
-    # range of x/÷ 1.27 (trt-old-h100-8b at -21.4%: measured 1.27x the simulated figure); read
-    # from |error| it was 21%, which that point's range missed
-    assert held_out_error("H100", "llama-3.1-8b")[0] == pytest.approx(0.27, abs=0.02)
+    # 20 dense points held out by source (S15, S45, S46, S47), mean |error| 11.8%: 18 held by a
+    # range of x/÷ 1.35 (h200-70b-b1 at -25.9% and trt-old-h100-8b at -25.8%: measured 1.35x the
+    # simulated figure); 1.27 before the decode steps [S84] joined the fit (11.3%), and 21%
+    # read from |error|, which that range missed
+    assert held_out_error("H100", "llama-3.1-8b")[0] == pytest.approx(0.35, abs=0.02)
 
 
 def test_a_range_states_what_holds_an_under_prediction_too():
@@ -112,7 +113,9 @@ def test_a_run_with_mtp_states_at_least_the_published_speedups_error():
     cover = covering_error(speedups)
     dense, _ = held_out_error("H100", "llama-3.3-70b")
     err, basis = held_out_error("H100", "llama-3.3-70b", mtp=True)
-    assert err == max(dense, cover) and cover > dense  # a dense model's range widens
+    # the wider of the two: a MoE model's own (76%) is wider than the speed-ups' (32%), and
+    # since the decode steps [S84] joined the fit a dense model's (35%) is too (27% before)
+    assert err == max(dense, cover)
     assert "MTP speed-ups" in basis and f"of {len(speedups)} within it" in basis
     errors, _ = expected_errors("H100", "llama-3.3-70b", mtp=True)
     assert errors["output_tps"] == err

@@ -17,8 +17,12 @@ from bench.sim.calibration import (
     DISAGG_ROW,
     HELD_OUT_YAML,
     MTP_ROW,
+    STEP_WEIGHT,
+    STEPS_HELD_ROW,
+    STEPS_ROW,
     Point,
     Sim,
+    decode_step_points,
     disaggregated,
     error_row,
     fit_params,
@@ -33,6 +37,7 @@ from bench.sim.calibration import (
     ratio_value,
     reproduce,
     source_disagreements,
+    steps_held_out,
     summary,
     validate,
 )
@@ -54,10 +59,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # on the six points then added after the fit (15.0% on those six now). The issue's target (8%
 # in sample) is missed. A new source adds points without touching these: only the error counts.
 PINNED_MAE = 0.135
-PINNED_MAE_DENSE = 0.07
+PINNED_MAE_DENSE = 0.085  # 8.1% since the decode steps [S84] joined the fit (7.0% before)
 PINNED_MAE_MOE = 0.175
 PINNED_MAE_AMD = 0.125
-PINNED_MAX_ABS = 0.92  # reached 0.915 (ix-b200-dsr1-fp8-198)
+PINNED_MAX_ABS = 0.92  # reached 0.915 (ix-b200-dsr1-fp8-198); 0.545 since S84 joined the fit
 
 
 def _ideal(gpu: str) -> Deployment:
@@ -202,7 +207,7 @@ def test_sweeps_follow_the_sources_search() -> None:
 
 # (point, error bound): one of each kind and family, all within the +-25% target
 REPRESENTATIVE = [
-    ("h200-70b-b1", 0.08),  # batch 1: the bandwidth floor plus losses (-6%)
+    ("h200-70b-b1", 0.13),  # batch 1: the bandwidth floor plus losses (-11%; -6% before S84)
     ("trt-h100-70b-1k1k", 0.10),  # TensorRT-LLM offline maximum, dense, TP2
     ("ix-b200-70b-fp8-108", 0.15),  # InferenceX Pareto interpolation, vLLM (-13%)
     ("trt-b200-q235-1k1k", 0.15),  # MoE with expert parallelism (DEP4)
@@ -254,6 +259,7 @@ def test_readme_carries_the_validation_table_the_fit_gives(results) -> None:
         error_row("points added after the fit", after),
         error_row(DISAGG_ROW, disaggregated()),
         error_row(MTP_ROW, mtp_speedups()),
+        error_row(STEPS_ROW.format(w=STEP_WEIGHT), validate(points=decode_step_points())),
     ):
         assert row in readme, row
 
@@ -380,7 +386,10 @@ def test_rack_scale_nvl72() -> None:
 
 # -- slow: held-out error and the engine clock -------------------------------------------------
 
-# Held out (formula clock): 17.7% mean over the 60 fitted points, each scored by a fit without
+# Since the decode steps [S84] joined the fit (2026-12-06): held out 18.5%, the engine clock in
+# sample 13.1%, the 28 points added after the fit 38.3% (MI325X gpt-oss +59%..+133%), the decode
+# steps with S84 held out 30.7%. Before (the figures below): held out (formula clock): 17.7%
+# mean over the 60 fitted points, each scored by a fit without
 # its source (target 15%: missed; 22.1% with the 16-parameter fit before the row-dependent
 # GEMM efficiency, 28.9% before gpt-oss's GEMM rates and the per-layer overhead); the engine
 # clock in sample 13.0%; the 27 points added after the fit 38.6%: MI325X (with the profile from
@@ -389,9 +398,9 @@ def test_rack_scale_nvl72() -> None:
 # throughput, -10% at batch 1; InferenceX's DeepSeek-R1 FP4 1k/1k fronts with and without MTP
 # [S78][S79] -51%..+226% (27.5% over the first 15 before them); AMD's SGLang DeepSeek-V3 at
 # one request [S81] +169% (38.6% over 27 before it). Ceilings, not point counts.
-PINNED_LOSO_MAE = 0.18
+PINNED_LOSO_MAE = 0.19  # 18.5% (17.7% before the decode steps [S84] joined the fit)
 PINNED_ENGINE_MAE = 0.135
-PINNED_AFTER_FIT_MAE = 0.44
+PINNED_AFTER_FIT_MAE = 0.40  # 38.3% (43.2% before the decode steps [S84] joined the fit)
 
 
 def test_points_added_after_the_fit_are_scored_never_fitted() -> None:
@@ -402,6 +411,7 @@ def test_points_added_after_the_fit_are_scored_never_fitted() -> None:
     assert after and not after & {p.id for p in pub.scored}
     fitted_on = yaml.safe_load(EFFICIENCY_YAML.read_text())["fitted"][0]["source"]
     assert fitted_on.startswith(f"fitted on {len(pub.scored)} points")
+    assert fitted_on.endswith(f"and {len(decode_step_points())} decode steps of S84")
     res = validate(points=pub.after_fit)
     assert mean_abs_error(res) <= PINNED_AFTER_FIT_MAE, [(r.point.id, r.error) for r in res]
 
@@ -439,6 +449,17 @@ def test_leave_one_source_out_is_pinned_and_is_what_the_ranges_state() -> None:
     assert key(stored["ttft"]) == pytest.approx(key(fresh["ttft"]), abs=0.01)
     pairs = lambda rows: {(r["a"], r["b"]): r["error"] for r in rows}  # noqa: E731
     assert pairs(stored["gpu_pairs"]) == pytest.approx(pairs(fresh["gpu_pairs"]), abs=0.01)
+
+
+@pytest.mark.slow
+def test_decode_steps_held_out_of_the_fit_are_what_the_readme_says() -> None:
+    """The decode steps [S84] scored by a fit that never saw them: worse than in the fit (they
+    inform it), within a ceiling, and the README's row is this one."""
+    held = steps_held_out(load_published().scored)
+    fitted = validate(points=decode_step_points())
+    assert mean_abs_error(fitted) < mean_abs_error(held) <= 0.33  # 26.4% and 30.7%
+    row = error_row(STEPS_HELD_ROW, held)
+    assert row in (ROOT / "README.md").read_text(), row
 
 
 @pytest.mark.slow

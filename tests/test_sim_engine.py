@@ -277,7 +277,7 @@ def test_a_gemms_efficiency_rises_with_its_token_rows() -> None:
     assert e.gemm_half_rows > 0
     assert dep._gemm_mfu(e.gemm_half_rows) == pytest.approx(e.mfu / 2)
     assert dep._gemm_mfu(8192) == pytest.approx(e.mfu * 8192 / (8192 + e.gemm_half_rows))
-    assert dep._gemm_mfu(8192) > 0.98 * e.mfu
+    assert dep._gemm_mfu(8192) > 0.95 * e.mfu  # a prefill chunk's rows reach the ceiling
     # prefill of 4,096 and of 8,192 tokens (compute-bound, no attention): per token, the larger
     # GEMM is the cheaper
     small = dep.step_time(0, 0, 4096, 0, prefill_seqs=0)

@@ -67,7 +67,8 @@ def test_moe_expert_parallel_scales_without_loss() -> None:
 
 def test_tp_scaling_stays_within_what_memory_and_the_link_allow() -> None:
     # issue 25: TP1 -> TP2 for Llama-3.3-70B FP8 on H100 scaled x21.8 at 80e9 bytes (real ~x5).
-    # Reached: vLLM x14.0, TensorRT-LLM x4.3 (x12.2 and x4.2 before the row-dependent GEMM
+    # Reached: vLLM x14.2, TensorRT-LLM x4.5 (x14.0 and x4.3 before the decode steps [S84]
+    # joined the fit; x12.2 and x4.2 before the row-dependent GEMM
     # efficiency; x6.8 and x3.8 with the embedding and LM head in FP8): one H100 holds the
     # 72.65 GB of weights with the embedding and LM head in BF16, as the checkpoint keeps them,
     # and leaves vLLM 13k tokens of KV (six 2k sequences) against 471k (36x) at TP2, so memory,

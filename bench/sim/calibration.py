@@ -29,7 +29,12 @@ AMD factors, overheads, MoE and collective terms; a parameter scoped per engine 
 per engine), each inside its documented physical range, least squares on
 log(simulated / published) over the points and the GPU ratios, with a soft-L1 loss and a weak
 pull toward the initial values. Every (vendor, engine, compute unit) resolves to fitted values.
-`leave_one_source_out()` refits without each source and scores that source's points.
+ML.ENERGY's vLLM decode steps at a measured batch [S84] (profiles/decode_step_rows.fit_rows)
+are fitted beside the points, each residual weighted STEP_WEIGHT: the published fronts alone
+cannot tell a step's fixed costs from its per-token ones, nor the dense TP overhead from the
+MoE layer's.
+`leave_one_source_out()` refits without each source and scores that source's points;
+`steps_held_out()` scores the decode steps with a fit that never saw them.
 Points marked `after_fit` in published.yaml were added after the fit: never fitted on, scored
 on their own row of `validation_table()`.
 
@@ -65,6 +70,7 @@ from bench.sim.profiles import (
     get_model,
     get_precision,
 )
+from bench.sim.profiles.decode_step_rows import fit_rows
 from bench.sim.profiles.per_request_runs import TTFT_ROUNDS, nim_runs, nim_s75, steady_window
 from bench.sim.roofline import Deployment, parse_parallel, steady_state
 
@@ -99,6 +105,8 @@ class Point:
     reason: str = ""
     after_fit: bool = False  # added after the fit: never fitted on, scored on its own row
     disagg: str = ""  # the source's search also ("also") or only ("only") runs xPyD splits
+    batch: float = 0.0  # decode_step: the sequences decoding in the step
+    context: float = 0.0  # decode_step: the mean tokens each of them reads
 
     @property
     def vendor(self) -> str:
@@ -228,6 +236,8 @@ MTP_SWEEP = (0, 1)  # drafted tokens InferenceX's curves are searched over (0 = 
 FRONT_MARGIN = 0.10
 DISAGG_ROW = "disaggregated fronts (the sources' xPyD splits; scored, never fitted)"
 MTP_ROW = "MTP speed-ups (published with / without MTP; scored, never fitted)"
+STEPS_ROW = "decode steps at a measured batch [S84] (vLLM; in the fit at weight {w:g})"
+STEPS_HELD_ROW = "decode steps [S84], their source held out of the fit"
 
 
 class Sim:
@@ -368,6 +378,9 @@ class Sim:
         dep = self.deployment(p.gpu, p.model, p.precision, p.parallel, p.engine)
         if dep is None:
             return Result(p, 0.0, f"{p.parallel} does not fit")
+        if p.kind == "decode_step":  # steps per second, so its error reads as a throughput's
+            step = dep.step_time(p.batch, p.batch * p.context, 0, 0)
+            return Result(p, 1 / step, f"{p.parallel} b{p.batch:.0f}")
         if p.kind == "batch1":
             return Result(p, self.measure(dep, p, 1)[0], f"{p.parallel} c1")
         if p.kind == "max_tput":
@@ -752,6 +765,39 @@ def points_per_parameter(points: list[Point], ratios: list[Ratio]) -> dict[str, 
     return counts
 
 
+# A decode step's residual against a published point's: the fit's 168 steps (one source, one
+# engine) against 60 points and 6 ratios would otherwise outvote the fronts every stated error
+# is read from; at 0.5 they weigh about as much as the points
+STEP_WEIGHT = 0.5
+
+
+def decode_step_points(rows: list | None = None) -> list[Point]:
+    """ML.ENERGY's vLLM decode steps [S84] the fit uses (decode_step_rows.fit_rows, or `rows`)
+    as points, numbered (two checkpoints' runs may share a model profile and a batch limit):
+    measured = steps per second (1,000 / the median gap in ms), so a step's error reads as a
+    throughput's. They pin what the fronts cannot separate: the step at a known batch, the
+    dense TP overhead at TP1-TP8, the MoE layer's cost at few sequences."""
+    return [
+        Point(
+            id=f"s84-{i}-{r.task}-{r.model}-{r.precision}-{r.gpu}-{r.parallel}-n{r.max_num_seqs}",
+            set="step",
+            kind="decode_step",
+            gpu=r.gpu,
+            model=r.model,
+            precision=r.precision,
+            engine="vllm",
+            isl=0,
+            osl=0,
+            measured=1000 / r.itl_p50,
+            source="S84",
+            parallel=r.parallel,
+            batch=r.batch,
+            context=r.context,
+        )
+        for i, r in enumerate(fit_rows(sources=load_published().sources) if rows is None else rows)
+    ]
+
+
 def _residuals(results: list[Result]) -> np.ndarray:
     return np.array([math.log(max(r.simulated, 1e-9 * r.point.measured) / r.point.measured) if r.simulated > 0 else math.log(0.05) for r in results])  # fmt: skip
 
@@ -761,12 +807,16 @@ def _hand_profiles() -> list[dict]:
     return list(_efficiency_file(EFFICIENCY_YAML).get("profiles") or [])
 
 
-def fit(points: list[Point], ratios: list[Ratio] | None = None) -> tuple[list[dict], dict]:
-    """Fit the few bounded parameters on `points` and GPU `ratios` (formula clock).
+def fit(
+    points: list[Point], ratios: list[Ratio] | None = None, steps: list[Point] | None = None
+) -> tuple[list[dict], dict]:
+    """Fit the few bounded parameters on `points`, GPU `ratios` and decode `steps` (by default
+    decode_step_points(); [] fits without them), on the formula clock.
 
-    Least squares on log(simulated / published) with a soft-L1 loss, in log-parameter space
-    inside each parameter's physical range (efficiency.yaml `fit`), with a weak pull toward the
-    initial values. Returns the profiles and the fitted values by name.
+    Least squares on log(simulated / published) with a soft-L1 loss (a step's term weighted
+    STEP_WEIGHT), in log-parameter space inside each parameter's physical range
+    (efficiency.yaml `fit`), with a weak pull toward the initial values. Returns the profiles
+    and the fitted values by name.
     """
     from bench.extras import require
 
@@ -780,6 +830,7 @@ def fit(points: list[Point], ratios: list[Ratio] | None = None) -> tuple[list[di
     x0 = np.clip(np.log([q.initial for q in params]), lo + 1e-9, hi - 1e-9)
     pub = load_published()
     ratios = pub.ratios if ratios is None else ratios
+    steps = decode_step_points() if steps is None else steps
     hand = _hand_profiles()
 
     def resid(z: np.ndarray) -> np.ndarray:
@@ -787,7 +838,8 @@ def fit(points: list[Point], ratios: list[Ratio] | None = None) -> tuple[list[di
         sim = Sim(hand + _profiles_from(x), "formula", pub)
         terms = _residuals([sim.reproduce(p) for p in points])
         rterms = [math.log(max(sim.ratio(r), 1e-9) / r.measured) for r in ratios]
-        return np.concatenate([terms, rterms, PRIOR_WEIGHT * (z - x0)])
+        sterms = STEP_WEIGHT * _residuals([sim.reproduce(p) for p in steps])
+        return np.concatenate([terms, rterms, sterms, PRIOR_WEIGHT * (z - x0)])
 
     sol = least_squares(
         resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, max_nfev=FIT_NFEV,
@@ -798,10 +850,10 @@ def fit(points: list[Point], ratios: list[Ratio] | None = None) -> tuple[list[di
 
 
 def leave_one_source_out(points: list[Point]) -> list[Result]:
-    """For each source, fit on every other source's points and ratios, and reproduce this
-    source's points. group_fitted is False where the training set has no point of the held-out
-    point's engine (or, for AMD, no AMD observation): then only the parameters' initial values
-    and ranges reach it."""
+    """For each source, fit on every other source's points and ratios (and the decode steps,
+    another source's), and reproduce this source's points. group_fitted is False where the
+    training set has no point of the held-out point's engine (or, for AMD, no AMD
+    observation): then only the parameters' initial values and ranges reach it."""
     pub = load_published()
     out: list[Result] = []
     for src in sorted({p.source for p in points}):
@@ -819,12 +871,26 @@ def leave_one_source_out(points: list[Point]) -> list[Result]:
     return out
 
 
-def write_fit(values: dict[str, float], points: list[Point], path: Path = EFFICIENCY_YAML) -> None:
+def steps_held_out(points: list[Point], steps: list[Point] | None = None) -> list[Result]:
+    """The decode steps (`steps`, by default decode_step_points()) reproduced by a fit on
+    `points` and the ratios alone: what their source adds, and what a step the fit never saw
+    is off by."""
+    profiles, _ = fit(points, steps=[])
+    return validate(profiles, points=decode_step_points() if steps is None else steps)
+
+
+def write_fit(
+    values: dict[str, float],
+    points: list[Point],
+    steps: list[Point] | None = None,
+    path: Path = EFFICIENCY_YAML,
+) -> None:
     """Store the fitted values in efficiency.yaml: `fitted_values` (each with its range and the
     observations that move it) and the `fitted` profiles they expand to."""
     data = yaml.safe_load(path.read_text())
     pub = load_published()
-    counts = points_per_parameter(points, pub.ratios)
+    steps = decode_step_points() if steps is None else steps
+    counts = points_per_parameter(points + steps, pub.ratios)
     srcs = sorted({p.source for p in points})
     ranges = {q.name: [q.low, q.high] for q in fit_params(path)}
     data["fitted_values"] = {
@@ -836,6 +902,7 @@ def write_fit(values: dict[str, float], points: list[Point], path: Path = EFFICI
         prof["set"] = {k: float(f"{v:.4g}") for k, v in prof["set"].items()}
         prof["source"] = (
             f"fitted on {len(points)} points and {len(pub.ratios)} ratios of {', '.join(srcs)}"
+            + (f", and {len(steps)} decode steps of S84" if steps else "")
         )
     data["fitted"] = fitted
     header = path.read_text().split("schema_version")[0]
@@ -889,6 +956,8 @@ def validation_table(
     engine: list[Result] | None = None,
     split: list[Result] | None = None,
     mtp: list[Result] | None = None,
+    steps: list[Result] | None = None,
+    steps_held: list[Result] | None = None,
 ) -> str:
     """The one validation table (benchmarks/simulator.py prints it; the README carries it)."""
     rows = [
@@ -905,6 +974,10 @@ def validation_table(
         rows.append(error_row(DISAGG_ROW, split))
     if mtp is not None:
         rows.append(error_row(MTP_ROW, mtp))
+    if steps is not None:
+        rows.append(error_row(STEPS_ROW.format(w=STEP_WEIGHT), steps))
+    if steps_held is not None:
+        rows.append(error_row(STEPS_HELD_ROW, steps_held))
     return "\n".join(rows)
 
 
@@ -945,14 +1018,16 @@ def main() -> None:
     results = validate(sim=sim)
     after = validate(sim=sim, points=load_published().after_fit)
     loso = leave_one_source_out(pts) if args.loso else None
+    steps = validate(sim=sim, points=decode_step_points())
+    steps_held = steps_held_out(pts) if args.loso else None
     split, mtp = disaggregated(), mtp_speedups()
     print(table(results + after, loso))
     print(table(split, header=False))  # the same points, their sources' splits in the fronts
     print(table(mtp, header=False))  # speed-ups (ratios), not tok/s
     if args.clock == "engine":  # the fit's own clock keeps its row; the engine's gets its own
-        print(validation_table(validate(), loso, after, engine=results, split=split, mtp=mtp))
+        print(validation_table(validate(), loso, after, results, split, mtp, steps, steps_held))
     else:
-        print(validation_table(results, loso, after, split=split, mtp=mtp))
+        print(validation_table(results, loso, after, None, split, mtp, steps, steps_held))
     if args.write_held_out and loso is not None:
         write_held_out(loso, after, split, mtp)
         print(f"wrote {HELD_OUT_YAML}")

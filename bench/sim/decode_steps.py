@@ -9,41 +9,22 @@ of output tokens (gpqa), and for the dense ones at up to 64 sequences on chat (l
 A step there rarely carries a prompt's prefill, so the median gap is the decode step. Each row
 is simulated as one step of its measured batch at its mean context (the prompt plus the
 length-biased mean of the tokens generated so far), on the engine's own step model
-(roofline.Deployment.step_time, what `sim run` executes). Scored, never fitted:
-`python -m bench.sim.decode_steps` prints every row and the summary.
+(roofline.Deployment.step_time, what `sim run` executes). The rows of at most 512 sequences,
+less the runs the file leaves out (fit_rows), are in the efficiency fit since issue 25's fifth
+round (calibration.decode_step_points): they are the only points that fix a step at a known
+batch, and `benchmarks/simulator.py --validate --loso` gives their error with S84 held out of
+the fit. `python -m bench.sim.decode_steps` prints every row and the summary.
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
-import yaml
 
-DECODE_STEPS_YAML: Path = Path(__file__).parent / "profiles" / "decode_steps.yaml"
-
-
-@dataclass(frozen=True)
-class Row:
-    """One measured deployment at one batch limit."""
-
-    task: str
-    model: str
-    gpu: str
-    parallel: str
-    precision: str
-    max_num_seqs: int
-    batch: float  # the measured average batch while full
-    context: float  # tokens a running sequence's step reads: prompt + length-biased generated
-    itl_p50: float  # ms
-    itl_p90: float
-    itl_p99: float
-
-    @property
-    def label(self) -> str:
-        return f"{self.task} {self.model} {self.precision} {self.gpu} {self.parallel}"
+from bench.sim.calibration import load_published
+from bench.sim.profiles.decode_step_rows import Row, load_rows
 
 
 @dataclass(frozen=True)
@@ -58,34 +39,13 @@ class StepError:
         return self.simulated_ms / self.row.itl_p50 - 1
 
 
-def load_rows(path: Path = DECODE_STEPS_YAML, scale_prompts: float = 1.0) -> list[Row]:
-    """Every row of the file, its context the task's assumed prompt (x scale_prompts: a
-    sensitivity check of the assumption) plus the row's length-biased generated tokens; a row
-    of a task the file does not describe is refused with the file and row named."""
-    from bench.sim.calibration import load_published
-
-    doc = yaml.safe_load(Path(path).read_text())
-    if doc["source"] not in load_published().sources:
-        raise ValueError(f"{path}: cites {doc['source']}, not in the published sources")
-    tasks = doc.get("tasks") or {}
-    rows = []
-    for i, r in enumerate(doc["rows"]):
-        if r["task"] not in tasks:
-            raise ValueError(f"{path}: rows[{i}]: task {r['task']!r}, not one of {list(tasks)}")
-        prompt = tasks[r["task"]]["input_tokens"] * scale_prompts
-        fields = {k: r[k] for k in ("task", "model", "gpu", "parallel", "precision")}
-        figures = {k: r[k] for k in ("max_num_seqs", "batch", "itl_p50", "itl_p90", "itl_p99")}
-        rows.append(Row(**fields, **figures, context=prompt + r["out_biased"]))
-    return rows
-
-
 def step_errors(rows: list[Row] | None = None) -> list[StepError]:
     """Each row's simulated decode step against its measured median gap."""
     from bench.sim.roofline import Deployment, parse_parallel
 
     out = []
     deployments: dict[tuple, Deployment] = {}
-    for row in rows if rows is not None else load_rows():
+    for row in rows if rows is not None else load_rows(sources=load_published().sources):
         key = (row.gpu, row.model, row.precision, row.parallel)
         if key not in deployments:
             tp, dp, ep = parse_parallel(row.parallel)

@@ -22,7 +22,8 @@ MTP) + prefill tokens:
     FLOPs count each query's context capped at the window)
     t_comm   = (tp > 1) 2 L (alpha_ar + all-reduce bytes / (BW_link eta))
              + (ep > 1, dp > 1) L_moe (2 alpha_a2a + all-to-all bytes / (BW_link eta))
-    t_over   = t_fix + L t_layer + n_tok (t_tok + L_moe t_moe_tok) + t_multi [n_tok > 1]
+    t_over   = t_fix + L t_layer + L_moe t_moe_layer + n_tok (t_tok + L_moe t_moe_tok)
+               + t_multi [n_tok > 1]
     T_iter   = t_dense + t_expert + t_attnD + t_attnP + t_comm + t_over
 
 A GEMM's MFU rises with its token rows n: MFU(n) = mfu n / (n + gemm_half_rows), for the one
@@ -541,7 +542,8 @@ class Deployment:
         t += max(kv_read / (self._bw * e.kv_bw_ratio), attn_d / (self.attn_flops * e.mfu_attn))
         t += attn_p / (self.attn_flops * e.mfu_prefill)
         t += self._comm_time(n_tok)
-        t += e.t_fix_s + m.layers * e.t_layer_s + (e.t_multi_s if n_tok > 1 else 0.0)
+        t += e.t_fix_s + m.layers * e.t_layer_s + m.moe_layers * e.t_moe_layer_s
+        t += e.t_multi_s if n_tok > 1 else 0.0
         return t + n_tok * (e.t_tok_s + m.moe_layers * e.t_moe_tok_s)
 
     def _gemm_mfu(self, rows: float, half_rows: float | None = None) -> float:

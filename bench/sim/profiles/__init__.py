@@ -195,6 +195,7 @@ class Efficiency(_Frozen):
     t_fix_s: float
     t_tok_s: float
     t_layer_s: float = 0.0
+    t_moe_layer_s: float = 0.0
     t_multi_s: float = 0.0
     gemm_half_rows: float = 0.0
     moe_half_rows: float = 0.0

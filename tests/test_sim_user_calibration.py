@@ -799,3 +799,26 @@ def test_one_load_measured_twice_states_how_far_the_engine_moved(fitted, tmp_pat
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(doc))
     with pytest.raises(Exception, match=r"repeatability\.tpot_p50.*must be a number >= 0"):
         load_profile(tmp_path / "bad.yaml")
+
+
+def test_a_value_another_equally_good_start_puts_far_away_is_not_pinned():
+    """A replay's objective can have separate minima that the slopes at the best one cannot
+    see: here the step scatter fits exactly at 0.03 and at 0.3 (the figures, not a replay,
+    are made up so that the two exist). Read from the slopes alone it was "pinned x/÷1.002";
+    the search's other start ended at the other minimum, as good, so the scatter is free within
+    a factor of 10, while bandwidth, which alone sets the throughput, stays pinned."""
+    from bench.sim.user_calibration import _fit
+
+    def replays(eff: dict) -> list:
+        cv = eff["step_cv"]
+        bump = (math.log(cv / 0.03) * math.log(cv / 0.3)) ** 2
+        return [({"tpot_p50": 0.02 * (1 + bump), "output_tps": 1000 * eff["mbu"] / 0.8}, {}, {})]
+
+    point = ObservedPoint(
+        "run", 0, "rate 1/s", np.zeros((1, 3)), {"tpot_p50": 0.02, "output_tps": 1000.0}
+    )
+    prof = _fit([point], DEVICE, SETTINGS, None, 60, 3, replays)
+    got = {p.name: p for p in prof.params}
+    assert got["step_cv"].value == pytest.approx(0.03, rel=0.05)
+    assert got["step_cv"].spread >= 9 and not got["step_cv"].pinned
+    assert got["mbu"].value == pytest.approx(0.8, rel=0.01) and got["mbu"].pinned

@@ -193,7 +193,7 @@ def test_server_reports_cached_tokens_and_counters() -> None:
 @pytest.mark.parametrize("gpu", ["b200", "h100"])
 def test_sim_run_agentic_trace_hit_rate(gpu: str, tmp_path) -> None:
     """`sim run` on a synthetic agentic trace: with B200's KV room the simulated hit rate is
-    the trace's own (an infinite cache's) within 2 points; on one H100 (25,837 tokens of KV
+    the trace's own (an infinite cache's) within 2 points; on one H100 (13,012 tokens of KV
     for a 70B model) it is far lower."""
     rows = generate(SessionStats(session_rate=1.0, turns_mean=4, delay_cap_s=30,
                                  max_input=8000), sessions=40, seed=5)  # fmt: skip

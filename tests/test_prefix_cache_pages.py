@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def agentic_runs(tmp_path_factory):
     """A synthetic agentic trace on 70B: B200 (KV for every block) and one H100, whose
-    25,837 tokens of KV cannot keep the sessions' contexts between turns."""
+    13,012 tokens of KV cannot keep the sessions' contexts between turns."""
     tmp = tmp_path_factory.mktemp("cache")
     db = f"sqlite:///{tmp / 'c.db'}"
     rows = generate(SessionStats(session_rate=2.0, turns_mean=4, delay_cap_s=20,

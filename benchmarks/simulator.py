@@ -72,8 +72,8 @@ def validation(loso: bool) -> None:
     after = validate(points=pub.after_fit)
     t = time.perf_counter()
     held = leave_one_source_out(pub.scored) if loso else None
-    steps_held = steps_held_out(pub.scored) if loso else None
     t_loso = time.perf_counter() - t
+    steps_held = steps_held_out(pub.scored) if loso else None
     steps = validate(points=decode_step_points())
     print(f"validation: {len(engine)} fitted and {len(after)} later points of {len(pub.points)} "
           f"published (engine clock, virtual time, {t_engine:.0f} s with the ratios)")  # fmt: skip

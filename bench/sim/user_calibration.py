@@ -916,11 +916,11 @@ def _fit(
 
     probes = [(moved(i, PROBE_FACTOR), moved(i, 1 / PROBE_FACTOR)) for i in range(len(bounds))]
     params, flat = _identifiability(base, probes, best, bounds)
+    rival_values = [values_at(u) for u in rivals]
     for p in params:
         p.value = values[p.name]
-        for u in rivals:  # as loose as the equally good solutions are apart
-            other = values_at(u)[p.name]
-            p.spread = max(p.spread, other / p.value, p.value / other)
+        for other in rival_values:  # as loose as the equally good solutions are apart
+            p.spread = max(p.spread, other[p.name] / p.value, p.value / other[p.name])
     residuals = [
         PointResidual(p.run_id, p.load_point, p.load, p.measured, s, p.spread)
         for p, (s, *_) in zip(points, sims, strict=True)

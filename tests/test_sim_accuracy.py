@@ -44,9 +44,10 @@ def test_each_category_states_an_error_its_held_out_points_stay_within(gpu, mode
     tighter = [e for e in errs if e < err]
     assert not tighter or sum(e <= max(tighter) for e in errs) < COVERAGE * len(errs)
     assert f"{within} of {len(errs)} points" in basis
-    # the mean would have covered fewer: what the range used to state
+    # the mean would have covered fewer where it is the smaller (what the range used to state);
+    # one far point can lift the mean above it (dense: ix-b200-70b-fp8-139 held out, -82%)
     mean = sum(errs) / len(errs)
-    assert sum(e <= mean for e in errs) < within
+    assert mean >= err or sum(e <= mean for e in errs) < within
 
 
 def test_a_disaggregated_deployment_states_at_least_the_disaggregated_fronts_error():
@@ -70,11 +71,11 @@ def test_a_disaggregated_deployment_states_at_least_the_disaggregated_fronts_err
 
 
 def test_dense_held_out_error_is_the_figure_the_validation_measured():
-    # 20 dense points held out by source (S15, S45, S46, S47), mean |error| 11.8%: 18 held by a
-    # range of x/÷ 1.35 (h200-70b-b1 at -25.9% and trt-old-h100-8b at -25.8%: measured 1.35x the
-    # simulated figure); 1.27 before the decode steps [S84] joined the fit (11.3%), and 21%
-    # read from |error|, which that range missed
-    assert held_out_error("H100", "llama-3.1-8b")[0] == pytest.approx(0.35, abs=0.02)
+    # 20 dense points held out by source (S15, S45, S46, S47): 18 held by a range of x/÷ 1.29
+    # (since vLLM's front end joined the model; ix-b200-70b-fp8-139 at -82% and trt-old-h100-8b
+    # at -25.8% outside it); 1.35 before, 1.27 before the decode steps [S84] joined the fit, and
+    # 21% read from |error|, which that range missed
+    assert held_out_error("H100", "llama-3.1-8b")[0] == pytest.approx(0.29, abs=0.02)
 
 
 def test_a_range_states_what_holds_an_under_prediction_too():

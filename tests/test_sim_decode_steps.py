@@ -50,7 +50,9 @@ def test_decode_step_error_ceiling_and_readme(errors):
     assert chat["median_abs"] <= 0.10
     # the direction of the misses the README describes: MoE in FP8 on expert parallel at 8
     # sequences simulated too fast (the fit cannot give FP8 a slower kernel than BF16); gpt-oss
-    # on B200 at thousands of sequences too fast (vLLM's host work per sequence)
+    # on B200 at thousands of sequences now slower than measured: vLLM's front end (fitted on
+    # rows of at most 512 sequences at 71 us a token) took 43-60 us a token there; without it
+    # these rows read -55% to -65%
     fp8_moe = [
         x.error
         for x in errors
@@ -58,7 +60,7 @@ def test_decode_step_error_ceiling_and_readme(errors):
     ]
     assert fp8_moe and max(fp8_moe) < -0.4
     crowded = [x.error for x in errors if x.row.gpu == "B200-SXM" and x.row.batch > 2000]
-    assert crowded and max(crowded) < -0.5
+    assert crowded and min(crowded) > 0 and max(crowded) < 0.7
     text = " ".join(README.read_text().split())
     stated = re.search(r"decode steps' median \|error\| is (\d+)%", text)
     assert stated and int(stated.group(1)) == round(100 * s["median_abs"])

@@ -700,11 +700,14 @@ class FitParam:
 
 
 def fit_params(path: Path = EFFICIENCY_YAML) -> list[FitParam]:
-    """The free parameters, engine-scoped ones expanded per engine, from efficiency.yaml."""
+    """The free parameters, engine-scoped ones expanded per engine (those its `engines` lists:
+    the engines whose sources measure it; the rest keep `parameters`' value), from
+    efficiency.yaml."""
     out = []
     for name, spec in (_efficiency_file(path).get("fit") or {}).items():
         lo, hi = spec["range"]
-        names = [f"{name}.{e}" for e in ENGINES] if spec["scope"] == "engine" else [name]
+        engines = spec.get("engines") or ENGINES
+        names = [f"{name}.{e}" for e in engines] if spec["scope"] == "engine" else [name]
         out += [FitParam(n, spec["initial"], lo, hi, spec["source"]) for n in names]
     return out
 

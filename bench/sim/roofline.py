@@ -456,10 +456,19 @@ class Deployment:
                 n_decode, decode_ctx, n_prefill * g, prefill_ctx * g, q, logits=logits
             )
             t = (t + d * self._draft_time(n_decode, decode_ctx)) / g
-            return t * self.step_scale(n_decode, n_prefill > 0)
+            t *= self.step_scale(n_decode, n_prefill > 0)
+            return max(t, self._frontend_time(n_decode + prefill_seqs / g))
         logits = n_decode + prefill_seqs
         t = self._iteration(n_decode, decode_ctx, n_prefill, prefill_ctx, 1, logits=logits)
-        return t * self.step_scale(n_decode, n_prefill > 0)
+        t *= self.step_scale(n_decode, n_prefill > 0)
+        return max(t, self._frontend_time(n_decode + prefill_seqs))
+
+    def _frontend_time(self, tokens: float) -> float:
+        """The serving front end's work on the tokens a step emits (detokenising, streaming
+        each to its client), spread over one front-end process per data-parallel rank. It
+        runs in its own process, overlapped with the GPU's next step, so it adds nothing
+        until it is the slower of the two: then it sets the pace (Efficiency.t_fe_tok_s)."""
+        return tokens / self.dp * self.eff.t_fe_tok_s
 
     def step_scale(self, n_decode: float, prefill: bool) -> float:
         """The calibrated device's measured step time over this model's at a batch of n_decode

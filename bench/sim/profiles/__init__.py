@@ -194,6 +194,7 @@ class Efficiency(_Frozen):
     mfu_attn: float
     t_fix_s: float
     t_tok_s: float
+    t_fe_tok_s: float = 0.0
     t_layer_s: float = 0.0
     t_moe_layer_s: float = 0.0
     t_multi_s: float = 0.0

@@ -289,3 +289,50 @@ def test_a_gemms_efficiency_rises_with_its_token_rows() -> None:
     n = 64
     rows = n * moe.model.experts_per_token / moe.experts_touched(n)
     assert rows < n / 4 and moe._gemm_mfu(rows) < moe._gemm_mfu(n) / 2
+
+
+def test_a_prompt_the_scheduler_could_never_admit_is_refused_not_waited_on() -> None:
+    """Admission keeps the watermark free even for a request alone: a prompt whose first chunk
+    fits the KV cache but not beside the watermark used to wait for ever, and a saturated `sim
+    tune` run spun 50 million empty steps (about five minutes) before failing. It is refused
+    now, as vLLM refuses it, and the requests after it run."""
+    from bench.sim.engine import engine_for
+
+    eng = engine_for(Deployment.build("H100", "llama-3.3-70b", "fp8"), max_num_batched_tokens=16384)
+    bs = eng.cfg.block_size
+    assert eng.watermark_blocks >= 1
+    prompt = eng.total_blocks * bs - 20  # fits the cache whole, not beside the watermark
+    eng.check(prompt - eng.watermark_blocks * bs, 10)  # one that leaves the watermark is fine
+    recs = run_virtual(eng, [(0.0, prompt, 10), (1.0, 100, 10)], max_steps=100_000)
+    assert recs[0].state == "failed" and "cannot be admitted" in recs[0].error_message
+    assert "--max-num-batched-tokens" in recs[0].error_message
+    assert recs[1].state == "ok" and recs[1].output_tokens == 10
+
+
+def test_a_run_whose_engine_runs_nothing_is_called_stuck_at_once() -> None:
+    """Steps that run nothing cannot move the clock: a virtual run says so after IDLE_STEPS of
+    them instead of spinning to its step limit."""
+    from types import SimpleNamespace
+
+    from bench.sim import virtual
+    from bench.sim.engine import StepResult
+
+    class Stuck:  # holds the request it was given and never runs it
+        dep = Deployment.build("H100", "llama-3.1-8b", "bf16")
+        step_index, held = 0, None
+
+        def has_work(self) -> bool:
+            return self.held is not None
+
+        def add_request(self, rid, prompt_len, max_tokens, tag=None, **kwargs):
+            self.held = SimpleNamespace(tag=tag)
+            return self.held
+
+        def step(self) -> StepResult:
+            self.step_index += 1
+            return StepResult(index=self.step_index, duration_s=0.0, n_decode=0, n_prefill=0)
+
+    eng = Stuck()
+    with pytest.raises(RuntimeError, match="ran nothing for 10,000 steps"):
+        virtual.run_virtual(eng, [(0.0, 100, 10)], max_steps=10_000_000)
+    assert eng.step_index == virtual.IDLE_STEPS + 1

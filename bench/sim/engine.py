@@ -293,6 +293,17 @@ class Engine:
                 f"a request of {prompt_len + max_tokens} tokens cannot fit in the KV cache "
                 f"({self.capacity_tokens} tokens)"
             )
+        # admission keeps the watermark free even for a request alone (step): one whose first
+        # chunk would eat into it waits for ever (vLLM refuses such a prompt the same way)
+        first = min(prompt_len, self.cfg.max_num_batched_tokens)
+        room = (self.total_blocks - self.watermark_blocks) * self.cfg.block_size
+        if self._blocks_for(first) + window > self.total_blocks - self.watermark_blocks:
+            raise ValueError(
+                f"a prompt of {prompt_len} tokens cannot be admitted: its first chunk of {first} "
+                f"tokens needs more than the {room} tokens of KV cache the scheduler lets a "
+                f"new request take ({self.capacity_tokens} less its {self.cfg.watermark:.0%} "
+                "watermark); a smaller --max-num-batched-tokens chunks it"
+            )
 
     def abort(self, seq: Seq) -> None:
         """Drop a request (client went away); frees its blocks."""

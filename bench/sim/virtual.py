@@ -34,6 +34,9 @@ from bench.workload import prompt_words
 
 VIRTUAL_URL = "http://sim.virtual"  # a plan's target in virtual time; nothing calls it
 MAX_STEPS = 50_000_000  # engine steps a virtual run may take before it is called stuck
+# steps in a row that run nothing (the clock cannot move) before a run is called stuck: the
+# engine waits on a request it can never admit, which no later step changes
+IDLE_STEPS = 10_000
 
 
 class _Track:
@@ -209,7 +212,7 @@ def _drive(
     n = len(lengths)
     trace = _Trace(np.full(n, np.nan), [None] * n, {}, np.zeros(0))
     step_end: list[float] = []
-    t = 0.0
+    t, idle = 0.0, 0
 
     def ended() -> None:
         nxt = then(t) if then is not None else None
@@ -238,6 +241,12 @@ def _drive(
         res = engine.step()
         if res is None:
             continue
+        idle = idle + 1 if res.duration_s <= 0 else 0
+        if idle > IDLE_STEPS:
+            raise RuntimeError(
+                f"the simulated engine ran nothing for {IDLE_STEPS:,} steps with requests "
+                f"waiting at {t:.3f} s: a request it can never admit (report this run's settings)"
+            )
         t += res.duration_s
         step_end.append(t)
         s = res.index - first_step

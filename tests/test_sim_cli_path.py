@@ -39,7 +39,8 @@ def test_sim_run_takes_every_engine_knob_and_stores_it(tmp_path) -> None:
         "sim", "run", "--gpu", "h100", "--model", "llama-3.3-70b", "--tp", "2",
         "--engine", "trtllm", "--max-num-seqs", "48", "--max-num-batched-tokens", "4096",
         "--kv-precision", "bf16", "--mtp", "2", "--mtp-acceptance", "0.7",
-        "--memory-fraction", "0.8", "--num-prompts", "30", "--db", db,
+        "--memory-fraction", "0.8", "--api-server-count", "3", "--num-prompts", "30",
+        "--db", db,
     ]  # fmt: skip
     res = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
@@ -51,7 +52,30 @@ def test_sim_run_takes_every_engine_knob_and_stores_it(tmp_path) -> None:
         4096,
     )
     assert (sim["kv_precision"], sim["mtp_tokens"], sim["mtp_acceptance"]) == ("bf16", 2, 0.7)
+    assert sim["api_server_count"] == 3
     # the memory fraction reached the engine's arithmetic: less KV than the default 0.9
     default = VirtualExecutor("h100", "llama-3.3-70b", tp=2, engine="trtllm", options=ServeOptions(
         max_num_seqs=48, max_num_batched_tokens=4096, kv_precision="bf16")).build()  # fmt: skip
     assert 0 < sim["kv_capacity_tokens"] < default.capacity_tokens
+
+
+def test_more_api_servers_lift_a_run_vllms_front_end_paces() -> None:
+    """A small model on a fast GPU under vLLM streams its tokens through one front end by
+    default (one per data-parallel rank), which caps its output at 1 / t_fe_tok_s; the CLI's
+    --api-server-count spreads them, as vLLM's flag does."""
+    from bench.sim.virtual import run_closed_loop
+
+    def output_tps(servers: int | None) -> tuple[float, float]:
+        options = ServeOptions(max_num_seqs=1024, api_server_count=servers)
+        eng = VirtualExecutor("B200", "llama-3.1-8b", "bf16", options=options).build()
+        r = run_closed_loop(eng, 1024, (256, 256), 64)
+        return r["output_tps"], 1 / eng.dep.eff.t_fe_tok_s
+
+    one, cap = output_tps(None)
+    four, _ = output_tps(4)
+    assert one <= cap * 1.01  # the front end's pace, whatever the GPU could do
+    assert four > cap > one  # beyond what one front end streams
+    with pytest.raises(ValueError, match="api-server-count 0"):
+        VirtualExecutor(
+            "B200", "llama-3.1-8b", "bf16", options=ServeOptions(api_server_count=0)
+        ).build()

@@ -167,7 +167,7 @@ def test_models_announce_the_simulated_hardware(url: str) -> None:
         "parallel": "tp1", "engine": "vllm", "max_num_seqs": 256,
         "max_num_batched_tokens": 8192, "kv_precision": "fp8", "mtp_tokens": 0,
         "mtp_acceptance": 0.85, "kv_capacity_tokens": hw["kv_capacity_tokens"],
-        "prefix_cache": "lru",
+        "prefix_cache": "lru", "api_server_count": 1,
     }  # fmt: skip
     assert hw["kv_capacity_tokens"] > 2_000_000  # 8B FP8 on one B200 (183,359 MiB)
     assert detect_simulated(f"{url}/v1") == hw

@@ -152,6 +152,17 @@ MtpAcceptanceLengthOpt = Annotated[
         "instead of --mtp-acceptance",
     ),
 ]
+ApiServerCountOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--api-server-count",
+        min=1,
+        help="front-end processes detokenising and streaming the tokens (vLLM "
+        "--api-server-count): vLLM's front end paces a step once the tokens it emits take it "
+        "longer than the GPU (efficiency.yaml t_fe_tok_s); default one per data-parallel rank, "
+        "as vLLM's",
+    ),
+]
 MemoryFractionOpt = Annotated[
     float | None,
     typer.Option(
@@ -225,6 +236,7 @@ def serve_options(
     decode_parallel: str | None = None,
     kv_link: str | None = None,
     mtp_acceptance_length: float | None = None,
+    api_server_count: int | None = None,
 ):
     """The engine knobs as the library takes them (bench.sim.engine.ServeOptions)."""
     from bench.sim.engine import ServeOptions
@@ -232,7 +244,7 @@ def serve_options(
     return ServeOptions(
         max_num_seqs, max_num_batched_tokens, kv_precision, mtp, mtp_acceptance,
         memory_fraction, prefix_cache, disagg, prefill_parallel, decode_parallel, kv_link,
-        mtp_acceptance_length,
+        mtp_acceptance_length, api_server_count,
     )  # fmt: skip
 
 
@@ -252,6 +264,7 @@ def serve(
     mtp: MtpOpt = None,
     mtp_acceptance: MtpAcceptanceOpt = None,
     mtp_acceptance_length: MtpAcceptanceLengthOpt = None,
+    api_server_count: ApiServerCountOpt = None,
     memory_fraction: MemoryFractionOpt = None,
     prefix_cache: PrefixCacheOpt = None,
     disagg: DisaggOpt = None,
@@ -279,7 +292,7 @@ def serve(
     options = serve_options(
         d["max_num_seqs"], d["max_num_batched_tokens"], kv_precision, mtp, mtp_acceptance,
         memory_fraction, prefix_cache, disagg, prefill_parallel, decode_parallel, kv_link,
-        mtp_acceptance_length,
+        mtp_acceptance_length, api_server_count,
     )  # fmt: skip
     try:  # the engine `sim run` and the validation build, from the same options
         engine = VirtualExecutor(
@@ -299,7 +312,7 @@ def serve(
             f"{engine.capacity_tokens:,} tokens, "
             f"prefix cache {engine.prefix_policy} "
             f"({memory_plan(dep, engine.cfg.memory_fraction).describe()}), "
-            f"batch-1 decode step {dep.step_time(1, 1, 0, 0) * 1e3:.1f} ms; "
+            f"batch-1 decode step {dep.step_time(1, 1, 0, 0) * 1e3:.1f} ms{_front_end(dep)}; "
             f"http://{host}:{bound}/v1  (Ctrl-C to stop)"
         )
 
@@ -315,6 +328,17 @@ def serve(
         )
         raise typer.Exit(2) from None
     console.print("stopped")
+
+
+def _front_end(dep) -> str:
+    """What the engine's front end streams at most (nothing where it is never the pace)."""
+    if not dep.eff.t_fe_tok_s:
+        return ""
+    servers = dep.api_servers or dep.dp
+    return (
+        f", front end {servers} x {1 / dep.eff.t_fe_tok_s:,.0f} output tok/s "
+        "(--api-server-count)"
+    )
 
 
 def _split(engine) -> str:
@@ -339,6 +363,7 @@ def run(
     mtp: MtpOpt = None,
     mtp_acceptance: MtpAcceptanceOpt = None,
     mtp_acceptance_length: MtpAcceptanceLengthOpt = None,
+    api_server_count: ApiServerCountOpt = None,
     memory_fraction: MemoryFractionOpt = None,
     prefix_cache: PrefixCacheOpt = None,
     disagg: DisaggOpt = None,
@@ -394,7 +419,7 @@ def run(
     options = serve_options(
         d["max_num_seqs"], d["max_num_batched_tokens"], kv_precision, mtp, mtp_acceptance,
         memory_fraction, prefix_cache, disagg, prefill_parallel, decode_parallel, kv_link,
-        mtp_acceptance_length,
+        mtp_acceptance_length, api_server_count,
     )  # fmt: skip
     deployment = dict(
         gpu=d["gpu"], model=d["model"], precision=d["precision"], tp=tp, parallel=parallel

@@ -80,6 +80,9 @@ class ServeOptions:
     kv_link: str | None = None
     # the mean tokens a verify step yields per sequence, instead of mtp_acceptance
     mtp_acceptance_length: float | None = None
+    # front-end processes streaming the tokens (vLLM --api-server-count); None = one per
+    # data-parallel rank
+    api_server_count: int | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,7 @@ class Engine:
             "mtp_tokens": int(dep.eff.mtp_tokens),
             "mtp_acceptance": dep.eff.mtp_acceptance,
             "prefix_cache": self.prefix_policy,
+            "api_server_count": dep.api_servers or dp,
         }
         if dep.mtp_positions:  # how the drafts were accepted: first, per position, on average
             knobs["mtp_acceptance"] = dep.mtp_positions[0]

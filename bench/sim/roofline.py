@@ -163,6 +163,9 @@ class Deployment:
     dp: int = 1
     ep: int = 1
     engine: str = "vllm"
+    # front-end processes streaming the tokens (vLLM --api-server-count); 0 = one per
+    # data-parallel rank, vLLM's default
+    api_servers: int = 0
 
     @classmethod
     def build(
@@ -181,6 +184,7 @@ class Deployment:
         mtp_acceptance_length: float | None = None,
         profiles: list[dict] | None = None,
         resolved: Efficiency | None = None,
+        api_servers: int | None = None,
         **efficiency: float,
     ) -> Deployment:
         """Resolve names to profiles and check the GPU can run the precision and parallelism.
@@ -194,6 +198,8 @@ class Deployment:
         calibration fit passes its trial values here). resolved: the efficiency already
         resolved for this GPU, precision, engine and model (a caller building many
         parallelisms of one deployment resolves it once); MTP is still applied.
+        api_servers: front-end processes (vLLM --api-server-count); None = one per
+        data-parallel rank.
         """
         g = get_gpu(gpu) if isinstance(gpu, str) else gpu
         m = get_model(model) if isinstance(model, str) else model
@@ -206,6 +212,8 @@ class Deployment:
             raise ValueError(f"ep={ep} must be 1 or every GPU of the deployment ({tp * dp})")
         if ep > 1 and not m.is_moe:
             raise ValueError(f"{m.name} is dense: expert parallelism needs a MoE model")
+        if api_servers is not None and api_servers < 1:
+            raise ValueError(f"--api-server-count {api_servers}: at least 1 front end")
         if not g.tflops.get(p.compute):
             raise ValueError(
                 f"{g.name} cannot serve {precision}: it has no {p.compute.upper()} tensor cores; "
@@ -239,7 +247,7 @@ class Deployment:
         if drafts and mtp_acceptance is None:
             positions = mtp_per_position(m, drafts, eff.mtp_acceptance, mtp_acceptance_length)
             eff = eff.model_copy(update={"mtp_per_position": positions})
-        return cls(g, m, p, tp, kv, eff, dp, ep, engine)
+        return cls(g, m, p, tp, kv, eff, dp, ep, engine, api_servers or 0)
 
     def with_efficiency(self, eff: Efficiency) -> Deployment:
         return replace(self, eff=eff)
@@ -465,10 +473,11 @@ class Deployment:
 
     def _frontend_time(self, tokens: float) -> float:
         """The serving front end's work on the tokens a step emits (detokenising, streaming
-        each to its client), spread over one front-end process per data-parallel rank. It
-        runs in its own process, overlapped with the GPU's next step, so it adds nothing
-        until it is the slower of the two: then it sets the pace (Efficiency.t_fe_tok_s)."""
-        return tokens / self.dp * self.eff.t_fe_tok_s
+        each to its client), spread over its processes (api_servers; by default one per
+        data-parallel rank). It runs in its own process, overlapped with the GPU's next step,
+        so it adds nothing until it is the slower of the two: then it sets the pace
+        (Efficiency.t_fe_tok_s)."""
+        return tokens / (self.api_servers or self.dp) * self.eff.t_fe_tok_s
 
     def step_scale(self, n_decode: float, prefill: bool) -> float:
         """The calibrated device's measured step time over this model's at a batch of n_decode

@@ -72,6 +72,7 @@ def build_engine(
     prefill_parallel: str | None = None,
     decode_parallel: str | None = None,
     kv_link: str | None = None,
+    api_server_count: int | None = None,
 ) -> Engine | DisaggEngine:
     """An engine for a deployment, with the engine's own defaults for anything not given.
 
@@ -81,6 +82,8 @@ def build_engine(
     disagg ("1P1D", bench.sim.disagg): prefill and decode pools of that many instances, each
     of prefill_parallel / decode_parallel (default: the deployment's own), KV moved over
     kv_link (auto: NVLink within the scale-up domain, else the network).
+    api_server_count: the front end's processes (vLLM --api-server-count); None = one per
+    data-parallel rank.
     """
     from bench.sim.roofline import parse_parallel
 
@@ -89,6 +92,7 @@ def build_engine(
         return Deployment.build(
             gpu, model, precision, t, kv_precision, dp=dp, ep=ep, engine=engine, mtp=mtp,
             mtp_acceptance=mtp_acceptance, mtp_acceptance_length=mtp_acceptance_length,
+            api_servers=api_server_count,
         )  # fmt: skip
 
     if disagg is None:
@@ -393,6 +397,7 @@ class VirtualExecutor:
             memory_fraction=o.memory_fraction, prefix_cache=o.prefix_cache,
             disagg=o.disagg, prefill_parallel=o.prefill_parallel,
             decode_parallel=o.decode_parallel, kv_link=o.kv_link,
+            api_server_count=o.api_server_count,
         )  # fmt: skip
 
     def adopt(self, scenario):

@@ -336,8 +336,7 @@ def _front_end(dep) -> str:
         return ""
     servers = dep.api_servers or dep.dp
     return (
-        f", front end {servers} x {1 / dep.eff.t_fe_tok_s:,.0f} output tok/s "
-        "(--api-server-count)"
+        f", front end {servers} x {1 / dep.eff.t_fe_tok_s:,.0f} output tok/s (--api-server-count)"
     )
 
 

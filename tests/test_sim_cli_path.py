@@ -39,8 +39,7 @@ def test_sim_run_takes_every_engine_knob_and_stores_it(tmp_path) -> None:
         "sim", "run", "--gpu", "h100", "--model", "llama-3.3-70b", "--tp", "2",
         "--engine", "trtllm", "--max-num-seqs", "48", "--max-num-batched-tokens", "4096",
         "--kv-precision", "bf16", "--mtp", "2", "--mtp-acceptance", "0.7",
-        "--memory-fraction", "0.8", "--api-server-count", "3", "--num-prompts", "30",
-        "--db", db,
+        "--memory-fraction", "0.8", "--num-prompts", "30", "--db", db,
     ]  # fmt: skip
     res = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
@@ -52,7 +51,7 @@ def test_sim_run_takes_every_engine_knob_and_stores_it(tmp_path) -> None:
         4096,
     )
     assert (sim["kv_precision"], sim["mtp_tokens"], sim["mtp_acceptance"]) == ("bf16", 2, 0.7)
-    assert sim["api_server_count"] == 3
+    assert "api_server_count" not in sim  # no front end modelled for TensorRT-LLM
     # the memory fraction reached the engine's arithmetic: less KV than the default 0.9
     default = VirtualExecutor("h100", "llama-3.3-70b", tp=2, engine="trtllm", options=ServeOptions(
         max_num_seqs=48, max_num_batched_tokens=4096, kv_precision="bf16")).build()  # fmt: skip
@@ -73,8 +72,20 @@ def test_more_api_servers_lift_a_run_vllms_front_end_paces() -> None:
 
     one, cap = output_tps(None)
     four, _ = output_tps(4)
+    stored = VirtualExecutor(
+        "B200", "llama-3.1-8b", "bf16", options=ServeOptions(api_server_count=4)
+    )
+    assert stored.stored_as().sim["api_server_count"] == 4
     assert one <= cap * 1.01  # the front end's pace, whatever the GPU could do
     assert four > cap > one  # beyond what one front end streams
+    with pytest.raises(ValueError, match="trtllm's front end is not modelled"):
+        VirtualExecutor(
+            "B200",
+            "llama-3.1-8b",
+            "bf16",
+            engine="trtllm",
+            options=ServeOptions(api_server_count=2),
+        ).build()
     with pytest.raises(ValueError, match="api-server-count 0"):
         VirtualExecutor(
             "B200", "llama-3.1-8b", "bf16", options=ServeOptions(api_server_count=0)

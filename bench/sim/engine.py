@@ -237,8 +237,9 @@ class Engine:
             "mtp_tokens": int(dep.eff.mtp_tokens),
             "mtp_acceptance": dep.eff.mtp_acceptance,
             "prefix_cache": self.prefix_policy,
-            "api_server_count": dep.api_servers or dp,
         }
+        if dep.eff.t_fe_tok_s:  # a front end that can pace the steps (vLLM's)
+            knobs["api_server_count"] = dep.api_servers or dp
         if dep.mtp_positions:  # how the drafts were accepted: first, per position, on average
             knobs["mtp_acceptance"] = dep.mtp_positions[0]
             knobs["mtp_per_position"] = list(dep.mtp_positions)

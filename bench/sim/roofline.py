@@ -221,6 +221,11 @@ class Deployment:
             )
         kv = get_precision(kv_precision or p.kv_default)
         eff = resolved or efficiency_for(g, p, engine, m.name, profiles, **efficiency)
+        if api_servers is not None and not eff.t_fe_tok_s:
+            raise ValueError(
+                f"--api-server-count is vLLM's: {engine}'s front end is not modelled (no "
+                "source here measures it, efficiency.yaml t_fe_tok_s 0); leave it out"
+            )
         if mtp is False or mtp == 0 or (mtp in (None, True) and not m.mtp_layers):
             eff = eff.model_copy(update={"mtp_tokens": 0})
         elif mtp is True and not eff.mtp_tokens:

@@ -104,6 +104,8 @@ class Point:
     expressible: bool = True
     reason: str = ""
     after_fit: bool = False  # added after the fit: never fitted on, scored on its own row
+    # fitted on its vendor's factors alone (the fit's second stage), not the shared parameters
+    vendor_only: bool = False
     disagg: str = ""  # the source's search also ("also") or only ("only") runs xPyD splits
     batch: float = 0.0  # decode_step: the sequences decoding in the step
     context: float = 0.0  # decode_step: the mean tokens each of them reads
@@ -697,6 +699,7 @@ class FitParam:
     low: float
     high: float
     source: str
+    stage: str = "shared"  # "vendor": fitted again on every observation of AMD GPUs (fit)
 
 
 def fit_params(path: Path = EFFICIENCY_YAML) -> list[FitParam]:
@@ -708,7 +711,8 @@ def fit_params(path: Path = EFFICIENCY_YAML) -> list[FitParam]:
         lo, hi = spec["range"]
         engines = spec.get("engines") or ENGINES
         names = [f"{name}.{e}" for e in engines] if spec["scope"] == "engine" else [name]
-        out += [FitParam(n, spec["initial"], lo, hi, spec["source"]) for n in names]
+        stage = spec.get("stage", "shared")
+        out += [FitParam(n, spec["initial"], lo, hi, spec["source"], stage) for n in names]
     return out
 
 
@@ -723,9 +727,9 @@ def mfu_prefill_max() -> float:
 def _profiles_from(x: dict[str, float]) -> list[dict]:
     """Efficiency profiles for fitted values x: the global values, then one entry per (vendor,
     engine, compute unit) with its mfu = mfu x FP4 ratio x AMD ratio and mbu = mbu x AMD
-    ratio (each the engine's own where the fit scopes it per engine, "mfu.vllm"), so every
+    bandwidth ratio (each the engine's own where the fit scopes it per engine, "mfu.vllm"), so every
     deployment a user may simulate resolves to fitted values, none to a guess."""
-    derived = {"mbu", "mfu", "fp4_mfu_ratio", "amd_ratio", "allreduce_latency_s"}
+    derived = {"mbu", "mfu", "fp4_mfu_ratio", "amd_ratio", "amd_mbu_ratio", "allreduce_latency_s"}
     # a global the fit does not free (t_fix_s since issue 25's second refit) keeps its default
     g = {k: float(v) for k, v in x.items() if "." not in k and k not in derived}
     g["allreduce_latency_s"] = g["alltoall_latency_s"] = float(x["allreduce_latency_s"])
@@ -737,11 +741,11 @@ def _profiles_from(x: dict[str, float]) -> list[dict]:
             for compute in COMPUTE_PRECISIONS:
                 mfu = own.get("mfu", x.get("mfu"))
                 mfu *= x["fp4_mfu_ratio"] if compute == "fp4" else 1.0
-                amd = x["amd_ratio"] if vendor == "amd" else 1.0
-                mfu *= amd
-                mbu = own.get("mbu", x.get("mbu"))
+                amd = vendor == "amd"
+                mfu *= x["amd_ratio"] if amd else 1.0
+                mbu = own.get("mbu", x.get("mbu")) * (x["amd_mbu_ratio"] if amd else 1.0)
                 # mfu is the GEMMs' ceiling (gemm_half_rows); prefill attention runs at it too
-                vals = {**own, "mbu": float(mbu * amd), "mfu": float(mfu)}
+                vals = {**own, "mbu": float(mbu), "mfu": float(mfu)}
                 vals["mfu_prefill"] = float(min(mfu, cap))
                 match = {"vendor": vendor, "engine": engine, "compute": compute}
                 profiles.append({"match": match, "set": vals})
@@ -761,7 +765,7 @@ def points_per_parameter(points: list[Point], ratios: list[Ratio]) -> dict[str, 
             counts[prm.name] = sum(e == prm.name.split(".")[1] for e, _, _ in obs)
         elif prm.name == "fp4_mfu_ratio":
             counts[prm.name] = sum(c == "fp4" for _, _, c in obs)
-        elif prm.name == "amd_ratio":
+        elif prm.name in ("amd_ratio", "amd_mbu_ratio"):
             counts[prm.name] = sum(v == "amd" for _, v, _ in obs)
         else:
             counts[prm.name] = len(obs)
@@ -818,7 +822,10 @@ def fit(
 
     Least squares on log(simulated / published) with a soft-L1 loss (a step's term weighted
     STEP_WEIGHT), in log-parameter space inside each parameter's physical range
-    (efficiency.yaml `fit`), with a weak pull toward the initial values. Returns the profiles
+    (efficiency.yaml `fit`), with a weak pull toward the initial values; the points marked
+    vendor_only are left out of it. Then the vendor-stage parameters (the AMD factors) are
+    fitted again on every AMD observation, those points included, the others fixed: a vendor's
+    own figures inform its factors without moving what every GPU shares. Returns the profiles
     and the fitted values by name.
     """
     from bench.extras import require
@@ -836,10 +843,12 @@ def fit(
     steps = decode_step_points() if steps is None else steps
     hand = _hand_profiles()
 
+    shared = [p for p in points if not p.vendor_only]
+
     def resid(z: np.ndarray) -> np.ndarray:
         x = dict(zip(names, np.exp(z), strict=True))
         sim = Sim(hand + _profiles_from(x), "formula", pub)
-        terms = _residuals([sim.reproduce(p) for p in points])
+        terms = _residuals([sim.reproduce(p) for p in shared])
         rterms = [math.log(max(sim.ratio(r), 1e-9) / r.measured) for r in ratios]
         sterms = STEP_WEIGHT * _residuals([sim.reproduce(p) for p in steps])
         return np.concatenate([terms, rterms, sterms, PRIOR_WEIGHT * (z - x0)])
@@ -849,7 +858,30 @@ def fit(
         x_scale="jac",
     )  # fmt: skip
     values = dict(zip(names, (float(v) for v in np.exp(sol.x)), strict=True))
+    vendor = [i for i, q in enumerate(params) if q.stage == "vendor"]
+    amd = [p for p in points if p.vendor == "amd"]
+    amd_ratios = [r for r in ratios if _amd_ratio(r)]
+    if not vendor or not amd + amd_ratios:
+        return hand + _profiles_from(values), values
+
+    def vendor_resid(zv: np.ndarray) -> np.ndarray:
+        x = {**values, **{names[i]: float(v) for i, v in zip(vendor, np.exp(zv), strict=True)}}
+        sim = Sim(hand + _profiles_from(x), "formula", pub)
+        terms = _residuals([sim.reproduce(p) for p in amd])
+        rterms = [math.log(max(sim.ratio(r), 1e-9) / r.measured) for r in amd_ratios]
+        return np.concatenate([terms, rterms, PRIOR_WEIGHT * (zv - x0[vendor])])
+
+    sol = least_squares(
+        vendor_resid, sol.x[vendor], bounds=(lo[vendor], hi[vendor]), loss="soft_l1",
+        f_scale=0.1, max_nfev=FIT_NFEV, x_scale="jac",
+    )  # fmt: skip
+    values.update({names[i]: float(v) for i, v in zip(vendor, np.exp(sol.x), strict=True)})
     return hand + _profiles_from(values), values
+
+
+def _amd_ratio(r: Ratio) -> bool:
+    """A GPU ratio with an AMD GPU on either side (the AMD factors' second stage uses it)."""
+    return any(get_gpu(side["gpu"]).vendor == "amd" for side in (r.num, r.den))
 
 
 def leave_one_source_out(points: list[Point]) -> list[Result]:
@@ -864,9 +896,7 @@ def leave_one_source_out(points: list[Point]) -> list[Result]:
         ratios = [r for r in pub.ratios if r.source != src]
         profiles, _ = fit(train, ratios)
         engines = {_engine_family(p.engine) for p in train}
-        amd = any(p.vendor == "amd" for p in train) or any(
-            get_gpu(s["gpu"]).vendor == "amd" for r in ratios for s in (r.num, r.den)
-        )
+        amd = any(p.vendor == "amd" for p in train) or any(_amd_ratio(r) for r in ratios)
         for r in validate(profiles, points=[p for p in points if p.source == src]):
             p = r.point
             r.group_fitted = _engine_family(p.engine) in engines and (p.vendor != "amd" or amd)
@@ -894,7 +924,9 @@ def write_fit(
     pub = load_published()
     steps = decode_step_points() if steps is None else steps
     counts = points_per_parameter(points + steps, pub.ratios)
-    srcs = sorted({p.source for p in points})
+    shared = [p for p in points if not p.vendor_only]
+    srcs = sorted({p.source for p in shared})
+    vendor_only = [p for p in points if p.vendor_only]
     ranges = {q.name: [q.low, q.high] for q in fit_params(path)}
     data["fitted_values"] = {
         k: {"value": float(f"{v:.4g}"), "range": ranges[k], "observations": counts[k]}
@@ -904,8 +936,14 @@ def write_fit(
     for prof in fitted:
         prof["set"] = {k: float(f"{v:.4g}") for k, v in prof["set"].items()}
         prof["source"] = (
-            f"fitted on {len(points)} points and {len(pub.ratios)} ratios of {', '.join(srcs)}"
+            f"fitted on {len(shared)} points and {len(pub.ratios)} ratios of {', '.join(srcs)}"
             + (f", and {len(steps)} decode steps of S84" if steps else "")
+            + (
+                f"; the AMD factors also on {len(vendor_only)} points of "
+                f"{', '.join(sorted({p.source for p in vendor_only}))}"
+                if vendor_only
+                else ""
+            )
         )
     data["fitted"] = fitted
     header = path.read_text().split("schema_version")[0]

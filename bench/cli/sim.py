@@ -334,10 +334,7 @@ def _front_end(dep) -> str:
     """What the engine's front end streams at most (nothing where it is never the pace)."""
     if not dep.eff.t_fe_tok_s:
         return ""
-    servers = dep.api_servers or dep.dp
-    return (
-        f", front end {servers} x {1 / dep.eff.t_fe_tok_s:,.0f} output tok/s (--api-server-count)"
-    )
+    return f", front end {dep.front_ends} x {1 / dep.eff.t_fe_tok_s:,.0f} output tok/s (--api-server-count)"
 
 
 def _split(engine) -> str:

@@ -239,7 +239,7 @@ class Engine:
             "prefix_cache": self.prefix_policy,
         }
         if dep.eff.t_fe_tok_s:  # a front end that can pace the steps (vLLM's)
-            knobs["api_server_count"] = dep.api_servers or dp
+            knobs["api_server_count"] = dep.front_ends
         if dep.mtp_positions:  # how the drafts were accepted: first, per position, on average
             knobs["mtp_acceptance"] = dep.mtp_positions[0]
             knobs["mtp_per_position"] = list(dep.mtp_positions)

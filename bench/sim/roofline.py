@@ -258,6 +258,11 @@ class Deployment:
         return replace(self, eff=eff)
 
     @property
+    def front_ends(self) -> int:
+        """The front-end processes streaming the tokens: api_servers, else one per rank."""
+        return self.api_servers or self.dp
+
+    @property
     def gpus(self) -> int:
         return self.tp * self.dp
 
@@ -482,7 +487,7 @@ class Deployment:
         data-parallel rank). It runs in its own process, overlapped with the GPU's next step,
         so it adds nothing until it is the slower of the two: then it sets the pace
         (Efficiency.t_fe_tok_s)."""
-        return tokens / (self.api_servers or self.dp) * self.eff.t_fe_tok_s
+        return tokens / self.front_ends * self.eff.t_fe_tok_s
 
     def step_scale(self, n_decode: float, prefill: bool) -> float:
         """The calibrated device's measured step time over this model's at a batch of n_decode

@@ -7,7 +7,7 @@ import pytest
 
 from bench.sim.calibration import max_concurrency
 from bench.sim.engine import Engine, EngineConfig
-from bench.sim.roofline import Deployment
+from bench.sim.roofline import GEMM_TILE_ROWS, Deployment
 from bench.sim.virtual import build_engine, replay_closed, run_virtual, simulate
 
 
@@ -236,14 +236,15 @@ def test_embedding_is_gathered_and_the_head_runs_on_logit_rows_only() -> None:
     # FLOPs count once (its last token), the embedding table's never
     one = dep.step_time(0, 0, 8192, 0, prefill_seqs=1)
     many = dep.step_time(0, 0, 8192, 0, prefill_seqs=64)  # 64 prompts of 128 tokens
-    # a GEMM of n rows runs at mfu n / (n + gemm_half_rows): n rows cost (n + half) / mfu
+    # a GEMM of n rows runs at mfu n / (n + gemm_half_rows x min(1, n / GEMM_TILE_ROWS)):
+    # from a tile up n rows cost (n + half) / mfu, below it n (1 + half / tile) / mfu
     e = dep.eff
-    half = e.gemm_half_rows
-    assert half > 0
-    head_flops = 2 * m.head_params() * 63 / (peak * e.mfu)
+    half, tile = e.gemm_half_rows, GEMM_TILE_ROWS
+    assert half > 0 and tile == 64
+    head_flops = 2 * m.head_params() * ((64 + half) - (1 + half / tile)) / (peak * e.mfu)
     assert many - one == pytest.approx(head_flops, rel=1e-6)
     body = m.params_b * 1e9 - m.embedding_params()
-    gemms = 2 * (body * (8192 + half) + m.head_params() * (1 + half)) / (peak * e.mfu)
+    gemms = 2 * (body * (8192 + half) + m.head_params() * (1 + half / tile)) / (peak * e.mfu)
     overhead = e.t_fix_s + m.layers * e.t_layer_s + 8192 * e.t_tok_s
     assert one == pytest.approx(gemms + overhead)  # no attention: prefill_ctx is 0
     # a chunk that completes no prompt computes no logits: the head's weights are not read
@@ -288,7 +289,28 @@ def test_a_gemms_efficiency_rises_with_its_token_rows() -> None:
     moe = Deployment.build("b200", "deepseek-r1", "fp8", 8, engine="sglang", mtp=False)
     n = 64
     rows = n * moe.model.experts_per_token / moe.experts_touched(n)
-    assert rows < n / 4 and moe._gemm_mfu(rows) < moe._gemm_mfu(n) / 2
+    assert rows < n / 4 and moe._expert_mfu(rows) < moe._gemm_mfu(n) / 2
+
+
+def test_a_gemm_of_fewer_rows_than_a_tile_is_bound_by_its_weight_reads() -> None:
+    """Below one tile of rows a dense GEMM keeps one full tile's efficiency, so its compute
+    shrinks with its rows. The ramp alone charged a one-row GEMM ~200 rows of compute: on an
+    A100 (312 TFLOPS against 2 TB/s) batch-1 decode of an 8B came out compute-bound, 14.5 ms
+    a token where its 16 GB of weight reads take 9 ms."""
+    dep = Deployment.build("a100", "llama-3.1-8b", "bf16")
+    e, m = dep.eff, dep.model
+    assert dep._gemm_mfu(1) == pytest.approx(dep._gemm_mfu(GEMM_TILE_ROWS))
+    assert dep._gemm_mfu(GEMM_TILE_ROWS) == pytest.approx(
+        e.mfu * GEMM_TILE_ROWS / (GEMM_TILE_ROWS + e.gemm_half_rows)
+    )
+    bw = dep.gpu.hbm_bw_bytes_s * e.mbu
+    reads = dep.weight_bytes_read(1) / bw
+    kv = 1000 * dep.kv_bytes_per_token / (bw * e.kv_bw_ratio)
+    overhead = e.t_fix_s + m.layers * e.t_layer_s + e.t_tok_s
+    assert dep.step_time(1, 1000, 0, 0) == pytest.approx(reads + kv + overhead, rel=1e-6)
+    # without the floor the same step's GEMMs would have been compute-bound
+    ramp_only = 2 * m.active_params_b * 1e9 * (1 + e.gemm_half_rows) / (dep.peak_flops * e.mfu)
+    assert ramp_only > 1.2 * reads
 
 
 def test_a_prompt_the_scheduler_could_never_admit_is_refused_not_waited_on() -> None:

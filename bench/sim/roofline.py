@@ -26,9 +26,10 @@ MTP) + prefill tokens:
                + t_multi [n_tok > 1]
     T_iter   = t_dense + t_expert + t_attnD + t_attnP + t_comm + t_over
 
-A GEMM's MFU rises with its token rows n: MFU(n) = mfu n / (n + gemm_half_rows), for the one
-GEMM over all of a rank's tokens (decode and prefill chunks batched together) and for the LM
-head's logit rows; a routed expert's grouped GEMM has its own ramp over the rows routed to it
+A GEMM's MFU rises with its token rows n: MFU(n) = mfu n / (n + gemm_half_rows x min(1, n /
+GEMM_TILE_ROWS)), for the one GEMM over all of a rank's tokens (decode and prefill chunks batched
+together) and for the LM head's logit rows: from one tile of rows up the ramp of a fixed
+gemm_half_rows, below it one full tile's efficiency (the compute shrinks with the rows); a routed expert's grouped GEMM has its own ramp over the rows routed to it
 (n_tok_e k / experts touched): MFU_e = mfu n_e / (n_e + moe_half_rows). With gemm_half_rows 0
 (a calibrated CPU engine: a one-token GEMV path and a tiled one) decode tokens run at mfu and
 prefill tokens at mfu_prefill, and experts at the step's mean.
@@ -77,6 +78,11 @@ from bench.sim.profiles import (
 ACTIVATION_BYTES = 2  # all-reduce payloads are BF16 activations
 EXACT_SIZES = 8  # batch sizes a step shape names one by one (batch_bucket)
 A2A_BYTES = 3  # expert-parallel dispatch in FP8 (1 byte) + combine in BF16 (2 bytes)
+# Rows of the smallest tile the dense GEMM kernels schedule on the GPUs modelled (Hopper's wgmma
+# and Blackwell's tcgen05 take M = 64; Ampere's CUTLASS/cuBLAS tiles start at 64 rows). A GEMM of
+# fewer rows runs the engines' small-M paths (split-K GEMV, narrow tiles) at one tile's
+# efficiency: its compute shrinks with its rows and its weight reads set its time.
+GEMM_TILE_ROWS = 64
 
 
 def batch_bucket(n: np.ndarray) -> np.ndarray:
@@ -574,13 +580,15 @@ class Deployment:
         t += e.t_multi_s if n_tok > 1 else 0.0
         return t + n_tok * (e.t_tok_s + m.moe_layers * e.t_moe_tok_s)
 
-    def _gemm_mfu(self, rows: float, half_rows: float | None = None) -> float:
-        """MFU of a weight GEMM of `rows` token rows: the ceiling mfu, reached as the rows fill
-        the tensor cores' tiles and waves (half of it at `half_rows`, by default the dense
-        GEMMs' Efficiency.gemm_half_rows; routed experts pass their own)."""
+    def _gemm_mfu(self, rows: float) -> float:
+        """MFU of a dense weight GEMM of `rows` token rows: the ceiling mfu, reached as the rows
+        fill the tensor cores' tiles and waves (half of it at Efficiency.gemm_half_rows). Below
+        one tile (GEMM_TILE_ROWS) the efficiency stays one full tile's: the ramp alone charged a
+        one-row GEMM as much compute as ~190 rows, so on GPUs with few FLOPs per byte of
+        bandwidth (A100, H200 at FP8, MI300X through the AMD factors) batch-1 decode came out
+        compute-bound and 10-45% slow; with the floor its weight reads set it, as measured."""
         e = self.eff
-        half = e.gemm_half_rows if half_rows is None else half_rows
-        return e.mfu * rows / (rows + half)
+        return e.mfu * rows / (rows + e.gemm_half_rows * min(1.0, rows / GEMM_TILE_ROWS))
 
     @cached_property
     def _sliding_kv_bytes(self) -> float:
@@ -603,12 +611,21 @@ class Deployment:
             imbalance = 1 + e.moe_imbalance + math.sqrt(2 * math.log(g) / mean)
         if e.gemm_half_rows:  # each expert's GEMM runs the rows routed to it, on its own ramp
             rows = routed_tok * m.experts_per_token / max(self.experts_touched(routed_tok), 1e-9)
-            mfu = self._gemm_mfu(rows, e.moe_half_rows or e.gemm_half_rows) * e.moe_mfu_ratio
+            mfu = self._expert_mfu(rows)
         else:
             mfu = (n_tok / work if work else e.mfu) * e.moe_mfu_ratio
         flops = 2 * self._shape[2] * routed_tok * imbalance / g
         read = self.experts_touched(routed_tok) * self.expert_bytes / g
         return max(flops / (self.peak_flops * mfu), read / (self._bw * e.moe_bw_ratio))
+
+    def _expert_mfu(self, rows: float) -> float:
+        """MFU of a routed expert's grouped GEMM of `rows` rows: the experts' own ramp
+        (moe_half_rows) from one row, at moe_mfu_ratio of the dense ceiling. No tile floor as
+        the dense GEMMs have: one (16-row grouped-GEMM tiles) fitted 12.3% in sample against
+        12.8% but put MI325X's never-fitted gpt-oss points 39% off against 26%."""
+        e = self.eff
+        half = e.moe_half_rows or e.gemm_half_rows
+        return e.mfu * rows / (rows + half) * e.moe_mfu_ratio
 
     def _comm_time(self, n_tok: float) -> float:
         m, e = self.model, self.eff

@@ -42,7 +42,7 @@ import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.choose import cheaper_beyond_ranges, usd_range
 from bench.cost import Catalogue, CostRow, PriceCatalogueError, cost_table
@@ -50,6 +50,9 @@ from bench.curves import Capacity
 from bench.metrics import Threshold, slo_text
 from bench.scenario import Scenario
 from bench.sweep import PointSpec, SweepPlan, scenario_at
+
+if TYPE_CHECKING:
+    from bench.hardware import GPUProfile
 
 # A configuration is skipped only when its saturated throughput, times this, is below the
 # capacity it would have to beat: the saturated point's own sampling and drain tail moves it
@@ -454,6 +457,17 @@ def profile_gpu(profile: Any, gpus: Sequence[str]) -> str:
     )
 
 
+def _gpu(config: Config) -> GPUProfile | None:
+    """The configuration's GPU type, for the defaults an engine picks by device; None where the
+    name is not a shipped GPU (a calibrated profile's own device keeps the base defaults)."""
+    from bench.sim.profiles import ProfileError, get_gpu
+
+    try:
+        return get_gpu(config.gpu)
+    except ProfileError:
+        return None
+
+
 def refinements(best: Config, space: Space, engine: str = "vllm") -> list[Config]:
     """Batch limits around the best coarse configuration: max-num-seqs halfway (log scale)
     to its coarse neighbours, max-num-batched-tokens halved and doubled."""
@@ -468,7 +482,9 @@ def refinements(best: Config, space: Space, engine: str = "vllm") -> list[Config
                 mid = round(math.sqrt(coarse[i] * coarse[j]))
                 if mid not in coarse:
                     out.append(replace(best, max_num_seqs=mid))
-    tokens = best.max_num_batched_tokens or engine_defaults(engine).max_num_batched_tokens
+    tokens = (
+        best.max_num_batched_tokens or engine_defaults(engine, _gpu(best)).max_num_batched_tokens
+    )
     for t in (tokens // 2, tokens * 2):
         if t not in space.max_num_batched_tokens:
             out.append(replace(best, max_num_batched_tokens=t))

@@ -164,7 +164,7 @@ def test_models_announce_the_simulated_hardware(url: str) -> None:
     hw = detect_simulated(url)
     assert hw == {
         "gpu": "B200-SXM", "gpu_count": 1, "model": "llama-3.1-8b", "precision": "fp8",
-        "parallel": "tp1", "engine": "vllm", "max_num_seqs": 256,
+        "parallel": "tp1", "engine": "vllm", "max_num_seqs": 1024,
         "max_num_batched_tokens": 8192, "kv_precision": "fp8", "mtp_tokens": 0,
         "mtp_acceptance": 0.85, "kv_capacity_tokens": hw["kv_capacity_tokens"],
         "prefix_cache": "lru", "api_server_count": 1,

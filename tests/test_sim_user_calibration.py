@@ -62,7 +62,9 @@ def _point(rate: float, values: dict[str, float], n: int = 40, seed: int = 0) ->
 @pytest.fixture(scope="module")
 def fitted():
     points = [_point(r, TRUTH, seed=i) for i, r in enumerate((4, 16, 30))]
-    return calibrate(points, DEVICE, SETTINGS, max_nfev=60, starts=5)
+    # eight starts: from five the fourth refit's published values (2026-12-06) left the search
+    # where TPOT at 30 req/s missed by 6% and a step shape was read from runs that have none
+    return calibrate(points, DEVICE, SETTINGS, max_nfev=60, starts=8)
 
 
 def test_recovers_the_parameters_it_was_simulated_with(fitted):
@@ -71,7 +73,7 @@ def test_recovers_the_parameters_it_was_simulated_with(fitted):
     # 2026-12-05, 10.8% from the refit of 2026-12-06, within 12%). The search's basin follows the
     # published values the fit leaves alone (here the GEMM ramp, 191 -> 194 rows): from three
     # starts that refit ended at t_req_s 0.19 ms against the truth's 3 ms and TTFT p50 -17%,
-    # hence five starts
+    # hence more starts (eight since the fourth refit, above the fixture)
     for r in fitted.residuals:
         for q in ("ttft_p50", "tpot_p50", "output_tps"):
             tol = 0.12 if q == "ttft_p50" and r.load == "rate 30/s" else 0.08

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -83,9 +83,28 @@ _ENGINES = ("vllm", "sglang", "trtllm")
 
 
 def _defaults(attr: str) -> str:
+    """Each engine's default for a knob, with what it picks on other devices where it picks by
+    device (vLLM: "vllm 256 (128 on a CPU, 1024 on GPUs of 70 GiB or more but A100)")."""
     from bench.sim.profiles import engine_defaults
 
-    return ", ".join(f"{e} {getattr(engine_defaults(e), attr)}" for e in _ENGINES)
+    out = []
+    for e in _ENGINES:
+        d = engine_defaults(e)
+        where = [
+            f"{getattr(r, attr)} on {_device_text(r)}"
+            for r in d.by_device
+            if getattr(r, attr, None) not in (None, getattr(d, attr))
+        ]
+        out.append(f"{e} {getattr(d, attr)}" + (f" ({', '.join(where)})" if where else ""))
+    return ", ".join(out)
+
+
+def _device_text(rule: Any) -> str:
+    """A device rule of engines.yaml in words: "a CPU", "GPUs of 70 GiB or more but A100"."""
+    if rule.vendor == "cpu":
+        return "a CPU"
+    but = f" but {', '.join(x.upper() for x in rule.except_names)}" if rule.except_names else ""
+    return f"GPUs of {rule.min_memory_gib:g} GiB or more{but}"
 
 
 def _mtp_acceptance_default() -> float:

@@ -387,7 +387,7 @@ class Sim:
             return Result(p, self.measure(dep, p, 1)[0], f"{p.parallel} c1")
         if p.kind == "max_tput":
             limits = self.pub.engine_limits.get(_engine_family(p.engine), {})
-            seqs = p.max_conc or engine_defaults(p.engine).max_num_seqs  # the run's limit
+            seqs = p.max_conc or engine_defaults(p.engine, dep.gpu).max_num_seqs  # the run's
             c = max_concurrency(
                 dep, p.isl, p.osl, seqs, limits.get("kv_reserve") == "prompt+max_output"
             )

@@ -348,7 +348,7 @@ def prefill_step(prefill: Deployment, isl: float) -> tuple[int, float]:
     many per data-parallel rank as its token budget (max_num_batched_tokens) holds."""
     from bench.sim.profiles import engine_defaults
 
-    budget = engine_defaults(prefill.engine).max_num_batched_tokens
+    budget = engine_defaults(prefill.engine, prefill.gpu).max_num_batched_tokens
     prompts = prefill.dp * max(1, int(budget // max(isl, 1.0)))  # one step's, every rank's
     t = prefill.step_time(0, 0, prompts * isl, prompts * isl * isl / 2, prefill_seqs=prompts)
     return prompts, t

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from bench.sim.prefix_cache import Hit, make_cache, policy_for
-from bench.sim.profiles import engine_defaults, engine_family
+from bench.sim.profiles import GPUProfile, engine_defaults, engine_family
 from bench.sim.roofline import Deployment
 
 WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
@@ -98,8 +98,11 @@ class EngineConfig:
     prefix_cache: str | None = None  # None: the engine's own policy (prefix_cache.yaml)
 
     @classmethod
-    def default(cls, engine: str = "vllm", **overrides: float | int | None) -> EngineConfig:
-        d = engine_defaults(engine)
+    def default(
+        cls, engine: str = "vllm", gpu: GPUProfile | None = None, **overrides: float | int | None
+    ) -> EngineConfig:
+        """The engine's own knobs on `gpu` (its batch limits can depend on the device)."""
+        d = engine_defaults(engine, gpu)
         base = {
             "max_num_seqs": d.max_num_seqs,
             "max_num_batched_tokens": d.max_num_batched_tokens,
@@ -196,7 +199,7 @@ class Engine:
 
     def __init__(self, dep: Deployment, config: EngineConfig | None = None) -> None:
         self.dep = dep
-        self.cfg = config or EngineConfig.default(dep.engine)
+        self.cfg = config or EngineConfig.default(dep.engine, dep.gpu)
         bs = self.cfg.block_size
         self.capacity_tokens = dep.kv_capacity_tokens(
             self.cfg.memory_fraction,
@@ -560,9 +563,10 @@ def engine_for(
     Limits are one engine instance's (the engine's own defaults when None); each data-parallel
     rank is its own instance in a real server, so the one simulated scheduler gets them x dp.
     """
-    d = engine_defaults(dep.engine)
+    d = engine_defaults(dep.engine, dep.gpu)
     cfg = EngineConfig.default(
         dep.engine,
+        dep.gpu,
         max_num_seqs=(max_num_seqs or d.max_num_seqs) * dep.dp,
         max_num_batched_tokens=(max_num_batched_tokens or d.max_num_batched_tokens) * dep.dp,
         memory_fraction=memory_fraction,

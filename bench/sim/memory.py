@@ -118,7 +118,7 @@ def memory_plan(
 ) -> MemoryPlan:
     """The engine's own arithmetic for one GPU of the deployment (per data-parallel rank:
     max_num_seqs and max_num_batched_tokens are one engine instance's limits)."""
-    d = defaults or engine_defaults(dep.engine)
+    d = defaults or engine_defaults(dep.engine, dep.gpu)
     seqs = max_num_seqs or d.max_num_seqs
     tokens = max_num_batched_tokens or d.max_num_batched_tokens
     total = dep.gpu.hbm_bytes

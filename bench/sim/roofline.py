@@ -656,7 +656,7 @@ def steady_state(
     from bench.sim.profiles import engine_defaults
 
     c = concurrency
-    budget = (chunk_tokens or engine_defaults(dep.engine).max_num_batched_tokens) * dep.dp
+    budget = (chunk_tokens or engine_defaults(dep.engine, dep.gpu).max_num_batched_tokens) * dep.dp
     demand = c * isl / osl  # prefill tokens per step on average
     per_step = min(max(isl, demand), max(budget - c, isl))
     f = demand / per_step

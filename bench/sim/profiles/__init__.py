@@ -221,6 +221,25 @@ class Efficiency(_Frozen):
     mtp_per_position: tuple[float, ...] = ()
 
 
+class DeviceDefaults(_Frozen):
+    """Batch limits an engine picks on some devices instead of its base ones (engines.yaml):
+    a rule matches a device of its vendor (any, if not given) reporting at least
+    min_memory_gib whose lower-case name contains none of except_names."""
+
+    vendor: str | None = None
+    min_memory_gib: float = 0.0
+    except_names: tuple[str, ...] = ()
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+    def applies(self, gpu: GPUProfile) -> bool:
+        """As the engine decides it: the device's kind, the memory it reports and its name."""
+        if self.vendor is not None and gpu.vendor != self.vendor:
+            return False
+        big = gpu.hbm_bytes >= self.min_memory_gib * 2**30
+        return big and not any(x in gpu.name.lower() for x in self.except_names)
+
+
 class EngineDefaults(_Frozen):
     """One serving engine's own defaults and how it sizes its KV cache (engines.yaml)."""
 
@@ -233,6 +252,7 @@ class EngineDefaults(_Frozen):
     block_size: int
     watermark: float
     source: str
+    by_device: tuple[DeviceDefaults, ...] = ()  # the first that matches replaces the limits
 
 
 _read_yaml = hardware.read_yaml
@@ -360,14 +380,32 @@ def engine_family(engine: str) -> str:
     return {"trt": "trtllm", "tensorrt": "trtllm", "tensorrt_llm": "trtllm"}.get(name, name)
 
 
+def engine_defaults(engine: str = "vllm", gpu: GPUProfile | None = None) -> EngineDefaults:
+    """An engine's own defaults on `gpu` (frozen, shared: the calibration asks ~100,000
+    times): the batch limits it picks for that device where it picks by device (vLLM's
+    by_device), else its base ones; gpu None = the base ones."""
+    base = _engine_defaults(engine_family(engine))
+    if gpu is None:
+        return base
+    rule = next((r for r in base.by_device if r.applies(gpu)), None)
+    return base if rule is None else _device_defaults(base, rule)
+
+
 @lru_cache(maxsize=8)
-def engine_defaults(engine: str = "vllm") -> EngineDefaults:
-    """An engine's own defaults (frozen, shared: the calibration asks ~100,000 times)."""
-    family = engine_family(engine)
+def _engine_defaults(family: str) -> EngineDefaults:
     raw = _read_yaml(ENGINES_YAML).get("engines") or {}
     if family not in raw:
-        raise ProfileError(f"unknown engine {engine!r}; known engines: {', '.join(raw)}")
+        raise ProfileError(f"unknown engine {family!r}; known engines: {', '.join(raw)}")
     return _parse(EngineDefaults, family, raw[family], ENGINES_YAML)
+
+
+@lru_cache(maxsize=16)
+def _device_defaults(base: EngineDefaults, rule: DeviceDefaults) -> EngineDefaults:
+    limits = {
+        "max_num_seqs": rule.max_num_seqs,
+        "max_num_batched_tokens": rule.max_num_batched_tokens,
+    }
+    return base.model_copy(update=limits)
 
 
 @lru_cache(maxsize=1)

@@ -440,9 +440,10 @@ def test_points_added_after_the_fit_are_scored_never_fitted() -> None:
 def test_amds_own_figures_are_reproduced_at_their_runs_batch_limit() -> None:
     """AMD's vLLM throughput test [S77] runs each row at its own max-num-seqs (3,200 for 70B at
     128/2048), not vLLM's default: the point's max_conc is the run's limit. They inform the AMD
-    factors alone (the fit's second stage): ROCm's GEMMs at 0.39 of NVIDIA's efficiency and its
-    HBM at 0.65, where one factor for both read the maxima +7% to +59% and batch 1 -8%; now
-    -6% to +25% and batch 1 -21% (its weight reads)."""
+    factors alone (the fit's second stage): ROCm's GEMMs at 0.32 of NVIDIA's efficiency and its
+    HBM at 0.66, where one factor for both read the maxima +7% to +59% and batch 1 -8%; since
+    the fourth refit (2026-12-06) -16% to +17% and batch 1 -4% (its weight reads; -21% before
+    the dense GEMMs' tile floor)."""
     pub = load_published()
     amd = {p.id: p for p in pub.scored if p.source == "S77"}
     assert len(amd) == 9 and all(p.vendor_only for p in amd.values())
@@ -455,7 +456,7 @@ def test_amds_own_figures_are_reproduced_at_their_runs_batch_limit() -> None:
 def test_amds_factors_carry_to_a_gpu_and_model_they_never_saw() -> None:
     """InferenceX's gpt-oss-120b on 8 x MI325X (W4A16 on vLLM [S16]) is in no fit: with one AMD
     factor fitted on four observations it read +55% to +145%; with AMD's own figures fitting
-    a compute and a bandwidth factor, -6% to +27%."""
+    a compute and a bandwidth factor -6% to +27%, and -32% to -4% since the fourth refit."""
     pub = load_published()
     pts = [p for p in pub.after_fit if p.id.startswith("ix-mi325x-gptoss")]
     assert len(pts) == 3

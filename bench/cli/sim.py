@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -40,6 +40,9 @@ from bench.cli.options import (
 )
 from bench.cli.sim_calibrate import ProfileOpt, apply_profile
 from bench.console import Table, console, err_console
+
+if TYPE_CHECKING:
+    from bench.sim.profiles import DeviceDefaults
 
 # The simulated deployment, as `sim serve` and `sim run` both take it, and its default.
 SIM_GPU, SIM_MODEL, SIM_PRECISION, SIM_ENGINE = "B200", "llama-3.3-70b", "fp8", "vllm"
@@ -99,7 +102,7 @@ def _defaults(attr: str) -> str:
     return ", ".join(out)
 
 
-def _device_text(rule: Any) -> str:
+def _device_text(rule: DeviceDefaults) -> str:
     """A device rule of engines.yaml in words: "a CPU", "GPUs of 70 GiB or more but A100"."""
     if rule.vendor == "cpu":
         return "a CPU"

@@ -29,7 +29,8 @@ MTP) + prefill tokens:
 A GEMM's MFU rises with its token rows n: MFU(n) = mfu n / (n + gemm_half_rows x min(1, n /
 GEMM_TILE_ROWS)), for the one GEMM over all of a rank's tokens (decode and prefill chunks batched
 together) and for the LM head's logit rows: from one tile of rows up the ramp of a fixed
-gemm_half_rows, below it one full tile's efficiency (the compute shrinks with the rows); a routed expert's grouped GEMM has its own ramp over the rows routed to it
+gemm_half_rows, below it one full tile's efficiency (the compute shrinks with the rows); a
+routed expert's grouped GEMM has its own ramp over the rows routed to it
 (n_tok_e k / experts touched): MFU_e = mfu n_e / (n_e + moe_half_rows). With gemm_half_rows 0
 (a calibrated CPU engine: a one-token GEMV path and a tiled one) decode tokens run at mfu and
 prefill tokens at mfu_prefill, and experts at the step's mean.

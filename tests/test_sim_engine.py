@@ -209,11 +209,15 @@ def test_virtual_hour_speed() -> None:
     assert len(recs) == n and all(r.output_tokens == 256 for r in recs)
 
 
+GPUS = ("b200", "mi300x", "h100", "h200", "l40s")
+
+
 def test_engine_config_defaults_from_profiles() -> None:
     """vLLM picks its batch limits by device, as `vllm serve` does: 1,024 sequences and 8,192
     tokens a step on a GPU reporting 70 GiB or more, except an A100 (vllm-project/vllm#17885);
-    128 and 2,048 on a CPU; 256 and 2,048 elsewhere; the other engines' do not depend on the
-    device."""
+    128 and 2,048 on a CPU; 256 and 2,048 elsewhere. SGLang sizes its chunked prefill by the
+    device's memory (16,384 tokens from 160 GiB, 8,192 from 60, 4,096 from 35, else 2,048);
+    TensorRT-LLM's do not depend on the device."""
     limits = {
         name: EngineConfig.default("vllm", get_gpu(name)) for name in ("h100", "b200", "mi300x")
     }
@@ -231,9 +235,13 @@ def test_engine_config_defaults_from_profiles() -> None:
     host = get_gpu("h100").model_copy(update={"name": "host", "vendor": "cpu"})
     cfg = EngineConfig.default("vllm", host)
     assert (cfg.max_num_seqs, cfg.max_num_batched_tokens) == (128, 2048)
-    for engine in ("sglang", "trtllm"):
-        on_h100, on_l40s = (EngineConfig.default(engine, get_gpu(g)) for g in ("h100", "l40s"))
-        assert on_h100 == on_l40s
+    chunks = {g: EngineConfig.default("sglang", get_gpu(g)).max_num_batched_tokens for g in GPUS}
+    assert chunks == {"b200": 16384, "mi300x": 16384, "h100": 8192, "h200": 8192, "l40s": 4096}
+    assert {EngineConfig.default("sglang", get_gpu(g)).max_num_seqs for g in GPUS} == {256}
+    small = get_gpu("l40s").model_copy(update={"memory_mib": 22_700.0})  # an L4-sized card
+    assert EngineConfig.default("sglang", small).max_num_batched_tokens == 2048
+    on_h100, on_l40s = (EngineConfig.default("trtllm", get_gpu(g)) for g in ("h100", "l40s"))
+    assert on_h100 == on_l40s
     # the engines built for a deployment take them, and a flag still wins
     assert build_engine("h100", "llama-3.1-8b", "bf16").cfg.max_num_seqs == 1024
     assert build_engine("a100", "llama-3.1-8b", "bf16").cfg.max_num_batched_tokens == 2048

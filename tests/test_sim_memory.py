@@ -9,6 +9,7 @@ import pytest
 
 from bench.hardware import get_gpu, load_gpus
 from bench.sim.memory import memory_plan, sglang_mem_fraction_static
+from bench.sim.profiles import engine_defaults
 from bench.sim.roofline import Deployment
 
 MIB = 1 << 20
@@ -88,24 +89,34 @@ def test_70b_fp8_on_one_h100_holds_about_five_2k_sequences() -> None:
 
 def test_sglang_mem_fraction_static_as_sglang_derives_it() -> None:
     # reserved = 512 MB + 1.5 MB x chunked prefill + tp/8 GiB + 2 MB x graph batch, >= 10 GiB
-    h100 = 81559
-    assert sglang_mem_fraction_static(h100 * MIB, 1, 1) == round(
-        (h100 - (512 + 1.5 * 8192 + 128 + 256 * 2)) / h100, 3
-    )
+    # above 60 GiB, + 2 GiB with EAGLE/MTP drafts; chunk and graph batch as SGLang picks them
+    # for the device's memory (engines.yaml by_device)
+    def derived(gpu: str, tp: int, drafts: bool = False) -> float:
+        d = engine_defaults("sglang", get_gpu(gpu))
+        total = get_gpu(gpu).hbm_bytes
+        return sglang_mem_fraction_static(
+            total, d.max_num_batched_tokens, d.graph_batch(tp), tp, 1, drafts
+        )
+
+    h100 = 81559  # 60-160 GiB: chunked prefill 8192, graph batch 256 below TP 4
+    reserve = 512 + 1.5 * 8192 + 128 + 256 * 2
+    assert derived("h100", 1) == round((h100 - reserve) / h100, 3)
+    assert derived("h100", 1, drafts=True) == round((h100 - reserve - 2048) / h100, 3)
     b200 = 183359  # above 160 GiB: chunked prefill 16384, graph batch 512
-    assert sglang_mem_fraction_static(b200 * MIB, 8, 1) == round(
-        (b200 - (512 + 1.5 * 16384 + 1024 + 512 * 2)) / b200, 3
-    )
-    l40s = 46068  # below 60 GB: no 10 GiB floor
-    assert sglang_mem_fraction_static(l40s * MIB, 1, 1) == round(
-        (l40s - (512 + 1.5 * 4096 + 128 + 32 * 2)) / l40s, 3
+    assert derived("b200", 8) == round((b200 - (512 + 1.5 * 16384 + 1024 + 512 * 2)) / b200, 3)
+    l40s = 46068  # 35-60 GiB: chunked prefill 4096, graph batch 32 (160 at TP 4); no floor
+    assert derived("l40s", 1) == round((l40s - (512 + 1.5 * 4096 + 128 + 32 * 2)) / l40s, 3)
+    assert derived("l40s", 4) == round((l40s - (512 + 1.5 * 4096 + 512 + 160 * 2)) / l40s, 3)
+    small = 16 * 1024 * MIB  # below 20 GiB: 2048 and 8 (SGLang's T4 tier)
+    assert sglang_mem_fraction_static(small, 2048, 8, 1, 1) == round(
+        (16384 - (512 + 1.5 * 2048 + 128 + 8 * 2)) / 16384, 3
     )
 
 
 def test_sglang_kv_pool_is_fraction_of_total_minus_weights() -> None:
     dep = Deployment.build("h200", "llama-3.3-70b", "fp8", engine="sglang")
     total = 143771 * MIB
-    kv = total * sglang_mem_fraction_static(total, 1, 1) - W70_FP8
+    kv = total * sglang_mem_fraction_static(total, 8192, 256, 1, 1) - W70_FP8
     assert memory_plan(dep).kv == pytest.approx(kv, rel=1e-9)
 
 

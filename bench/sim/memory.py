@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bench.hardware import GPUProfile
-from bench.sim.profiles import EngineDefaults, ModelProfile, engine_defaults, memory_constants
+from bench.sim.profiles import (
+    Efficiency,
+    EngineDefaults,
+    ModelProfile,
+    engine_defaults,
+    memory_constants,
+)
 
 
 class Deployment(Protocol):
@@ -25,6 +31,7 @@ class Deployment(Protocol):
     gpu: GPUProfile
     model: ModelProfile
     engine: str
+    eff: Efficiency
     tp: int
     dp: int
 
@@ -87,25 +94,21 @@ def non_torch_bytes(gpus: int) -> float:
     return c["base_bytes"] + nccl[key]
 
 
-def sglang_mem_fraction_static(total: float, tp: int, dp: int) -> float:
+def sglang_mem_fraction_static(
+    total: float, chunk: int, graph_bs: int, tp: int, dp: int, drafts: bool = False
+) -> float:
     """SGLang's default mem_fraction_static for a GPU of `total` bytes (ServerArgs @0.5.16, as
-    NVIDIA's aiconfigurator mirrors it [S70])."""
+    NVIDIA's aiconfigurator mirrors it [S70]): its reserve for activations grows with the
+    chunked-prefill size, for CUDA graphs with the largest graph batch (both picked by device
+    memory in engines.yaml, or the user's), and by 2 GiB for EAGLE/MTP draft layers."""
     cap = total / MIB
-    if cap < 20 * 1024:
-        chunk, graph_bs = 2048, 8
-    elif cap < 35 * 1024:
-        chunk, graph_bs = 2048, (24 if tp < 4 else 80)
-    elif cap < 60 * 1024:
-        chunk, graph_bs = 4096, (32 if tp < 4 else 160)
-    elif cap < 160 * 1024:
-        chunk, graph_bs = 8192, (256 if tp < 4 else 512)
-    else:
-        chunk, graph_bs = 16384, 512
-    reserved = 512 + 1.5 * chunk + tp / 8 * 1024 + graph_bs * 2
+    reserved = 512 + 1.5 * max(chunk, 2048) + tp / 8 * 1024 + graph_bs * 2
     if dp > 1:
         reserved += graph_bs * dp * 3 + (graph_bs * dp * 1.5 if graph_bs > 300 else 0)
     if cap > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
+    if drafts:
+        reserved += 2 * 1024
     return round((cap - reserved) / cap, 3)
 
 
@@ -129,9 +132,11 @@ def memory_plan(
         frac = fraction if fraction is not None else d.memory_fraction
         kv = total * frac - weights - act - other
     elif d.memory == "sglang_static":
-        frac = (
-            fraction if fraction is not None else sglang_mem_fraction_static(total, dep.tp, dep.dp)
+        drafts = dep.eff.mtp_tokens > 0
+        derived = sglang_mem_fraction_static(
+            total, tokens, d.graph_batch(dep.tp), dep.tp, dep.dp, drafts
         )
+        frac = fraction if fraction is not None else derived
         kv = total * frac - weights
     else:
         frac = fraction if fraction is not None else d.memory_fraction

@@ -231,6 +231,7 @@ class DeviceDefaults(_Frozen):
     except_names: tuple[str, ...] = ()
     max_num_seqs: int
     max_num_batched_tokens: int
+    cuda_graph_max_bs: tuple[int, int] | None = None  # as EngineDefaults' (SGLang's tiers)
 
     def applies(self, gpu: GPUProfile) -> bool:
         """As the engine decides it: the device's kind, the memory it reports and its name."""
@@ -252,7 +253,17 @@ class EngineDefaults(_Frozen):
     block_size: int
     watermark: float
     source: str
+    # the largest batch SGLang captures a CUDA graph for, below TP 4 and at TP 4 and up: it sizes
+    # SGLang's memory reserve (bench.sim.memory.sglang_mem_fraction_static); None elsewhere
+    cuda_graph_max_bs: tuple[int, int] | None = None
     by_device: tuple[DeviceDefaults, ...] = ()  # the first that matches replaces the limits
+
+    def graph_batch(self, tp: int) -> int:
+        """The largest CUDA-graph batch at this tensor-parallel size (SGLang's cuda_graph_max_bs)."""
+        if self.cuda_graph_max_bs is None:
+            raise ValueError(f"engine {self.name!r} states no CUDA-graph batch (engines.yaml)")
+        small, large = self.cuda_graph_max_bs
+        return small if tp < 4 else large
 
 
 _read_yaml = hardware.read_yaml
@@ -382,8 +393,8 @@ def engine_family(engine: str) -> str:
 
 def engine_defaults(engine: str = "vllm", gpu: GPUProfile | None = None) -> EngineDefaults:
     """An engine's own defaults on `gpu` (frozen, shared: the calibration asks ~100,000
-    times): the batch limits it picks for that device where it picks by device (vLLM's
-    by_device), else its base ones; gpu None = the base ones."""
+    times): the batch limits it picks for that device where it picks by device (vLLM's and
+    SGLang's by_device), else its base ones; gpu None = the base ones."""
     base = _engine_defaults(engine_family(engine))
     if gpu is None:
         return base
@@ -405,6 +416,8 @@ def _device_defaults(base: EngineDefaults, rule: DeviceDefaults) -> EngineDefaul
         "max_num_seqs": rule.max_num_seqs,
         "max_num_batched_tokens": rule.max_num_batched_tokens,
     }
+    if rule.cuda_graph_max_bs is not None:
+        limits["cuda_graph_max_bs"] = rule.cuda_graph_max_bs
     return base.model_copy(update=limits)
 
 

@@ -71,11 +71,12 @@ def test_a_disaggregated_deployment_states_at_least_the_disaggregated_fronts_err
 
 
 def test_dense_held_out_error_is_the_figure_the_validation_measured():
-    # 20 dense points held out by source (S15, S45, S46, S47): 18 held by a range of x/÷ 1.29
-    # (since vLLM's front end joined the model; ix-b200-70b-fp8-139 at -82% and trt-old-h100-8b
+    # 20 dense points held out by source (S15, S45, S46, S47): 18 held by a range of x/÷ 1.24
+    # since the fit's loss was chosen by holding sources out (fifth refit, 2026-12-06); 1.29
+    # after vLLM's front end joined the model (ix-b200-70b-fp8-139 at -82% and trt-old-h100-8b
     # at -25.8% outside it); 1.35 before, 1.27 before the decode steps [S84] joined the fit, and
     # 21% read from |error|, which that range missed
-    assert held_out_error("H100", "llama-3.1-8b")[0] == pytest.approx(0.29, abs=0.02)
+    assert held_out_error("H100", "llama-3.1-8b")[0] == pytest.approx(0.24, abs=0.02)
 
 
 def test_a_range_states_what_holds_an_under_prediction_too():

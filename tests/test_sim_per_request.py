@@ -93,9 +93,10 @@ def test_nim_suite_per_request_error_and_the_readme_says_so(errors):
     assert s["runs"] == 9 and s["figures"] == 18
     # NIM's dense TP2 runs (means over a stable window): 14.5% at the median run since the
     # decode steps [S84] joined the fit (9.9%, within the 10%, before: the GEMM ceiling
-    # rose and the 5,000-token prefill reads faster), 15.9% since the fourth refit (the ceiling
-    # at 0.75, TPOT -5.2%), the worst run the knee of the loop at 100 users (31%)
-    assert s["median_mape"] <= 0.165 and s["max_mape"] <= 0.4
+    # rose and the 5,000-token prefill reads faster), 15.9% after the fourth refit (the ceiling
+    # at 0.75, TPOT -5.2%), 16.6% since the fifth (the loss leave-one-source-out chose: held
+    # out by source 18.9% against 20.6%), the worst run the knee of the loop at 100 users (31%)
+    assert s["median_mape"] <= 0.175 and s["max_mape"] <= 0.4
     assert abs(s["median_error_tpot_mean"]) < 0.06 and -0.3 < s["median_error_ttft_mean"] < 0
     text = " ".join(README.read_text().split())  # as read, whatever the line breaks
     stated = re.search(r"its per-request error is (\d+\.\d)% \(runs (\d+)%-(\d+)%", text)

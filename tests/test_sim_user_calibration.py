@@ -140,7 +140,10 @@ def test_the_fit_stays_inside_the_physical_ranges_and_says_so():
     bound and flags the parameter instead of leaving the range."""
     wild = {**TRUTH, "t_layer_s": 2e-3}
     points = [_point(r, wild, n=30, seed=i) for i, r in enumerate((4, 12))]
-    prof = calibrate(points, DEVICE, SETTINGS, max_nfev=25)
+    # five starts: with the published fit of 2026-12-06 (fifth refit) underneath, the default
+    # three ended in a local minimum of the discrete replay at 36.5 us, inside the range but
+    # short of the bound a search of more starts reaches (every parameter at a bound there)
+    prof = calibrate(points, DEVICE, SETTINGS, max_nfev=25, starts=5)
     ranges = {b.name: (b.low, b.high) for b in bounds_for("nvidia")}
     for p in prof.params:
         lo, hi = ranges[p.name]

@@ -67,7 +67,8 @@ FIT_NAMES = (
     "mbu", "mfu", "mfu_prefill_ratio", "kv_bw_ratio", "t_fix_s", "t_layer_s", "t_tok_s",
     "t_multi_s", "t_req_s", "step_cv",
 )  # fmt: skip
-PRIOR_WEIGHT = 0.05  # per parameter, on its normalised log position (as the published fit)
+PRIOR_WEIGHT = 0.05  # per parameter, on its normalised log position (a user's run has no
+# sources to hold out, so no cross-validated weight: the published fit's former one)
 FIT_NFEV = 200  # per local search
 DIFF_STEP = 0.1
 F_SCALE = 0.1  # soft-L1: a residual beyond 10% counts less than its square

@@ -120,6 +120,23 @@ def test_sglang_kv_pool_is_fraction_of_total_minus_weights() -> None:
     assert memory_plan(dep).kv == pytest.approx(kv, rel=1e-9)
 
 
+def test_sglang_reserves_for_the_chunk_and_drafts_in_use() -> None:
+    """SGLang sizes its reserve from the chunked-prefill size in effect (a user's
+    --chunked-prefill-size too) and adds 2 GiB when EAGLE/MTP drafts run: the KV pool shrinks by
+    that much (to the 0.001 of capacity SGLang rounds the fraction to)."""
+    b200 = Deployment.build("b200", "llama-3.3-70b", "fp8", engine="sglang")
+    total = b200.gpu.hbm_bytes
+    default, wide = memory_plan(b200), memory_plan(b200, max_num_batched_tokens=32768)
+    assert default.fraction == sglang_mem_fraction_static(total, 16384, 512, 1, 1)
+    assert wide.fraction == sglang_mem_fraction_static(total, 32768, 512, 1, 1)
+    step = total * 1e-3  # mem_fraction_static is rounded to 3 decimals
+    assert default.kv - wide.kv == pytest.approx(1.5 * 16384 * MIB, abs=step)  # 24 GiB more
+    dsr1 = {"gpu": "b200", "model": "deepseek-r1", "precision": "fp8", "tp": 8, "engine": "sglang"}
+    plain = memory_plan(Deployment.build(**dsr1, mtp=False))
+    drafting = memory_plan(Deployment.build(**dsr1, mtp=True))
+    assert plain.kv - drafting.kv == pytest.approx(2048 * MIB, abs=step)
+
+
 def test_trtllm_takes_its_fraction_of_what_is_left_after_weights() -> None:
     dep = Deployment.build("h200", "llama-3.3-70b", "fp8", engine="trtllm")
     total = 143771 * MIB

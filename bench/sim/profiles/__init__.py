@@ -229,8 +229,9 @@ class DeviceDefaults(_Frozen):
     vendor: str | None = None
     min_memory_gib: float = 0.0
     except_names: tuple[str, ...] = ()
-    max_num_seqs: int
-    max_num_batched_tokens: int
+    # each limit a rule leaves out (None) stays the engine's base one
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
     cuda_graph_max_bs: tuple[int, int] | None = None  # as EngineDefaults' (SGLang's tiers)
 
     def applies(self, gpu: GPUProfile) -> bool:
@@ -412,12 +413,8 @@ def _engine_defaults(family: str) -> EngineDefaults:
 
 @lru_cache(maxsize=16)
 def _device_defaults(base: EngineDefaults, rule: DeviceDefaults) -> EngineDefaults:
-    limits = {
-        "max_num_seqs": rule.max_num_seqs,
-        "max_num_batched_tokens": rule.max_num_batched_tokens,
-    }
-    if rule.cuda_graph_max_bs is not None:
-        limits["cuda_graph_max_bs"] = rule.cuda_graph_max_bs
+    fields = ("max_num_seqs", "max_num_batched_tokens", "cuda_graph_max_bs")
+    limits = {f: getattr(rule, f) for f in fields if getattr(rule, f) is not None}
     return base.model_copy(update=limits)
 
 

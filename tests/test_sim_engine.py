@@ -394,3 +394,22 @@ def test_a_run_whose_engine_runs_nothing_is_called_stuck_at_once() -> None:
     with pytest.raises(RuntimeError, match="ran nothing for 10,000 steps"):
         virtual.run_virtual(eng, [(0.0, 100, 10)], max_steps=10_000_000)
     assert eng.step_index == virtual.IDLE_STEPS + 1
+
+
+def test_the_memory_an_engine_describes_is_the_one_its_kv_cache_was_sized_by() -> None:
+    """`sim serve` prints the engine's memory plan: with a user's limits (SGLang's chunked
+    prefill sizes its reserve, vLLM's sequences its sampler's logits) it must be the plan the
+    KV cache came from, per data-parallel rank, not the defaults'."""
+    for engine, kwargs in (
+        ("sglang", {"max_num_batched_tokens": 32768}),
+        ("vllm", {"max_num_seqs": 2048}),
+        ("sglang", {"parallel": "dep8", "max_num_batched_tokens": 24576}),  # per instance
+    ):
+        model = "deepseek-r1" if "parallel" in kwargs else "llama-3.3-70b"
+        eng = build_engine("b200", model, "fp8", engine=engine, **kwargs)
+        plan, default = eng.memory_plan(), build_engine("b200", model, "fp8", engine=engine,
+                                                         parallel=kwargs.get("parallel")).memory_plan()  # fmt: skip
+        assert plan.kv < default.kv, (engine, kwargs)  # the user's larger limit costs memory
+        dep = eng.dep
+        tokens = int(dep.dp * plan.kv * dep.kv_shards // dep.kv_pool_bytes_per_token)
+        assert eng.capacity_tokens == tokens, (engine, kwargs)

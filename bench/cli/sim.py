@@ -298,7 +298,6 @@ def serve(
     ),
 ) -> None:
     """Run an OpenAI-compatible server that emits tokens at their simulated times."""
-    from bench.sim.memory import memory_plan
     from bench.sim.profiles import ProfileError
     from bench.sim.server import run_server
     from bench.sim.virtual import VirtualExecutor
@@ -333,7 +332,7 @@ def serve(
             f"[bold]SIMULATED[/bold] {engine.label}{_split(engine)}: KV cache "
             f"{engine.capacity_tokens:,} tokens, "
             f"prefix cache {engine.prefix_policy} "
-            f"({memory_plan(dep, engine.cfg.memory_fraction).describe()}), "
+            f"({engine.memory_plan().describe()}), "
             f"batch-1 decode step {dep.step_time(1, 1, 0, 0) * 1e3:.1f} ms{_front_end(dep)}; "
             f"http://{host}:{bound}/v1  (Ctrl-C to stop)"
         )

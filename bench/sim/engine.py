@@ -23,12 +23,16 @@ import contextlib
 import math
 from collections import deque
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bench.sim.prefix_cache import Hit, make_cache, policy_for
 from bench.sim.profiles import GPUProfile, engine_defaults, engine_family
 from bench.sim.roofline import Deployment
+
+if TYPE_CHECKING:
+    from bench.sim.memory import MemoryPlan
 
 WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
 JITTER_SEED = 20261204  # one fixed stream: the same run replays to the same figures
@@ -201,11 +205,7 @@ class Engine:
         self.dep = dep
         self.cfg = config or EngineConfig.default(dep.engine, dep.gpu)
         bs = self.cfg.block_size
-        self.capacity_tokens = dep.kv_capacity_tokens(
-            self.cfg.memory_fraction,
-            self.cfg.max_num_seqs // dep.dp,
-            self.cfg.max_num_batched_tokens // dep.dp,
-        )
+        self.capacity_tokens = dep.kv_capacity_tokens(self.cfg.memory_fraction, *self._rank_limits)
         self.total_blocks = self.capacity_tokens // bs
         self.free_blocks = self.total_blocks
         self.watermark_blocks = int(self.cfg.watermark * self.total_blocks)
@@ -228,6 +228,17 @@ class Engine:
         self.cache_queries = 0  # prompt tokens looked up (vllm:prefix_cache_queries)
         self.cache_hits = 0  # of which served from the cache (vllm:prefix_cache_hits)
         self._jitter = StepJitter(dep.eff.step_cv)
+
+    @property
+    def _rank_limits(self) -> tuple[int, int]:
+        """max_num_seqs and max_num_batched_tokens of one engine instance (data-parallel rank)."""
+        return self.cfg.max_num_seqs // self.dep.dp, self.cfg.max_num_batched_tokens // self.dep.dp
+
+    def memory_plan(self) -> MemoryPlan:
+        """One GPU's memory as this engine's settings divide it (the KV cache it was sized by)."""
+        from bench.sim.memory import memory_plan
+
+        return memory_plan(self.dep, self.cfg.memory_fraction, *self._rank_limits)
 
     def knobs(self) -> dict[str, float | int | str]:
         """The engine's effective settings, per engine instance, to store beside its results."""

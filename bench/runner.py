@@ -332,7 +332,9 @@ class _Engine:
             if delay > 0.05:  # long gaps wait on `stop` too, so Ctrl-C is prompt
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stop.wait(), delay)
-            elif delay > 0:
+            # uvloop's timers round to whole milliseconds from a clock read at the top of the loop
+            # iteration, so a sleep can end up to ~1 ms early: never send before the intended time
+            while (delay := (target - perf_counter_ns()) / 1e9) > 0 and not self.stop.is_set():
                 await asyncio.sleep(delay)
             if self.stop.is_set():
                 self.ready.pop(turns[0].index, None)

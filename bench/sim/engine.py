@@ -242,10 +242,11 @@ class Engine:
 
     def knobs(self) -> dict[str, float | int | str]:
         """The engine's effective settings, per engine instance, to store beside its results."""
-        dep, dp = self.dep, self.dep.dp
+        dep = self.dep
+        seqs, tokens = self._rank_limits
         knobs = {
-            "max_num_seqs": self.cfg.max_num_seqs // dp,
-            "max_num_batched_tokens": self.cfg.max_num_batched_tokens // dp,
+            "max_num_seqs": seqs,
+            "max_num_batched_tokens": tokens,
             "kv_precision": dep.kv_precision.name,
             "kv_capacity_tokens": self.capacity_tokens,
             "mtp_tokens": int(dep.eff.mtp_tokens),

@@ -240,7 +240,11 @@ class _Engine:
             self.launch(turns[0], intended_ns, _Conversation(self, turns, then).next)
 
     def later(self, delay_s: float, callback: Callable[[], None]) -> None:
-        asyncio.get_running_loop().call_later(delay_s, self._guarded, callback)
+        """Run callback once delay_s has passed (a think time, a ramp-up step)."""
+        self.at(perf_counter_ns() + int(delay_s * 1e9), callback)
+
+    def at(self, due_ns: int, callback: Callable[[], None]) -> None:
+        call_after(due_ns, self._guarded, callback)
 
     def _guarded(self, callback: Callable[[], None]) -> None:
         try:
@@ -418,9 +422,25 @@ class _User:
         if cap is not None:
             self.due_ns = _arrived_ns(cap) + int(think * 1e9)
         if think and not self.engine.stop.is_set():
-            self.engine.later(think, self.next)
+            if self.due_ns is None:  # nothing arrived: think from now
+                self.engine.later(think, self.next)
+            else:
+                self.engine.at(self.due_ns, self.next)
         else:
             self.next()
+
+
+def call_after(due_ns: int, fn: Callable, *args: object) -> None:
+    """Call fn(*args) once perf_counter_ns() has reached due_ns, never before.
+
+    uvloop rounds a timer to whole milliseconds from a clock read at the top of the loop
+    iteration, so call_later fires up to ~1.3 ms early (measured: 132 of 300 timers here); an
+    early firing re-arms for what is left, which shrinks each time."""
+    left_ns = due_ns - perf_counter_ns()
+    if left_ns > 0:
+        asyncio.get_running_loop().call_later(left_ns / 1e9, call_after, due_ns, fn, *args)
+    else:
+        fn(*args)
 
 
 def _arrived_ns(cap: Capture) -> int:

@@ -302,7 +302,7 @@ def run_curve(run_ref: str, db=None, *, index: int = 0) -> RunCurve:
     curve.sim_error = run_errors(
         sim.get("calibration"), run.simulated and sim.get("disagg"),
         sim.get("gpu") or run.gpu_type, sim.get("model") or run.model,
-        run.simulated and sim.get("mtp_tokens"),
+        run.simulated and sim.get("mtp_tokens"), sim.get("engine"),
     )  # fmt: skip
     lps = run.load_points or []
     for lp in lps:
@@ -378,7 +378,12 @@ def run_error_bars(run: Any, db: Any = None) -> dict | None:
     # simulated with --profile: the profile's own errors; else the category's (a split's or
     # a run with MTP drafts wider)
     errors, basis = run_errors(
-        sim.get("calibration"), sim.get("disagg"), gpu, model, sim.get("mtp_tokens")
+        sim.get("calibration"),
+        sim.get("disagg"),
+        gpu,
+        model,
+        sim.get("mtp_tokens"),
+        sim.get("engine"),
     ) or expected_errors(gpu, model)
     sat = load_saturation(run.id, db)
     return {

@@ -205,7 +205,7 @@ class TuneResult:
         cfg = best[0].config if best else None
         return expected_errors(
             gpu, self.model, self.profile if on_profile else None,
-            disagg=bool(cfg and cfg.disagg), mtp=bool(cfg and cfg.mtp),
+            disagg=bool(cfg and cfg.disagg), mtp=bool(cfg and cfg.mtp), engine=self.engine,
         )  # fmt: skip
 
     def searched(self, gpu: str | None = None) -> list[Outcome]:

@@ -394,6 +394,7 @@ class Sweep:
             curve.sim_error = run_errors(
                 getattr(ex, "calibration", None), getattr(options, "disagg", None),
                 curve.gpu_type, curve.model, getattr(options, "mtp", None),
+                getattr(ex, "engine", None),
             )  # fmt: skip
         return capacity_at_slo(curve, self.slo)
 

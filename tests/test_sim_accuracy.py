@@ -125,3 +125,49 @@ def test_a_run_with_mtp_states_at_least_the_published_speedups_error():
     assert run_errors(None, None, "H100", "llama-3.3-70b", mtp=0) is None
     moe, _ = held_out_error("B200", "deepseek-r1")
     assert held_out_error("B200", "deepseek-r1", mtp=True)[0] == max(moe, cover)
+
+
+def test_an_engine_with_published_per_request_runs_states_their_latency_error():
+    """vLLM serving a mixture-of-experts model: each latency at least what COVERAGE of vLLM's
+    published MoE runs' same figure were within (held_out.yaml's per_request rows, scored
+    never fitted); the basis names them. Another engine's runs say nothing of vLLM's front
+    end and scheduler, so TensorRT-LLM keeps the category's error, and throughput keeps it
+    everywhere (the runs score latencies)."""
+    from bench.sim.profiles.accuracy import per_request_errors, run_errors
+
+    doc = yaml.safe_load(HELD_OUT_YAML.read_text())
+    rows = [r for r in doc["per_request"] if r["engine"] == "vllm" and r["category"] == "moe"]
+    ttft = [range_error(r["error"]) for r in rows if r["quantity"] == "ttft_p50"]
+    assert len(ttft) >= 70  # InferenceX's MiniMax-M2.5 runs on 8 x H200 [S82]
+    plain, _ = expected_errors("H200", "minimax-m2.5", engine="trtllm")
+    errors, basis = expected_errors("H200", "minimax-m2.5", engine="vllm")
+    assert errors["ttft_p50"] == max(covering_error(ttft), plain["ttft_p50"]) > plain["ttft_p50"]
+    for q in ("ttft_p99", "tpot_p50", "tpot_p99"):
+        own = [range_error(r["error"]) for r in rows if r["quantity"] == q]
+        assert errors[q] == max(covering_error(own), plain[q])
+    assert errors["output_tps"] == plain["output_tps"] == held_out_error("H200", "minimax-m2.5")[0]
+    assert "per request" in basis and "minimax-m2.5-h200-vllm" in basis
+    assert f"of {len(ttft)} within it" in basis
+    # another MoE model on vLLM reads the same runs; a dense one on vLLM has none
+    assert (
+        expected_errors("B200", "deepseek-r1", engine="vllm")[0]["ttft_p50"] == errors["ttft_p50"]
+    )
+    assert per_request_errors("vllm", "H100", "llama-3.3-70b") == {}
+    assert expected_errors("H100", "llama-3.3-70b", engine="vllm") == expected_errors(
+        "H100", "llama-3.3-70b"
+    )
+    # a stored run or a sweep's capacity reads the same widened errors through run_errors
+    assert run_errors(None, None, "H200", "minimax-m2.5", None, "vllm") == (errors, basis)
+    assert run_errors(None, None, "H100", "llama-3.3-70b", None, "vllm") is None
+
+
+def test_the_stated_latency_ranges_hold_the_per_request_runs_they_are_read_from():
+    """`sim run`'s ranges for each published run's deployment (its GPU, model and engine) hold
+    at least COVERAGE of the runs' TTFT and TPOT figures: before the runs widened them, a
+    TTFT p50 range held 0 of 72 and a TPOT p99 range 5 of 72 (bench.sim.per_request)."""
+    from bench.sim.per_request import per_request_errors, stated_coverage
+
+    cover = stated_coverage(per_request_errors())
+    for figure in ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "ttft_mean", "tpot_mean"):
+        held, n = cover[figure]
+        assert held >= COVERAGE * n, (figure, held, n)

@@ -511,6 +511,8 @@ def test_leave_one_source_out_is_pinned_and_is_what_the_ranges_state() -> None:
     assert key(stored["ttft"]) == pytest.approx(key(fresh["ttft"]), abs=0.01)
     pairs = lambda rows: {(r["a"], r["b"]): r["error"] for r in rows}  # noqa: E731
     assert pairs(stored["gpu_pairs"]) == pytest.approx(pairs(fresh["gpu_pairs"]), abs=0.01)
+    runs = lambda rows: {(r["suite"], r["run"], r["figure"]): r["error"] for r in rows}  # noqa: E731
+    assert runs(stored["per_request"]) == pytest.approx(runs(fresh["per_request"]), abs=0.01)
 
 
 @pytest.mark.slow

@@ -527,8 +527,9 @@ def print_error_bars(result, virtual, profile, db: str | None = None) -> dict:
     engine = virtual.build()
     dep, split = engine.dep, "disagg" in engine.knobs()
     errors, basis = expected_errors(
-        dep.gpu.name, dep.model.name, profile, disagg=split, mtp=bool(dep.eff.mtp_tokens)
-    )
+        dep.gpu.name, dep.model.name, profile, disagg=split, mtp=bool(dep.eff.mtp_tokens),
+        engine=dep.engine,
+    )  # fmt: skip
     if result.run_id:  # drive.measure kept it with the stored run
         sat = load_saturation(result.run_id, db)
     else:

@@ -60,6 +60,7 @@ from bench.sim.profiles import (
     COMPUTE_PRECISIONS,
     EFFICIENCY_YAML,
     HERE,
+    PUBLISHED_YAML,
     Efficiency,
     GPUProfile,
     ModelProfile,
@@ -74,7 +75,6 @@ from bench.sim.profiles.decode_step_rows import fit_rows
 from bench.sim.profiles.per_request_runs import TTFT_ROUNDS, nim_runs, nim_s75, steady_window
 from bench.sim.roofline import Deployment, parse_parallel, steady_state
 
-PUBLISHED_YAML: Path = HERE / "published.yaml"
 INFERENCEX_ISL = (0.8, 1.0)  # prompt lengths uniform in 80-100% of nominal [S2][S3]
 UNREACHED = -1.0  # error of a point whose interactivity the simulator cannot reach
 
@@ -633,7 +633,9 @@ def held_out_document(
     """What bench.sim.profiles.accuracy reads: each point's error when its source was held out
     of the fit (or when it was added after the fit), the disaggregated fronts' (split,
     category "disagg"), the MTP speed-ups' (category "mtp"), and the independent TTFT
-    checks."""
+    checks, and the published per-request runs' latencies (bench.sim.per_request, the shipped
+    fit's: write it after a refit's efficiency.yaml)."""
+    from bench.sim.per_request import held_out_rows, per_request_errors
 
     def row(r: Result, how: str) -> dict[str, Any]:
         return {"id": r.point.id, "category": r.point.set, "source": r.point.source,
@@ -656,6 +658,7 @@ def held_out_document(
             }
             for label, sim, pub in independent_ttft()
         ],  # fmt: skip
+        "per_request": held_out_rows(per_request_errors()),
     }
 
 
@@ -671,7 +674,7 @@ def write_held_out(
         "# each published point's error predicted by a fit that never saw its source (held_out:\n"
         "# source), added after the fit (after_fit) or reproduced with its source's disaggregated\n"
         "# splits (disagg_front, never fitted), the published MTP speed-ups (mtp_speedup, never\n"
-        "# fitted), and the independent TTFT checks. The\n"
+        "# fitted), the independent TTFT checks and the published per-request runs. The\n"
         "# expected error of every simulated figure is read from here\n"
         "# (bench/sim/profiles/accuracy.py); tests/test_sim_calibration.py checks it is current.\n"
     )

@@ -61,7 +61,8 @@ def step_errors(rows: list[Row] | None = None) -> list[StepError]:
 
 def held_by_stated_range(errors: list[StepError]) -> int:
     """How many measured median gaps the TPOT range `sim run` prints for the deployment holds
-    (x/÷ 1 + the expected error of its GPU and model: accuracy.expected_errors)."""
+    (x/÷ 1 + the expected error of its GPU and model on vLLM, the engine of every row:
+    accuracy.expected_errors)."""
     from bench.sim.profiles.accuracy import expected_errors, range_error, relative_error
 
     stated: dict[tuple[str, str], float] = {}
@@ -69,7 +70,8 @@ def held_by_stated_range(errors: list[StepError]) -> int:
     for x in errors:
         key = (x.row.gpu, x.row.model)
         if key not in stated:
-            stated[key] = relative_error(expected_errors(*key)[0], "p50_tpot_ms") or 0.0
+            per = expected_errors(*key, engine="vllm")[0]
+            stated[key] = relative_error(per, "p50_tpot_ms") or 0.0
         held += range_error(x.error) <= stated[key]
     return held
 

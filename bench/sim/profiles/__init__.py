@@ -22,6 +22,7 @@ HERE = Path(__file__).parent
 MODELS_YAML = HERE / "models.yaml"
 EFFICIENCY_YAML = HERE / "efficiency.yaml"
 ENGINES_YAML = HERE / "engines.yaml"
+PUBLISHED_YAML = HERE / "published.yaml"  # the published measurements (bench.sim.calibration)
 GPUS_YAML = hardware.GPUS_YAML
 
 
@@ -268,6 +269,14 @@ class EngineDefaults(_Frozen):
 
 
 _read_yaml = hardware.read_yaml
+
+
+def published_sources(path: Path = PUBLISHED_YAML) -> dict[str, str]:
+    """The [S#] source list of the published measurements: what every point, speed-up and
+    per-request suite must cite."""
+    return dict(_read_yaml(path)["sources"])
+
+
 _parse = hardware.parse_entry
 
 

@@ -15,6 +15,7 @@ from bench.sim.profiles.accuracy import (
     held_out_error,
     held_out_errors,
     range_error,
+    relative_error,
 )
 
 
@@ -146,6 +147,11 @@ def test_an_engine_with_published_per_request_runs_states_their_latency_error():
         own = [range_error(r["error"]) for r in rows if r["quantity"] == q]
         assert errors[q] == max(covering_error(own), plain[q])
     assert errors["output_tps"] == plain["output_tps"] == held_out_error("H200", "minimax-m2.5")[0]
+    # end-to-end latency: the runs' own, not the widest figure's (TTFT p50's x/÷ 21 before)
+    e2e = [range_error(r["error"]) for r in rows if r["quantity"] == "e2el_p99"]
+    assert relative_error(errors, "p99_e2el_ms") == max(covering_error(e2e), plain["output_tps"])
+    assert relative_error(errors, "p99_e2el_ms") < errors["ttft_p50"]
+    assert relative_error(plain, "p99_e2el_ms") == max(plain.values())  # no runs: the widest
     assert "per request" in basis and "minimax-m2.5-h200-vllm" in basis
     assert f"of {len(ttft)} within it" in basis
     # another MoE model on vLLM reads the same runs; a dense one on vLLM has none

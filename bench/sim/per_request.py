@@ -95,8 +95,8 @@ def per_request_errors(runs: list[Run] | None = None) -> list[RunError]:
 def held_out_rows(errors: list[RunError]) -> list[dict]:
     """held_out.yaml's `per_request` rows (what accuracy.per_request_errors reads): each run's
     published latency as the quantity a simulated figure states (a mean or median as the
-    p50's, a p99 as the p99's; end-to-end time states none of its own), with its suite, engine
-    and category. Each is scored, never fitted: the run replayed on the shipped fit."""
+    p50's, a p99 as the p99's), with its suite, engine and category. Each is scored, never
+    fitted: the run replayed on the shipped fit."""
     from bench.sim.profiles import engine_family
     from bench.sim.profiles.accuracy import category
 
@@ -104,8 +104,6 @@ def held_out_rows(errors: list[RunError]) -> list[dict]:
     for e in errors:
         run = e.run
         for figure, err in e.errors.items():
-            if figure.startswith("e2el"):
-                continue
             rows.append({
                 "suite": run.suite, "run": run.label, "engine": engine_family(run.engine),
                 "category": category(run.gpu, run.model), "quantity": quantity(figure),

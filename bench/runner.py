@@ -422,10 +422,9 @@ class _User:
         if cap is not None:
             self.due_ns = _arrived_ns(cap) + int(think * 1e9)
         if think and not self.engine.stop.is_set():
-            if self.due_ns is None:  # nothing arrived: think from now
-                self.engine.later(think, self.next)
-            else:
-                self.engine.at(self.due_ns, self.next)
+            # from the arrival; nothing arrived (a failed start): from now
+            due = self.due_ns if self.due_ns is not None else perf_counter_ns() + int(think * 1e9)
+            self.engine.at(due, self.next)
         else:
             self.next()
 

@@ -392,5 +392,5 @@ def test_calibrate_on_llama_server_and_predict_unseen_loads(tmp_path: Path):
             off = _off(errs[q], again[q])
             bound = math.log1p(reached) + math.log1p(prof.repeat.get(q, 0.0))
             assert off <= bound, (setting, load, q, errs, again, prof.repeat)
-    for p in load_profile(profile).params:  # the fit stayed inside the CPU's physical ranges
+    for p in prof.params:  # the fit stayed inside the CPU's physical ranges
         assert p.low <= p.value <= p.high, p

@@ -17,8 +17,8 @@ InferenceX draws prompt lengths uniformly in 80-100% of the nominal ISL [S2], so
 tokens count 0.9 x ISL; trtllm-bench uses the nominal lengths. Its client draws output lengths
 the same way (sample_uniform with --ignore-eos [S3]); the validation still asks for the nominal
 OSL: replaying both as drawn, refitted, left in sample and after the fit unchanged but put held
-out by source at 19.6% (18.9%) and the disaggregated fronts at 29.3% (25.0%) on the
-high-interactivity cliff points (README, "InferenceX's output lengths").
+out by source at 19.6% (18.9%; its high-interactivity cliff points) and the disaggregated fronts
+at 29.3% (25.0%) (README, "InferenceX's output lengths").
 
 Two clocks reproduce a point: `formula` (steady_state: the engine's step-time function at the
 engine's steady-state schedule, microseconds per point, used for fitting) and `engine` (the

@@ -192,3 +192,27 @@ def test_serve_defaults_to_a_port_other_than_vllms():
     assert DEFAULT_PORT != 8000
     text = " ".join(tokenbench("serve", "--help").stdout.split())
     assert f"[default: {DEFAULT_PORT};" in text
+
+
+def test_sim_gpus_piped_wraps_the_parameter_sources_whole():
+    """`sim gpus | less` once printed 1,233-column lines (each fitted parameter's source, a
+    paragraph, on one line); the sources now wrap in their cell, every word kept."""
+    from typer.testing import CliRunner
+
+    from bench.sim.profiles import fitted_parameters
+
+    res = CliRunner().invoke(app, ["sim", "gpus"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert "…" not in res.output and max(len(line) for line in lines) <= 200
+    start = next(i for i, line in enumerate(lines) if "where the range comes from" in line)
+    sources: dict[str, list[str]] = {}
+    name = ""
+    for line in lines[start + 2 :]:
+        cells = line.split("│")
+        if len(cells) != 6:  # the table's bottom border
+            continue
+        name = cells[1].strip() or name
+        sources.setdefault(name, []).append(cells[4].strip())
+    want = {n: " ".join(src.split()) for n, _, _, src in fitted_parameters()}
+    assert {n: " ".join(" ".join(parts).split()) for n, parts in sources.items()} == want

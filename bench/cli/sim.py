@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 # The simulated deployment, as `sim serve` and `sim run` both take it, and its default.
 SIM_GPU, SIM_MODEL, SIM_PRECISION, SIM_ENGINE = "B200", "llama-3.3-70b", "fp8", "vllm"
 SIM_DEFAULTS = (SIM_GPU, SIM_MODEL, SIM_PRECISION, SIM_ENGINE)
+SOURCE_COLUMN_WIDTH = 100  # `sim gpus`: the fitted parameters' sources wrap at this width
 SimGpuOpt = Annotated[
     str | None,
     typer.Option("--gpu", help=f"GPU profile or alias (see `sim gpus`); default {SIM_GPU}"),
@@ -585,8 +586,11 @@ def gpus() -> None:
         )
     console.print(table)
     eff = Table(title="Fitted efficiency parameters (bench/sim/profiles/efficiency.yaml)")
-    for col in ("parameter", "value", "physical range", "where the range comes from"):
+    for col in ("parameter", "value", "physical range"):
         eff.add_column(col)
+    # the sources are paragraphs: wrapped in their cell, so a piped table (printed at its
+    # natural width, bench.console) stays readable instead of 1,200 columns wide
+    eff.add_column("where the range comes from", max_width=SOURCE_COLUMN_WIDTH)
     for name, value, (lo, hi), source in fitted_parameters():
         eff.add_row(name, f"{value:.4g}", f"{lo:g} - {hi:g}", source)
     console.print(eff)

@@ -114,6 +114,7 @@ class WorkerStats:
     loop_lag_max_ms: float | None = None
     # what the worker measured about its own reads (bench.runner.RunResult's fields)
     loop_cpu_share: float | None = None
+    loop_cpu_wait_share: float | None = None
     late_read_share: float | None = None
     merged_token_share: float | None = None
     # bench.metrics.client_limited_reasons of this worker's records and read statistics
@@ -514,7 +515,10 @@ class _Driver:
 
 # What each worker measured about its own reads, shipped with its status (with the rest of
 # its RunResult's figures named in _SHIPPED); the merged run carries the worst worker's.
-_READ_STATS = ("loop_lag_p99_ms", "loop_cpu_share", "late_read_share", "merged_token_share")
+_READ_STATS = (
+    "loop_lag_p99_ms", "loop_cpu_share", "loop_cpu_wait_share", "late_read_share",
+    "merged_token_share",
+)  # fmt: skip
 _SHIPPED = (*_READ_STATS, "loop_lag_max_ms", "duration_s")
 _COUNTERS = ("sent", "completed", "failed", "in_flight")  # its live Progress, summed in ticks
 

@@ -83,6 +83,9 @@ class RunResult:
     # share of the run the event-loop thread was running or waiting for a CPU (not asleep
     # waiting for I/O): near 1, every read queues behind others (see _loop_busy_s)
     loop_cpu_share: float | None = None
+    # share of the run the event-loop thread was ready to run but waited for a CPU (the run
+    # queue): what other processes on the machine took from the client (None: unknown)
+    loop_cpu_wait_share: float | None = None
     # share of reads that waited > 2 ms in the socket before the client read them (kernel
     # arrival stamps; None where there are none: httpx, non-Linux)
     late_read_share: float | None = None

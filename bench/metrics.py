@@ -85,6 +85,11 @@ CLIENT_LIMIT_LOOP_CPU_SHARE_STAMPED = 0.95
 # in the socket, means the client itself merged them, and the p99 gap is off.
 CLIENT_LIMIT_MERGED_SHARE = 0.01
 CLIENT_LIMIT_LATE_READ_SHARE = 0.01
+# Beside a reason above, more than this share of the run spent by the event loop waiting in the
+# run queue for a CPU (Linux schedstat) names the machine's other processes as the cause; the
+# reason then starts with HOST_CPU_WAIT.
+CLIENT_LIMIT_HOST_WAIT_SHARE = 0.02
+HOST_CPU_WAIT = "the event loop waited for a CPU"
 # A summary whose requests had more than this share of their prompt tokens answered from the
 # server's prefix cache says so: its TTFT is a cached prefill's, not a full one's.
 CACHED_PROMPT_SHARE_WARN = 0.5
@@ -477,6 +482,7 @@ def summarize(
     duration_s: float | None = None,
     loop_lag_p99_ms: float | None = None,
     loop_cpu_share: float | None = None,
+    loop_cpu_wait_share: float | None = None,
     late_read_share: float | None = None,
     merged_token_share: float | None = None,
     interrupted: bool = False,
@@ -536,6 +542,7 @@ def summarize(
             cols,
             loop_lag_p99_ms=loop_lag_p99_ms,
             loop_cpu_share=loop_cpu_share,
+            loop_cpu_wait_share=loop_cpu_wait_share,
             late_read_share=late_read_share,
             merged_token_share=merged_token_share,
             closed_loop=closed_loop,
@@ -674,6 +681,7 @@ def client_limited_reasons(
     *,
     loop_lag_p99_ms: float | None = None,
     loop_cpu_share: float | None = None,
+    loop_cpu_wait_share: float | None = None,
     late_read_share: float | None = None,
     merged_token_share: float | None = None,
     closed_loop: bool = False,
@@ -735,6 +743,15 @@ def client_limited_reasons(
         reasons.append(
             f"event-loop lag p99 {loop_lag_p99_ms:.1f} ms > {CLIENT_LIMIT_LOOP_LAG_MS:g} ms: "
             "token timestamps may be late"
+        )
+    host_wait = (
+        loop_cpu_wait_share is not None and loop_cpu_wait_share > CLIENT_LIMIT_HOST_WAIT_SHARE
+    )
+    if reasons and host_wait:  # why, where the machine's other processes are the cause
+        reasons.append(
+            f"{HOST_CPU_WAIT} {loop_cpu_wait_share:.1%} of the run: other processes on this "
+            "machine kept the client off its cores; give it cores of its own (taskset) or "
+            "run it where the server and other work are not"
         )
     return reasons
 

@@ -556,7 +556,7 @@ async def execute(
     gc.collect()
     gc.freeze()  # the setup's objects never need scanning again: fewer, shorter GC pauses
     engine.t0_ns = t0_ns if t0_ns is not None else perf_counter_ns()
-    busy0 = _loop_busy_s()
+    busy0, queued0 = _loop_cpu_s()
     interrupted = False
     sched_task = None
     try:
@@ -581,7 +581,8 @@ async def execute(
             engine.halt()
     finally:
         end_ns = perf_counter_ns()
-        busy_s = _loop_busy_s() - busy0
+        busy1, queued1 = _loop_cpu_s()
+        busy_s, queued_s = busy1 - busy0, queued1 - queued0
         probe_stop.set()
         probe.cancel()
         decoder.cancel()
@@ -603,26 +604,30 @@ async def execute(
         interrupted=interrupted,
         t0_ns=engine.t0_ns,
         loop_cpu_share=busy_s / max(1e-9, (end_ns - engine.t0_ns) / 1e9),
+        loop_cpu_wait_share=(
+            None if queued_s is None else queued_s / max(1e-9, (end_ns - engine.t0_ns) / 1e9)
+        ),
         late_read_share=engine.stats.late_share,
         merged_token_share=engine.stats.merged_share,
         served_models=sorted(engine.served),
     )
 
 
-def _loop_busy_s() -> float:
-    """Seconds this thread has been running or runnable (on a CPU, or queued for one).
+def _loop_cpu_s() -> tuple[float, float | None]:
+    """(seconds this thread has been running or runnable, seconds of that it was runnable
+    but waiting in the run queue for a CPU); the second None where unknown.
 
     CPU time alone understates a busy loop on a shared machine: a loop that always has work
     but gets half a core shows 50%. Linux's schedstat adds the time the thread waited in the
-    run queue, so "busy" means "not asleep waiting for I/O", on an idle or a loaded machine.
-    Elsewhere, CPU time.
+    run queue, so "busy" means "not asleep waiting for I/O", on an idle or a loaded machine;
+    the wait alone is what other processes took from the client. Elsewhere, CPU time.
     """
     try:
         with open("/proc/thread-self/schedstat", "rb") as f:
             on_cpu_ns, queued_ns, _ = f.read().split()
-        return (int(on_cpu_ns) + int(queued_ns)) / 1e9
+        return (int(on_cpu_ns) + int(queued_ns)) / 1e9, int(queued_ns) / 1e9
     except (OSError, ValueError):
-        return time.thread_time()
+        return time.thread_time(), None
 
 
 def _scheduler_ended(engine: _Engine, task: asyncio.Task, done: bool = True) -> None:

@@ -87,6 +87,7 @@ def window_summary(
         goodput=parse_goodput(scenario.goodput),
         loop_lag_p99_ms=result.loop_lag_p99_ms,
         loop_cpu_share=result.loop_cpu_share,
+        loop_cpu_wait_share=result.loop_cpu_wait_share,
         late_read_share=result.late_read_share,
         merged_token_share=result.merged_token_share,
         interrupted=result.interrupted,

@@ -15,7 +15,7 @@ import pytest
 
 from bench.backends.dialects import get_dialect
 from bench.executor import RunPlan
-from bench.metrics import summarize
+from bench.metrics import HOST_CPU_WAIT, summarize
 from bench.runner import execute, new_event_loop
 from bench.workload import LengthDist, Workload
 from tests.helpers import cpu_pressure
@@ -137,6 +137,9 @@ def test_a_loop_busy_most_of_the_time_is_client_limited(fake_server):
     assert s.completed == 30
     assert result.loop_cpu_share > 0.8
     assert any("busy" in r for r in s.client_limited_reasons)
+    # the run-queue wait is part of the busy time (Linux schedstat; None elsewhere)
+    wait = result.loop_cpu_wait_share
+    assert wait is None or 0 <= wait <= result.loop_cpu_share
     with cpu_pressure() as pressure:
         light, _ = run(light_plan(fake_server.url))
     if not pressure.starved:  # starved, even a light loop waits for a CPU most of the time
@@ -206,3 +209,20 @@ def test_a_closed_loop_is_judged_by_whether_requests_left_when_due():
     # a starved client in a closed loop is still caught: its requests leave late beside TTFT
     starved = summarize(_records(60, gap_ms=1.0, lag_ms=80, ttft_ms=100), closed_loop=True)
     assert starved.client_limited and "median TTFT" in starved.client_limited_reasons[0]
+
+
+def test_a_client_kept_off_its_cores_is_told_so_beside_the_reason():
+    # a CI run (2026-12-07): 11.1% of tokens read merged, 5.7% of reads waited > 2 ms, with
+    # nothing saying whether the client's own work or the machine's other processes did it
+    records = _records(60, gap_ms=1000, lag_ms=0, ttft_ms=121)
+    merged = {"late_read_share": 0.057, "merged_token_share": 0.111}
+    own = summarize(records, **merged, loop_cpu_wait_share=0.005)
+    assert own.client_limited and not any(
+        r.startswith(HOST_CPU_WAIT) for r in own.client_limited_reasons
+    )
+    host = summarize(records, **merged, loop_cpu_wait_share=0.08)
+    assert host.client_limited_reasons[-1].startswith(f"{HOST_CPU_WAIT} 8.0% of the run")
+    assert len(host.client_limited_reasons) == len(own.client_limited_reasons) + 1
+    # waiting for a CPU alone changes no figure: no verdict from it
+    calm = summarize(records, loop_cpu_wait_share=0.3)
+    assert calm.self_check == "ok", calm.client_limited_reasons

@@ -296,7 +296,7 @@ def test_a_late_and_overloaded_worker_is_named_with_its_node():
             "finished": True, "error": None, "interrupted": False, "cpu_s": 1.0,
             "loop_lag_p99_ms": 1.0 if k == 0 else 130.0, "loop_lag_max_ms": 140.0,
             "loop_cpu_share": 0.1 if k == 0 else 0.97, "late_read_share": 0.0,
-            "merged_token_share": 0.0, "duration_s": 2.0,
+            "merged_token_share": 0.0, "duration_s": 2.0, "loop_cpu_wait_share": 0.0,
         }  # fmt: skip
         driver.take(k, records, status)
     result = driver.result("ray")

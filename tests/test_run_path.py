@@ -230,7 +230,7 @@ def status(n: int, **reads) -> dict:
     base = {
         "sent": n, "completed": n, "failed": 0, "in_flight": 0, "finished": True,
         "error": None, "interrupted": False, "duration_s": 2.0, "cpu_s": 0.1,
-        "loop_lag_p99_ms": 0.2, "loop_lag_max_ms": 1.0, "loop_cpu_share": 0.1,
+        "loop_lag_p99_ms": 0.2, "loop_lag_max_ms": 1.0, "loop_cpu_share": 0.1, "loop_cpu_wait_share": 0.0,
         "late_read_share": 0.0, "merged_token_share": 0.0,
     }  # fmt: skip
     return {**base, **reads}

@@ -176,7 +176,10 @@ ENGINE_FLAGS = ("--kv-unified",)
 BELOW_SATURATION = 0.9  # points at more than this utilisation are reported, not held to targets
 # Above this utilisation a TTFT p50 is not held to REACHED (the coverage check still counts it):
 # with four slots at 65-70% load the median request sits at the edge of waiting for one, so a
-# host drift of 10-25% moved the measured TTFT p50 by up to 23x (see the docstring)
+# host drift of 10-25% moved the measured TTFT p50 by up to 23x (see the docstring). Judged by
+# the share of saturation a run offered: a clean-clone CI run (2026-12-07) judged the 65% load's
+# TTFT p50 because it carried under 62% (the engine fell behind), and read it 36x slower than
+# predicted at both of its measurements: the knife edge this leaves out
 TTFT_JUDGED_BELOW = 0.62
 # Share of the held-out figures below saturation whose load's two measurements the profile's
 # stated error must reach (see the test): the stated error alone held 14, 13, 15 and 14 of 15
@@ -312,19 +315,25 @@ def test_calibrate_on_llama_server_and_predict_unseen_loads(tmp_path: Path):
     # utilisation of the saturation each server measured (the simulated one is in the report)
     others = (other_sat, other_run, other_again)
     sat_of = {r: sat for r in held_runs + again_runs} | {r: other_rate / 0.6 for r in others[1:]}
-    rows = {}  # run id: (setting, load, utilisation, {quantity: error})
+    # the share of saturation each run offered (a closed loop offers all of it): what a load is
+    # judged by, since what it carried reads lower when the engine fell behind
+    offered_of = dict(zip(held_runs + again_runs, HELD_LOADS * 2, strict=True))
+    offered_of |= {other_run: 0.6, other_again: 0.6}
+    rows = {}  # run id: (setting, load, offered share, {quantity: error})
     for p in doc["points"]:
         errs = {**p["error"], "field": p["field_error"]}
         parallel = OTHER_PARALLEL if p["run_id"] in others else PARALLEL
         sat_rps = sat_of.get(p["run_id"])
         util = p["measured"]["output_tps"] / OUT / sat_rps if sat_rps else 1.0
-        rows[p["run_id"]] = (f"--parallel {parallel}", p["load"], util, errs)
+        offered = offered_of.get(p["run_id"], 1.0)
+        rows[p["run_id"]] = (f"--parallel {parallel}", p["load"], offered, errs)
+        print(f"{p['run_id']}: offered {offered:.0%} of saturation, carried {util:.0%}")
     print("\nheld-out predictions: simulated / measured - 1")
     columns = (*QUANTITY_NAMES, "field")
-    print(f"{'setting':13} {'load':18} {'util':>5} " + " ".join(f"{q:>10}" for q in columns))
-    for setting, load, util, errs in rows.values():
+    print(f"{'setting':13} {'load':18} {'offer':>5} " + " ".join(f"{q:>10}" for q in columns))
+    for setting, load, offered, errs in rows.values():
         cells = " ".join(f"{errs[q]:>+10.1%}" if q in errs else f"{'-':>10}" for q in columns)
-        print(f"{setting:13} {load:18} {util:>5.0%} {cells}")
+        print(f"{setting:13} {load:18} {offered:>5.0%} {cells}")
     field_median = float(np.median([e["field"] for _, _, _, e in rows.values()]))
     print(
         f"per-request error in the field's terms, median over these experiments: {field_median:.0%}"
@@ -385,9 +394,9 @@ def test_calibrate_on_llama_server_and_predict_unseen_loads(tmp_path: Path):
     # widened by how far the engine drifted over the session (its move between the first fitted
     # load's first and last measurements: a calibration made on a faster host predicts a
     # slower one's loads fast); a TTFT only below TTFT_JUDGED_BELOW (a knife edge above)
-    for (setting, load, util, errs), again in below:
+    for (setting, load, offered, errs), again in below:
         for q, reached in REACHED.items():
-            if q.startswith("ttft") and util > TTFT_JUDGED_BELOW:
+            if q.startswith("ttft") and offered > TTFT_JUDGED_BELOW:
                 continue
             off = _off(errs[q], again[q])
             bound = math.log1p(reached) + math.log1p(prof.repeat.get(q, 0.0))

@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from bench.metrics import HOST_CPU_WAIT
 from bench.scenario import parse_scenario
 from bench.session import window_summary
 from tests.helpers import cpu_pressure, plan
@@ -55,8 +56,12 @@ def test_a_closed_loop_on_a_batching_server_is_not_client_limited(
     summary = json.loads(out.read_text())
     reasons = summary["client_limited_reasons"]
     assert not [r for r in reasons if GAP_RULE in r], reasons
-    if not pressure.starved:  # a CPU-starved machine may starve the client for real
-        assert summary["self_check"] == "ok", reasons
+    # a CPU-starved machine may starve the client for real: the machine-wide pressure says so,
+    # or the client's own wait for a CPU does (a CI run, 2026-12-07, flagged 11.1% of tokens
+    # read merged with the machine-wide figures calm: the client's loop is one thread of many)
+    kept_off = any(r.startswith(HOST_CPU_WAIT) for r in reasons)
+    if not pressure.starved and not kept_off:
+        assert summary["self_check"] == "ok", (reasons, str(pressure))
         assert "CLIENT-LIMITED" not in proc.stdout + proc.stderr
 
 

@@ -53,7 +53,8 @@ def test_each_category_states_an_error_its_held_out_points_stay_within(gpu, mode
 
 def test_a_disaggregated_deployment_states_at_least_the_disaggregated_fronts_error():
     """A `--disagg` figure's range covers COVERAGE of the published fronts reproduced with
-    their sources' splits (held_out.yaml's disagg rows, never fitted) and of its own category's
+    their sources' splits (held_out.yaml's disagg rows, each by a fit that never saw it) and of
+    its own category's
     held-out points; a colocated one's is its category's alone."""
     doc = yaml.safe_load(HELD_OUT_YAML.read_text())
     split = [range_error(p["error"]) for p in doc["points"] if p["category"] == "disagg"]

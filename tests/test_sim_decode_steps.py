@@ -43,22 +43,23 @@ def test_rows_load_as_published():
 
 def test_decode_step_error_ceiling_and_readme(errors):
     s = summary(errors)
-    # ceilings, not the figures (17% in all, 7% on the dense chat rows since the fit uses most
-    # rows; 23% and 8% when they were scored only): a change that makes the step worse fails
-    assert s["rows"] == 205 and s["median_abs"] <= 0.20
+    # ceilings, not the figures (11% in all, 8% on the dense chat rows since the sixth refit
+    # brought in vLLM's block-FP8 experts; 16% and 8% before; 23% and 8% when the rows were
+    # scored only): a change that makes the step worse fails
+    assert s["rows"] == 205 and s["median_abs"] <= 0.14
     chat = summary([x for x in errors if x.row.task == "lm-arena-chat"])
     assert chat["median_abs"] <= 0.10
     # the direction of the misses the README describes: MoE in FP8 on expert parallel at 8
-    # sequences simulated too fast (the fit cannot give FP8 a slower kernel than BF16); gpt-oss
-    # on B200 at thousands of sequences now slower than measured: vLLM's front end (fitted on
-    # rows of at most 512 sequences at 71 us a token) took 43-60 us a token there; without it
-    # these rows read -55% to -65%
+    # sequences still simulated fast, by less since vLLM's block-FP8 expert factor (-10% to
+    # -27%; -40% to -50% before); gpt-oss on B200 at thousands of sequences slower than
+    # measured: vLLM's front end (fitted on rows of at most 512 sequences at 71 us a token)
+    # took 43-60 us a token there; without it these rows read -55% to -65%
     fp8_moe = [
         x.error
         for x in errors
         if x.row.task == "gpqa" and x.row.precision == "fp8" and x.row.batch <= 8
     ]
-    assert fp8_moe and max(fp8_moe) < -0.4
+    assert fp8_moe and min(fp8_moe) > -0.35 and max(fp8_moe) < 0
     crowded = [x.error for x in errors if x.row.gpu == "B200-SXM" and x.row.batch > 2000]
     assert crowded and min(crowded) > 0 and max(crowded) < 0.7
     text = " ".join(README.read_text().split())

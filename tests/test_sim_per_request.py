@@ -70,11 +70,13 @@ def test_per_request_error_ceiling_and_readme(errors):
     s = summary(by_suite(errors)[MINIMAX])
     assert s["runs"] == 72
     # a ceiling, not the figure: a change that makes the per-request error worse fails here
-    assert s["median_mape"] <= 0.65
-    # the simulated requests are too fast (a few-sequence MoE step too fast, no front end):
-    # shorter end to end and far shorter to the first token (README)
-    assert -0.5 < s["median_error_e2el_p50"] < -0.15
-    assert s["median_error_ttft_p50"] < -0.7
+    assert s["median_mape"] <= 0.55  # 50% since the sixth refit (59% before)
+    # far shorter to the first token (the harness's TTFT holds more than an engine's prefill)
+    # and, since the sixth refit, longer end to end at the median run: vLLM's block-FP8 expert
+    # factor slows the long prompts' prefill chunks the simulated engine puts into the decode
+    # steps (README; shorter by 15-50% before, the few-sequence MoE step too fast)
+    assert 0.1 < s["median_error_e2el_p50"] < 0.5
+    assert s["median_error_ttft_p50"] < -0.6
     text = README.read_text()
     stated = re.search(r"per-request error against them is (\d+)%", text)
     assert stated, "README states the per-request error against real GPU runs"
@@ -95,8 +97,10 @@ def test_nim_suite_per_request_error_and_the_readme_says_so(errors):
     # decode steps [S84] joined the fit (9.9%, within the issue's 10%, before: the GEMM ceiling
     # rose and the 5,000-token prefill reads faster), 15.9% after the fourth refit (the ceiling
     # at 0.75, TPOT -5.2%), 16.6% since the fifth (the loss leave-one-source-out chose: held
-    # out by source 18.9% against 20.6%), the worst run the knee of the loop at 100 users (31%)
-    assert s["median_mape"] <= 0.175 and s["max_mape"] <= 0.4
+    # out by source 18.9% against 20.6%), the worst run the knee of the loop at 100 users (31%);
+    # 9.6% since the sixth (fitted on the fronts the sources searched: the GEMM ceiling 0.61,
+    # TTFT -12% at the median run), within the issue's 10%
+    assert s["median_mape"] <= 0.11 and s["max_mape"] <= 0.4
     assert abs(s["median_error_tpot_mean"]) < 0.06 and -0.3 < s["median_error_ttft_mean"] < 0
     text = " ".join(README.read_text().split())  # as read, whatever the line breaks
     stated = re.search(r"its per-request error is (\d+\.\d)% \(runs (\d+)%-(\d+)%", text)

@@ -13,17 +13,19 @@ MTP) + prefill tokens:
 
     t_dense  = max(2 (N_body n_tok + N_head n_logits) / (tp F MFU),
                    (body bytes + head bytes [n_logits > 0] + n_tok hidden bytes) / tp / (BW MBU))
-    t_expert = max(2 N_expert_active n_tok_e imbalance / (G F MFU_e moe_mfu_ratio),
+    t_expert = max(2 N_expert_active n_tok_e imbalance / (G F MFU_e moe_mfu_ratio r_fmt),
                    bytes of the experts some token routes to / G / (BW MBU moe_bw_ratio))
                                                                         G = ep or tp
+               (r_fmt: fp8_moe_mfu_ratio for FP8 experts, 1 otherwise: an engine's block-FP8
+               grouped GEMMs against its BF16 ones; below 1 for vLLM, as its own steps show)
     t_attnD  = max(KV bytes read / (BW MBU kv_bw_ratio), decode attention FLOPs / (F_attn MFU_attn))
     t_attnP  = prefill attention FLOPs / (F_attn MFU_prefill)
     (sliding-window layers attend at most `sliding_window` tokens: their KV reads and attention
     FLOPs count each query's context capped at the window)
     t_comm   = (tp > 1) 2 L (alpha_ar + all-reduce bytes / (BW_link eta))
              + (ep > 1, dp > 1) L_moe (2 alpha_a2a + all-to-all bytes / (BW_link eta))
-    t_over   = t_fix + L t_layer + L_moe t_moe_layer + n_tok (t_tok + L_moe t_moe_tok)
-               + t_multi [n_tok > 1]
+    t_over   = t_fix + L t_layer + L_moe t_moe_layer + L t_mla_layer [MLA attention]
+               + n_tok (t_tok + L_moe t_moe_tok) + t_multi [n_tok > 1]
     T_iter   = t_dense + t_expert + t_attnD + t_attnP + t_comm + t_over
 
 A GEMM's MFU rises with its token rows n: MFU(n) = mfu n / (n + gemm_half_rows x min(1, n /
@@ -578,6 +580,7 @@ class Deployment:
         t += attn_p / (self.attn_flops * e.mfu_prefill)
         t += self._comm_time(n_tok)
         t += e.t_fix_s + m.layers * e.t_layer_s + m.moe_layers * e.t_moe_layer_s
+        t += m.layers * e.t_mla_layer_s if m.attention == "mla" else 0.0
         t += e.t_multi_s if n_tok > 1 else 0.0
         return t + n_tok * (e.t_tok_s + m.moe_layers * e.t_moe_tok_s)
 
@@ -614,10 +617,17 @@ class Deployment:
             rows = routed_tok * m.experts_per_token / max(self.experts_touched(routed_tok), 1e-9)
             mfu = self._expert_mfu(rows)
         else:
-            mfu = (n_tok / work if work else e.mfu) * e.moe_mfu_ratio
+            mfu = (n_tok / work if work else e.mfu) * e.moe_mfu_ratio * self._expert_format_ratio
         flops = 2 * self._shape[2] * routed_tok * imbalance / g
         read = self.experts_touched(routed_tok) * self.expert_bytes / g
         return max(flops / (self.peak_flops * mfu), read / (self._bw * e.moe_bw_ratio))
+
+    @cached_property
+    def _expert_format_ratio(self) -> float:
+        """The routed experts' grouped GEMMs in FP8 against their MFU in other formats: every
+        FP8 MoE checkpoint here is 128x128 block-scaled, whose grouped kernels an engine may run
+        well below its dense FP8 GEMMs (fp8_moe_mfu_ratio; 1 where the engine's are as good)."""
+        return self.eff.fp8_moe_mfu_ratio if self.precision.name == "fp8" else 1.0
 
     def _expert_mfu(self, rows: float) -> float:
         """MFU of a routed expert's grouped GEMM of `rows` rows: the experts' own ramp
@@ -626,7 +636,7 @@ class Deployment:
         12.8% but put MI325X's never-fitted gpt-oss points 39% off against 26%."""
         e = self.eff
         half = e.moe_half_rows or e.gemm_half_rows
-        return e.mfu * rows / (rows + half) * e.moe_mfu_ratio
+        return e.mfu * rows / (rows + half) * e.moe_mfu_ratio * self._expert_format_ratio
 
     def _comm_time(self, n_tok: float) -> float:
         m, e = self.model, self.eff

@@ -198,6 +198,7 @@ class Efficiency(_Frozen):
     t_fe_tok_s: float = 0.0
     t_layer_s: float = 0.0
     t_moe_layer_s: float = 0.0
+    t_mla_layer_s: float = 0.0
     t_multi_s: float = 0.0
     gemm_half_rows: float = 0.0
     moe_half_rows: float = 0.0
@@ -211,6 +212,7 @@ class Efficiency(_Frozen):
     t_moe_tok_s: float
     moe_imbalance: float
     moe_mfu_ratio: float
+    fp8_moe_mfu_ratio: float = 1.0
     allreduce_latency_s: float
     alltoall_latency_s: float
     nvlink_efficiency: float

@@ -9,8 +9,8 @@ that COVERAGE of those points were within, not their mean: on the dense points t
 is not scored by the fitted points (they score throughput at an interactivity, which TPOT
 sets), so a TTFT's error is at least that of the independent TTFT checks (NIM [S75]). A
 disaggregated deployment's figures state at least the error of the published fronts whose
-sources ran disaggregated splits, reproduced with those splits (never fitted on: the fit's
-fronts are single-pool), as well as their own category's. A run with MTP (speculative
+sources ran disaggregated splits, reproduced with those splits, each by a fit that never saw it
+(its source held out, or added after the fit), as well as their own category's. A run with MTP (speculative
 decoding) states at least the error of the published MTP speed-ups (never fitted on: how much
 faster the same deployment runs with its drafts). A latency of a deployment whose engine and
 category published per-request runs have measured (vLLM serving a mixture-of-experts model,

@@ -596,17 +596,16 @@ async def execute(
         raise engine.error
     lag = np.array(lags, dtype=np.float64) / 1e6 if lags else np.zeros(1)
     engine.records.sort(key=lambda r: (r.sent_ns, r.index))
+    run_s = (end_ns - engine.t0_ns) / 1e9
     return RunResult(
         records=engine.records,
-        duration_s=(end_ns - engine.t0_ns) / 1e9,
+        duration_s=run_s,
         loop_lag_p99_ms=float(np.percentile(lag, 99)),
         loop_lag_max_ms=float(lag.max()),
         interrupted=interrupted,
         t0_ns=engine.t0_ns,
-        loop_cpu_share=busy_s / max(1e-9, (end_ns - engine.t0_ns) / 1e9),
-        loop_cpu_wait_share=(
-            None if queued_s is None else queued_s / max(1e-9, (end_ns - engine.t0_ns) / 1e9)
-        ),
+        loop_cpu_share=busy_s / max(1e-9, run_s),
+        loop_cpu_wait_share=None if queued_s is None else queued_s / max(1e-9, run_s),
         late_read_share=engine.stats.late_share,
         merged_token_share=engine.stats.merged_share,
         served_models=sorted(engine.served),

@@ -64,7 +64,7 @@ def validation(loso: bool) -> None:
 
     pub = load_published()
     t = time.perf_counter()
-    sim = Sim(clock="engine", disagg=True)  # memoised: each configuration runs once
+    sim = Sim(clock="engine")  # memoised: each configuration runs once
     engine = validate(sim=sim)
     ratios = [(r, sim.ratio(r)) for r in pub.ratios]
     t_engine = time.perf_counter() - t

@@ -286,12 +286,12 @@ def test_readme_carries_the_validation_table_the_fit_gives(results) -> None:
 def test_disaggregated_fronts_count_both_pools() -> None:
     """Points whose source also ran xPyD splits [S68] are fitted and scored with those splits
     in their fronts (every GPU of both pools counted, at most 72), with the single-node runs
-    from the scripts' concurrency 4; reproduce() keeps a single-pool front."""
+    from the scripts' concurrency 4; disagg=False keeps a single-pool front."""
     pts = {p.id: p for p in load_published().points}
     split = {r.point.id: r for r in disaggregated()}
     assert set(split) == {i for i, p in pts.items() if p.disagg and p.expressible}
     is_split = re.compile(r"^(\d+)P(\d+)D (\w+)/(\w+)")
-    sim = Sim(disagg=True)
+    sim = Sim()
     for pid in ("ix-b200-dsr1-fp8-198", "ix-gb200-dsr1-8k1k-120"):
         front = sim.front(pts[pid])
         for _, _, cfg in front:
@@ -303,11 +303,13 @@ def test_disaggregated_fronts_count_both_pools() -> None:
                 assert pts[pid].disagg == "also" and int(cfg.rsplit("c", 1)[1]) >= 4, cfg
         assert any(is_split.match(c) for *_, c in front)
     assert all(is_split.match(c) for *_, c in sim.front(pts["ix-gb200-dsr1-8k1k-120"]))
-    # reproduce()'s fronts: single-pool (the fit and the validation score these points on
-    # the fronts above, Sim(disagg=True))
-    assert not is_split.match(reproduce(pts["ix-b200-dsr1-fp4-73"]).config.split(" .. ")[0])
+    # disagg=False: single-pool fronts (the fit and the validation score these points on the
+    # fronts above, the default)
+    single = reproduce(pts["ix-b200-dsr1-fp4-73"], disagg=False)
+    assert not is_split.match(single.config.split(" .. ")[0])
+    assert is_split.match(reproduce(pts["ix-b200-dsr1-fp4-73"]).config.split(" .. ")[0])
     # a split feeds its decode pool without prompts in its steps: more per GPU at 73 tok/s/user
-    assert split["ix-b200-dsr1-fp4-73"].simulated > reproduce(pts["ix-b200-dsr1-fp4-73"]).simulated
+    assert split["ix-b200-dsr1-fp4-73"].simulated > single.simulated
 
 
 def _gpus(parallel: str) -> int:
@@ -418,7 +420,7 @@ def test_rack_scale_nvl72() -> None:
         Deployment.build("B200", "deepseek-r1", "fp8", dp=16, ep=16)
     # wide EP on one NVLink domain beats an 8-GPU node per GPU at the same interactivity, on
     # the fronts both sources searched (published 3,988 against 1,110 tok/s per GPU: 3.6x)
-    sim = Sim(disagg=True)
+    sim = Sim()
     pts = {p.id: p for p in sim.pub.scored}
     gb_pt, b_pt = pts["ix-gb200-dsr1-8k1k-120"], pts["ix-b200-dsr1-8k1k-120"]
     assert sim.reproduce(gb_pt).simulated > 2 * sim.reproduce(b_pt).simulated

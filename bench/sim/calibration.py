@@ -33,7 +33,7 @@ AMD factors, overheads, MoE and collective terms; a parameter scoped per engine 
 per engine), each inside its documented physical range, least squares on
 log(simulated / published) over the points and the GPU ratios, with a soft-L1 loss and a weak
 pull toward the initial values. A point whose source also (or only) ran disaggregated splits is
-fitted and scored on the front its source searched, splits included (Sim(disagg=True)), since
+fitted and scored on the front its source searched, splits included (Sim's default), since
 the sixth refit (2026-12-07): a single-pool stand-in read those points 30-55% slow at mid
 interactivity, and the fit made DeepSeek-R1 fast to meet them. Every (vendor, engine, compute
 unit) resolves to fitted values.
@@ -266,11 +266,11 @@ class Sim:
         profiles: list[dict] | None = None,
         clock: str = "formula",
         pub: Published | None = None,
-        disagg: bool = False,
+        disagg: bool = True,
     ) -> None:
         """disagg: fronts of points whose source ran disaggregated splits include them, as
-        that source searched them (as the fit and the validation score them; without, a
-        single-pool front from concurrency 1 stands in)."""
+        that source searched them (as the fit and the validation score them); False keeps a
+        single-pool front from concurrency 1 (what the disaggregated splits add, measured)."""
         if clock not in ("formula", "engine"):
             raise ValueError(f"clock {clock!r} is not formula or engine")
         self.profiles, self.clock, self.disagg = profiles, clock, disagg
@@ -493,9 +493,11 @@ def reproduce(
     pub: Published | None = None,
     profiles: list[dict] | None = None,
     clock: str = "formula",
+    disagg: bool = True,
 ) -> Result:
-    """The simulator's figure for one published point, by that point's method."""
-    return Sim(profiles, clock, pub).reproduce(p)
+    """The simulator's figure for one published point, by that point's method (on the front
+    its source searched; disagg=False: single-pool only)."""
+    return Sim(profiles, clock, pub, disagg).reproduce(p)
 
 
 def ratio_value(r: Ratio, profiles: list[dict] | None = None, sim: Sim | None = None) -> float:
@@ -510,7 +512,7 @@ def validate(
     sim: Sim | None = None,
 ) -> list[Result]:
     """Every expressible published point reproduced with the given (or shipped) efficiencies."""
-    sim = sim or Sim(profiles, clock, disagg=True)
+    sim = sim or Sim(profiles, clock)
     return [sim.reproduce(p) for p in (points or sim.pub.scored)]
 
 
@@ -539,11 +541,10 @@ def mtp_speedups(profiles: list[dict] | None = None) -> list[Result]:
 
 def disaggregated(profiles: list[dict] | None = None, clock: str = "formula") -> list[Result]:
     """The points whose source also (or only) ran disaggregated splits, reproduced with those
-    splits in their fronts (Sim(disagg=True)) and the shipped or given fit: those in the fit
+    splits in their fronts (Sim's default) and the shipped or given fit: those in the fit
     (fitted on these fronts since 2026-12-07) and those added after it."""
-    sim = Sim(profiles, clock, disagg=True)
-    pub = sim.pub
-    return [sim.reproduce(p) for p in pub.points if p.expressible and p.disagg]
+    sim = Sim(profiles, clock)
+    return [sim.reproduce(p) for p in sim.pub.points if p.expressible and p.disagg]
 
 
 def source_disagreements(pub: Published | None = None, tolerance: float = 0.10) -> list[str]:
@@ -893,7 +894,7 @@ def fit(
 
     def resid(z: np.ndarray) -> np.ndarray:
         x = dict(zip(names, np.exp(z), strict=True))
-        sim = Sim(hand + _profiles_from(x), "formula", pub, disagg=True)
+        sim = Sim(hand + _profiles_from(x), "formula", pub)
         terms = _residuals([sim.reproduce(p) for p in shared])
         rterms = [math.log(max(sim.ratio(r), 1e-9) / r.measured) for r in ratios]
         sterms = loss.step_weight * _residuals([sim.reproduce(p) for p in steps])
@@ -912,7 +913,7 @@ def fit(
 
     def vendor_resid(zv: np.ndarray) -> np.ndarray:
         x = {**values, **{names[i]: float(v) for i, v in zip(vendor, np.exp(zv), strict=True)}}
-        sim = Sim(hand + _profiles_from(x), "formula", pub, disagg=True)
+        sim = Sim(hand + _profiles_from(x), "formula", pub)
         terms = _residuals([sim.reproduce(p) for p in amd])
         rterms = [math.log(max(sim.ratio(r), 1e-9) / r.measured) for r in amd_ratios]
         return np.concatenate([terms, rterms, loss.prior_weight * (zv - x0[vendor])])
@@ -1149,7 +1150,7 @@ def main() -> None:
     if args.fit:
         _, values = fit(pts)
         write_fit(values, pts)
-    sim = Sim(clock=args.clock, disagg=True)
+    sim = Sim(clock=args.clock)
     results = validate(sim=sim)
     after = validate(sim=sim, points=load_published().after_fit)
     loso = leave_one_source_out(pts) if args.loso else None

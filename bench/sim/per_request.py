@@ -9,8 +9,10 @@ clock (what `sim run` executes) with the run's own input and output lengths, clo
 concurrency and request count, each figure its source published (means, medians, p99s) read
 over the requests its client read. Suites differ in what they can show (InferenceX's vLLM
 MiniMax-M2.5 runs give p50 and p99 of every request; NIM's table gives means over a stable
-window), so each suite's figure is printed on its own before the pooled one. Scored, never
-fitted: `python -m bench.sim.per_request` prints every run, figure and median.
+window; InferenceX's DeepSeek-R1 runs on SGLang and TensorRT-LLM [S85], p50 and p99 with
+prompt and output lengths drawn from a range), so each suite's figure is printed on its own,
+then each source's suites pooled, then all. Scored, never fitted: `python -m
+bench.sim.per_request` prints every run, figure and median (`--suite PREFIX` some suites).
 """
 
 from __future__ import annotations
@@ -55,10 +57,11 @@ def load_runs(path: Path = PER_REQUEST_YAML) -> list[Run]:
 
 
 def simulate(run: Run) -> dict[str, float]:
-    """Every figure (ms) of the run from the simulated engine: `prompts` requests of exactly
-    `isl` tokens in and `osl` out, sent by `concurrency` users at once with no think time, as
-    the client's measured phase sends them (a simulated engine needs no warm-up); TPOT per
-    request is (end-to-end - TTFT) / (osl - 1) (genai-perf's inter-token latency too); each
+    """Every figure (ms) of the run from the simulated engine: `prompts` requests of the run's
+    lengths (Run.lengths: exactly `isl` in and `osl` out, or drawn from its range), sent by
+    `concurrency` users at once with no think time, as the client's measured phase sends them
+    (a simulated engine needs no warm-up); TPOT per request is (end-to-end - TTFT) / (its
+    output tokens - 1) (genai-perf's inter-token latency too); each
     figure the mean or the percentile (numpy's, linear) over the requests the client reads:
     vllm-bench every request of the run, genai-perf those after the loop's first STEADY_ROUNDS
     rounds (per_request_runs.steady_window, as the calibration's TTFT checks read NIM's)."""
@@ -67,7 +70,7 @@ def simulate(run: Run) -> dict[str, float]:
     engine = build_engine(
         run.gpu, run.model, run.precision, parallel=run.parallel, engine=run.engine
     )  # a fresh engine per run: a reused one would keep the last run's prefix cache
-    records = replay_closed(engine, np.tile([run.isl, run.osl], (run.prompts, 1)), run.concurrency)
+    records = replay_closed(engine, run.lengths(), run.concurrency)
     completed = sum(r.ok for r in records)
     if completed != run.prompts:
         raise RuntimeError(f"{run.suite} {run.label}: {completed} of {run.prompts} completed")
@@ -78,7 +81,7 @@ def simulate(run: Run) -> dict[str, float]:
     )
     ttft = np.array([(r.first_token_ns - r.sent_ns) / 1e6 for r in done])
     e2el = np.array([(r.end_ns - r.sent_ns) / 1e6 for r in done])
-    tpot = (e2el - ttft) / (run.osl - 1)
+    tpot = (e2el - ttft) / (np.array([r.output_tokens for r in done]) - 1)
     out = {}
     for name, values in (("ttft", ttft), ("tpot", tpot), ("e2el", e2el)):
         out[f"{name}_mean"] = float(np.mean(values))
@@ -205,6 +208,12 @@ def report(errors: list[RunError]) -> str:
                 + f"  {e.mape:6.0%}"
             )
         lines += _summary_lines(errs, f"{suite}: ")
+    by_source: dict[str, list[RunError]] = {}
+    for e in errors:
+        by_source.setdefault(e.run.source, []).append(e)
+    for source, errs in by_source.items():
+        if len({e.run.suite for e in errs}) > 1:  # one source's suites pooled (S85's twelve)
+            lines += _summary_lines(errs, f"{source}'s suites: ")
     if len(suites) > 1:
         lines += _summary_lines(errors, "all suites: ")
     return "\n".join(lines)
@@ -225,9 +234,26 @@ def _summary_lines(errors: list[RunError], prefix: str) -> list[str]:
     ]
 
 
+def select(runs: list[Run], suites: list[str] | None) -> list[Run]:
+    """The runs of the suites whose id starts with one of `suites` (all runs when none given);
+    a prefix no suite has is refused with the suites named."""
+    if not suites:
+        return runs
+    ids = list(dict.fromkeys(r.suite for r in runs))
+    for prefix in suites:
+        if not any(i.startswith(prefix) for i in ids):
+            raise SystemExit(f"no suite starts with {prefix!r}; suites: {', '.join(ids)}")
+    return [r for r in runs if r.suite.startswith(tuple(suites))]
+
+
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()
-    print(report(per_request_errors()))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument(
+        "--suite", action="append", metavar="PREFIX",
+        help="only the suites whose id starts with PREFIX (repeatable; default: every suite)",
+    )  # fmt: skip
+    args = ap.parse_args()
+    print(report(per_request_errors(select(load_runs(), args.suite))))
 
 
 if __name__ == "__main__":

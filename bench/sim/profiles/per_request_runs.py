@@ -11,6 +11,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 # A closed loop's first rounds start together, so their prompts queue for one another: a client
@@ -44,10 +45,27 @@ class Run:
     prompts: int
     measured: dict[str, float]  # the FIGURES its source published, ms
     output_tps: float | None = None  # output tokens/s where its source published it (not scored)
+    range_ratio: float = 1.0  # lengths drawn from [ratio x isl, isl] and [ratio x osl, osl]
 
     @property
     def label(self) -> str:
-        return f"{self.parallel} isl {self.isl} c{self.concurrency}"
+        out = f"/{self.osl}" if self.range_ratio < 1 else ""
+        return f"{self.parallel} isl {self.isl}{out} c{self.concurrency}"
+
+    def lengths(self) -> np.ndarray:
+        """(input, output) tokens of each of the run's prompts, in send order: exactly isl and
+        osl, or with a range ratio below 1 uniform integers from int(ratio x length) to the
+        length, as vLLM's bench copy in InferenceX draws them (sample_uniform, both lengths;
+        --ignore-eos holds each output to its draw). A fixed seed per run: the same draws on
+        every replay, so the figure is reproducible; which draws it is moves a run's medians by
+        far less than the errors scored."""
+        if self.range_ratio >= 1:
+            return np.tile([self.isl, self.osl], (self.prompts, 1))
+        rng = np.random.default_rng([self.isl, self.osl, self.concurrency, self.prompts])
+        return np.column_stack([
+            rng.integers(int(n * self.range_ratio), n + 1, size=self.prompts)
+            for n in (self.isl, self.osl)
+        ])  # fmt: skip
 
 
 def read_runs(path: Path = PER_REQUEST_YAML, sources: Collection[str] | None = None) -> list[Run]:
@@ -92,6 +110,7 @@ def read_runs(path: Path = PER_REQUEST_YAML, sources: Collection[str] | None = N
                     prompts=r.get("prompts", TTFT_ROUNDS * conc),
                     measured=measured,
                     output_tps=r.get("output_tps"),
+                    range_ratio=float(s.get("range_ratio", 1.0)),
                 )
             )
     return runs

@@ -18,6 +18,7 @@ bench.sim.per_request` prints every run, figure and median (`--suite PREFIX` som
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,9 +176,13 @@ def summary(
 
 def by_suite(errors: list[RunError]) -> dict[str, list[RunError]]:
     """The runs' errors grouped by suite, in the file's order."""
+    return _grouped(errors, lambda e: e.run.suite)
+
+
+def _grouped(errors: list[RunError], key: Callable[[RunError], str]) -> dict[str, list[RunError]]:
     out: dict[str, list[RunError]] = {}
     for e in errors:
-        out.setdefault(e.run.suite, []).append(e)
+        out.setdefault(key(e), []).append(e)
     return out
 
 
@@ -208,10 +213,7 @@ def report(errors: list[RunError]) -> str:
                 + f"  {e.mape:6.0%}"
             )
         lines += _summary_lines(errs, f"{suite}: ")
-    by_source: dict[str, list[RunError]] = {}
-    for e in errors:
-        by_source.setdefault(e.run.source, []).append(e)
-    for source, errs in by_source.items():
+    for source, errs in _grouped(errors, lambda e: e.run.source).items():
         if len({e.run.suite for e in errs}) > 1:  # one source's suites pooled (S85's twelve)
             lines += _summary_lines(errs, f"{source}'s suites: ")
     if len(suites) > 1:

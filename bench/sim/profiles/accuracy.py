@@ -53,17 +53,10 @@ PER_REQUEST_BASIS = (
 
 @lru_cache(maxsize=1)
 def _held_out_doc() -> dict[str, Any]:
-    """held_out.yaml as it is on disk now: parsed once per version of the file (its thousands
-    of per-request rows take the pure-Python parser about a second), again after a refit
-    rewrites it."""
-    stat = HELD_OUT_YAML.stat()
-    return _parsed_held_out(str(HELD_OUT_YAML), stat.st_mtime_ns, stat.st_size)
-
-
-@lru_cache(maxsize=2)
-def _parsed_held_out(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where PyYAML has it
-    return yaml.load(Path(path).read_text(), Loader=loader)  # noqa: S506 (a safe loader)
+    """held_out.yaml, parsed once a process: libyaml's loader where PyYAML has it (its
+    thousands of per-request rows take the pure-Python parser about a second)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(HELD_OUT_YAML.read_text(), Loader=loader)  # noqa: S506 (a safe loader)
 
 
 def range_error(error: float) -> float:

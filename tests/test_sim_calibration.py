@@ -462,13 +462,16 @@ def test_points_added_after_the_fit_are_scored_never_fitted() -> None:
     after = {p.id for p in pub.after_fit}
     assert after and not after & {p.id for p in pub.scored}
     fitted_on = yaml.safe_load(EFFICIENCY_YAML.read_text())["fitted"][0]["source"]
-    shared = [p for p in pub.scored if not p.vendor_only]
-    assert fitted_on.startswith(f"fitted on {len(shared)} points")
+    shared = [p for p in pub.scored if p.vendor != "amd"]
+    assert fitted_on.startswith(f"fitted on {len(shared)} points and 5 ratios")
     assert f"and {len(decode_step_points())} decode steps of S84" in fitted_on
-    # AMD's own figures inform the AMD factors alone (the fit's second stage)
-    vendor_only = [p for p in pub.scored if p.vendor_only]
-    assert {p.source for p in vendor_only} == {"S77"} and {p.vendor for p in vendor_only} == {"amd"}
-    assert fitted_on.endswith(f"the AMD factors also on {len(vendor_only)} points of S77")
+    # AMD's figures inform AMD's parameters alone (the fit's second stage): its own vLLM
+    # figures [S77] and InferenceX's MI300X and MI325X DeepSeek-R1 fronts
+    amd = [p for p in pub.scored if p.vendor == "amd"]
+    assert {p.source for p in amd} == {"S17", "S18", "S77"}
+    assert fitted_on.endswith(
+        f"the AMD parameters on {len(amd)} points and 1 ratio of S17, S18, S77"
+    )
     res = validate(points=pub.after_fit)
     assert mean_abs_error(res) <= PINNED_AFTER_FIT_MAE, [(r.point.id, r.error) for r in res]
 
@@ -476,17 +479,67 @@ def test_points_added_after_the_fit_are_scored_never_fitted() -> None:
 def test_amds_own_figures_are_reproduced_at_their_runs_batch_limit() -> None:
     """AMD's vLLM throughput test [S77] runs each row at its own max-num-seqs (3,200 for 70B at
     128/2048), not vLLM's default: the point's max_conc is the run's limit. They inform the AMD
-    factors alone (the fit's second stage): ROCm's GEMMs at 0.32 of NVIDIA's efficiency and its
-    HBM at 0.66, where one factor for both read the maxima +7% to +59% and batch 1 -8%; since
-    the fourth refit (2026-12-06) -16% to +17% and batch 1 -4% (its weight reads; -21% before
-    the dense GEMMs' tile floor)."""
+    factors alone (the fit's second stage): one factor for compute and bandwidth read the maxima
+    +7% to +59% and batch 1 -8%; since the fourth refit (2026-12-06) -16% to +17% and batch 1
+    -4% (its weight reads; -21% before the dense GEMMs' tile floor); since CDNA3's MLA layers
+    are timed apart (2026-12-07: ROCm's GEMMs at 0.39 of NVIDIA's efficiency, its HBM at
+    NVIDIA's fraction of peak) -10% to +26%, batch 1 +8%."""
     pub = load_published()
     amd = {p.id: p for p in pub.scored if p.source == "S77"}
-    assert len(amd) == 9 and all(p.vendor_only for p in amd.values())
+    assert len(amd) == 9 and all(p.vendor == "amd" for p in amd.values())
     res = {r.point.id: r for r in validate(points=list(amd.values()))}
     assert res["amd-mi300x-70b-128-2048"].config == "tp8 c3200"
     assert res["amd-mi300x-405b-2048-2048"].config == "tp8 c500"
     assert all(abs(r.error) <= 0.3 for r in res.values()), [(k, r.error) for k, r in res.items()]
+
+
+def test_cdna3_mla_layers_are_timed_apart_and_carry_to_amds_own_runs() -> None:
+    """DeepSeek's MLA layers on CDNA3 (MI300X, MI325X) have their own per-layer time, fitted
+    on InferenceX's fronts of both GPUs [S17][S18]: with one time for every GPU, AMD's factors
+    read CDNA3's slow few-sequence steps as slow HBM (0.66 of NVIDIA's), every AMD GPU inherited
+    it, and AMD's own SGLang run of DeepSeek-V3 at one user on MI300X [S81], never fitted, read
+    +119%, its MTP speed-ups at 1-8 users -10% to -20%."""
+    import yaml
+
+    from bench.sim.profiles import efficiency_for
+
+    fitted = yaml.safe_load(EFFICIENCY_YAML.read_text())["fitted_values"]
+    cdna3, shared = fitted["t_mla_layer_s_cdna3"]["value"], fitted["t_mla_layer_s"]["value"]
+    assert cdna3 > 5 * shared  # sglang#3237: ~590 us a layer at 4 sequences on MI300X
+    for gpu, want in (("MI300X", cdna3), ("MI325X", cdna3), ("MI355X", shared), ("H200", shared)):
+        for engine in ("sglang", "vllm"):
+            got = efficiency_for(get_gpu(gpu), "fp8", engine).t_mla_layer_s
+            assert got == pytest.approx(want), (gpu, engine)
+    assert fitted["t_mla_layer_s_cdna3"]["observations"] == 6
+    pub = load_published()
+    b1 = next(p for p in pub.after_fit if p.id == "amd-mi300x-dsv3-b1")
+    assert abs(validate(points=[b1])[0].error) <= 0.40
+    few = [r for r in mtp_speedups() if re.fullmatch(r"amd-mi300x-dsv3-mtp2-c[1248]", r.point.id)]
+    assert len(few) == 4 and all(abs(r.error) <= 0.10 for r in few), [r.error for r in few]
+
+
+def test_a_gpu_scoped_fit_parameter_names_what_it_sets_or_is_refused(tmp_path) -> None:
+    """A `scope: gpu` parameter must say which efficiency parameter it sets and on which GPUs:
+    without them the fit would free a value no deployment reads."""
+    path = tmp_path / "efficiency.yaml"
+    path.write_text(
+        "schema_version: 1\nparameters: {}\nfit:\n  t_x:\n    initial: 1.0\n"
+        "    range: [0.0, 2.0]\n    scope: gpu\n    sets: t_mla_layer_s\n    source: s\n"
+    )
+    with pytest.raises(
+        ValueError, match=r"efficiency.yaml: fit t_x: scope gpu needs `sets` and `gpus`"
+    ):
+        fit_params(path)
+    named = tmp_path / "named.yaml"  # another file: parsed files are cached by path
+    named.write_text(path.read_text() + "    gpus: [MI300X]\n")
+    (q,) = fit_params(named)
+    assert (q.name, q.sets, q.gpus, q.low, q.high) == (
+        "t_x",
+        "t_mla_layer_s",
+        ("MI300X",),
+        0.0,
+        2.0,
+    )
 
 
 def test_amds_factors_carry_to_a_gpu_and_model_they_never_saw() -> None:

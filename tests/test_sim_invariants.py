@@ -67,7 +67,7 @@ def test_moe_expert_parallel_scales_without_loss() -> None:
 
 def test_tp_scaling_stays_within_what_memory_and_the_link_allow() -> None:
     # issue 25: TP1 -> TP2 for Llama-3.3-70B FP8 on H100 scaled x21.8 at 80e9 bytes (real ~x5).
-    # Reached: vLLM x19.3, TensorRT-LLM x4.5 (x17.8 and x4.5 before the sixth refit; vLLM x14.2 while its defaults read 256 sequences
+    # Reached: vLLM x19.2, TensorRT-LLM x4.6 (x19.3 before the AMD stage took CDNA3's MLA time, x17.8 and x4.5 before the sixth refit; vLLM x14.2 while its defaults read 256 sequences
     # on an H100, where `vllm serve` takes 1,024 and samples that many rows of logits in its
     # memory profile; x14.0 and x4.3 before the decode steps [S84] joined the fit; x12.2 and
     # x4.2 before the row-dependent GEMM efficiency; x6.8 and x3.8 with the embedding and LM

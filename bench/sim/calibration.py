@@ -112,8 +112,6 @@ class Point:
     expressible: bool = True
     reason: str = ""
     after_fit: bool = False  # added after the fit: never fitted on, scored on its own row
-    # fitted on its vendor's factors alone (the fit's second stage), not the shared parameters
-    vendor_only: bool = False
     disagg: str = ""  # the source's search also ("also") or only ("only") runs xPyD splits
     batch: float = 0.0  # decode_step: the sequences decoding in the step
     context: float = 0.0  # decode_step: the mean tokens each of them reads
@@ -725,6 +723,10 @@ class FitParam:
     high: float
     source: str
     stage: str = "shared"  # "vendor": fitted again on every observation of AMD GPUs (fit)
+    # scope gpu: the efficiency parameter it sets on the GPUs listed, and nowhere else (one
+    # value for one silicon generation, as t_mla_layer_s_cdna3 on MI300X and MI325X)
+    sets: str = ""
+    gpus: tuple[str, ...] = ()
 
 
 def fit_params(path: Path = EFFICIENCY_YAML) -> list[FitParam]:
@@ -737,8 +739,25 @@ def fit_params(path: Path = EFFICIENCY_YAML) -> list[FitParam]:
         engines = spec.get("engines") or ENGINES
         names = [f"{name}.{e}" for e in engines] if spec["scope"] == "engine" else [name]
         stage = spec.get("stage", "shared")
-        out += [FitParam(n, spec["initial"], lo, hi, spec["source"], stage) for n in names]
+        sets, gpus = spec.get("sets", ""), tuple(spec.get("gpus") or ())
+        if spec["scope"] == "gpu" and not (sets and gpus):
+            raise ValueError(f"{path}: fit {name}: scope gpu needs `sets` and `gpus`")
+        out += [
+            FitParam(n, spec["initial"], lo, hi, spec["source"], stage, sets, gpus) for n in names
+        ]
     return out
+
+
+def _gpu_scoped(x: dict[str, float]) -> list[dict]:
+    """The profiles of the GPU-scoped parameters in x: each sets its efficiency parameter on
+    its GPUs only (a one-key match, applied after the global entry, before the vendor, engine
+    and compute ones, which never set it)."""
+    return [
+        {"match": {"gpu": g}, "set": {q.sets: float(x[q.name])}}
+        for q in fit_params()
+        if q.gpus and q.name in x
+        for g in q.gpus
+    ]
 
 
 def mfu_prefill_max() -> float:
@@ -755,6 +774,7 @@ def _profiles_from(x: dict[str, float]) -> list[dict]:
     bandwidth ratio (each the engine's own where the fit scopes it per engine, "mfu.vllm"), so every
     deployment a user may simulate resolves to fitted values, none to a guess."""
     derived = {"mbu", "mfu", "fp4_mfu_ratio", "amd_ratio", "amd_mbu_ratio", "allreduce_latency_s"}
+    derived |= {q.name for q in fit_params() if q.gpus}
     # a global the fit does not free (t_fix_s since issue 25's second refit) keeps its default
     g = {k: float(v) for k, v in x.items() if "." not in k and k not in derived}
     g["allreduce_latency_s"] = g["alltoall_latency_s"] = float(x["allreduce_latency_s"])
@@ -774,27 +794,46 @@ def _profiles_from(x: dict[str, float]) -> list[dict]:
                 vals["mfu_prefill"] = float(min(mfu, cap))
                 match = {"vendor": vendor, "engine": engine, "compute": compute}
                 profiles.append({"match": match, "set": vals})
-    return profiles
+    return profiles + _gpu_scoped(x)
 
 
 def points_per_parameter(points: list[Point], ratios: list[Ratio]) -> dict[str, int]:
-    """Scored observations (points and GPU ratios) each free parameter moves."""
+    """Scored observations (points and GPU ratios) each free parameter is fitted on: NVIDIA's
+    for the first stage's, AMD's for the vendor stage's (fit)."""
     obs = [(_engine_family(p.engine), p.vendor, get_precision(p.precision).compute) for p in points]
-    for r in ratios:
-        for side, engine in ((r.num, r.num_engine or r.engine), (r.den, r.engine)):
-            g = get_gpu(side["gpu"])
-            obs.append((_engine_family(engine), g.vendor, get_precision(side["precision"]).compute))
+    for r in ratios:  # a ratio with an AMD side is one AMD observation, else one per side
+        sides = [get_gpu(side["gpu"]).vendor for side in (r.num, r.den)]
+        engines = (r.num_engine or r.engine, r.engine)
+        for side, engine in zip((r.num, r.den), engines, strict=True):
+            vendor = "amd" if "amd" in sides else "nvidia"
+            obs.append((_engine_family(engine), vendor, get_precision(side["precision"]).compute))
+            if vendor == "amd":
+                break
+    nvidia = [o for o in obs if o[1] != "amd"]
     counts = {}
     for prm in fit_params():
-        if "." in prm.name:
-            counts[prm.name] = sum(e == prm.name.split(".")[1] for e, _, _ in obs)
+        if prm.gpus:  # the points on its GPUs whose model has the layers it times
+            on = [p for p in points if _gpu(p.gpu).name in prm.gpus]
+            counts[prm.name] = sum(_times_layers(prm.sets, _model(p.model)) for p in on)
+        elif prm.stage == "vendor":
+            counts[prm.name] = len(obs) - len(nvidia)
+        elif "." in prm.name:
+            counts[prm.name] = sum(e == prm.name.split(".")[1] for e, _, _ in nvidia)
         elif prm.name == "fp4_mfu_ratio":
-            counts[prm.name] = sum(c == "fp4" for _, _, c in obs)
-        elif prm.name in ("amd_ratio", "amd_mbu_ratio"):
-            counts[prm.name] = sum(v == "amd" for _, v, _ in obs)
+            counts[prm.name] = sum(c == "fp4" for _, _, c in nvidia)
         else:
-            counts[prm.name] = len(obs)
+            counts[prm.name] = len(nvidia)
     return counts
+
+
+def _times_layers(parameter: str, model: ModelProfile) -> bool:
+    """Whether an efficiency parameter moves this model's steps: a per-MLA-layer time only a
+    model with latent attention, a per-MoE-layer one only a mixture of experts."""
+    if parameter == "t_mla_layer_s":
+        return model.attention == "mla"
+    if parameter == "t_moe_layer_s":
+        return model.is_moe
+    return True
 
 
 # A decode step's residual against a published point's: the fit's 168 steps (one source, one
@@ -869,11 +908,12 @@ def fit(
 
     Least squares on log(simulated / published) with a soft-L1 loss (a step's term weighted
     loss.step_weight), in log-parameter space inside each parameter's physical range
-    (efficiency.yaml `fit`), with a weak pull toward the initial values; the points marked
-    vendor_only are left out of it. Then the vendor-stage parameters (the AMD factors) are
-    fitted again on every AMD observation, those points included, the others fixed: a vendor's
-    own figures inform its factors without moving what every GPU shares. Returns the profiles
-    and the fitted values by name.
+    (efficiency.yaml `fit`), with a weak pull toward the initial values, on NVIDIA's points
+    and ratios. Then the vendor-stage parameters (the AMD factors, CDNA3's MLA layer time) are
+    fitted on every AMD observation, the others fixed: AMD's figures inform AMD's parameters
+    without moving what NVIDIA's set. With MI300X's fronts in the first stage, CDNA3's slow
+    MLA layers pushed the shared per-layer times and bandwidths, and NVIDIA's DeepSeek-R1 fronts
+    paid. Returns the profiles and the fitted values by name.
     """
     from bench.extras import require
 
@@ -890,13 +930,14 @@ def fit(
     steps = decode_step_points() if steps is None else steps
     hand = _hand_profiles()
 
-    shared = [p for p in points if not p.vendor_only]
+    shared = [p for p in points if p.vendor != "amd"]
+    nv_ratios = [r for r in ratios if not _amd_ratio(r)]
 
     def resid(z: np.ndarray) -> np.ndarray:
         x = dict(zip(names, np.exp(z), strict=True))
         sim = Sim(hand + _profiles_from(x), "formula", pub)
         terms = _residuals([sim.reproduce(p) for p in shared])
-        rterms = [math.log(max(sim.ratio(r), 1e-9) / r.measured) for r in ratios]
+        rterms = [math.log(max(sim.ratio(r), 1e-9) / r.measured) for r in nv_ratios]
         sterms = loss.step_weight * _residuals([sim.reproduce(p) for p in steps])
         return np.concatenate([terms, rterms, sterms, loss.prior_weight * (z - x0)])
 
@@ -1012,9 +1053,10 @@ def write_fit(
     pub = load_published()
     steps = decode_step_points() if steps is None else steps
     counts = points_per_parameter(points + steps, pub.ratios)
-    shared = [p for p in points if not p.vendor_only]
+    shared = [p for p in points if p.vendor != "amd"]
     srcs = sorted({p.source for p in shared})
-    vendor_only = [p for p in points if p.vendor_only]
+    amd = [p for p in points if p.vendor == "amd"]
+    n_amd = sum(_amd_ratio(r) for r in pub.ratios)
     ranges = {q.name: [q.low, q.high] for q in fit_params(path)}
     data["fitted_values"] = {
         k: {"value": float(f"{v:.4g}"), "range": ranges[k], "observations": counts[k]}
@@ -1024,12 +1066,13 @@ def write_fit(
     for prof in fitted:
         prof["set"] = {k: float(f"{v:.4g}") for k, v in prof["set"].items()}
         prof["source"] = (
-            f"fitted on {len(shared)} points and {len(pub.ratios)} ratios of {', '.join(srcs)}"
+            f"fitted on {len(shared)} points and {len(pub.ratios) - n_amd} ratios of "
+            + ", ".join(srcs)
             + (f", and {len(steps)} decode steps of S84" if steps else "")
             + (
-                f"; the AMD factors also on {len(vendor_only)} points of "
-                f"{', '.join(sorted({p.source for p in vendor_only}))}"
-                if vendor_only
+                f"; the AMD parameters on {len(amd)} points and {n_amd} ratio of "
+                + ", ".join(sorted({p.source for p in amd}))
+                if amd
                 else ""
             )
         )

@@ -71,9 +71,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PINNED_MAE = 0.135
 PINNED_MAE_DENSE = 0.085  # 8.1% since the decode steps [S84] joined the fit (7.0% before)
 PINNED_MAE_MOE = 0.175
-# 14.2% since the sixth refit (11.9% after the fourth, 15.2% before it: batch 1 no longer
-# compute-bound); the AMD factors meet MI300X's DeepSeek-R1 fronts at 8k/1k -7..+22%
-PINNED_MAE_AMD = 0.15
+# 14.2% after the sixth refit (11.9% after the fourth, 15.2% before it: batch 1 no longer
+# compute-bound); 12.7% over 15 since CDNA3's MLA layers are timed apart (MI300X's and
+# MI325X's DeepSeek-R1 fronts at 8k/1k -13..+12%, from -16..+22%)
+PINNED_MAE_AMD = 0.14
 PINNED_MAX_ABS = (
     0.92  # reached 0.915 (ix-b200-dsr1-fp8-198); 0.545 since S84 joined the fit, 0.564 now
 )
@@ -447,12 +448,15 @@ def test_rack_scale_nvl72() -> None:
 # figures); 18.8% on the 60 before, 17.7% before the decode steps [S84] joined the fit; 20.6%
 # after the fourth refit (20.1% with its GEMM tile floor alone), 18.9% since the fifth chose the
 # fit's loss by this figure (calibration.choose_loss); 16.3% since the sixth, fitted on the fronts
-# the sources searched, with vLLM's block-FP8 expert factor and MLA's per-layer cost
-PINNED_LOSO_MAE = 0.175
+# the sources searched, with vLLM's block-FP8 expert factor and MLA's per-layer cost; 14.8%
+# over 72 since CDNA3's MLA layers are timed apart and AMD's points fit the vendor stage alone
+PINNED_LOSO_MAE = 0.16
 PINNED_ENGINE_MAE = 0.135
 # 27.6% of 19 since the sixth refit (TensorRT-LLM's FP4 DeepSeek-R1 without MTP reads slow:
 # -21..-55%); 25.4% after the fifth, 26.3% after the fourth, 24.4% before it; 39.2% once
-PINNED_AFTER_FIT_MAE = 0.29
+# 22.3% of 16 since CDNA3's MLA layers are timed apart (S18's three points joined the fit;
+# AMD's DeepSeek-V3 at one user [S81] +36% from +119%)
+PINNED_AFTER_FIT_MAE = 0.25
 
 
 def test_points_added_after_the_fit_are_scored_never_fitted() -> None:

@@ -801,14 +801,13 @@ def points_per_parameter(points: list[Point], ratios: list[Ratio]) -> dict[str, 
     """Scored observations (points and GPU ratios) each free parameter is fitted on: NVIDIA's
     for the first stage's, AMD's for the vendor stage's (fit)."""
     obs = [(_engine_family(p.engine), p.vendor, get_precision(p.precision).compute) for p in points]
-    for r in ratios:  # a ratio with an AMD side is one AMD observation, else one per side
-        sides = [get_gpu(side["gpu"]).vendor for side in (r.num, r.den)]
-        engines = (r.num_engine or r.engine, r.engine)
-        for side, engine in zip((r.num, r.den), engines, strict=True):
-            vendor = "amd" if "amd" in sides else "nvidia"
-            obs.append((_engine_family(engine), vendor, get_precision(side["precision"]).compute))
-            if vendor == "amd":
-                break
+    for r in ratios:  # both sides of a ratio, or its AMD side alone (the vendor stage's)
+        sides = [(r.num, r.num_engine or r.engine), (r.den, r.engine)]
+        if _amd_ratio(r):
+            sides = [(side, e) for side, e in sides if get_gpu(side["gpu"]).vendor == "amd"]
+        for side, engine in sides:
+            g = get_gpu(side["gpu"])
+            obs.append((_engine_family(engine), g.vendor, get_precision(side["precision"]).compute))
     nvidia = [o for o in obs if o[1] != "amd"]
     counts = {}
     for prm in fit_params():

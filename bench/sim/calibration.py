@@ -931,21 +931,26 @@ def fit(
 
     shared = [p for p in points if p.vendor != "amd"]
     nv_ratios = [r for r in ratios if not _amd_ratio(r)]
+    # the first stage frees only its own parameters: no NVIDIA observation moves the vendor
+    # stage's, which stay at their initial values until AMD's observations fit them
+    first = [i for i, q in enumerate(params) if q.stage != "vendor"]
+    vendor = [i for i, q in enumerate(params) if q.stage == "vendor"]
+    held = {names[i]: float(np.exp(x0[i])) for i in vendor}
 
     def resid(z: np.ndarray) -> np.ndarray:
-        x = dict(zip(names, np.exp(z), strict=True))
+        x = {**held, **{names[i]: float(v) for i, v in zip(first, np.exp(z), strict=True)}}
         sim = Sim(hand + _profiles_from(x), "formula", pub)
         terms = _residuals([sim.reproduce(p) for p in shared])
         rterms = [math.log(max(sim.ratio(r), 1e-9) / r.measured) for r in nv_ratios]
         sterms = loss.step_weight * _residuals([sim.reproduce(p) for p in steps])
-        return np.concatenate([terms, rterms, sterms, loss.prior_weight * (z - x0)])
+        return np.concatenate([terms, rterms, sterms, loss.prior_weight * (z - x0[first])])
 
     sol = least_squares(
-        resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=loss.f_scale, max_nfev=FIT_NFEV,
-        x_scale="jac",
+        resid, x0[first], bounds=(lo[first], hi[first]), loss="soft_l1", f_scale=loss.f_scale,
+        max_nfev=FIT_NFEV, x_scale="jac",
     )  # fmt: skip
-    values = dict(zip(names, (float(v) for v in np.exp(sol.x)), strict=True))
-    vendor = [i for i, q in enumerate(params) if q.stage == "vendor"]
+    values = {**held, **{names[i]: float(v) for i, v in zip(first, np.exp(sol.x), strict=True)}}
+    values = {n: values[n] for n in names}  # in efficiency.yaml's order, as written
     amd = [p for p in points if p.vendor == "amd"]
     amd_ratios = [r for r in ratios if _amd_ratio(r)]
     if not vendor or not amd + amd_ratios:
@@ -959,7 +964,7 @@ def fit(
         return np.concatenate([terms, rterms, loss.prior_weight * (zv - x0[vendor])])
 
     sol = least_squares(
-        vendor_resid, sol.x[vendor], bounds=(lo[vendor], hi[vendor]), loss="soft_l1",
+        vendor_resid, x0[vendor], bounds=(lo[vendor], hi[vendor]), loss="soft_l1",
         f_scale=loss.f_scale, max_nfev=FIT_NFEV, x_scale="jac",
     )  # fmt: skip
     values.update({names[i]: float(v) for i, v in zip(vendor, np.exp(sol.x), strict=True)})

@@ -175,8 +175,9 @@ def test_the_stated_latency_ranges_hold_the_per_request_runs_they_are_read_from(
     TTFT p50 range held 0 of 72 and a TPOT p99 range 5 of 72 (bench.sim.per_request)."""
     from bench.sim.per_request import load_runs, per_request_errors, stated_coverage
 
-    # MiniMax's and NIM's runs here; InferenceX's DeepSeek-R1 runs [S85] take minutes to
-    # replay and are held to the same in tests/test_sim_per_request.py (@slow)
+    # MiniMax's, NIM's and TensorRT-LLM's issue's [S86] runs here; InferenceX's DeepSeek-R1
+    # runs [S85] take minutes to replay and are held to the same in
+    # tests/test_sim_per_request.py (@slow)
     cover = stated_coverage(per_request_errors([r for r in load_runs() if r.source != "S85"]))
     for figure in ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "ttft_mean", "tpot_mean"):
         held, n = cover[figure]

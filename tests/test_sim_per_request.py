@@ -11,6 +11,7 @@ from bench.sim.per_request import (
     by_suite,
     load_runs,
     per_request_errors,
+    report,
     simulate,
     stated_coverage,
     summary,
@@ -212,3 +213,27 @@ def test_inferencex_deepseek_suites_per_request_error_and_the_readme_says_so():
     # each figure's range holds COVERAGE of them, as every figure's of every suite must
     for figure, (held_n, n) in cover.items():
         assert held_n >= COVERAGE * n, (figure, held_n, n)
+
+
+def test_trtllm_issue_ttfts_score_alone_and_the_readme_says_so():
+    """TensorRT-LLM issue #5929's LLMPerf TTFTs [S86], DeepSeek-R1 on 8 x H200 (FP8) and 8 x B200
+    (FP4): a suite that publishes one figure scores that figure alone, and the report prints its
+    runs without the figures it lacks. At 1,600-token prompts the simulated first token comes
+    far sooner than the server's, as in InferenceX's own runs (README)."""
+    runs = [r for r in load_runs() if r.source == "S86"]
+    assert len(runs) == 10 and {r.client for r in runs} == {"llmperf"}
+    assert {r.parallel for r in runs} == {"tp8", "tep8"} and all(r.osl == 600 for r in runs)
+    assert all(set(r.measured) == {"ttft_p50"} for r in runs)
+    h200 = next(r for r in runs if r.gpu == "H200-SXM" and r.parallel == "tp8" and r.isl == 1600)
+    assert (h200.concurrency, h200.measured["ttft_p50"]) == (1, 164.63)
+    errs = per_request_errors(runs)
+    assert all(set(e.errors) == {"ttft_p50"} for e in errs)
+    text = report(errs)
+    assert "deepseek-r1-h200-trtllm-fp8-llmperf [S86]" in text
+    assert re.search(r"tp8 isl 1600 c1 +\d+ / +165 +[\d.]+ / +- ", text)  # no TPOT published
+    short = [e for e in errs if e.run.isl == 1600 and e.run.concurrency == 1]
+    assert len(short) == 4 and all(e.errors["ttft_p50"] < -0.2 for e in short)
+    s = summary(errs)
+    readme = " ".join(README.read_text().split())
+    stated = re.search(r"TensorRT-LLM issue #5929 \[S86\].*?per-request error is (\d+)%", readme)
+    assert stated and int(stated.group(1)) == round(100 * s["median_mape"])

@@ -64,8 +64,8 @@ def simulate(run: Run) -> dict[str, float]:
     (a simulated engine needs no warm-up); TPOT per request is (end-to-end - TTFT) / (its
     output tokens - 1) (genai-perf's inter-token latency too); each
     figure the mean or the percentile (numpy's, linear) over the requests the client reads:
-    vllm-bench every request of the run, genai-perf those after the loop's first STEADY_ROUNDS
-    rounds (per_request_runs.steady_window, as the calibration's TTFT checks read NIM's)."""
+    vllm-bench and LLMPerf every request of the run, genai-perf those after the loop's first
+    STEADY_ROUNDS rounds (per_request_runs.steady_window, as the calibration's TTFT checks read NIM's)."""
     from bench.sim.virtual import build_engine, replay_closed
 
     engine = build_engine(
@@ -193,7 +193,10 @@ def report(errors: list[RunError]) -> str:
     suites = by_suite(errors)
     for suite, errs in suites.items():
         figs = [k for k in FIGURES if k in errs[0].run.measured]
-        ttft, tpot = (next(k for k in figs if k.startswith(q)) for q in ("ttft", "tpot"))
+        # the first published TTFT and TPOT figure; the median where the source gave none
+        ttft, tpot = (
+            next((k for k in figs if k.startswith(q)), f"{q}_p50") for q in ("ttft", "tpot")
+        )
         r0 = errs[0].run
         lines.append(
             f"{suite} [{r0.source}]: {r0.model} {r0.precision} on {r0.gpu}, {r0.engine}, "
@@ -207,8 +210,8 @@ def report(errors: list[RunError]) -> str:
         for e in errs:
             r, s = e.run, e.simulated
             lines.append(
-                f"{r.label:24} {s[ttft]:7.0f} / {r.measured[ttft]:6.0f} "
-                f"{s[tpot]:6.1f} / {r.measured[tpot]:5.1f}  "
+                f"{r.label:24} {s[ttft]:7.0f} / {_published(r, ttft, '6.0f')} "
+                f"{s[tpot]:6.1f} / {_published(r, tpot, '5.1f')}  "
                 + " ".join(f"{e.errors[k]:+9.0%}" for k in figs)
                 + f"  {e.mape:6.0%}"
             )
@@ -219,6 +222,13 @@ def report(errors: list[RunError]) -> str:
     if len(suites) > 1:
         lines += _summary_lines(errors, "all suites: ")
     return "\n".join(lines)
+
+
+def _published(run: Run, figure: str, fmt: str) -> str:
+    """The run's published figure in `fmt`, or a dash as wide where its source gave none."""
+    if figure in run.measured:
+        return format(run.measured[figure], fmt)
+    return "-".rjust(int(fmt.split(".")[0]))
 
 
 def _summary_lines(errors: list[RunError], prefix: str) -> list[str]:

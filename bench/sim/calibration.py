@@ -81,7 +81,7 @@ from bench.sim.profiles import (
 )
 from bench.sim.profiles.decode_step_rows import fit_rows
 from bench.sim.profiles.per_request_runs import TTFT_ROUNDS, nim_runs, nim_s75, steady_window
-from bench.sim.roofline import Deployment, parse_parallel, steady_state
+from bench.sim.roofline import Deployment, parse_parallel, steady_state, timed_layers
 
 INFERENCEX_ISL = (0.8, 1.0)  # prompt lengths uniform in 80-100% of nominal [S2][S3]
 UNREACHED = -1.0  # error of a point whose interactivity the simulator cannot reach
@@ -800,39 +800,38 @@ def _profiles_from(x: dict[str, float]) -> list[dict]:
 def points_per_parameter(points: list[Point], ratios: list[Ratio]) -> dict[str, int]:
     """Scored observations (points and GPU ratios) each free parameter is fitted on: NVIDIA's
     for the first stage's, AMD's for the vendor stage's (fit)."""
-    obs = [(_engine_family(p.engine), p.vendor, get_precision(p.precision).compute) for p in points]
-    for r in ratios:  # both sides of a ratio, or its AMD side alone (the vendor stage's)
-        sides = [(r.num, r.num_engine or r.engine), (r.den, r.engine)]
-        if _amd_ratio(r):
-            sides = [(side, e) for side, e in sides if get_gpu(side["gpu"]).vendor == "amd"]
-        for side, engine in sides:
-            g = get_gpu(side["gpu"])
-            obs.append((_engine_family(engine), g.vendor, get_precision(side["precision"]).compute))
-    nvidia = [o for o in obs if o[1] != "amd"]
+    split = stages(points, ratios)
+
+    # (engine, compute unit) of each NVIDIA point and of both sides of each NVIDIA ratio
+    nvidia = [(_engine_family(p.engine), get_precision(p.precision).compute) for p in split.points]
+    nvidia += [
+        (_engine_family(engine), get_precision(side["precision"]).compute)
+        for r in split.ratios
+        for side, engine in ((r.num, r.num_engine or r.engine), (r.den, r.engine))
+    ]
+    # a vendor-stage ratio observes only its AMD side: its NVIDIA side's parameters are fixed
+    amd_sides = [s for r in split.vendor_ratios for s in (r.num, r.den)]
+    n_vendor = len(split.vendor_points) + sum(get_gpu(s["gpu"]).vendor == "amd" for s in amd_sides)
     counts = {}
     for prm in fit_params():
         if prm.gpus:  # the points on its GPUs whose model has the layers it times
             on = [p for p in points if _gpu(p.gpu).name in prm.gpus]
             counts[prm.name] = sum(_times_layers(prm.sets, _model(p.model)) for p in on)
         elif prm.stage == "vendor":
-            counts[prm.name] = len(obs) - len(nvidia)
+            counts[prm.name] = n_vendor
         elif "." in prm.name:
-            counts[prm.name] = sum(e == prm.name.split(".")[1] for e, _, _ in nvidia)
+            counts[prm.name] = sum(e == prm.name.split(".")[1] for e, _ in nvidia)
         elif prm.name == "fp4_mfu_ratio":
-            counts[prm.name] = sum(c == "fp4" for _, _, c in nvidia)
+            counts[prm.name] = sum(c == "fp4" for _, c in nvidia)
         else:
             counts[prm.name] = len(nvidia)
     return counts
 
 
 def _times_layers(parameter: str, model: ModelProfile) -> bool:
-    """Whether an efficiency parameter moves this model's steps: a per-MLA-layer time only a
-    model with latent attention, a per-MoE-layer one only a mixture of experts."""
-    if parameter == "t_mla_layer_s":
-        return model.attention == "mla"
-    if parameter == "t_moe_layer_s":
-        return model.is_moe
-    return True
+    """Whether an efficiency parameter moves this model's steps: a per-layer time only where
+    the model has layers it times (roofline.timed_layers), any other parameter always."""
+    return timed_layers(model).get(parameter, 1) > 0
 
 
 # A decode step's residual against a published point's: the fit's 168 steps (one source, one
@@ -929,8 +928,7 @@ def fit(
     steps = decode_step_points() if steps is None else steps
     hand = _hand_profiles()
 
-    shared = [p for p in points if p.vendor != "amd"]
-    nv_ratios = [r for r in ratios if not _amd_ratio(r)]
+    split = stages(points, ratios)
     # the first stage frees only its own parameters: no NVIDIA observation moves the vendor
     # stage's, which stay at their initial values until AMD's observations fit them
     first = [i for i, q in enumerate(params) if q.stage != "vendor"]
@@ -940,8 +938,8 @@ def fit(
     def resid(z: np.ndarray) -> np.ndarray:
         x = {**held, **{names[i]: float(v) for i, v in zip(first, np.exp(z), strict=True)}}
         sim = Sim(hand + _profiles_from(x), "formula", pub)
-        terms = _residuals([sim.reproduce(p) for p in shared])
-        rterms = [math.log(max(sim.ratio(r), 1e-9) / r.measured) for r in nv_ratios]
+        terms = _residuals([sim.reproduce(p) for p in split.points])
+        rterms = [math.log(max(sim.ratio(r), 1e-9) / r.measured) for r in split.ratios]
         sterms = loss.step_weight * _residuals([sim.reproduce(p) for p in steps])
         return np.concatenate([terms, rterms, sterms, loss.prior_weight * (z - x0[first])])
 
@@ -951,16 +949,14 @@ def fit(
     )  # fmt: skip
     values = {**held, **{names[i]: float(v) for i, v in zip(first, np.exp(sol.x), strict=True)}}
     values = {n: values[n] for n in names}  # in efficiency.yaml's order, as written
-    amd = [p for p in points if p.vendor == "amd"]
-    amd_ratios = [r for r in ratios if _amd_ratio(r)]
-    if not vendor or not amd + amd_ratios:
+    if not vendor or not split.vendor_points + split.vendor_ratios:
         return hand + _profiles_from(values), values
 
     def vendor_resid(zv: np.ndarray) -> np.ndarray:
         x = {**values, **{names[i]: float(v) for i, v in zip(vendor, np.exp(zv), strict=True)}}
         sim = Sim(hand + _profiles_from(x), "formula", pub)
-        terms = _residuals([sim.reproduce(p) for p in amd])
-        rterms = [math.log(max(sim.ratio(r), 1e-9) / r.measured) for r in amd_ratios]
+        terms = _residuals([sim.reproduce(p) for p in split.vendor_points])
+        rterms = [math.log(max(sim.ratio(r), 1e-9) / r.measured) for r in split.vendor_ratios]
         return np.concatenate([terms, rterms, loss.prior_weight * (zv - x0[vendor])])
 
     sol = least_squares(
@@ -976,6 +972,29 @@ def _amd_ratio(r: Ratio) -> bool:
     return any(get_gpu(side["gpu"]).vendor == "amd" for side in (r.num, r.den))
 
 
+@dataclass(frozen=True)
+class Stages:
+    """The fit's observations by stage: NVIDIA's points and ratios fit the shared parameters;
+    every observation of an AMD GPU (a point on one, a ratio with one on either side) fits the
+    vendor stage's, the shared ones fixed. With MI300X's fronts in the first stage, CDNA3's
+    slow MLA layers pushed the shared per-layer times and bandwidths (fit)."""
+
+    points: list[Point]
+    ratios: list[Ratio]
+    vendor_points: list[Point]
+    vendor_ratios: list[Ratio]
+
+
+def stages(points: list[Point], ratios: list[Ratio]) -> Stages:
+    """Split observations between the fit's stages (the one place the rule lives)."""
+    return Stages(
+        points=[p for p in points if p.vendor != "amd"],
+        ratios=[r for r in ratios if not _amd_ratio(r)],
+        vendor_points=[p for p in points if p.vendor == "amd"],
+        vendor_ratios=[r for r in ratios if _amd_ratio(r)],
+    )
+
+
 def leave_one_source_out(points: list[Point], loss: Loss = Loss()) -> list[Result]:
     """For each source, fit on every other source's points and ratios (and the decode steps,
     another source's), and reproduce this source's points. group_fitted is False where the
@@ -988,7 +1007,8 @@ def leave_one_source_out(points: list[Point], loss: Loss = Loss()) -> list[Resul
         ratios = [r for r in pub.ratios if r.source != src]
         profiles, _ = fit(train, ratios, loss=loss)
         engines = {_engine_family(p.engine) for p in train}
-        amd = any(p.vendor == "amd" for p in train) or any(_amd_ratio(r) for r in ratios)
+        split = stages(train, ratios)
+        amd = bool(split.vendor_points or split.vendor_ratios)
         for r in validate(profiles, points=[p for p in points if p.source == src]):
             p = r.point
             r.group_fitted = _engine_family(p.engine) in engines and (p.vendor != "amd" or amd)
@@ -1057,10 +1077,9 @@ def write_fit(
     pub = load_published()
     steps = decode_step_points() if steps is None else steps
     counts = points_per_parameter(points + steps, pub.ratios)
-    shared = [p for p in points if p.vendor != "amd"]
+    split = stages(points, pub.ratios)
+    shared, amd = split.points, split.vendor_points
     srcs = sorted({p.source for p in shared})
-    amd = [p for p in points if p.vendor == "amd"]
-    n_amd = sum(_amd_ratio(r) for r in pub.ratios)
     ranges = {q.name: [q.low, q.high] for q in fit_params(path)}
     data["fitted_values"] = {
         k: {"value": float(f"{v:.4g}"), "range": ranges[k], "observations": counts[k]}
@@ -1070,11 +1089,11 @@ def write_fit(
     for prof in fitted:
         prof["set"] = {k: float(f"{v:.4g}") for k, v in prof["set"].items()}
         prof["source"] = (
-            f"fitted on {len(shared)} points and {len(pub.ratios) - n_amd} ratios of "
+            f"fitted on {len(shared)} points and {len(split.ratios)} ratios of "
             + ", ".join(srcs)
             + (f", and {len(steps)} decode steps of S84" if steps else "")
             + (
-                f"; the AMD parameters on {len(amd)} points and {n_amd} ratio of "
+                f"; the AMD parameters on {len(amd)} points and {len(split.vendor_ratios)} ratio of "
                 + ", ".join(sorted({p.source for p in amd}))
                 if amd
                 else ""

@@ -579,10 +579,15 @@ class Deployment:
         t += max(kv_read / (self._bw * e.kv_bw_ratio), attn_d / (self.attn_flops * e.mfu_attn))
         t += attn_p / (self.attn_flops * e.mfu_prefill)
         t += self._comm_time(n_tok)
-        t += e.t_fix_s + m.layers * e.t_layer_s + m.moe_layers * e.t_moe_layer_s
-        t += m.layers * e.t_mla_layer_s if m.attention == "mla" else 0.0
+        layers, moe_layers, mla_layers = self._timed_layers
+        t += e.t_fix_s + layers * e.t_layer_s + moe_layers * e.t_moe_layer_s
+        t += mla_layers * e.t_mla_layer_s
         t += e.t_multi_s if n_tok > 1 else 0.0
         return t + n_tok * (e.t_tok_s + m.moe_layers * e.t_moe_tok_s)
+
+    @cached_property
+    def _timed_layers(self) -> tuple[int, int, int]:
+        return tuple(timed_layers(self.model).values())  # type: ignore[return-value]
 
     def _gemm_mfu(self, rows: float) -> float:
         """MFU of a dense weight GEMM of `rows` token rows: the ceiling mfu, reached as the rows
@@ -650,6 +655,15 @@ class Deployment:
             payload = n_tok * m.experts_per_token * m.hidden * A2A_BYTES * (g - 1) / g
             t += m.moe_layers * (2 * e.alltoall_latency_s + payload / link)
         return t
+
+
+def timed_layers(model: ModelProfile) -> dict[str, int]:
+    """How many of a model's layers each per-layer time of a step applies to (Efficiency's
+    t_layer_s, t_moe_layer_s and t_mla_layer_s): every layer, the mixture-of-experts ones,
+    and every layer of a model with latent attention. The step and the calibration's count of
+    what each parameter is fitted on read it here."""
+    mla = model.layers if model.attention == "mla" else 0
+    return {"t_layer_s": model.layers, "t_moe_layer_s": model.moe_layers, "t_mla_layer_s": mla}
 
 
 def steady_state(

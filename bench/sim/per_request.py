@@ -65,7 +65,8 @@ def simulate(run: Run) -> dict[str, float]:
     output tokens - 1) (genai-perf's inter-token latency too); each
     figure the mean or the percentile (numpy's, linear) over the requests the client reads:
     vllm-bench and LLMPerf every request of the run, genai-perf those after the loop's first
-    STEADY_ROUNDS rounds (per_request_runs.steady_window, as the calibration's TTFT checks read NIM's)."""
+    STEADY_ROUNDS rounds (per_request_runs.steady_window, as the calibration's TTFT checks read
+    NIM's)."""
     from bench.sim.virtual import build_engine, replay_closed
 
     engine = build_engine(

@@ -587,7 +587,8 @@ class Deployment:
 
     @cached_property
     def _timed_layers(self) -> tuple[int, int, int]:
-        return tuple(timed_layers(self.model).values())  # type: ignore[return-value]
+        n = timed_layers(self.model)
+        return n["t_layer_s"], n["t_moe_layer_s"], n["t_mla_layer_s"]
 
     def _gemm_mfu(self, rows: float) -> float:
         """MFU of a dense weight GEMM of `rows` token rows: the ceiling mfu, reached as the rows

@@ -23,11 +23,8 @@ STEADY_ROUNDS, TTFT_ROUNDS = 3, 20
 PER_REQUEST_YAML: Path = Path(__file__).with_name("per_request.yaml")
 # Every figure a published run may give (ms): each run has those its source published
 FIGURES = tuple(f"{k}_{s}" for k in ("ttft", "tpot", "e2el") for s in ("mean", "p50", "p99"))
-CLIENTS = (
-    "vllm-bench",
-    "genai-perf",
-    "llmperf",
-)  # which requests a client read (per_request.simulate)
+# which requests a client read (per_request.simulate)
+CLIENTS = ("vllm-bench", "genai-perf", "llmperf")
 RUN_FIELDS = ("parallel", "isl", "osl", "concurrency", "prompts", "output_tps")
 
 

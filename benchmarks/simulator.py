@@ -116,7 +116,9 @@ def validation(loso: bool) -> None:
     from bench.sim.per_request import per_request_errors, report
 
     print(
-        "per request, published runs of a real engine on GPUs (engine clock; scored, never fitted):"
+        "per request, published runs of a real engine on GPUs (engine clock; scored, never "
+        "fitted; SGLang's and TensorRT-LLM's DeepSeek-R1 first-token latency read from their "
+        "H200 runs: python -m bench.sim.per_request --first-token):"
     )
     print(report(per_request_errors()))
     from bench.sim import decode_steps

@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from bench.sim.per_request import (
+    FIRST_TOKEN_SUITES,
+    RunError,
     by_suite,
+    first_token_latency,
     load_runs,
     per_request_errors,
     report,
@@ -16,6 +19,7 @@ from bench.sim.per_request import (
     stated_coverage,
     summary,
 )
+from bench.sim.profiles import efficiency_for, engine_family, get_gpu
 from bench.sim.profiles.accuracy import COVERAGE
 from bench.sim.profiles.per_request_runs import nim_s75
 
@@ -193,15 +197,16 @@ def test_inferencex_suites_load_as_transcribed():
 def test_inferencex_deepseek_suites_per_request_error_and_the_readme_says_so():
     """InferenceX's single-node DeepSeek-R1 runs on SGLang and TensorRT-LLM [S85], replayed
     with their own lengths, users and request counts: the decode pace and end-to-end times
-    within a few per cent at the median run, the first token far sooner than the harness
-    measured it (README)."""
+    within a few per cent at the median run; the first token, with the latency the H200 runs
+    read before the scheduler (t_req_s), within a quarter at the median run (README)."""
     errs = per_request_errors([r for r in load_runs() if r.source == "S85"])
     cover = stated_coverage(errs)
     s = summary(errs, cover)
     assert s["runs"] == 361
-    assert s["median_mape"] <= 0.35  # 30% when added (2026-12-07)
+    # 30% when added (2026-12-07; TTFT p50 -71% at the median run), 26% with t_req_s
+    assert s["median_mape"] <= 0.29
     assert abs(s["median_error_tpot_p50"]) < 0.1 and abs(s["median_error_e2el_p50"]) < 0.1
-    assert s["median_error_ttft_p50"] < -0.5
+    assert -0.35 < s["median_error_ttft_p50"] < 0
     text = " ".join(README.read_text().split())
     stated = re.search(r"InferenceX's own API rows \[S85\].*?per-request error is (\d+)%", text)
     assert stated and int(stated.group(1)) == round(100 * s["median_mape"])
@@ -218,8 +223,9 @@ def test_inferencex_deepseek_suites_per_request_error_and_the_readme_says_so():
 def test_trtllm_issue_ttfts_score_alone_and_the_readme_says_so():
     """TensorRT-LLM issue #5929's LLMPerf TTFTs [S86], DeepSeek-R1 on 8 x H200 (FP8) and 8 x B200
     (FP4): a suite that publishes one figure scores that figure alone, and the report prints its
-    runs without the figures it lacks. At 1,600-token prompts the simulated first token comes
-    far sooner than the server's, as in InferenceX's own runs (README)."""
+    runs without the figures it lacks. Its H200 runs are among those TensorRT-LLM's
+    first-token latency is read from (t_req_s): there the simulated first token is within a
+    third of the server's; on B200, where nothing was read, it still comes far sooner (README)."""
     runs = [r for r in load_runs() if r.source == "S86"]
     assert len(runs) == 10 and {r.client for r in runs} == {"llmperf"}
     assert {r.parallel for r in runs} == {"tp8", "tep8"} and all(r.osl == 600 for r in runs)
@@ -232,8 +238,62 @@ def test_trtllm_issue_ttfts_score_alone_and_the_readme_says_so():
     assert "deepseek-r1-h200-trtllm-fp8-llmperf [S86]" in text
     assert re.search(r"tp8 isl 1600 c1 +\d+ / +165 +[\d.]+ / +- ", text)  # no TPOT published
     short = [e for e in errs if e.run.isl == 1600 and e.run.concurrency == 1]
-    assert len(short) == 4 and all(e.errors["ttft_p50"] < -0.2 for e in short)
+    assert len(short) == 4
+    for e in short:  # before t_req_s: -24% to -74% on both GPUs
+        if e.run.gpu == "H200-SXM":
+            assert abs(e.errors["ttft_p50"]) < 0.33, e.run.label
+        else:
+            assert e.errors["ttft_p50"] < -0.2, e.run.label
     s = summary(errs)
     readme = " ".join(README.read_text().split())
     stated = re.search(r"TensorRT-LLM issue #5929 \[S86\].*?per-request error is (\d+)%", readme)
     assert stated and int(stated.group(1)) == round(100 * s["median_mape"])
+
+
+def _shipped_front_end(run) -> float:
+    return efficiency_for(get_gpu(run.gpu), run.precision, run.engine, run.model).t_req_s
+
+
+def test_first_token_latency_is_the_shift_with_the_lowest_per_request_error():
+    """The choice moves every TTFT and end-to-end figure by (candidate - shipped) and keeps the
+    lowest median MAPE: a run simulated 100 ms short on its TTFTs and end-to-end times reads
+    100 ms, and from a shipped 40 ms the same runs read the same answer."""
+    run = next(r for r in load_runs() if r.source == "S85" and r.concurrency == 4)
+    early = {k: v - 100.0 if k.startswith(("ttft", "e2el")) else v for k, v in run.measured.items()}
+    assert first_token_latency([RunError(run, early)], shipped_s=0.0) == pytest.approx(0.1)
+    later = {k: v + 40.0 if k.startswith(("ttft", "e2el")) else v for k, v in early.items()}
+    assert first_token_latency([RunError(run, later)], shipped_s=0.04) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="no runs"):
+        first_token_latency([], 0.0)
+
+
+def test_the_first_token_latency_is_scoped_to_what_measured_it():
+    """SGLang's and TensorRT-LLM's DeepSeek-R1 (and DeepSeek-V3, the same network) carry the
+    first-token latency their H200 runs read; vLLM's, NIM's dense TensorRT-LLM deployment
+    (48 ms measured at a 500-token prompt) and every other model keep none."""
+    h200, h100 = get_gpu("H200"), get_gpu("H100")
+    for model in ("deepseek-r1", "deepseek-v3"):
+        assert efficiency_for(h200, "fp8", "sglang", model).t_req_s > 0.05
+        assert efficiency_for(h200, "fp8", "trtllm", model).t_req_s > 0.03
+        assert efficiency_for(get_gpu("MI300X"), "fp8", "sglang", model).t_req_s > 0.05
+        assert efficiency_for(h200, "fp8", "vllm", model).t_req_s == 0
+    assert efficiency_for(h100, "fp8", "trtllm", "llama-3.3-70b").t_req_s == 0
+    assert efficiency_for(h200, "fp8", "sglang", "qwen3-235b-a22b").t_req_s == 0
+
+
+@pytest.mark.slow
+def test_the_shipped_first_token_latency_is_what_the_h200_runs_choose():
+    """efficiency.yaml's t_req_s for SGLang and TensorRT-LLM serving DeepSeek-R1 is what their
+    H200 runs (S85's two suites and S86's) choose (`python -m bench.sim.per_request
+    --first-token`), re-read from runs simulated with it: within 10 ms (the error is flat
+    within a few points over 50-70 ms for TensorRT-LLM, so the choice moves a grid step with
+    the closed loop's feedback). A refit that moves the simulated prefill fails here until
+    the value is re-read."""
+    runs = [r for r in load_runs() if r.suite.startswith(FIRST_TOKEN_SUITES)]
+    by_engine: dict[str, list[RunError]] = {}
+    for e in per_request_errors(runs):
+        by_engine.setdefault(engine_family(e.run.engine), []).append(e)
+    assert set(by_engine) == {"sglang", "trtllm"}
+    for engine, errs in by_engine.items():
+        shipped = _shipped_front_end(errs[0].run)
+        assert abs(first_token_latency(errs, shipped) - shipped) <= 0.010 + 1e-9, engine

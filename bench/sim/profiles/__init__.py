@@ -356,8 +356,12 @@ def efficiency_profiles(path: Path = EFFICIENCY_YAML) -> list[dict[str, Any]]:
     return list(data.get("profiles") or []) + list(data.get("fitted") or [])
 
 
-def _matches(match: dict[str, str], key: dict[str, str]) -> bool:
-    return all(str(key.get(k, "")).lower() == str(v).lower() for k, v in match.items())
+def _matches(match: dict[str, Any], key: dict[str, str]) -> bool:
+    """Every key of `match` names the deployment's value, or a list holding it."""
+    return all(
+        str(key.get(k, "")).lower() in [str(x).lower() for x in (v if isinstance(v, list) else [v])]
+        for k, v in match.items()
+    )
 
 
 def resolve_efficiency(

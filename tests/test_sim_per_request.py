@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from bench.sim.per_request import (
-    FIRST_TOKEN_SUITES,
     RunError,
     by_suite,
+    first_token_choices,
     first_token_latency,
     load_runs,
     per_request_errors,
@@ -19,7 +19,7 @@ from bench.sim.per_request import (
     stated_coverage,
     summary,
 )
-from bench.sim.profiles import efficiency_for, engine_family, get_gpu
+from bench.sim.profiles import efficiency_for, get_gpu
 from bench.sim.profiles.accuracy import COVERAGE
 from bench.sim.profiles.per_request_runs import nim_s75
 
@@ -250,10 +250,6 @@ def test_trtllm_issue_ttfts_score_alone_and_the_readme_says_so():
     assert stated and int(stated.group(1)) == round(100 * s["median_mape"])
 
 
-def _shipped_front_end(run) -> float:
-    return efficiency_for(get_gpu(run.gpu), run.precision, run.engine, run.model).t_req_s
-
-
 def test_first_token_latency_is_the_shift_with_the_lowest_per_request_error():
     """The choice moves every TTFT and end-to-end figure by (candidate - shipped) and keeps the
     lowest median MAPE: a run simulated 100 ms short on its TTFTs and end-to-end times reads
@@ -289,11 +285,9 @@ def test_the_shipped_first_token_latency_is_what_the_h200_runs_choose():
     within a few points over 50-70 ms for TensorRT-LLM, so the choice moves a grid step with
     the closed loop's feedback). A refit that moves the simulated prefill fails here until
     the value is re-read."""
-    runs = [r for r in load_runs() if r.suite.startswith(FIRST_TOKEN_SUITES)]
-    by_engine: dict[str, list[RunError]] = {}
-    for e in per_request_errors(runs):
-        by_engine.setdefault(engine_family(e.run.engine), []).append(e)
-    assert set(by_engine) == {"sglang", "trtllm"}
-    for engine, errs in by_engine.items():
-        shipped = _shipped_front_end(errs[0].run)
-        assert abs(first_token_latency(errs, shipped) - shipped) <= 0.010 + 1e-9, engine
+    choices = first_token_choices(load_runs())
+    assert {c.engine for c in choices} == {"sglang", "trtllm"}
+    assert sum(c.runs for c in choices) == 51  # S85's 15 + 30 H200 runs, S86's 6
+    for c in choices:
+        assert c.model == "deepseek-r1" and c.shipped_s > 0, c
+        assert abs(c.chosen_s - c.shipped_s) <= 0.010 + 1e-9, c

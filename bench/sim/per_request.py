@@ -151,27 +151,47 @@ def _shifted_mape(e: RunError, shift_ms: float) -> float:
     moved = {
         k: v + (shift_ms if k.startswith(("ttft", "e2el")) else 0.0) for k, v in e.simulated.items()
     }
-    return float(np.mean([abs(moved[k] / v - 1) for k, v in e.run.measured.items()]))
+    return RunError(e.run, moved).mape
 
 
-def first_token_report(runs: list[Run]) -> str:
-    """Per engine, the first-token latency the FIRST_TOKEN_SUITES runs choose beside the one
-    efficiency.yaml ships for them (`--first-token`; a test holds the two equal)."""
+@dataclass(frozen=True)
+class FirstTokenChoice:
+    """One engine's first-token latency: what efficiency.yaml ships and what its runs choose."""
+
+    engine: str
+    model: str
+    suites: tuple[str, ...]
+    runs: int
+    shipped_s: float
+    chosen_s: float
+
+
+def first_token_choices(runs: list[Run]) -> list[FirstTokenChoice]:
+    """Per engine, the first-token latency the FIRST_TOKEN_SUITES runs among `runs` choose
+    (first_token_latency, read from them simulated with the shipped value) beside the one
+    efficiency.yaml ships: `--first-token` prints them, a test holds them within 10 ms."""
     from bench.sim.profiles import efficiency_for, engine_family, get_gpu
 
     chosen = [r for r in runs if r.suite.startswith(FIRST_TOKEN_SUITES)]
-    lines = []
+    out = []
     by_engine = _grouped(per_request_errors(chosen), lambda e: engine_family(e.run.engine))
     for engine, errs in by_engine.items():
         r = errs[0].run
         shipped = efficiency_for(get_gpu(r.gpu), r.precision, r.engine, r.model).t_req_s
-        t = first_token_latency(errs, shipped)
-        suites = ", ".join(dict.fromkeys(e.run.suite for e in errs))
-        lines.append(
-            f"{engine} serving {r.model}: {t * 1e3:.0f} ms chosen on {len(errs)} runs ({suites}); "
-            f"efficiency.yaml ships {shipped * 1e3:.0f} ms"
-        )
-    return "\n".join(lines)
+        suites = tuple(dict.fromkeys(e.run.suite for e in errs))
+        out.append(FirstTokenChoice(
+            engine, r.model, suites, len(errs), shipped, first_token_latency(errs, shipped)
+        ))  # fmt: skip
+    return out
+
+
+def first_token_report(runs: list[Run]) -> str:
+    """`--first-token`: one line per engine, first_token_choices'."""
+    return "\n".join(
+        f"{c.engine} serving {c.model}: {c.chosen_s * 1e3:.0f} ms chosen on {c.runs} runs "
+        f"({', '.join(c.suites)}); efficiency.yaml ships {c.shipped_s * 1e3:.0f} ms"
+        for c in first_token_choices(runs)
+    )
 
 
 def quantity(figure: str) -> str:
